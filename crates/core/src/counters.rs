@@ -1,0 +1,48 @@
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Engine and home counters (exported on /metrics and by `resin bench`).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub nrow_steps: AtomicU64,
+    pub grouped_steps: AtomicU64,
+    pub prefill_windows: AtomicU64,
+    pub prefill_segment_windows: AtomicU64,
+    pub peel_steps: AtomicU64,
+    pub prompt_tokens_prefilled: AtomicU64,
+    pub decode_rows: AtomicU64,
+    declines: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Counters {
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Count a decline; returns true the first time this reason is seen (log it then, once).
+    pub fn decline(&self, reason: &str) -> bool {
+        let mut d = self.declines.lock().unwrap_or_else(|e| e.into_inner());
+        let n = d.entry(reason.to_string()).or_insert(0);
+        *n += 1;
+        *n == 1
+    }
+
+    pub fn declines(&self) -> BTreeMap<String, u64> {
+        self.declines.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// (name, value) pairs of the plain counters, in a stable order.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        vec![
+            ("nrow_steps", g(&self.nrow_steps)),
+            ("grouped_steps", g(&self.grouped_steps)),
+            ("prefill_windows", g(&self.prefill_windows)),
+            ("prefill_segment_windows", g(&self.prefill_segment_windows)),
+            ("peel_steps", g(&self.peel_steps)),
+            ("prompt_tokens_prefilled", g(&self.prompt_tokens_prefilled)),
+            ("decode_rows", g(&self.decode_rows)),
+        ]
+    }
+}

@@ -1,0 +1,184 @@
+//! The contract between the engine (scheduler) and a home (a backend that runs the whole model).
+//!
+//! The scheduler speaks only these types; it never knows which home it drives. A home owns the
+//! K/V mirror: `regions` slices, each one session's history, addressed by [`RegionId`]. Which
+//! session holds which region is the engine's business ([`regions::RegionTable`]); kernels only
+//! see an offset.
+
+mod counters;
+pub mod regions;
+
+pub use counters::Counters;
+
+/// Rows a token command steps in one pass over the weights.
+pub const NROW_MAX: usize = 8;
+/// Rows a prefill window holds.
+pub const PF_WINDOW: usize = 512;
+
+/// One session's slice of the K/V mirror.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionId(pub u32);
+
+/// How the K/V mirror stores keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvCodec {
+    #[default]
+    F16,
+    F32,
+    Q8_0,
+}
+
+impl KvCodec {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" => Some(KvCodec::F16),
+            "f32" => Some(KvCodec::F32),
+            "q8_0" | "q8" => Some(KvCodec::Q8_0),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            KvCodec::F16 => "f16",
+            KvCodec::F32 => "f32",
+            KvCodec::Q8_0 => "q8_0",
+        }
+    }
+    /// Bytes to store `n` values (n a multiple of 32 for q8_0).
+    pub fn bytes_for(self, n: usize) -> usize {
+        match self {
+            KvCodec::F16 => n * 2,
+            KvCodec::F32 => n * 4,
+            KvCodec::Q8_0 => n.div_ceil(32) * 34,
+        }
+    }
+}
+
+/// One row of a token step: a session's token at its absolute position in its region.
+///
+/// Semantics shared by every home: in each layer every row of the step stores its K/V first,
+/// then attends to keys `0..=pos` of its own region. So several rows of one region at
+/// consecutive positions (the peel) see each other causally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    pub region: RegionId,
+    pub token: u32,
+    pub pos: u32,
+}
+
+/// One session's chunk of a prefill window chain: `tokens` go to positions
+/// `start..start + tokens.len()` of `region`; the segment's last row yields logits.
+#[derive(Debug, Clone, Copy)]
+pub struct Segment<'a> {
+    pub region: RegionId,
+    pub start: u32,
+    pub tokens: &'a [u32],
+}
+
+/// Logits rows, row-major: `data[i * vocab .. (i + 1) * vocab]` is row `i`.
+#[derive(Debug, Clone, Default)]
+pub struct Logits {
+    pub vocab: usize,
+    pub data: Vec<f32>,
+}
+
+impl Logits {
+    pub fn rows(&self) -> usize {
+        self.data.len().checked_div(self.vocab).unwrap_or(0)
+    }
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.vocab..(i + 1) * self.vocab]
+    }
+}
+
+/// What a home was built to serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HomeSpec {
+    /// "cpu" or "vulkan".
+    pub kind: &'static str,
+    pub vocab: usize,
+    /// Positions per region.
+    pub n_ctx: usize,
+    pub regions: usize,
+    pub codec: KvCodec,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HomeError {
+    #[error("region {0:?} does not exist (this home has {1} regions)")]
+    NoSuchRegion(RegionId, usize),
+    #[error("position {pos} is past the context length {n_ctx}")]
+    ContextFull { pos: usize, n_ctx: usize },
+    #[error("token id {token} is outside the vocabulary of {vocab}")]
+    BadToken { token: u32, vocab: usize },
+    #[error("a step takes 1..={max} rows, got {got}")]
+    BadRowCount { got: usize, max: usize },
+    #[error("empty prefill segment for region {0:?}")]
+    EmptySegment(RegionId),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("device error: {0}")]
+    Device(String),
+}
+
+pub type Result<T> = std::result::Result<T, HomeError>;
+
+/// A backend that runs the whole model. The CPU home and the Vulkan home implement it.
+pub trait Home: Send {
+    fn spec(&self) -> &HomeSpec;
+
+    /// Prefill segments (window chain); returns one logits row per segment (its last row).
+    fn prefill(&mut self, segments: &[Segment<'_>]) -> Result<Logits>;
+
+    /// One token command over `rows` (1..=NROW_MAX); returns one logits row per row.
+    fn step(&mut self, rows: &[Row]) -> Result<Logits>;
+
+    /// The counters this home updates (shared with the engine).
+    fn counters(&self) -> &Counters;
+}
+
+/// Checks every home applies to its inputs, so all homes reject the same things the same way.
+pub fn check_rows(spec: &HomeSpec, rows: &[Row]) -> Result<()> {
+    if rows.is_empty() || rows.len() > NROW_MAX {
+        return Err(HomeError::BadRowCount { got: rows.len(), max: NROW_MAX });
+    }
+    for r in rows {
+        check_region(spec, r.region)?;
+        check_token(spec, r.token)?;
+        if r.pos as usize >= spec.n_ctx {
+            return Err(HomeError::ContextFull { pos: r.pos as usize, n_ctx: spec.n_ctx });
+        }
+    }
+    Ok(())
+}
+
+pub fn check_segments(spec: &HomeSpec, segments: &[Segment<'_>]) -> Result<()> {
+    for s in segments {
+        check_region(spec, s.region)?;
+        if s.tokens.is_empty() {
+            return Err(HomeError::EmptySegment(s.region));
+        }
+        let end = s.start as usize + s.tokens.len();
+        if end > spec.n_ctx {
+            return Err(HomeError::ContextFull { pos: end - 1, n_ctx: spec.n_ctx });
+        }
+        for &t in s.tokens {
+            check_token(spec, t)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_region(spec: &HomeSpec, r: RegionId) -> Result<()> {
+    if r.0 as usize >= spec.regions {
+        return Err(HomeError::NoSuchRegion(r, spec.regions));
+    }
+    Ok(())
+}
+
+fn check_token(spec: &HomeSpec, token: u32) -> Result<()> {
+    if token as usize >= spec.vocab {
+        return Err(HomeError::BadToken { token, vocab: spec.vocab });
+    }
+    Ok(())
+}

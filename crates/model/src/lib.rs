@@ -1,0 +1,22 @@
+//! What a GGUF file says about its model: the architecture and its hyperparameters, the
+//! tensor names a forward pass reads, the tokenizer and the chat template.
+
+mod config;
+
+pub use config::{Arch, ModelConfig, RopeStyle, LayerNames};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] resin_gguf::GgufError),
+    #[error("unsupported architecture {0:?} (resin runs llama, qwen2 and qwen3)")]
+    UnsupportedArch(String),
+    #[error("model metadata: {0}")]
+    Invalid(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {0}")]
+    Template(String),
+}
+
+pub type Result<T> = std::result::Result<T, ModelError>;
