@@ -133,8 +133,8 @@ pub trait Home: Send {
     /// One token command over `rows` (1..=NROW_MAX); returns one logits row per row.
     fn step(&mut self, rows: &[Row]) -> Result<Logits>;
 
-    /// The counters this home updates (shared with the engine).
-    fn counters(&self) -> &Counters;
+    /// The counters this home updates (shared with the engine and the server's /metrics).
+    fn counters(&self) -> &std::sync::Arc<Counters>;
 }
 
 /// Checks every home applies to its inputs, so all homes reject the same things the same way.

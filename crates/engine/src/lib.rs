@@ -1,1 +1,13 @@
+//! The engine: sessions over regions of a home's K/V mirror, the scheduler tick, sampling,
+//! stop conditions, prefix reuse and streaming. It drives any [`resin_core::Home`].
 
+mod engine;
+mod sampling;
+mod stop;
+
+pub use engine::{
+    balanced_groups, Engine, EngineConfig, EngineStats, Finish, FinishReason, GenEvent, GenHandle, GenRequest,
+    LogitsConstraint, SubmitError,
+};
+pub use sampling::{argmax, Rng, Sampler, SamplingParams};
+pub use stop::{StopMatcher, StopOutcome};

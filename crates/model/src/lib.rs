@@ -2,8 +2,12 @@
 //! tensor names a forward pass reads, the tokenizer and the chat template.
 
 mod config;
+pub mod chat;
+pub mod tokenizer;
 
-pub use config::{Arch, ModelConfig, RopeStyle, LayerNames};
+pub use config::{Arch, LayerNames, ModelConfig, RopeStyle, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
+pub use chat::ChatTemplate;
+pub use tokenizer::{StreamDecoder, TokenType, Tokenizer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {

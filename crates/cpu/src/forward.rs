@@ -1,0 +1,146 @@
+//! The forward pass over a batch of rows: embed, per layer (norm, QKV, rope-and-store,
+//! attention, output projection + residual, norm, gate/up, SwiGLU, down + residual), final
+//! norm and classifier on the rows that need logits.
+
+use resin_gguf::GgmlType;
+
+use crate::attention::{attend, AttnShape};
+use crate::home::{CpuError, CpuHome};
+use crate::kernels::{matmul, Acts};
+use crate::ops::{rms_norm, rms_norm_inplace, swiglu};
+use crate::weights::MatRef;
+
+/// One row of a pass: (region, position, token).
+pub type PassRow = (usize, u32, u32);
+
+/// Activations prepared once per weight format, so projections of the same input share them.
+struct Prepared<'a> {
+    x: &'a [f32],
+    n: usize,
+    cols: usize,
+    acts: Vec<(GgmlType, Acts)>,
+}
+
+impl<'a> Prepared<'a> {
+    fn new(x: &'a [f32], n: usize, cols: usize) -> Self {
+        Prepared { x, n, cols, acts: Vec::new() }
+    }
+    fn matmul(&mut self, home: &CpuHome, w: &MatRef, out: &mut Vec<f32>) {
+        out.resize(self.n * w.rows, 0.0);
+        let i = match self.acts.iter().position(|(t, _)| *t == w.ty) {
+            Some(i) => i,
+            None => {
+                self.acts.push((w.ty, Acts::prepare(self.x, self.n, self.cols, w.ty)));
+                self.acts.len() - 1
+            }
+        };
+        matmul(&home.weights.mat(w), &self.acts[i].1, out);
+    }
+}
+
+fn add_bias(x: &mut [f32], bias: &[f32]) {
+    if bias.is_empty() {
+        return;
+    }
+    for row in x.chunks_exact_mut(bias.len()) {
+        row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+    }
+}
+
+/// Gather rows `sel` of a [n][width] matrix.
+fn gather(x: &[f32], width: usize, sel: &[usize]) -> Vec<f32> {
+    sel.iter().flat_map(|&i| x[i * width..(i + 1) * width].iter().copied()).collect()
+}
+
+impl CpuHome {
+    /// Run `rows` through every layer; returns logits for the rows listed in `logit_rows`
+    /// (indices into `rows`, in that order). Only those rows run the last layer's attention
+    /// output, FFN and the classifier (last-layer narrowing).
+    pub(crate) fn pass(&mut self, rows: &[PassRow], logit_rows: &[usize]) -> Result<Vec<f32>, CpuError> {
+        let cfg = self.cfg.clone();
+        let (d, hd) = (cfg.n_embd, cfg.head_dim);
+        let (q_dim, kv_dim) = (cfg.q_dim(), cfg.kv_dim());
+        let shape = AttnShape { n_head: cfg.n_head, n_head_kv: cfg.n_head_kv, head_dim: hd };
+
+        let mut n = rows.len();
+        let mut x = vec![0f32; n * d];
+        for (i, &(_, _, tok)) in rows.iter().enumerate() {
+            self.weights.embed(tok, &mut x[i * d..(i + 1) * d])?;
+        }
+        let mut attn_rows: Vec<(usize, u32)> = rows.iter().map(|&(r, p, _)| (r, p)).collect();
+        let (mut xn, mut q, mut k, mut v, mut att, mut o) = (vec![0f32; n * d], vec![], vec![], vec![], vec![], vec![]);
+        let (mut gate, mut up, mut down) = (vec![], vec![], vec![]);
+        let mut cs = Vec::new();
+
+        for (l, layer) in self.weights.layers.iter().enumerate() {
+            let last = l + 1 == cfg.n_layer;
+            xn.resize(n * d, 0.0);
+            for i in 0..n {
+                rms_norm(&x[i * d..(i + 1) * d], &layer.attn_norm, cfg.rms_eps, &mut xn[i * d..(i + 1) * d]);
+            }
+            let mut pre = Prepared::new(&xn, n, d);
+            pre.matmul(self, &layer.k, &mut k);
+            pre.matmul(self, &layer.v, &mut v);
+            add_bias(&mut k, &layer.k_bias);
+            add_bias(&mut v, &layer.v_bias);
+            for (i, &(region, pos, _)) in rows.iter().enumerate() {
+                let ki = &mut k[i * kv_dim..(i + 1) * kv_dim];
+                if !layer.k_norm.is_empty() {
+                    ki.chunks_exact_mut(hd).for_each(|h| rms_norm_inplace(h, &layer.k_norm, cfg.rms_eps));
+                }
+                self.rope.angles(pos, &mut cs);
+                self.rope.apply(ki, hd, &cs);
+                self.kv.store(region, l, pos as usize, ki, &v[i * kv_dim..(i + 1) * kv_dim]);
+            }
+
+            // Past the K/V store, the last layer only needs the rows that give logits.
+            let mut pre = if last && logit_rows.len() < n {
+                x = gather(&x, d, logit_rows);
+                xn = gather(&xn, d, logit_rows);
+                attn_rows = logit_rows.iter().map(|&i| attn_rows[i]).collect();
+                n = logit_rows.len();
+                if n == 0 {
+                    // A window in which no segment ends: its K/V rows were all it owed.
+                    return Ok(Vec::new());
+                }
+                Prepared::new(&xn, n, d)
+            } else {
+                pre
+            };
+            pre.matmul(self, &layer.q, &mut q);
+            add_bias(&mut q, &layer.q_bias);
+            for (i, &(_, pos)) in attn_rows.iter().enumerate() {
+                let qi = &mut q[i * q_dim..(i + 1) * q_dim];
+                if !layer.q_norm.is_empty() {
+                    qi.chunks_exact_mut(hd).for_each(|h| rms_norm_inplace(h, &layer.q_norm, cfg.rms_eps));
+                }
+                self.rope.angles(pos, &mut cs);
+                self.rope.apply(qi, hd, &cs);
+            }
+            att.resize(n * q_dim, 0.0);
+            attend(&self.kv, l, &attn_rows, &shape, &q, &mut att);
+            Prepared::new(&att, n, q_dim).matmul(self, &layer.attn_out, &mut o);
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+
+            for i in 0..n {
+                rms_norm(&x[i * d..(i + 1) * d], &layer.ffn_norm, cfg.rms_eps, &mut xn[i * d..(i + 1) * d]);
+            }
+            let mut pre = Prepared::new(&xn, n, d);
+            pre.matmul(self, &layer.gate, &mut gate);
+            pre.matmul(self, &layer.up, &mut up);
+            swiglu(&mut gate, &up);
+            Prepared::new(&gate, n, cfg.n_ff).matmul(self, &layer.down, &mut down);
+            x.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
+        }
+
+        // `x` now holds exactly the logit rows, in `logit_rows` order (callers pass them sorted).
+        let m = logit_rows.len();
+        let mut xn = vec![0f32; m * d];
+        for i in 0..m {
+            rms_norm(&x[i * d..(i + 1) * d], &self.weights.output_norm, cfg.rms_eps, &mut xn[i * d..(i + 1) * d]);
+        }
+        let mut logits = Vec::new();
+        Prepared::new(&xn, m, d).matmul(self, &self.weights.output, &mut logits);
+        Ok(logits)
+    }
+}

@@ -1,0 +1,120 @@
+use std::sync::Arc;
+
+use resin_core::{check_rows, check_segments, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, PF_WINDOW};
+use resin_gguf::GgufFile;
+use resin_model::ModelConfig;
+
+use crate::forward::PassRow;
+use crate::kv::KvCache;
+use crate::ops::RopeTables;
+use crate::weights::Weights;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CpuError {
+    #[error(transparent)]
+    Gguf(#[from] resin_gguf::GgufError),
+    #[error("model: {0}")]
+    Model(String),
+}
+
+impl From<CpuError> for HomeError {
+    fn from(e: CpuError) -> Self {
+        HomeError::Unsupported(e.to_string())
+    }
+}
+
+/// How a CPU home is built.
+#[derive(Debug, Clone)]
+pub struct CpuOptions {
+    /// Positions per region (defaults to the model's training context, capped at 4096).
+    pub n_ctx: Option<usize>,
+    pub regions: usize,
+    pub codec: KvCodec,
+}
+
+impl Default for CpuOptions {
+    fn default() -> Self {
+        CpuOptions { n_ctx: None, regions: 1, codec: KvCodec::F16 }
+    }
+}
+
+pub struct CpuHome {
+    pub(crate) cfg: ModelConfig,
+    pub(crate) weights: Weights,
+    pub(crate) kv: KvCache,
+    pub(crate) rope: RopeTables,
+    spec: HomeSpec,
+    counters: Arc<Counters>,
+}
+
+impl CpuHome {
+    pub fn new(file: Arc<GgufFile>, cfg: ModelConfig, opts: &CpuOptions, counters: Arc<Counters>) -> Result<Self, CpuError> {
+        let n_ctx = opts.n_ctx.unwrap_or(cfg.ctx_train.min(4096)).max(1);
+        if opts.regions == 0 {
+            return Err(CpuError::Model("a home needs at least one region".into()));
+        }
+        let weights = Weights::load(file, &cfg)?;
+        let kv = KvCache::new(opts.codec, opts.regions, cfg.n_layer, n_ctx, cfg.kv_dim(), cfg.head_dim)?;
+        let rope = RopeTables::new(cfg.rope_base, cfg.rope_dims, cfg.arch.rope_style());
+        let spec = HomeSpec { kind: "cpu", vocab: cfg.vocab, n_ctx, regions: opts.regions, codec: opts.codec };
+        Ok(CpuHome { cfg, weights, kv, rope, spec, counters })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    pub fn kv_bytes(&self) -> usize {
+        self.kv.bytes()
+    }
+}
+
+impl Home for CpuHome {
+    fn spec(&self) -> &HomeSpec {
+        &self.spec
+    }
+
+    fn prefill(&mut self, segments: &[Segment<'_>]) -> resin_core::Result<Logits> {
+        check_segments(&self.spec, segments)?;
+        // Flatten the segments into rows, then cut the rows into windows of PF_WINDOW.
+        let mut rows: Vec<PassRow> = Vec::new();
+        let mut ends = Vec::with_capacity(segments.len());
+        for s in segments {
+            for (i, &t) in s.tokens.iter().enumerate() {
+                rows.push((s.region.0 as usize, s.start + i as u32, t));
+            }
+            ends.push(rows.len() - 1);
+        }
+        let vocab = self.spec.vocab;
+        let mut data = Vec::with_capacity(segments.len() * vocab);
+        for (w, window) in rows.chunks(PF_WINDOW).enumerate() {
+            let (lo, hi) = (w * PF_WINDOW, w * PF_WINDOW + window.len());
+            let logit_rows: Vec<usize> = ends.iter().filter(|&&e| (lo..hi).contains(&e)).map(|&e| e - lo).collect();
+            // Segments with rows in this window: those ending at or after `lo` and starting before `hi`.
+            let in_window = (0..ends.len()).filter(|&i| ends[i] >= lo && (i == 0 || ends[i - 1] + 1 < hi)).count();
+            Counters::add(&self.counters.prefill_windows, 1);
+            if in_window > 1 {
+                Counters::add(&self.counters.prefill_segment_windows, 1);
+            }
+            data.extend_from_slice(&self.pass(window, &logit_rows)?);
+        }
+        Counters::add(&self.counters.prompt_tokens_prefilled, rows.len() as u64);
+        Ok(Logits { vocab, data })
+    }
+
+    fn step(&mut self, rows: &[Row]) -> resin_core::Result<Logits> {
+        check_rows(&self.spec, rows)?;
+        let pass: Vec<PassRow> = rows.iter().map(|r| (r.region.0 as usize, r.pos, r.token)).collect();
+        let all: Vec<usize> = (0..rows.len()).collect();
+        let data = self.pass(&pass, &all)?;
+        Counters::add(&self.counters.decode_rows, rows.len() as u64);
+        if rows.len() > 1 {
+            Counters::add(&self.counters.nrow_steps, 1);
+        }
+        Ok(Logits { vocab: self.spec.vocab, data })
+    }
+
+    fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+}

@@ -1,0 +1,354 @@
+//! Quantized matrix multiply kernels of the CPU home.
+//!
+//! `matmul` computes `out[i * w.rows + r] = dot(w row r, x row i)`. Weights stay in their GGUF
+//! block format; activations are prepared once ([`Acts`]) per format family: quantized to
+//! 8-bit blocks (integer dot products, as llama.cpp does) or kept as f32 for float weights.
+//!
+//! Paths: `portable` (scalar, every format; the fallback and the oracle of the SIMD paths),
+//! `avx2` (AVX2 + FMA + F16C + BMI2) and `avx512vnni` (AVX-512 F/BW/VL + VNNI), chosen once at
+//! run time.
+//!
+//! Determinism: one output element is always computed by one call of one tile function, in a
+//! fixed order over the row's blocks, whatever `n`, the other rows in the batch, the tile
+//! width or the threads. So `out[i, r]` is bit-identical for any batch (given the SIMD path).
+//!
+//! Threads: rayon's global pool, split over weight rows in chunks sized to stay in L2; inside
+//! a chunk, activation rows go in tiles of `NR` so every unpacked weight block is used for
+//! `NR` activation rows.
+
+mod acts;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod blocks;
+mod portable;
+
+pub use acts::Acts;
+use acts::{Family, Prepared, SendPtr};
+use resin_gguf::GgmlType;
+use std::sync::OnceLock;
+
+/// Why a weight matrix cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelError {
+    /// The format has no kernel (Q8_1 and Q8_K are activation formats).
+    Unsupported(GgmlType),
+    /// `cols` is not a whole number of blocks of the format.
+    PartialBlock { ty: GgmlType, cols: usize },
+    /// The data length does not match `rows x cols` of the format.
+    WrongByteLength {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        got: usize,
+        expected: usize,
+    },
+}
+
+impl std::fmt::Display for KernelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KernelError::Unsupported(ty) => write!(f, "no matmul kernel for {ty} weights"),
+            KernelError::PartialBlock { ty, cols } => write!(
+                f,
+                "{cols} columns is not a whole number of {ty} blocks ({} values)",
+                ty.block_len()
+            ),
+            KernelError::WrongByteLength {
+                ty,
+                rows,
+                cols,
+                got,
+                expected,
+            } => write!(
+                f,
+                "{ty} matrix {rows} x {cols} needs {expected} bytes, got {got}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+/// A weight matrix: `rows` rows of `cols` values each, row-major, each row whole blocks of `ty`.
+#[derive(Debug, Clone, Copy)]
+pub struct QMatrix<'a> {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: &'a [u8],
+}
+
+impl<'a> QMatrix<'a> {
+    pub fn new(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &'a [u8],
+    ) -> Result<Self, KernelError> {
+        if matches!(ty, GgmlType::Q8_1 | GgmlType::Q8_K) {
+            return Err(KernelError::Unsupported(ty));
+        }
+        if !cols.is_multiple_of(ty.block_len()) {
+            return Err(KernelError::PartialBlock { ty, cols });
+        }
+        let expected = (cols / ty.block_len())
+            .checked_mul(ty.block_bytes())
+            .and_then(|b| b.checked_mul(rows))
+            .unwrap_or(usize::MAX);
+        if data.len() != expected {
+            return Err(KernelError::WrongByteLength {
+                ty,
+                rows,
+                cols,
+                got: data.len(),
+                expected,
+            });
+        }
+        Ok(QMatrix {
+            ty,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.cols / self.ty.block_len() * self.ty.block_bytes()
+    }
+
+    fn row(&self, r: usize) -> &'a [u8] {
+        let rb = self.row_bytes();
+        &self.data[r * rb..(r + 1) * rb]
+    }
+}
+
+/// A SIMD path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Simd {
+    Portable,
+    Avx2,
+    Avx512Vnni,
+}
+
+impl Simd {
+    pub fn name(self) -> &'static str {
+        match self {
+            Simd::Portable => "portable",
+            Simd::Avx2 => "avx2",
+            Simd::Avx512Vnni => "avx512vnni",
+        }
+    }
+
+    /// Whether this machine can run the path.
+    pub fn is_available(self) -> bool {
+        match self {
+            Simd::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => {
+                use std::arch::is_x86_feature_detected as has;
+                has!("avx2") && has!("fma") && has!("f16c") && has!("bmi2")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512Vnni => {
+                use std::arch::is_x86_feature_detected as has;
+                Simd::Avx2.is_available()
+                    && has!("avx512f")
+                    && has!("avx512bw")
+                    && has!("avx512vl")
+                    && has!("avx512vnni")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Every path this machine can run, slowest first.
+    pub fn available() -> Vec<Simd> {
+        [Simd::Portable, Simd::Avx2, Simd::Avx512Vnni]
+            .into_iter()
+            .filter(|s| s.is_available())
+            .collect()
+    }
+
+    /// The fastest available path (detected once).
+    pub fn detected() -> Simd {
+        static LEVEL: OnceLock<Simd> = OnceLock::new();
+        *LEVEL.get_or_init(|| *Simd::available().last().unwrap_or(&Simd::Portable))
+    }
+}
+
+/// Which SIMD path was chosen at run time ("avx512vnni", "avx2", "portable").
+pub fn simd_level() -> &'static str {
+    Simd::detected().name()
+}
+
+/// `out[i * w.rows + r] = dot(w row r, x row i)` for i in 0..n (x is n rows of w.cols values).
+pub fn matmul(w: &QMatrix, acts: &Acts, out: &mut [f32]) {
+    matmul_on(Simd::detected(), w, acts, out)
+}
+
+/// Convenience: prepare + matmul.
+pub fn matmul_f32(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
+    let acts = Acts::prepare(x, n, w.cols, w.ty);
+    matmul(w, &acts, out)
+}
+
+/// Activation rows per tile.
+const NR: usize = 4;
+/// Weight rows per tile when a tile has fewer than NR activation rows (decode).
+const MR: usize = 4;
+/// Bytes of weights one task keeps hot (about half of L2).
+const CHUNK_BYTES: usize = 256 << 10;
+
+/// `matmul` on a given path (tests and benches). Panics when the path is not available here.
+pub fn matmul_on(simd: Simd, w: &QMatrix, acts: &Acts, out: &mut [f32]) {
+    assert!(
+        simd.is_available(),
+        "SIMD path {} is not available on this machine",
+        simd.name()
+    );
+    assert_eq!(
+        acts.cols, w.cols,
+        "matmul: activations have {} columns, weights {}",
+        acts.cols, w.cols
+    );
+    let (n, rows) = (acts.n, w.rows);
+    assert_eq!(
+        out.len(),
+        n * rows,
+        "matmul: out has {} values, want {n} x {rows}",
+        out.len()
+    );
+    if n == 0 || rows == 0 {
+        return;
+    }
+    let fam = Family::of(w.ty);
+    let prep = acts.prepared(fam);
+    let row_bytes = w.row_bytes().max(1);
+    let threads = rayon::current_num_threads().max(1);
+    let by_cache = (CHUNK_BYTES / row_bytes).max(4);
+    let by_par = rows.div_ceil(threads * 4).max(1);
+    let chunk = by_cache.min(by_par);
+    let nchunks = rows.div_ceil(chunk);
+    let outp = SendPtr(out.as_mut_ptr());
+    let work = |c: usize| {
+        let outp = &outp;
+        let (r0, r1) = (c * chunk, ((c + 1) * chunk).min(rows));
+        run_chunk(simd, w, acts, prep, r0, r1, outp.0);
+    };
+    // Small products are not worth waking the pool.
+    if nchunks == 1 || (w.data.len() as u64) * (n as u64) < 32 << 10 {
+        (0..nchunks).for_each(work);
+    } else {
+        use rayon::prelude::*;
+        (0..nchunks).into_par_iter().for_each(work);
+    }
+}
+
+fn run_chunk(
+    simd: Simd,
+    w: &QMatrix,
+    acts: &Acts,
+    prep: &Prepared,
+    r0: usize,
+    r1: usize,
+    out: *mut f32,
+) {
+    let n = acts.n;
+    let mut i = 0;
+    while i + NR <= n {
+        rows_of::<1, NR>(simd, w, acts, prep, r0, r1, i, out);
+        i += NR;
+    }
+    // Tiles of fewer activation rows (decode: one) take MR weight rows at a time instead.
+    match n - i {
+        0 => {}
+        1 => rows_of::<MR, 1>(simd, w, acts, prep, r0, r1, i, out),
+        2 => rows_of::<MR, 2>(simd, w, acts, prep, r0, r1, i, out),
+        3 => rows_of::<MR, 3>(simd, w, acts, prep, r0, r1, i, out),
+        _ => unreachable!(),
+    }
+}
+
+/// Weight rows `r0..r1` against activation rows `i..i + K`, M weight rows a call (the rest
+/// one a call). The value of one element does not depend on M or K.
+#[allow(clippy::too_many_arguments)]
+fn rows_of<const M: usize, const K: usize>(
+    simd: Simd,
+    w: &QMatrix,
+    acts: &Acts,
+    prep: &Prepared,
+    r0: usize,
+    r1: usize,
+    i: usize,
+    out: *mut f32,
+) {
+    let rows = w.rows;
+    let mut r = r0;
+    let put = |r: usize, o: &[f32; K]| {
+        // SAFETY: (i + j, r) is inside out and only this task writes rows r0..r1.
+        for (j, v) in o.iter().enumerate() {
+            unsafe { *out.add((i + j) * rows + r) = *v };
+        }
+    };
+    if M > 1 {
+        while r + M <= r1 {
+            let mut o = [[0f32; K]; M];
+            tile::<M, K>(
+                simd,
+                w.ty,
+                std::array::from_fn(|m| w.row(r + m)),
+                acts,
+                prep,
+                i,
+                &mut o,
+            );
+            for (m, om) in o.iter().enumerate() {
+                put(r + m, om);
+            }
+            r += M;
+        }
+    }
+    while r < r1 {
+        let mut o = [[0f32; K]; 1];
+        tile::<1, K>(simd, w.ty, [w.row(r)], acts, prep, i, &mut o);
+        put(r, &o[0]);
+        r += 1;
+    }
+}
+
+/// Activation rows `i0..i0 + K` against weight rows `wrows`.
+#[inline]
+fn tile<const M: usize, const K: usize>(
+    simd: Simd,
+    ty: GgmlType,
+    wrows: [&[u8]; M],
+    acts: &Acts,
+    p: &Prepared,
+    i0: usize,
+    o: &mut [[f32; K]; M],
+) {
+    let x = &acts.x;
+    let cols = acts.cols;
+    match simd {
+        Simd::Portable => {
+            for m in 0..M {
+                portable::tile::<K>(ty, wrows[m], x, cols, p, i0, &mut o[m])
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: matmul_on checked that the machine has the path's features.
+        Simd::Avx2 => {
+            for m in 0..M {
+                unsafe { avx2::tile::<K>(ty, wrows[m], x, cols, p, i0, &mut o[m]) }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Simd::Avx512Vnni => unsafe { avx512::tile::<M, K>(ty, wrows, x, cols, p, i0, o) },
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!(),
+    }
+}

@@ -1,0 +1,128 @@
+//! The CPU home's K/V mirror: `regions` copies of the per-layer K/V layout, one codec.
+//!
+//! Layout per side (K, V): `[region][layer][position][kv_dim]`. The buffers are zeroed with
+//! calloc-backed vectors, so untouched regions cost no resident memory.
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use resin_core::KvCodec;
+
+use crate::home::CpuError;
+
+enum Store {
+    F16(Vec<f16>),
+    F32(Vec<f32>),
+    /// q8_0 blocks: 32 values as an f16 scale and 32 i8, 34 bytes.
+    Q8(Vec<u8>),
+}
+
+pub struct KvCache {
+    codec: KvCodec,
+    n_layer: usize,
+    n_ctx: usize,
+    kv_dim: usize,
+    k: Store,
+    v: Store,
+}
+
+#[derive(Clone, Copy)]
+pub enum Side {
+    K,
+    V,
+}
+
+impl KvCache {
+    pub fn new(codec: KvCodec, regions: usize, n_layer: usize, n_ctx: usize, kv_dim: usize, head_dim: usize) -> Result<Self, CpuError> {
+        if codec == KvCodec::Q8_0 && head_dim % 32 != 0 {
+            return Err(CpuError::Model(format!("the q8_0 K/V codec needs a head dimension that is a multiple of 32, not {head_dim}")));
+        }
+        let n = regions
+            .checked_mul(n_layer)
+            .and_then(|x| x.checked_mul(n_ctx))
+            .and_then(|x| x.checked_mul(kv_dim))
+            .ok_or_else(|| CpuError::Model("K/V cache size overflows".into()))?;
+        let make = || match codec {
+            KvCodec::F16 => Store::F16(vec![f16::ZERO; n]),
+            KvCodec::F32 => Store::F32(vec![0.0; n]),
+            KvCodec::Q8_0 => Store::Q8(vec![0u8; n / 32 * 34]),
+        };
+        Ok(KvCache { codec, n_layer, n_ctx, kv_dim, k: make(), v: make() })
+    }
+
+    pub fn codec(&self) -> KvCodec {
+        self.codec
+    }
+
+    /// Bytes the cache occupies when every region is full.
+    pub fn bytes(&self) -> usize {
+        2 * match &self.k {
+            Store::F16(v) => v.len() * 2,
+            Store::F32(v) => v.len() * 4,
+            Store::Q8(v) => v.len(),
+        }
+    }
+
+    fn index(&self, region: usize, layer: usize, pos: usize) -> usize {
+        ((region * self.n_layer + layer) * self.n_ctx + pos) * self.kv_dim
+    }
+
+    /// Store one position's K and V rows (kv_dim values each).
+    pub fn store(&mut self, region: usize, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+        let i = self.index(region, layer, pos);
+        let d = self.kv_dim;
+        for (store, src) in [(&mut self.k, k), (&mut self.v, v)] {
+            match store {
+                Store::F16(buf) => {
+                    // Clamp to the half range so an outlier does not become infinity.
+                    for (dst, &x) in buf[i..i + d].iter_mut().zip(src) {
+                        *dst = f16::from_f32(x.clamp(-65504.0, 65504.0));
+                    }
+                }
+                Store::F32(buf) => buf[i..i + d].copy_from_slice(src),
+                Store::Q8(buf) => {
+                    let b = i / 32 * 34;
+                    for (blk, chunk) in buf[b..b + d / 32 * 34].chunks_exact_mut(34).zip(src.chunks_exact(32)) {
+                        quantize_q8_block(chunk, blk);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Read dims `lo..lo + out_dim` of positions `0..n` of one side into `out` ([n][out_dim]).
+    pub fn read(&self, side: Side, region: usize, layer: usize, n: usize, lo: usize, out_dim: usize, out: &mut [f32]) {
+        let store = match side {
+            Side::K => &self.k,
+            Side::V => &self.v,
+        };
+        let base = self.index(region, layer, 0);
+        for t in 0..n {
+            let i = base + t * self.kv_dim + lo;
+            let dst = &mut out[t * out_dim..(t + 1) * out_dim];
+            match store {
+                Store::F16(buf) => buf[i..i + out_dim].convert_to_f32_slice(dst),
+                Store::F32(buf) => dst.copy_from_slice(&buf[i..i + out_dim]),
+                Store::Q8(buf) => {
+                    let b = i / 32 * 34;
+                    for (blk, d) in buf[b..b + out_dim / 32 * 34].chunks_exact(34).zip(dst.chunks_exact_mut(32)) {
+                        let s = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                        for (o, &q) in d.iter_mut().zip(&blk[2..]) {
+                            *o = s * (q as i8) as f32;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// ggml's q8_0 reference: scale = max|x| / 127, values rounded to nearest.
+fn quantize_q8_block(x: &[f32], out: &mut [u8]) {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+    for (o, &v) in out[2..34].iter_mut().zip(x) {
+        *o = ((v * id).round() as i8) as u8;
+    }
+}

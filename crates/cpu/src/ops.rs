@@ -1,0 +1,98 @@
+//! Small per-row operations of the forward pass.
+
+use resin_model::RopeStyle;
+
+/// out = x / rms(x) * w
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let ss: f32 = dot(x, x);
+    let scale = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
+        *o = v * scale * g;
+    }
+}
+
+/// In-place RMS norm (qwen3's per-head q/k norm).
+pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    let ss: f32 = dot(x, x);
+    let scale = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    for (v, &g) in x.iter_mut().zip(w) {
+        *v *= scale * g;
+    }
+}
+
+/// Dot product with eight independent accumulators (vectorises without fast-math; the fixed
+/// order keeps results reproducible).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let n8 = a.len() / 8 * 8;
+    for (ca, cb) in a[..n8].chunks_exact(8).zip(b[..n8].chunks_exact(8)) {
+        for i in 0..8 {
+            acc[i] += ca[i] * cb[i];
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for i in n8..a.len() {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+/// y += a * x
+pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o += a * v;
+    }
+}
+
+/// gate <- silu(gate) * up
+pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// Rotary embedding tables for one position: cos and sin of `pos * inv_freq[i]`.
+pub struct RopeTables {
+    inv_freq: Vec<f64>,
+    pub style: RopeStyle,
+    pub dims: usize,
+}
+
+impl RopeTables {
+    pub fn new(base: f32, dims: usize, style: RopeStyle) -> Self {
+        let inv_freq = (0..dims / 2).map(|i| (base as f64).powf(-2.0 * i as f64 / dims as f64)).collect();
+        RopeTables { inv_freq, style, dims }
+    }
+
+    /// Fill `cs` with (cos, sin) pairs for position `pos`.
+    pub fn angles(&self, pos: u32, cs: &mut Vec<(f32, f32)>) {
+        cs.clear();
+        cs.extend(self.inv_freq.iter().map(|&f| {
+            let (s, c) = (pos as f64 * f).sin_cos();
+            (c as f32, s as f32)
+        }));
+    }
+
+    /// Rotate every head of `x` ([heads][head_dim]) in place; dims past `dims` pass through.
+    pub fn apply(&self, x: &mut [f32], head_dim: usize, cs: &[(f32, f32)]) {
+        let half = self.dims / 2;
+        for h in x.chunks_exact_mut(head_dim) {
+            match self.style {
+                RopeStyle::Norm => {
+                    for (i, &(c, s)) in cs.iter().enumerate() {
+                        let (a, b) = (h[2 * i], h[2 * i + 1]);
+                        h[2 * i] = a * c - b * s;
+                        h[2 * i + 1] = a * s + b * c;
+                    }
+                }
+                RopeStyle::Neox => {
+                    for (i, &(c, s)) in cs.iter().enumerate() {
+                        let (a, b) = (h[i], h[i + half]);
+                        h[i] = a * c - b * s;
+                        h[i + half] = a * s + b * c;
+                    }
+                }
+            }
+        }
+    }
+}

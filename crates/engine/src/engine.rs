@@ -1,0 +1,555 @@
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use resin_core::regions::RegionTable;
+use resin_core::{Counters, Home, RegionId, Row, Segment, NROW_MAX, PF_WINDOW};
+use resin_model::{StreamDecoder, Tokenizer};
+use tokio::sync::mpsc as tmpsc;
+
+use crate::sampling::{Sampler, SamplingParams};
+use crate::stop::{StopMatcher, StopOutcome};
+
+/// Restricts which tokens may come next (e.g. a JSON grammar for a forced tool call).
+pub trait LogitsConstraint: Send {
+    /// Set the logits of tokens that may not come next to negative infinity.
+    fn mask(&mut self, logits: &mut [f32]);
+    /// Advance past the chosen token; true when the constrained output is complete.
+    fn accept(&mut self, token: u32) -> bool;
+}
+
+/// One generation request.
+pub struct GenRequest {
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+    /// Most tokens to generate (the context length also bounds it).
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    /// Ids that end generation; None: the tokenizer's end-of-generation ids.
+    pub stop_ids: Option<Vec<u32>>,
+    pub constraint: Option<Box<dyn LogitsConstraint>>,
+}
+
+impl GenRequest {
+    pub fn new(prompt: Vec<u32>, max_tokens: usize) -> Self {
+        GenRequest { prompt, params: SamplingParams::default(), max_tokens, stop: Vec::new(), stop_ids: None, constraint: None }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A stop id or stop string, or a constraint completed.
+    Stop,
+    /// max_tokens or the context length.
+    Length,
+}
+
+#[derive(Debug, Clone)]
+pub struct Finish {
+    pub reason: FinishReason,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Prompt tokens whose K/V rows were adopted from a parked region (not prefilled again).
+    pub reused_tokens: usize,
+    pub time_to_first_token: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum GenEvent {
+    /// New tokens and the text that is now safe to show (empty while a stop string may be forming).
+    Delta { ids: Vec<u32>, text: String },
+    Done(Finish),
+    Error(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("the prompt has {prompt} tokens; the context holds {n_ctx} (at least one more is needed to generate)")]
+    PromptTooLong { prompt: usize, n_ctx: usize },
+    #[error("the request queue is full ({0} waiting); retry later")]
+    QueueFull(usize),
+    #[error("invalid sampling parameters: {0}")]
+    BadParams(String),
+    #[error("the engine has stopped")]
+    Closed,
+}
+
+/// The receiving end of a generation. Dropping it cancels the generation and frees its region.
+pub struct GenHandle {
+    rx: tmpsc::UnboundedReceiver<GenEvent>,
+}
+
+impl GenHandle {
+    pub async fn next(&mut self) -> Option<GenEvent> {
+        self.rx.recv().await
+    }
+    /// For synchronous callers (not from inside an async runtime).
+    pub fn blocking_next(&mut self) -> Option<GenEvent> {
+        self.rx.blocking_recv()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Requests allowed to wait for a region before submit answers QueueFull.
+    pub max_queue: usize,
+    /// Run continuations of at most NROW_MAX rows through the token command.
+    pub prefill_peel: bool,
+    /// Prefill rows per tick while other streams are decoding (keeps their token rate smooth).
+    pub prefill_quantum_busy: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 128 }
+    }
+}
+
+/// Live numbers for /metrics.
+#[derive(Debug, Default)]
+pub struct EngineStats {
+    pub queued: AtomicUsize,
+    pub active: AtomicUsize,
+}
+
+enum Command {
+    Submit(Box<GenRequest>, tmpsc::UnboundedSender<GenEvent>, Instant),
+}
+
+/// A handle to the engine thread. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    tx: mpsc::Sender<Command>,
+    stats: Arc<EngineStats>,
+    counters: Arc<Counters>,
+    n_ctx: usize,
+    regions: usize,
+    home_kind: &'static str,
+    max_queue: usize,
+}
+
+impl Engine {
+    /// Start the engine thread driving `home`.
+    pub fn start(home: Box<dyn Home>, tokenizer: Arc<Tokenizer>, config: EngineConfig) -> Engine {
+        let (tx, rx) = mpsc::channel();
+        let stats = Arc::new(EngineStats::default());
+        let spec = home.spec().clone();
+        let counters = home.counters().clone();
+        let sched = Scheduler {
+            regions: RegionTable::new(spec.regions),
+            home,
+            tokenizer,
+            config: config.clone(),
+            stats: stats.clone(),
+            queue: VecDeque::new(),
+            streams: Vec::new(),
+            next_id: 0,
+        };
+        std::thread::Builder::new()
+            .name("resin-engine".into())
+            .spawn(move || sched.run(rx))
+            .expect("spawning the engine thread");
+        Engine { tx, stats, counters, n_ctx: spec.n_ctx, regions: spec.regions, home_kind: spec.kind, max_queue: config.max_queue }
+    }
+
+    pub fn submit(&self, req: GenRequest) -> Result<GenHandle, SubmitError> {
+        if req.prompt.is_empty() {
+            return Err(SubmitError::EmptyPrompt);
+        }
+        if req.prompt.len() >= self.n_ctx {
+            return Err(SubmitError::PromptTooLong { prompt: req.prompt.len(), n_ctx: self.n_ctx });
+        }
+        req.params.validate().map_err(SubmitError::BadParams)?;
+        let queued = self.stats.queued.load(Ordering::Relaxed);
+        if queued >= self.max_queue {
+            return Err(SubmitError::QueueFull(queued));
+        }
+        let (etx, erx) = tmpsc::unbounded_channel();
+        self.stats.queued.fetch_add(1, Ordering::Relaxed);
+        self.tx.send(Command::Submit(Box::new(req), etx, Instant::now())).map_err(|_| {
+            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+            SubmitError::Closed
+        })?;
+        Ok(GenHandle { rx: erx })
+    }
+
+    pub fn stats(&self) -> &Arc<EngineStats> {
+        &self.stats
+    }
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+    pub fn regions(&self) -> usize {
+        self.regions
+    }
+    pub fn home_kind(&self) -> &'static str {
+        self.home_kind
+    }
+}
+
+/// Split `n` rows into the fewest groups of at most NROW_MAX, balanced (12 -> 6+6, 17 -> 6+6+5).
+pub fn balanced_groups(n: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let g = n.div_ceil(NROW_MAX);
+    (0..g).map(|i| n / g + usize::from(i < n % g)).collect()
+}
+
+enum Phase {
+    /// Prompt tokens `fed..` still to prefill.
+    Prefill,
+    /// `next` was sampled and is fed at the next step.
+    Decode { next: u32 },
+}
+
+struct Stream {
+    req: GenRequest,
+    tx: tmpsc::UnboundedSender<GenEvent>,
+    region: RegionId,
+    /// Tokens whose K/V rows the region holds (positions 0..len).
+    fed: Vec<u32>,
+    phase: Phase,
+    generated: usize,
+    reused: usize,
+    sampler: Sampler,
+    decoder: StreamDecoder,
+    stop: StopMatcher,
+    stop_ids: Vec<u32>,
+    submitted: Instant,
+    first_token: Option<Instant>,
+    id: u64,
+}
+
+struct Scheduler {
+    home: Box<dyn Home>,
+    tokenizer: Arc<Tokenizer>,
+    config: EngineConfig,
+    stats: Arc<EngineStats>,
+    regions: RegionTable,
+    queue: VecDeque<(Box<GenRequest>, tmpsc::UnboundedSender<GenEvent>, Instant)>,
+    streams: Vec<Stream>,
+    next_id: u64,
+}
+
+/// What a stream does after a sampled token.
+enum After {
+    Continue,
+    Finish(FinishReason),
+}
+
+impl Scheduler {
+    fn run(mut self, rx: mpsc::Receiver<Command>) {
+        loop {
+            // Block only when there is nothing to do.
+            if self.streams.is_empty() && self.queue.is_empty() {
+                match rx.recv() {
+                    Ok(c) => self.command(c),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match rx.try_recv() {
+                    Ok(c) => self.command(c),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        if self.streams.is_empty() && self.queue.is_empty() {
+                            return;
+                        }
+                        break;
+                    }
+                }
+            }
+            self.tick();
+        }
+    }
+
+    fn command(&mut self, c: Command) {
+        match c {
+            Command::Submit(req, tx, t) => self.queue.push_back((req, tx, t)),
+        }
+    }
+
+    /// One scheduler tick: reap, admit, one decode step, one prefill quantum.
+    fn tick(&mut self) {
+        self.reap();
+        self.admit();
+        let decoding = self.streams.iter().any(|s| matches!(s.phase, Phase::Decode { .. }));
+        if decoding {
+            self.decode_step();
+        }
+        self.prefill_quantum(decoding);
+        self.stats.active.store(self.streams.len(), Ordering::Relaxed);
+    }
+
+    /// Drop streams whose receiver is gone (the client left): free their regions at once.
+    fn reap(&mut self) {
+        let before = self.queue.len();
+        self.queue.retain(|(_, tx, _)| !tx.is_closed());
+        self.stats.queued.fetch_sub(before - self.queue.len(), Ordering::Relaxed);
+        let mut i = 0;
+        while i < self.streams.len() {
+            if self.streams[i].tx.is_closed() {
+                let s = self.streams.swap_remove(i);
+                tracing::debug!(stream = s.id, "client gone; region {:?} freed", s.region);
+                self.regions.free(s.region);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn admit(&mut self) {
+        while let Some((req, _, _)) = self.queue.front() {
+            let Some(claim) = self.regions.claim(&req.prompt) else { break };
+            let (req, tx, submitted) = self.queue.pop_front().expect("front exists");
+            self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+            let stop_ids = req.stop_ids.clone().unwrap_or_else(|| self.tokenizer.stop_ids());
+            let fed = req.prompt[..claim.reused].to_vec();
+            self.next_id += 1;
+            self.streams.push(Stream {
+                sampler: Sampler::new(req.params.clone()),
+                stop: StopMatcher::new(req.stop.clone()),
+                req: *req,
+                tx,
+                region: claim.region,
+                fed,
+                phase: Phase::Prefill,
+                generated: 0,
+                reused: claim.reused,
+                decoder: StreamDecoder::new(),
+                stop_ids,
+                submitted,
+                first_token: None,
+                id: self.next_id,
+            });
+        }
+    }
+
+    fn decode_step(&mut self) {
+        let idx: Vec<usize> = (0..self.streams.len()).filter(|&i| matches!(self.streams[i].phase, Phase::Decode { .. })).collect();
+        let groups = balanced_groups(idx.len());
+        if groups.len() > 1 {
+            Counters::add(&self.home.counters().grouped_steps, 1);
+        }
+        let mut at = 0;
+        let mut done = Vec::new();
+        for g in groups {
+            let members = &idx[at..at + g];
+            at += g;
+            let rows: Vec<Row> = members
+                .iter()
+                .map(|&i| {
+                    let s = &self.streams[i];
+                    let Phase::Decode { next } = s.phase else { unreachable!("filtered to decoding streams") };
+                    Row { region: s.region, token: next, pos: s.fed.len() as u32 }
+                })
+                .collect();
+            match self.home.step(&rows) {
+                Ok(logits) => {
+                    for (j, &i) in members.iter().enumerate() {
+                        let s = &mut self.streams[i];
+                        s.fed.push(rows[j].token);
+                        let mut l = logits.row(j).to_vec();
+                        if let After::Finish(r) = s.sample_and_emit(&mut l, &self.tokenizer, self.home.spec().n_ctx) {
+                            done.push((i, Ok(r)));
+                        }
+                    }
+                }
+                Err(e) => done.extend(members.iter().map(|&i| (i, Err(e.to_string())))),
+            }
+        }
+        self.finish(done);
+    }
+
+    /// Prefill: a peel (token command rows) for short continuations, else segments of one window.
+    fn prefill_quantum(&mut self, busy: bool) {
+        let pending: Vec<usize> = (0..self.streams.len()).filter(|&i| matches!(self.streams[i].phase, Phase::Prefill)).collect();
+        if pending.is_empty() {
+            return;
+        }
+        let remaining = |s: &Stream| s.req.prompt.len() - s.fed.len();
+        let budget = if busy { self.config.prefill_quantum_busy.clamp(1, PF_WINDOW) } else { PF_WINDOW };
+
+        // The peel: continuations of at most NROW_MAX rows, packed into one token command.
+        if self.config.prefill_peel {
+            let mut rows = Vec::new();
+            let mut members = Vec::new();
+            for &i in &pending {
+                let s = &self.streams[i];
+                let r = remaining(s);
+                if r <= NROW_MAX && rows.len() + r <= NROW_MAX {
+                    let p0 = s.fed.len();
+                    rows.extend(s.req.prompt[p0..].iter().enumerate().map(|(k, &t)| Row { region: s.region, token: t, pos: (p0 + k) as u32 }));
+                    members.push((i, rows.len() - 1));
+                }
+            }
+            if !members.is_empty() {
+                Counters::add(&self.home.counters().peel_steps, 1);
+                Counters::add(&self.home.counters().prompt_tokens_prefilled, rows.len() as u64);
+                let result = self.home.step(&rows);
+                if result.is_ok() {
+                    for &(i, _) in &members {
+                        let s = &mut self.streams[i];
+                        s.fed = s.req.prompt.clone();
+                    }
+                }
+                let done = self.complete_prefill(&members, result.map(|l| members.iter().map(|&(_, r)| l.row(r).to_vec()).collect()));
+                self.finish(done);
+                return;
+            }
+        }
+
+        // Segments: each pending stream's next chunk, in admission order, up to the budget.
+        let mut plan = Vec::new(); // (stream, start, len)
+        let mut used = 0;
+        for &i in &pending {
+            if used == budget {
+                break;
+            }
+            let s = &self.streams[i];
+            let take = remaining(s).min(budget - used);
+            plan.push((i, s.fed.len(), take));
+            used += take;
+        }
+        let segments: Vec<Segment> = plan
+            .iter()
+            .map(|&(i, start, len)| {
+                let s = &self.streams[i];
+                Segment { region: s.region, start: start as u32, tokens: &s.req.prompt[start..start + len] }
+            })
+            .collect();
+        let result = self.home.prefill(&segments);
+        drop(segments);
+        // Streams whose prompt is now complete sample their first token from their segment's logits.
+        let mut members = Vec::new();
+        for (k, &(i, start, len)) in plan.iter().enumerate() {
+            let s = &mut self.streams[i];
+            if result.is_ok() {
+                s.fed.extend_from_slice(&s.req.prompt[start..start + len]);
+            }
+            if s.fed.len() == s.req.prompt.len() || result.is_err() {
+                members.push((i, k));
+            }
+        }
+        let rows = result.map(|l| members.iter().map(|&(_, k)| l.row(k).to_vec()).collect());
+        let done = self.complete_prefill(&members, rows);
+        self.finish(done);
+    }
+
+    /// Streams whose prompt is fully stored sample their first token.
+    fn complete_prefill(
+        &mut self,
+        members: &[(usize, usize)],
+        logits: resin_core::Result<Vec<Vec<f32>>>,
+    ) -> Vec<(usize, Result<FinishReason, String>)> {
+        let n_ctx = self.home.spec().n_ctx;
+        let mut done = Vec::new();
+        match logits {
+            Ok(rows) => {
+                for (&(i, _), mut l) in members.iter().zip(rows) {
+                    let s = &mut self.streams[i];
+                    if let After::Finish(r) = s.sample_and_emit(&mut l, &self.tokenizer, n_ctx) {
+                        done.push((i, Ok(r)));
+                    }
+                }
+            }
+            Err(e) => done.extend(members.iter().map(|&(i, _)| (i, Err(e.to_string())))),
+        }
+        done
+    }
+
+    /// Send the final events and park (or free, on error) the regions; remove the streams.
+    fn finish(&mut self, mut done: Vec<(usize, Result<FinishReason, String>)>) {
+        done.sort_by_key(|d| std::cmp::Reverse(d.0));
+        for (i, outcome) in done {
+            let mut s = self.streams.swap_remove(i);
+            match outcome {
+                Ok(reason) => {
+                    let tail = s.decoder.finish() + &s.stop.flush();
+                    if !tail.is_empty() && reason == FinishReason::Length {
+                        let _ = s.tx.send(GenEvent::Delta { ids: Vec::new(), text: tail });
+                    }
+                    let _ = s.tx.send(GenEvent::Done(Finish {
+                        reason,
+                        prompt_tokens: s.req.prompt.len(),
+                        completion_tokens: s.generated,
+                        reused_tokens: s.reused,
+                        time_to_first_token: s.first_token.map(|t| t - s.submitted).unwrap_or_default(),
+                    }));
+                    self.regions.set_tokens(s.region, &s.fed);
+                    self.regions.park(s.region);
+                }
+                Err(e) => {
+                    tracing::error!(stream = s.id, "generation failed: {e}");
+                    let _ = s.tx.send(GenEvent::Error(e));
+                    self.regions.free(s.region);
+                }
+            }
+        }
+    }
+}
+
+impl Stream {
+    /// Sample the next token from `logits`, emit it, and decide whether the stream goes on.
+    fn sample_and_emit(&mut self, logits: &mut [f32], tok: &Tokenizer, n_ctx: usize) -> After {
+        if let Some(c) = self.req.constraint.as_mut() {
+            c.mask(logits);
+        }
+        let t = self.sampler.sample(logits, &self.fed);
+        self.generated += 1;
+        if self.first_token.is_none() {
+            self.first_token = Some(Instant::now());
+        }
+        let constraint_done = self.req.constraint.as_mut().is_some_and(|c| c.accept(t));
+        if self.stop_ids.contains(&t) {
+            let _ = self.tx.send(GenEvent::Delta { ids: vec![t], text: String::new() });
+            return After::Finish(FinishReason::Stop);
+        }
+        let piece = self.decoder.push(tok, t);
+        match self.stop.push(&piece) {
+            StopOutcome::Stop(text) => {
+                let _ = self.tx.send(GenEvent::Delta { ids: vec![t], text });
+                return After::Finish(FinishReason::Stop);
+            }
+            StopOutcome::Emit(text) => {
+                let _ = self.tx.send(GenEvent::Delta { ids: vec![t], text });
+            }
+        }
+        if constraint_done {
+            let tail = self.decoder.finish() + &self.stop.flush();
+            if !tail.is_empty() {
+                let _ = self.tx.send(GenEvent::Delta { ids: Vec::new(), text: tail });
+            }
+            return After::Finish(FinishReason::Stop);
+        }
+        // The sampled token is fed at position fed.len(); it must fit in the context.
+        if self.generated >= self.req.max_tokens || self.fed.len() + 1 >= n_ctx {
+            return After::Finish(FinishReason::Length);
+        }
+        self.phase = Phase::Decode { next: t };
+        After::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::balanced_groups;
+
+    #[test]
+    fn groups_are_fewest_and_balanced() {
+        assert_eq!(balanced_groups(0), Vec::<usize>::new());
+        assert_eq!(balanced_groups(1), vec![1]);
+        assert_eq!(balanced_groups(8), vec![8]);
+        assert_eq!(balanced_groups(9), vec![5, 4]);
+        assert_eq!(balanced_groups(12), vec![6, 6]);
+        assert_eq!(balanced_groups(17), vec![6, 6, 5]);
+        assert_eq!(balanced_groups(64), vec![8; 8]);
+    }
+}

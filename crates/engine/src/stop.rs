@@ -1,0 +1,85 @@
+//! Stop strings over streamed text: text that could still become a stop string is held back,
+//! so a partial match never leaks into the stream.
+
+#[derive(Debug, Clone, Default)]
+pub struct StopMatcher {
+    stops: Vec<String>,
+    held: String,
+}
+
+/// What to do with new text.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StopOutcome {
+    /// Emit this text (possibly empty) and go on.
+    Emit(String),
+    /// A stop string matched: emit this text (what came before it) and finish.
+    Stop(String),
+}
+
+impl StopMatcher {
+    pub fn new(stops: Vec<String>) -> Self {
+        StopMatcher { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new() }
+    }
+
+    pub fn push(&mut self, text: &str) -> StopOutcome {
+        self.held.push_str(text);
+        if self.stops.is_empty() {
+            return StopOutcome::Emit(std::mem::take(&mut self.held));
+        }
+        // Earliest full match wins.
+        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+            let out = self.held[..at].to_string();
+            self.held.clear();
+            return StopOutcome::Stop(out);
+        }
+        // Hold back the longest suffix that is a proper prefix of some stop string.
+        let mut keep = 0;
+        for s in &self.stops {
+            for (i, _) in s.char_indices().skip(1) {
+                if i > keep && self.held.ends_with(&s[..i]) {
+                    keep = i;
+                }
+            }
+        }
+        let cut = self.held.len() - keep;
+        let out = self.held[..cut].to_string();
+        self.held.drain(..cut);
+        StopOutcome::Emit(out)
+    }
+
+    /// Generation ended for another reason: what was held back is plain text after all.
+    pub fn flush(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_partial_matches_and_stops_on_full_ones() {
+        let mut m = StopMatcher::new(vec!["</end>".into()]);
+        assert_eq!(m.push("hello <"), StopOutcome::Emit("hello ".into()));
+        assert_eq!(m.push("/en"), StopOutcome::Emit("".into()));
+        assert_eq!(m.push("d> tail"), StopOutcome::Stop("".into()));
+        let mut m = StopMatcher::new(vec!["</end>".into()]);
+        assert_eq!(m.push("a </e"), StopOutcome::Emit("a ".into()));
+        assert_eq!(m.push("x"), StopOutcome::Emit("</ex".into()));
+        assert_eq!(m.push(" <"), StopOutcome::Emit(" ".into()));
+        assert_eq!(m.flush(), "<");
+    }
+
+    #[test]
+    fn earliest_of_several_stops() {
+        let mut m = StopMatcher::new(vec!["world".into(), "lo w".into()]);
+        assert_eq!(m.push("hello world"), StopOutcome::Stop("hel".into()));
+    }
+
+    #[test]
+    fn multibyte_text_is_cut_on_char_boundaries() {
+        let mut m = StopMatcher::new(vec!["éé".into()]);
+        assert_eq!(m.push("aé"), StopOutcome::Emit("a".into()));
+        assert_eq!(m.push("b"), StopOutcome::Emit("éb".into()));
+    }
+}

@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Independent float32 reference forward pass for resin's correctness tests.
+
+What this is: a plain numpy implementation of the llama / qwen2 decoder (RMSNorm, GQA attention
+with rope -- NORM pairs for llama, NEOX halves for qwen2 --, q/k/v biases when present, SwiGLU FFN,
+tied or separate output head) over weights dequantized to float32 with the `gguf` Python package
+(not with resin's code). No BOS token, greedy decoding. The prompt is run as one causal batch,
+then tokens are decoded one by one against a K/V cache.
+
+Prompt ids come from a plain word lookup in the GGUF vocabulary (first word bare, later words
+with the GPT-2 space marker 'Ġ'), so no tokenizer is involved. For "The capital of France is" the
+ids must equal the ones published in MODELS.md, and the greedy continuation must start with the
+published ids (checked here).
+
+For every prompt it records the greedy ids, the top-2 logit margin at each step (= the top-2
+log-probability margin), the first step whose margin is below 0.1 (past it a quantizing engine
+may legitimately diverge), and for the first step the top-200 logits.
+
+usage: scripts/reference_forward.py [--model NAME_OR_PATH]... [--out-dir testdata/reference] [--gen 16]
+       NAME is smollm2-135m, qwen2.5-coder-0.5b or qwen2.5-coder-1.5b; a name is looked up in
+       $RESIN_CACHE/models, ~/.cache/resin/models and ~/.cache/resin-dev/models.
+Needs: numpy, gguf. Memory: about 4 bytes per parameter (1.5B: ~7 GB).
+"""
+import argparse, hashlib, json, os, sys, time
+import numpy as np
+from gguf import GGUFReader, GGUFValueType
+from gguf.quants import dequantize
+
+MODELS = {  # name -> (file name, sha256, published next ids for the France prompt)
+    'smollm2-135m': ('SmolLM2-135M-Instruct.Q4_1.gguf',
+                     'b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53',
+                     [504, 3575, 282, 4649, 314], [7042, 30, 198, 198, 504, 2988, 314, 42, 216, 34, 32, 33]),
+    'qwen2.5-coder-0.5b': ('Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf',
+                           '1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32',
+                           [785, 6722, 315, 9625, 374], [12095, 13, 12095, 374, 7407, 304, 279, 10200, 30282, 949]),
+    'qwen2.5-coder-1.5b': ('Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf',
+                           'cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046',
+                           [785, 6722, 315, 9625, 374], [12095, 13, 12095, 374, 279, 7772, 3283, 304, 9625, 323]),
+}
+FRANCE = 'The capital of France is'
+PROMPTS = [FRANCE, 'The largest planet in the solar system is', 'Once upon a time there was a',
+           'One two three four five', 'My favorite food is']
+NEAR_TIE = 0.1
+
+
+def find_model(arg):
+    if os.path.isfile(arg):
+        name = next((n for n, m in MODELS.items() if m[0] == os.path.basename(arg)), os.path.basename(arg))
+        return name, arg
+    if arg not in MODELS:
+        sys.exit(f'unknown model {arg!r}; known: {", ".join(MODELS)}')
+    dirs = [os.path.join(os.environ['RESIN_CACHE'], 'models')] if os.environ.get('RESIN_CACHE') else []
+    dirs += [os.path.expanduser('~/.cache/resin/models'), os.path.expanduser('~/.cache/resin-dev/models')]
+    for d in dirs:
+        p = os.path.join(d, MODELS[arg][0])
+        if os.path.isfile(p):
+            return arg, p
+    sys.exit(f'{MODELS[arg][0]} not found in {dirs} (fetch it with resin\'s hub first)')
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for b in iter(lambda: f.read(1 << 22), b''):
+            h.update(b)
+    return h.hexdigest()
+
+
+class Model:
+    def __init__(self, path):
+        r = GGUFReader(path)
+        self.r = r
+
+        def fv(k):
+            f = r.fields[k]
+            if f.types[0] == GGUFValueType.STRING:
+                return bytes(f.parts[f.data[0]]).decode()
+            if f.types[0] == GGUFValueType.ARRAY:
+                if f.types[1] == GGUFValueType.STRING:
+                    return [bytes(f.parts[i]).decode('utf-8', 'replace') for i in f.data]
+                return [f.parts[i][0] for i in f.data]
+            return f.parts[f.data[0]][0]
+        self.arch = a = fv('general.architecture')
+        if a not in ('llama', 'qwen2'):
+            sys.exit(f'arch {a} not supported')
+        self.L = int(fv(f'{a}.block_count')); self.D = int(fv(f'{a}.embedding_length'))
+        self.H = int(fv(f'{a}.attention.head_count')); self.HKV = int(fv(f'{a}.attention.head_count_kv'))
+        self.eps = np.float32(fv(f'{a}.attention.layer_norm_rms_epsilon'))
+        self.base = float(fv(f'{a}.rope.freq_base'))
+        self.hd = self.D // self.H
+        self.tokens = fv('tokenizer.ggml.tokens')
+        self.tok2id = {t: i for i, t in enumerate(self.tokens)}
+        T = {t.name: t for t in r.tensors}
+
+        def W(name):
+            t = T[name]
+            a = dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
+            shape = tuple(int(x) for x in reversed(t.shape))  # numpy order: [rows, cols]
+            return np.ascontiguousarray(a.reshape(shape))
+        t0 = time.time()
+        self.emb = W('token_embd.weight')
+        self.out = W('output.weight') if 'output.weight' in T else self.emb
+        self.layers = []
+        for l in range(self.L):
+            p = f'blk.{l}.'
+            d = {k: W(p + k + '.weight') for k in ['attn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output',
+                                                   'ffn_norm', 'ffn_gate', 'ffn_up', 'ffn_down']}
+            for b in ['attn_q', 'attn_k', 'attn_v']:
+                d[b + '_b'] = W(p + b + '.bias') if p + b + '.bias' in T else np.float32(0)
+            self.layers.append(d)
+        self.onorm = W('output_norm.weight')
+        print(f'  {a}: L={self.L} D={self.D} H={self.H}/{self.HKV} hd={self.hd}, dequantized in {time.time() - t0:.1f}s',
+              file=sys.stderr)
+        self.neox = a == 'qwen2'
+        self.inv = self.base ** (-np.arange(0, self.hd, 2, dtype=np.float64) / self.hd)
+
+    def words_to_ids(self, words):
+        ids = []
+        for i, w in enumerate(words.split(' ')):
+            key = w if i == 0 else '\u0120' + w
+            if key not in self.tok2id:
+                raise SystemExit(f'token {key!r} not in vocab')
+            ids.append(self.tok2id[key])
+        return ids
+
+    def rms(self, x, w):  # x: [T, D]
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+
+    def rope(self, x, pos):  # x: [T, nh, hd], pos: [T]
+        ang = pos[:, None].astype(np.float64) * self.inv[None, :]  # [T, hd/2]
+        c = np.cos(ang).astype(np.float32)[:, None, :]; s = np.sin(ang).astype(np.float32)[:, None, :]
+        hd = self.hd
+        if self.neox:
+            a, b = x[..., :hd // 2], x[..., hd // 2:]
+            return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
+        a, b = x[..., 0::2], x[..., 1::2]
+        o = np.empty_like(x); o[..., 0::2] = a * c - b * s; o[..., 1::2] = a * s + b * c
+        return o
+
+    def forward(self, ids, cache):
+        """Runs tokens `ids` (positions continue after those in `cache`); returns the last row's logits."""
+        n = len(ids); p0 = cache['n']; pos = np.arange(p0, p0 + n)
+        H, HKV, hd = self.H, self.HKV, self.hd; g = H // HKV
+        x = self.emb[np.array(ids)]  # [n, D]
+        for l, d in enumerate(self.layers):
+            h = self.rms(x, d['attn_norm'])
+            q = h @ d['attn_q'].T + d['attn_q_b']; k = h @ d['attn_k'].T + d['attn_k_b']; v = h @ d['attn_v'].T + d['attn_v_b']
+            q = self.rope(q.reshape(n, H, hd), pos); k = self.rope(k.reshape(n, HKV, hd), pos)
+            K = cache['k'][l] = np.concatenate([cache['k'][l], k]) if p0 else k  # [t, HKV, hd]
+            V = cache['v'][l] = np.concatenate([cache['v'][l], v.reshape(n, HKV, hd)]) if p0 else v.reshape(n, HKV, hd)
+            t = p0 + n
+            # scores [H, n, t]; head hh uses kv head hh // g
+            Kh = np.repeat(K.transpose(1, 0, 2), g, axis=0)  # [H, t, hd]
+            Vh = np.repeat(V.transpose(1, 0, 2), g, axis=0)
+            s = np.matmul(q.transpose(1, 0, 2), Kh.transpose(0, 2, 1)) / np.float32(np.sqrt(hd))
+            mask = np.arange(t)[None, :] > pos[:, None]  # [n, t], key position after query position
+            s = np.where(mask[None], np.float32(-np.inf), s)
+            s = np.exp(s - s.max(axis=-1, keepdims=True)); s /= s.sum(axis=-1, keepdims=True)
+            o = np.matmul(s, Vh).transpose(1, 0, 2).reshape(n, H * hd)  # [n, D]
+            x = x + o @ d['attn_output'].T
+            h = self.rms(x, d['ffn_norm'])
+            gt = h @ d['ffn_gate'].T; u = h @ d['ffn_up'].T
+            x = x + (gt / (1 + np.exp(-gt)) * u) @ d['ffn_down'].T
+        cache['n'] = p0 + n
+        return self.out @ self.rms(x[-1:], self.onorm)[0]
+
+
+def run_case(m, prompt, ngen, ntop):
+    ids = m.words_to_ids(prompt)
+    cache = {'n': 0, 'k': [None] * m.L, 'v': [None] * m.L}
+    logits = m.forward(ids, cache)
+    out, margins, top = [], [], None
+    for i in range(ngen):
+        order = np.argsort(-logits, kind='stable')
+        if i == 0:
+            top = {'ids': [int(j) for j in order[:ntop]], 'values': [round(float(logits[j]), 4) for j in order[:ntop]]}
+        cur = int(order[0]); out.append(cur)
+        margins.append(round(float(logits[order[0]] - logits[order[1]]), 4))
+        if i + 1 < ngen:
+            logits = m.forward([cur], cache)
+    tie = next((i for i, mg in enumerate(margins) if mg < NEAR_TIE), None)
+    text = ''.join(m.tokens[j] for j in out).replace('\u0120', ' ').replace('\u010a', '\n')
+    return {'prompt': prompt, 'prompt_ids': ids, 'greedy_ids': out, 'text': text, 'margins': margins,
+            'first_near_tie': tie, 'top_logits': top}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--model', action='append', help='registry name or .gguf path (repeatable; default: smollm2 and qwen 0.5b)')
+    ap.add_argument('--out-dir', default=os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'testdata', 'reference'))
+    ap.add_argument('--gen', type=int, default=16)
+    ap.add_argument('--top', type=int, default=200)
+    ap.add_argument('--prompt', action='append', help='space-separated words (repeatable; default: built-in list)')
+    a = ap.parse_args()
+    prompts = a.prompt or PROMPTS
+    os.makedirs(a.out_dir, exist_ok=True)
+    failed = False
+    for arg in a.model or ['smollm2-135m', 'qwen2.5-coder-0.5b']:
+        name, path = find_model(arg)
+        print(f'{name}: {path}', file=sys.stderr)
+        digest = sha256(path)
+        if name in MODELS and digest != MODELS[name][1]:
+            sys.exit(f'sha256 mismatch for {path}: {digest} != {MODELS[name][1]}')
+        m = Model(path)
+        cases = []
+        for p in prompts:
+            t0 = time.time()
+            c = run_case(m, p, a.gen, a.top)
+            cases.append(c)
+            print(f'  {p!r} -> {c["greedy_ids"]} {c["text"]!r} first near-tie: {c["first_near_tie"]} '
+                  f'(min margin {min(c["margins"]):.3f}) [{time.time() - t0:.1f}s]', file=sys.stderr)
+            if name in MODELS and p == FRANCE:
+                _, _, want_prompt, want_next = MODELS[name]
+                ok_p = c['prompt_ids'] == want_prompt
+                n = len(want_next) if c['first_near_tie'] is None else min(len(want_next), c['first_near_tie'] + 1)
+                ok_n = c['greedy_ids'][:n] == want_next[:n]
+                full = c['greedy_ids'][:len(want_next)] == want_next
+                print(f'  MODELS.md check: prompt ids {"ok" if ok_p else "MISMATCH"}, '
+                      f'next {n} ids (up to the first near-tie) {"ok" if ok_n else "MISMATCH " + str(want_next)}, '
+                      f'all {len(want_next)} published ids {"equal" if full else "differ"}', file=sys.stderr)
+                failed |= not (ok_p and ok_n)
+        doc = {
+            'model': name, 'file': os.path.basename(path), 'sha256': digest, 'arch': m.arch,
+            'generator': 'scripts/reference_forward.py (numpy float32 over gguf-dequantized weights)',
+            'bos': False, 'greedy_steps': a.gen, 'near_tie': NEAR_TIE,
+            'notes': 'margins[i] = top1 - top2 logit at step i; first_near_tie = first step with margin < near_tie; '
+                     'top_logits = top-%d logits after the prompt (step 0)' % a.top,
+            'cases': cases,
+        }
+        out = os.path.join(a.out_dir, f'{name}.json')
+        with open(out, 'w') as f:
+            json.dump(doc, f, separators=(',', ':'))
+            f.write('\n')
+        print(f'  wrote {out} ({os.path.getsize(out)} bytes)', file=sys.stderr)
+        del m
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == '__main__':
+    main()
