@@ -1,1 +1,95 @@
-fn main() {}
+//! resin: an LLM inference engine and OpenAI-compatible server for llama-family GGUF models.
+
+mod cmd;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "resin", version, about = "Run, chat with, serve and benchmark llama-family GGUF models")]
+struct Cli {
+    /// Log filter (e.g. info, debug, resin_engine=debug); also RUST_LOG.
+    #[arg(long, global = true, env = "RESIN_LOG", default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Continue a prompt (raw completion, no chat template).
+    Run(cmd::run::RunArgs),
+    /// Talk with the model through its chat template.
+    Chat(cmd::chat::ChatArgs),
+    /// Measure prompt processing and generation speed.
+    Bench(cmd::bench::BenchArgs),
+    /// Fetch a model from the registry into the cache.
+    Pull {
+        /// A registry name (see `resin pull --list`).
+        name: Option<String>,
+        /// List the registry.
+        #[arg(long)]
+        list: bool,
+    },
+    /// Show a GGUF file's metadata and tensor formats.
+    Inspect {
+        file: PathBuf,
+        /// List every tensor.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Write a benchmark model with real shapes and random weights.
+    Synth {
+        /// llama3.2-1b or llama3.2-3b.
+        #[arg(long)]
+        shape: String,
+        /// q8_0 or q4_k_m.
+        #[arg(long = "type")]
+        ty: String,
+        /// A GGUF whose tokenizer (vocabulary) the model takes.
+        #[arg(long)]
+        vocab: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    if let Err(e) = dispatch(cli.command) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn dispatch(command: Command) -> Result<()> {
+    match command {
+        Command::Run(a) => cmd::run::run(a),
+        Command::Chat(a) => cmd::chat::chat(a),
+        Command::Bench(a) => cmd::bench::bench(a),
+        Command::Pull { name, list } => {
+            if list || name.is_none() {
+                for m in resin_hub::list() {
+                    println!("{:<22} {:>6} MB  {}", m.name, m.bytes / 1_000_000, m.description);
+                }
+                return Ok(());
+            }
+            let path = resin_hub::ensure(name.as_deref().unwrap_or(resin_hub::DEFAULT_MODEL), true)?;
+            println!("{}", path.display());
+            Ok(())
+        }
+        Command::Inspect { file, all } => resin::inspect::inspect(&file, &mut std::io::stdout().lock(), all),
+        Command::Synth { shape, ty, vocab, out, seed } => {
+            let shape = resin::synth::SynthShape::parse(&shape)?;
+            let ty = resin::synth::SynthType::parse(&ty)?;
+            resin::synth::synth(shape, ty, &vocab, &out, seed, true)
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! `resin bench`: prompt processing and generation speed in the style of llama-bench
+//! (median of reps after a warm-up), or aggregate decode speed of N concurrent streams.
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use resin_core::{Home, RegionId, Row, Segment};
+use resin_engine::{argmax, Engine, EngineConfig, GenEvent, GenRequest};
+use serde_json::json;
+
+use super::load::ModelArgs;
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long, default_value_t = 512)]
+    pub prompt_tokens: usize,
+    #[arg(long, default_value_t = 128)]
+    pub gen_tokens: usize,
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Concurrent streams: above 1, measures the engine's aggregate decode speed instead.
+    #[arg(long, default_value_t = 1)]
+    pub streams: usize,
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub format: String,
+}
+
+/// Deterministic prompt ids spread over the vocabulary (skipping the first 256 ids).
+fn prompt_ids(n: usize, vocab: usize, salt: u64) -> Vec<u32> {
+    let mut x = 0x2545_F491_4F6C_DD1D_u64 ^ salt;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (256 + x % (vocab as u64 - 256)) as u32
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
+}
+
+pub fn bench(args: BenchArgs) -> Result<()> {
+    if args.reps == 0 || args.prompt_tokens == 0 || args.gen_tokens == 0 {
+        bail!("--reps, --prompt-tokens and --gen-tokens must be at least 1");
+    }
+    if args.streams > 1 {
+        return bench_streams(args);
+    }
+    let mut model = args.model.clone();
+    model.ctx = Some(model.ctx.unwrap_or(0).max(args.prompt_tokens + args.gen_tokens + 1));
+    let loaded = model.load(1)?;
+    let file_bytes = loaded.file.file_len();
+    let mut home = loaded.home;
+    let vocab = home.spec().vocab;
+    let region = RegionId(0);
+    let prompt = prompt_ids(args.prompt_tokens, vocab, 1);
+
+    let pp = |home: &mut Box<dyn Home>, toks: &[u32]| -> Result<f64> {
+        let t = Instant::now();
+        home.prefill(&[Segment { region, start: 0, tokens: toks }])?;
+        Ok(toks.len() as f64 / t.elapsed().as_secs_f64())
+    };
+    let tg = |home: &mut Box<dyn Home>, n: usize| -> Result<f64> {
+        let t = Instant::now();
+        let mut tok = prompt[0];
+        for pos in 0..n {
+            let l = home.step(&[Row { region, token: tok, pos: pos as u32 }])?;
+            tok = argmax(l.row(0));
+        }
+        Ok(n as f64 / t.elapsed().as_secs_f64())
+    };
+    // Warm-up: page the weights in and settle the thread pool.
+    pp(&mut home, &prompt[..prompt.len().min(64)])?;
+    tg(&mut home, 4)?;
+    let mut pps = Vec::new();
+    let mut tgs = Vec::new();
+    for _ in 0..args.reps {
+        pps.push(pp(&mut home, &prompt)?);
+        tgs.push(tg(&mut home, args.gen_tokens)?);
+    }
+    let (pp_tps, tg_tps) = (median(pps.clone()), median(tgs.clone()));
+    let spec = home.spec().clone();
+    let out = json!({
+        "model": loaded.path.file_name().map(|s| s.to_string_lossy().to_string()),
+        "home": spec.kind,
+        "threads": rayon::current_num_threads(),
+        "simd": resin_cpu::kernels::simd_level(),
+        "kv": spec.codec.name(),
+        "prompt_tokens": args.prompt_tokens,
+        "gen_tokens": args.gen_tokens,
+        "reps": args.reps,
+        "pp_tps": pp_tps,
+        "tg_tps": tg_tps,
+        "pp_tps_all": pps,
+        "tg_tps_all": tgs,
+        "file_bytes": file_bytes,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "counters": counters_json(home.counters()),
+    });
+    print_result(&args.format, &out, &format!(
+        "{} on {} ({} threads, {}): pp{} {:.1} t/s, tg{} {:.1} t/s (median of {})",
+        out["model"].as_str().unwrap_or("?"), spec.kind, out["threads"], out["simd"].as_str().unwrap_or("?"),
+        args.prompt_tokens, pp_tps, args.gen_tokens, tg_tps, args.reps
+    ));
+    Ok(())
+}
+
+fn counters_json(c: &resin_core::Counters) -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for (k, v) in c.snapshot() {
+        m.insert(k.to_string(), v.into());
+    }
+    m.insert("declines".into(), json!(c.declines()));
+    serde_json::Value::Object(m)
+}
+
+fn print_result(format: &str, out: &serde_json::Value, text: &str) {
+    if format == "json" {
+        println!("{out}");
+    } else {
+        println!("{text}");
+    }
+}
+
+/// N streams at once through the engine: aggregate decode tokens/s, time to first token.
+fn bench_streams(args: BenchArgs) -> Result<()> {
+    let mut model = args.model.clone();
+    model.ctx = Some(model.ctx.unwrap_or(0).max(args.prompt_tokens + args.gen_tokens + 1));
+    let loaded = model.load(args.streams)?;
+    let vocab = loaded.home.spec().vocab;
+    let kind = loaded.home.spec().kind;
+    let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), EngineConfig::default());
+    let mut results = Vec::new();
+    for rep in 0..args.reps {
+        let t0 = Instant::now();
+        let handles: Vec<_> = (0..args.streams)
+            .map(|i| {
+                let mut req = GenRequest::new(prompt_ids(args.prompt_tokens, vocab, (rep * 1000 + i) as u64 + 7), args.gen_tokens);
+                req.stop_ids = Some(Vec::new()); // generate exactly gen_tokens
+                engine.submit(req)
+            })
+            .collect::<Result<_, _>>()?;
+        let threads: Vec<_> = handles
+            .into_iter()
+            .map(|mut h| {
+                std::thread::spawn(move || -> Result<(f64, usize, f64)> {
+                    let start = Instant::now();
+                    let (mut first, mut n) = (None, 0usize);
+                    while let Some(ev) = h.blocking_next() {
+                        match ev {
+                            GenEvent::Delta { ids, .. } => {
+                                n += ids.len();
+                                first.get_or_insert_with(|| start.elapsed().as_secs_f64());
+                            }
+                            GenEvent::Done(_) => break,
+                            GenEvent::Error(e) => bail!(e),
+                        }
+                    }
+                    Ok((first.unwrap_or(0.0), n, start.elapsed().as_secs_f64()))
+                })
+            })
+            .collect();
+        let mut ttfts = Vec::new();
+        let mut tokens = 0;
+        let mut last_first: f64 = 0.0;
+        for t in threads {
+            let (ttft, n, _) = t.join().map_err(|_| anyhow::anyhow!("stream thread panicked"))??;
+            ttfts.push(ttft);
+            tokens += n;
+            last_first = last_first.max(ttft);
+        }
+        let total = t0.elapsed().as_secs_f64();
+        // Decode rate over the span after every stream has its first token.
+        let decode_tps = (tokens - args.streams) as f64 / (total - last_first).max(1e-9);
+        results.push((decode_tps, median(ttfts.clone()), ttfts.iter().cloned().fold(0.0, f64::max), total));
+    }
+    let decode = median(results.iter().map(|r| r.0).collect());
+    let ttft_p50 = median(results.iter().map(|r| r.1).collect());
+    let out = json!({
+        "home": kind,
+        "streams": args.streams,
+        "prompt_tokens": args.prompt_tokens,
+        "gen_tokens": args.gen_tokens,
+        "reps": args.reps,
+        "decode_tps": decode,
+        "ttft_p50_s": ttft_p50,
+        "ttft_max_s": median(results.iter().map(|r| r.2).collect()),
+        "counters": counters_json(engine.counters()),
+    });
+    print_result(&args.format, &out, &format!(
+        "{} streams on {kind}: aggregate decode {decode:.1} t/s, median TTFT {ttft_p50:.3} s",
+        args.streams
+    ));
+    Ok(())
+}

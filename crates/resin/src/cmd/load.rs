@@ -1,0 +1,101 @@
+//! Opening a model and choosing its home: shared by run, chat, serve and bench.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use resin_core::{Counters, Home, KvCodec};
+use resin_cpu::{CpuHome, CpuOptions};
+use resin_gguf::GgufFile;
+use resin_model::{ChatTemplate, ModelConfig, Tokenizer};
+
+/// Which home serves the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Gpu {
+    /// The CPU home.
+    Off,
+    /// The GPU when there is one, else the CPU (saying why).
+    Auto,
+    /// The Vulkan home, or an error.
+    Vulkan,
+}
+
+/// Options every model-loading command shares.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// A GGUF file, or a model name from the registry (fetched on first use).
+    #[arg(long, short = 'm', env = "RESIN_MODEL")]
+    pub model: Option<String>,
+    /// Which home runs the model.
+    #[arg(long, value_enum, default_value = "auto", env = "RESIN_GPU")]
+    pub gpu: Gpu,
+    /// Context length (positions per session); default: the model's, capped at 4096.
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// K/V cache codec: f16, f32 or q8_0.
+    #[arg(long, default_value = "f16", value_parser = parse_codec)]
+    pub kv: KvCodec,
+    /// CPU threads (default: all cores).
+    #[arg(long, short = 't', env = "RESIN_THREADS")]
+    pub threads: Option<usize>,
+}
+
+fn parse_codec(s: &str) -> Result<KvCodec, String> {
+    KvCodec::parse(s).ok_or_else(|| format!("unknown K/V codec {s:?} (f16, f32, q8_0)"))
+}
+
+pub struct Loaded {
+    pub path: PathBuf,
+    pub file: Arc<GgufFile>,
+    pub cfg: ModelConfig,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: Option<ChatTemplate>,
+    pub home: Box<dyn Home>,
+}
+
+impl ModelArgs {
+    /// Resolve, open and check the model, and build its home with `regions` sessions.
+    pub fn load(&self, regions: usize) -> Result<Loaded> {
+        init_threads(self.threads)?;
+        let path = resin_hub::resolve(self.model.as_deref(), true)?;
+        let file = Arc::new(GgufFile::open(&path).with_context(|| format!("reading {}", path.display()))?);
+        let cfg = ModelConfig::from_gguf(&file).with_context(|| format!("{} is not a model resin can run", path.display()))?;
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&file).context("building the tokenizer")?);
+        let template = ChatTemplate::from_gguf(&file).context("reading the chat template")?;
+        let home = self.home(&file, &cfg, regions)?;
+        tracing::info!(
+            model = %path.display(),
+            arch = cfg.arch.name(),
+            layers = cfg.n_layer,
+            home = home.spec().kind,
+            ctx = home.spec().n_ctx,
+            regions,
+            simd = resin_cpu::kernels::simd_level(),
+            threads = rayon::current_num_threads(),
+            "model ready"
+        );
+        Ok(Loaded { path, file, cfg, tokenizer, template, home })
+    }
+
+    fn home(&self, file: &Arc<GgufFile>, cfg: &ModelConfig, regions: usize) -> Result<Box<dyn Home>> {
+        match self.gpu {
+            Gpu::Off => {}
+            Gpu::Auto => tracing::info!("no GPU home: this build has no Vulkan home yet; the CPU home serves"),
+            Gpu::Vulkan => bail!("--gpu vulkan: this build of resin has no Vulkan home yet (use --gpu off or auto)"),
+        }
+        let opts = CpuOptions { n_ctx: self.ctx, regions, codec: self.kv };
+        let home = CpuHome::new(file.clone(), cfg.clone(), &opts, Arc::new(Counters::default()))?;
+        Ok(Box::new(home))
+    }
+}
+
+/// Size rayon's global pool once (the CPU home's threads).
+fn init_threads(threads: Option<usize>) -> Result<()> {
+    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    if n == 0 {
+        bail!("--threads must be at least 1");
+    }
+    // A second call (tests, repeated loads) keeps the first pool.
+    let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+    Ok(())
+}

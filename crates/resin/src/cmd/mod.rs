@@ -1,0 +1,4 @@
+pub mod bench;
+pub mod chat;
+pub mod load;
+pub mod run;

@@ -1,0 +1,2 @@
+pub mod synth;
+pub mod inspect;

@@ -1,0 +1,264 @@
+//! `resin synth` / `resin inspect` on tiny synthetic shapes.
+
+use std::path::{Path, PathBuf};
+
+use resin::synth::{synth_with, tensor_plan, use_more_bits, SynthSpec, SynthType};
+use resin_gguf::{formats, GgmlType, GgufFile, GgufWriter, Value, ValueType};
+
+fn tmp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("resin-synth-test-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A vocabulary-only GGUF with `n` tokens (a few tokenizer keys, one non-tokenizer key that must
+/// not be copied).
+fn write_tiny_vocab(path: &Path, n: usize) {
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("llama".into()));
+    w.set("general.name", Value::String("tiny-vocab".into()));
+    w.set("tokenizer.ggml.model", Value::String("gpt2".into()));
+    w.set("tokenizer.ggml.pre", Value::String("llama-bpe".into()));
+    let tokens: Vec<Value> = (0..n).map(|i| Value::String(format!("tok{i}"))).collect();
+    w.set("tokenizer.ggml.tokens", Value::Array(ValueType::String, tokens));
+    w.set("tokenizer.ggml.token_type", Value::Array(ValueType::I32, (0..n).map(|_| Value::I32(1)).collect()));
+    w.set("tokenizer.ggml.merges", Value::Array(ValueType::String, vec![Value::String("t o".into())]));
+    w.set("tokenizer.ggml.bos_token_id", Value::U32(1));
+    w.set("tokenizer.ggml.eos_token_id", Value::U32(2));
+    w.set("tokenizer.chat_template", Value::String("{% for m in messages %}\n{{ m.content }}{% endfor %}".into()));
+    let bytes = w.write_all_to_vec(&[]).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn tiny_spec(vocab: &Path, layers: usize) -> SynthSpec {
+    SynthSpec {
+        name: "synthetic-tiny".into(),
+        hidden: 256,
+        layers,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 64,
+        ffn: 512,
+        context_length: 4096,
+        rope_base: 500000.0,
+        rms_eps: 1e-5,
+        tied_embeddings: true,
+        vocab: vocab.to_path_buf(),
+    }
+}
+
+/// The expected table, written out independently of `tensor_plan`.
+fn expected(spec: &SynthSpec, ty: SynthType, n_vocab: u64) -> Vec<(String, Vec<u64>, GgmlType)> {
+    let (h, q, kv, f) = (
+        spec.hidden as u64,
+        (spec.heads * spec.head_dim) as u64,
+        (spec.kv_heads * spec.head_dim) as u64,
+        spec.ffn as u64,
+    );
+    let (base, six) = match ty {
+        SynthType::Q8_0 => (GgmlType::Q8_0, GgmlType::Q8_0),
+        SynthType::Q4_K_M => (GgmlType::Q4_K, GgmlType::Q6_K),
+    };
+    let n = spec.layers;
+    let more = |i: usize| i < n / 8 || i >= 7 * n / 8 || (i as i64 - (n / 8) as i64) % 3 == 2;
+    let mut v = vec![("token_embd.weight".to_string(), vec![h, n_vocab], six)];
+    for i in 0..n {
+        let m = if more(i) { six } else { base };
+        v.push((format!("blk.{i}.attn_norm.weight"), vec![h], GgmlType::F32));
+        v.push((format!("blk.{i}.attn_q.weight"), vec![h, q], base));
+        v.push((format!("blk.{i}.attn_k.weight"), vec![h, kv], base));
+        v.push((format!("blk.{i}.attn_v.weight"), vec![h, kv], m));
+        v.push((format!("blk.{i}.attn_output.weight"), vec![q, h], base));
+        v.push((format!("blk.{i}.ffn_norm.weight"), vec![h], GgmlType::F32));
+        v.push((format!("blk.{i}.ffn_gate.weight"), vec![h, f], base));
+        v.push((format!("blk.{i}.ffn_up.weight"), vec![h, f], base));
+        v.push((format!("blk.{i}.ffn_down.weight"), vec![f, h], m));
+    }
+    v.push(("output_norm.weight".to_string(), vec![h], GgmlType::F32));
+    v
+}
+
+fn check_file(path: &Path, spec: &SynthSpec, ty: SynthType, n_vocab: u64) -> GgufFile {
+    let f = GgufFile::open(path).unwrap();
+    assert_eq!(f.version, 3);
+    let got: Vec<(String, Vec<u64>, GgmlType)> =
+        f.tensors().iter().map(|t| (t.name.clone(), t.dims.clone(), t.ty)).collect();
+    assert_eq!(got, expected(spec, ty, n_vocab));
+    let plan: Vec<(String, Vec<u64>, GgmlType)> =
+        tensor_plan(spec, ty, n_vocab as usize).into_iter().map(|t| (t.name, t.dims, t.ty)).collect();
+    assert_eq!(got, plan);
+    assert!(f.tensor("output.weight").is_none(), "tied embeddings: no output.weight");
+
+    let u = |k: &str| f.get_u64(k).unwrap().unwrap_or_else(|| panic!("missing {k}"));
+    assert_eq!(f.get_str("general.architecture").unwrap(), Some("llama"));
+    assert_eq!(f.get_str("general.name").unwrap(), Some(spec.name.as_str()));
+    assert_eq!(
+        u("general.file_type"),
+        match ty {
+            SynthType::Q8_0 => 7,
+            SynthType::Q4_K_M => 15,
+        }
+    );
+    assert_eq!(u("llama.block_count"), spec.layers as u64);
+    assert_eq!(u("llama.embedding_length"), spec.hidden as u64);
+    assert_eq!(u("llama.feed_forward_length"), spec.ffn as u64);
+    assert_eq!(u("llama.attention.head_count"), spec.heads as u64);
+    assert_eq!(u("llama.attention.head_count_kv"), spec.kv_heads as u64);
+    assert_eq!(u("llama.rope.dimension_count"), spec.head_dim as u64);
+    assert_eq!(u("llama.context_length"), spec.context_length);
+    assert_eq!(u("llama.vocab_size"), n_vocab);
+    assert_eq!(f.get_f64("llama.rope.freq_base").unwrap(), Some(500000.0));
+    assert!((f.get_f64("llama.attention.layer_norm_rms_epsilon").unwrap().unwrap() - 1e-5).abs() < 1e-12);
+    assert_eq!(f.get("tokenizer.ggml.tokens").and_then(Value::as_array).map(<[Value]>::len), Some(n_vocab as usize));
+    assert!(f.get("tokenizer.ggml.model").is_some() && f.get("tokenizer.ggml.merges").is_some());
+
+    // Norms are 1.0; matrices dequantize to N(0, 0.02).
+    for t in f.tensors() {
+        let n = t.n_elements() as usize;
+        let mut vals = vec![0f32; n];
+        formats::dequantize(t.ty, f.tensor_data(t), &mut vals).unwrap();
+        if t.ty == GgmlType::F32 {
+            assert!(vals.iter().all(|&v| v == 1.0), "{}", t.name);
+            continue;
+        }
+        let mean = vals.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+        let std = (vals.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
+        assert!(mean.abs() < 0.003, "{}: mean {mean}", t.name);
+        assert!((std - 0.02).abs() < 0.0015, "{}: std {std}", t.name);
+    }
+    f
+}
+
+#[test]
+fn tiny_q8_0_reads_back_with_the_right_shapes_and_weights() {
+    let d = tmp_dir("q8");
+    let vocab = d.join("vocab.gguf");
+    write_tiny_vocab(&vocab, 256);
+    let spec = tiny_spec(&vocab, 4);
+    let out = d.join("tiny-q8_0.gguf");
+    synth_with(&spec, SynthType::Q8_0, &out, 1, false).unwrap();
+    assert!(!d.join("tiny-q8_0.gguf.tmp").exists());
+    let f = check_file(&out, &spec, SynthType::Q8_0, 256);
+    // Tokenizer keys copied, others not.
+    assert_eq!(f.get_u64("tokenizer.ggml.bos_token_id").unwrap(), Some(1));
+    assert!(f.get("tokenizer.chat_template").is_some());
+    assert_eq!(f.get_str("general.name").unwrap(), Some("synthetic-tiny"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn tiny_q4_k_m_follows_the_llama_cpp_mix() {
+    let d = tmp_dir("q4km");
+    let vocab = d.join("vocab.gguf");
+    write_tiny_vocab(&vocab, 256);
+    let spec = tiny_spec(&vocab, 8);
+    let out = d.join("tiny-q4_k_m.gguf");
+    synth_with(&spec, SynthType::Q4_K_M, &out, 7, false).unwrap();
+    let f = check_file(&out, &spec, SynthType::Q4_K_M, 256);
+    // 8 layers: use_more_bits holds for 0, 3, 6, 7.
+    assert_eq!((0..8).filter(|&i| use_more_bits(i, 8)).collect::<Vec<_>>(), vec![0, 3, 6, 7]);
+    for i in 0..8 {
+        let want = if [0, 3, 6, 7].contains(&i) { GgmlType::Q6_K } else { GgmlType::Q4_K };
+        assert_eq!(f.tensor(&format!("blk.{i}.attn_v.weight")).unwrap().ty, want, "layer {i}");
+        assert_eq!(f.tensor(&format!("blk.{i}.ffn_down.weight")).unwrap().ty, want, "layer {i}");
+        assert_eq!(f.tensor(&format!("blk.{i}.attn_q.weight")).unwrap().ty, GgmlType::Q4_K);
+        assert_eq!(f.tensor(&format!("blk.{i}.ffn_up.weight")).unwrap().ty, GgmlType::Q4_K);
+    }
+    assert_eq!(f.tensor("token_embd.weight").unwrap().ty, GgmlType::Q6_K);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn same_seed_same_bytes_whatever_the_thread_count() {
+    let d = tmp_dir("det");
+    let vocab = d.join("vocab.gguf");
+    write_tiny_vocab(&vocab, 512);
+    let spec = tiny_spec(&vocab, 2);
+    let (a, b, c) = (d.join("a.gguf"), d.join("b.gguf"), d.join("c.gguf"));
+    synth_with(&spec, SynthType::Q4_K_M, &a, 5, false).unwrap();
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    one.install(|| synth_with(&spec, SynthType::Q4_K_M, &b, 5, false)).unwrap();
+    synth_with(&spec, SynthType::Q4_K_M, &c, 6, false).unwrap();
+    let (a, b, c) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap(), std::fs::read(c).unwrap());
+    assert!(a == b, "same seed, different bytes");
+    assert_eq!(a.len(), c.len());
+    assert!(a != c, "different seeds, same bytes");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn bad_specs_and_vocabularies_are_refused() {
+    let d = tmp_dir("bad");
+    let vocab = d.join("vocab.gguf");
+    write_tiny_vocab(&vocab, 256);
+    let out = d.join("x.gguf");
+    let mut spec = tiny_spec(&vocab, 2);
+    spec.hidden = 96; // not a multiple of 256
+    assert!(synth_with(&spec, SynthType::Q4_K_M, &out, 0, false).is_err());
+    let spec = tiny_spec(&d.join("missing.gguf"), 2);
+    assert!(synth_with(&spec, SynthType::Q8_0, &out, 0, false).is_err());
+    assert!(!out.exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn inspect_summarises_a_synthetic_file() {
+    let d = tmp_dir("inspect");
+    let vocab = d.join("vocab.gguf");
+    write_tiny_vocab(&vocab, 256);
+    let spec = tiny_spec(&vocab, 2);
+    let out = d.join("tiny.gguf");
+    synth_with(&spec, SynthType::Q4_K_M, &out, 3, false).unwrap();
+    let mut text = Vec::new();
+    resin::inspect::inspect(&out, &mut text, true).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    for want in [
+        "architecture  llama",
+        "synthetic-tiny",
+        "15 (mostly Q4_K_M)",
+        "layers      2",
+        "embedding   256",
+        "kv heads    2",
+        "rope base   500000",
+        "pre         llama-bpe",
+        "vocab       256",
+        "bos         1 \"tok1\"",
+        "chat tmpl   yes",
+        "general.quantization_version",
+        "Q6_K",
+        "Q4_K",
+        "blk.1.ffn_down.weight",
+        "bits per parameter",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    let mut short = Vec::new();
+    resin::inspect::inspect(&out, &mut short, false).unwrap();
+    assert!(!String::from_utf8(short).unwrap().contains("blk.1.ffn_down.weight"));
+
+    let bad = d.join("bad.gguf");
+    std::fs::write(&bad, b"not a gguf file at all").unwrap();
+    let err = resin::inspect::inspect(&bad, &mut Vec::new(), false).unwrap_err();
+    assert!(format!("{err:#}").contains("not a GGUF"), "{err:#}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// With the real Llama-3 vocabulary (set RESIN_TEST_VOCAB to ggml-vocab-llama-bpe.gguf).
+#[test]
+fn real_vocabulary_when_available() {
+    let Ok(vocab) = std::env::var("RESIN_TEST_VOCAB") else {
+        eprintln!("RESIN_TEST_VOCAB not set: skipped");
+        return;
+    };
+    let d = tmp_dir("real");
+    let spec = tiny_spec(Path::new(&vocab), 2);
+    let out = d.join("real.gguf");
+    synth_with(&spec, SynthType::Q8_0, &out, 0, false).unwrap();
+    let src = GgufFile::open(&vocab).unwrap();
+    let n = src.get("tokenizer.ggml.tokens").and_then(Value::as_array).unwrap().len() as u64;
+    let f = check_file(&out, &spec, SynthType::Q8_0, n);
+    for (k, v) in src.metadata().iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
+        assert_eq!(f.get(k), Some(v), "{k}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
