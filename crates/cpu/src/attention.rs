@@ -12,47 +12,77 @@ pub struct AttnShape {
     pub head_dim: usize,
 }
 
+/// Rows of one region at consecutive positions share one read of their keys and values.
+const CHUNK_ROWS: usize = 32;
+
 /// For each row r (region, pos) and head h: softmax(q·K[0..=pos] / sqrt(d)) · V[0..=pos].
-/// `q` is [rows][n_head * head_dim]; `out` the same shape. Work is split over (row, kv group)
-/// pairs; each head's reduction order is fixed, so a row's result does not depend on the batch.
+/// `q` is [rows][n_head * head_dim]; `out` the same shape.
+///
+/// Work is split into (chunk, kv group) tasks, a chunk being up to CHUNK_ROWS consecutive rows
+/// of one region whose keys are read (and decoded from the mirror's codec) once. Each head's
+/// reduction order is fixed, so a row's result never depends on the batch around it.
 pub fn attend(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &AttnShape, q: &[f32], out: &mut [f32]) {
     let hd = shape.head_dim;
     let q_dim = shape.n_head * hd;
     let group = shape.n_head / shape.n_head_kv;
     let scale = 1.0 / (hd as f32).sqrt();
-    // One task per (row, kv group): its slice of `out` is group * hd contiguous values.
-    out.par_chunks_mut(group * hd).enumerate().for_each_init(
-        || (Vec::new(), Vec::new(), Vec::new()),
-        |(kbuf, vbuf, scores), (task, o)| {
-            let (r, g) = (task / shape.n_head_kv, task % shape.n_head_kv);
-            let (region, pos) = rows[r];
-            let n = pos as usize + 1;
-            kbuf.resize(n * hd, 0.0);
-            vbuf.resize(n * hd, 0.0);
-            scores.resize(n, 0.0);
-            kv.read(Side::K, region, layer, n, g * hd, hd, kbuf);
-            kv.read(Side::V, region, layer, n, g * hd, hd, vbuf);
-            for j in 0..group {
-                let h = g * group + j;
-                let qh = &q[r * q_dim + h * hd..r * q_dim + (h + 1) * hd];
-                let mut max = f32::NEG_INFINITY;
-                for (t, s) in scores.iter_mut().enumerate() {
-                    *s = dot(qh, &kbuf[t * hd..(t + 1) * hd]) * scale;
-                    max = max.max(*s);
+
+    let mut chunks = Vec::new();
+    let mut i = 0;
+    while i < rows.len() {
+        let mut j = i + 1;
+        while j < rows.len() && j - i < CHUNK_ROWS && rows[j].0 == rows[i].0 && rows[j].1 == rows[j - 1].1 + 1 {
+            j += 1;
+        }
+        chunks.push(i..j);
+        i = j;
+    }
+    let tasks: Vec<(usize, usize)> = (0..chunks.len()).flat_map(|c| (0..shape.n_head_kv).map(move |g| (c, g))).collect();
+    let results: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map_init(
+            || (Vec::new(), Vec::new(), Vec::new()),
+            |(kbuf, vbuf, scores), &(c, g)| {
+                let span = chunks[c].clone();
+                let region = rows[span.start].0;
+                let n = rows[span.end - 1].1 as usize + 1;
+                kbuf.resize(n * hd, 0.0);
+                vbuf.resize(n * hd, 0.0);
+                kv.read(Side::K, region, layer, n, g * hd, hd, kbuf);
+                kv.read(Side::V, region, layer, n, g * hd, hd, vbuf);
+                let mut o = vec![0f32; span.len() * group * hd];
+                for (ri, r) in span.enumerate() {
+                    let keys = rows[r].1 as usize + 1;
+                    scores.resize(keys, 0.0);
+                    for j in 0..group {
+                        let h = g * group + j;
+                        let qh = &q[r * q_dim + h * hd..r * q_dim + (h + 1) * hd];
+                        let mut max = f32::NEG_INFINITY;
+                        for (t, s) in scores.iter_mut().enumerate() {
+                            *s = dot(qh, &kbuf[t * hd..(t + 1) * hd]) * scale;
+                            max = max.max(*s);
+                        }
+                        let mut sum = 0.0;
+                        for s in scores.iter_mut() {
+                            *s = (*s - max).exp();
+                            sum += *s;
+                        }
+                        let oh = &mut o[(ri * group + j) * hd..(ri * group + j + 1) * hd];
+                        for (t, &s) in scores.iter().enumerate() {
+                            axpy(s, &vbuf[t * hd..(t + 1) * hd], oh);
+                        }
+                        let inv = 1.0 / sum;
+                        oh.iter_mut().for_each(|v| *v *= inv);
+                    }
                 }
-                let mut sum = 0.0;
-                for s in scores.iter_mut() {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                let oh = &mut o[j * hd..(j + 1) * hd];
-                oh.fill(0.0);
-                for (t, &s) in scores.iter().enumerate() {
-                    axpy(s, &vbuf[t * hd..(t + 1) * hd], oh);
-                }
-                let inv = 1.0 / sum;
-                oh.iter_mut().for_each(|v| *v *= inv);
-            }
-        },
-    );
+                o
+            },
+        )
+        .collect();
+    for (&(c, g), o) in tasks.iter().zip(results) {
+        for (ri, r) in chunks[c].clone().enumerate() {
+            let dst = r * q_dim + g * group * hd;
+            out[dst..dst + group * hd].copy_from_slice(&o[ri * group * hd..(ri + 1) * group * hd]);
+        }
+    }
 }

@@ -5,7 +5,28 @@ use crate::{GgmlType, GgufError, Result, Value, ValueType, DEFAULT_ALIGNMENT, GG
 
 /// Nested metadata arrays deeper than this are refused (the format allows nesting; no model
 /// needs more than one level, and unbounded nesting is a stack-overflow vector).
-const MAX_NESTING: usize = 4;
+pub(crate) const MAX_NESTING: usize = 4;
+
+/// The fewest bytes a tensor-table entry takes: 8 (name length) + 4 (rank) + 8 (one dim, rank
+/// is at least 1) + 4 (type) + 8 (offset).
+const MIN_TENSOR_ENTRY: u64 = 32;
+
+/// The largest `general.alignment` accepted (1 MiB).
+pub(crate) const MAX_ALIGNMENT: u64 = 1 << 20;
+
+/// The data alignment a `general.alignment` value asks for, or what is wrong with it: it must be
+/// an integer (any integer type; not a bool, float or string) that is a power of two up to 1 MiB.
+pub(crate) fn alignment_value(v: &Value) -> std::result::Result<u64, String> {
+    let a = match v {
+        Value::Bool(_) => None,
+        v => v.as_u64(),
+    }
+    .ok_or_else(|| format!("alignment must be a non-negative integer, found {:?}", v.value_type()))?;
+    if a == 0 || !a.is_power_of_two() || a > MAX_ALIGNMENT {
+        return Err(format!("alignment {a} is not a power of two up to 1 MiB"));
+    }
+    Ok(a)
+}
 
 /// One entry of the tensor table.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,8 +126,7 @@ impl GgufFile {
             let n_kv = c.u64("metadata count")?;
             // A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes.
             c.check_count("metadata count", n_kv, 13)?;
-            // A tensor entry takes at least 8 (name length) + 4 (rank) + 4 (type) + 8 (offset).
-            c.check_count("tensor count", n_tensors, 24)?;
+            c.check_count("tensor count", n_tensors, MIN_TENSOR_ENTRY)?;
 
             let mut metadata = Vec::with_capacity(n_kv as usize);
             for i in 0..n_kv {
@@ -120,21 +140,11 @@ impl GgufFile {
 
             let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment") {
                 None => DEFAULT_ALIGNMENT,
-                Some((k, v)) => {
-                    let a = v.as_u64().ok_or_else(|| GgufError::BadMetadata {
-                        key: k.clone(),
-                        problem: "not an unsigned integer".into(),
-                    })?;
-                    if a == 0 || !a.is_power_of_two() || a > 1 << 20 {
-                        return Err(GgufError::BadMetadata {
-                            key: k.clone(),
-                            problem: format!("alignment {a} is not a power of two up to 1 MiB"),
-                        });
-                    }
-                    a
-                }
+                Some((k, v)) => alignment_value(v).map_err(|problem| GgufError::BadMetadata { key: k.clone(), problem })?,
             };
 
+            // Checked again now that the metadata is consumed: the table must fit in what is left.
+            c.check_count("tensor count", n_tensors, MIN_TENSOR_ENTRY)?;
             let mut tensors = Vec::with_capacity(n_tensors as usize);
             for i in 0..n_tensors {
                 let name = c.string(&format!("tensor #{i} name"))?;

@@ -1,6 +1,7 @@
 use std::io::Write;
 
-use crate::{GgmlType, GgufError, Result, Value, DEFAULT_ALIGNMENT, GGUF_MAGIC};
+use crate::reader::{alignment_value, MAX_NESTING};
+use crate::{GgmlType, GgufError, Result, Value, ValueType, DEFAULT_ALIGNMENT, GGUF_MAGIC};
 
 struct PendingTensor {
     name: String,
@@ -28,13 +29,12 @@ impl GgufWriter {
         GgufWriter { metadata: Vec::new(), tensors: Vec::new(), alignment: DEFAULT_ALIGNMENT }
     }
 
-    /// Add (or replace) a metadata value.
+    /// Add (or replace) a metadata value. A `general.alignment` the reader would refuse (not an
+    /// integer power of two up to 1 MiB) makes [`write`](Self::write) fail.
     pub fn set(&mut self, key: impl Into<String>, value: Value) -> &mut Self {
         let key = key.into();
         if key == "general.alignment" {
-            if let Some(a) = value.as_u64().filter(|a| a.is_power_of_two()) {
-                self.alignment = a;
-            }
+            self.alignment = alignment_value(&value).unwrap_or(DEFAULT_ALIGNMENT);
         }
         match self.metadata.iter_mut().find(|(k, _)| *k == key) {
             Some(slot) => slot.1 = value,
@@ -46,11 +46,16 @@ impl GgufWriter {
     /// Declare a tensor; `dims` in ggml order (row length first).
     pub fn add_tensor(&mut self, name: impl Into<String>, dims: &[u64], ty: GgmlType) -> Result<()> {
         let name = name.into();
-        let n: u64 = dims.iter().product();
-        if dims.is_empty() || dims.len() > crate::MAX_DIMS || dims[0] % ty.block_len() as u64 != 0 {
+        if dims.is_empty()
+            || dims.len() > crate::MAX_DIMS
+            || dims.contains(&0)
+            || dims[0] % ty.block_len() as u64 != 0
+        {
             return Err(GgufError::BadTensor { name, problem: format!("cannot store shape {dims:?} as {ty}") });
         }
-        let size = ty.bytes_for(n).ok_or_else(|| GgufError::BadTensor { name: name.clone(), problem: "size overflows".into() })?;
+        let overflow = || GgufError::BadTensor { name: name.clone(), problem: format!("size of {dims:?} overflows") };
+        let n = dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).ok_or_else(overflow)?;
+        let size = ty.bytes_for(n).ok_or_else(overflow)?;
         if self.tensors.iter().any(|t| t.name == name) {
             return Err(GgufError::DuplicateTensor(name));
         }
@@ -65,6 +70,13 @@ impl GgufWriter {
         out: &mut W,
         mut data: impl FnMut(usize, &mut dyn Write) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
+        let invalid = |msg: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, msg);
+        for (k, v) in &self.metadata {
+            check_value(v, 0).map_err(|problem| invalid(format!("metadata {k:?}: {problem}")))?;
+            if k == "general.alignment" {
+                alignment_value(v).map_err(|problem| invalid(format!("metadata {k:?}: {problem}")))?;
+            }
+        }
         let mut head = Vec::new();
         head.extend_from_slice(&GGUF_MAGIC.to_le_bytes());
         head.extend_from_slice(&3u32.to_le_bytes());
@@ -86,9 +98,12 @@ impl GgufWriter {
             head.extend_from_slice(&t.ty.id().to_le_bytes());
             head.extend_from_slice(&offset.to_le_bytes());
             offsets.push(offset);
-            offset = (offset + t.size).div_ceil(self.alignment) * self.alignment;
+            offset = offset
+                .checked_add(t.size)
+                .and_then(|end| align_up(end, self.alignment))
+                .ok_or_else(|| invalid("total tensor size overflows".into()))?;
         }
-        let pad = (head.len() as u64).div_ceil(self.alignment) * self.alignment - head.len() as u64;
+        let pad = align_up(head.len() as u64, self.alignment).expect("alignment is at most 1 MiB") - head.len() as u64;
         head.resize(head.len() + pad as usize, 0);
         out.write_all(&head)?;
         let mut written = 0u64;
@@ -110,6 +125,12 @@ impl GgufWriter {
 
     /// Write a file whose tensor bytes are all in memory, in declaration order.
     pub fn write_all_to_vec(&self, tensor_bytes: &[&[u8]]) -> std::io::Result<Vec<u8>> {
+        if tensor_bytes.len() != self.tensors.len() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} tensors declared, {} byte buffers given", self.tensors.len(), tensor_bytes.len()),
+            ));
+        }
         let mut out = Vec::new();
         self.write(&mut out, |i, w| w.write_all(tensor_bytes[i]))?;
         Ok(out)
@@ -130,6 +151,29 @@ impl<W: Write> Write for CountingWriter<'_, W> {
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
     }
+}
+
+fn align_up(x: u64, a: u64) -> Option<u64> {
+    x.checked_add(a - 1).map(|v| v / a * a)
+}
+
+/// Refuse a value the reader could not read back: an array holding an element of another type
+/// than it declares, or arrays nested deeper than the reader allows.
+fn check_value(v: &Value, depth: usize) -> std::result::Result<(), String> {
+    if let Value::Array(ty, items) = v {
+        if depth >= MAX_NESTING {
+            return Err(format!("arrays nested deeper than {MAX_NESTING} levels"));
+        }
+        for it in items {
+            if it.value_type() != *ty {
+                return Err(format!("array of {ty:?} holds a {:?}", it.value_type()));
+            }
+            if *ty == ValueType::Array {
+                check_value(it, depth + 1)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {

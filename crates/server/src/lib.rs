@@ -1,1 +1,225 @@
+//! resin's OpenAI-compatible HTTP server (axum on tokio).
+//!
+//! Endpoints: `POST /v1/chat/completions` (streaming and not, tools), `POST /v1/completions`,
+//! `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text).
+//!
+//! One file per concern: [`openai`] the request types and their checks, [`prompt`] messages
+//! through the chat template, [`generate`] the engine's events as whole responses or SSE
+//! chunks, [`tools`] recognising tool calls, [`grammar`] the JSON constraint for forced calls,
+//! [`metrics`] the Prometheus text, [`error`] OpenAI's error object.
 
+pub mod error;
+mod generate;
+pub mod grammar;
+mod handlers;
+pub mod metrics;
+mod openai;
+mod prompt;
+pub mod tools;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use resin_engine::Engine;
+use resin_model::{ChatTemplate, Tokenizer};
+
+pub use error::ApiError;
+pub use metrics::Metrics;
+
+/// How the server listens and what it accepts.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub host: String,
+    pub port: u16,
+    /// When set, every /v1 request needs `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Overrides the model id from [`ModelInfo`] when not empty.
+    pub model_name: String,
+    /// Largest request body accepted (413 past it).
+    pub max_body_bytes: usize,
+    /// Largest `stop` list.
+    pub max_stop: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig { host: "127.0.0.1".into(), port: 8080, api_key: None, model_name: String::new(), max_body_bytes: 4 << 20, max_stop: 16 }
+    }
+}
+
+/// The model the server speaks for.
+pub struct ModelInfo {
+    /// The id clients name in `model` (and /v1/models lists).
+    pub id: String,
+    pub tokenizer: Arc<Tokenizer>,
+    /// The model's chat template; None falls back to ChatML.
+    pub template: Option<ChatTemplate>,
+}
+
+/// Everything a handler needs. Cheap to clone (an Arc).
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+pub struct Inner {
+    pub engine: Engine,
+    pub model_id: String,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: Option<ChatTemplate>,
+    pub cfg: ServerConfig,
+    pub metrics: Metrics,
+    /// Seconds since the epoch when the server started (`created` in /v1/models).
+    pub created: u64,
+    /// Token texts for the tool-call grammar, built on first use.
+    pub token_table: OnceLock<Arc<grammar::TokenTable>>,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl AppState {
+    pub fn new(engine: Engine, model: ModelInfo, cfg: ServerConfig) -> Self {
+        let model_id = if cfg.model_name.is_empty() { model.id } else { cfg.model_name.clone() };
+        let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        AppState(Arc::new(Inner {
+            engine,
+            model_id,
+            tokenizer: model.tokenizer,
+            template: model.template,
+            cfg,
+            metrics: Metrics::default(),
+            created,
+            token_table: OnceLock::new(),
+        }))
+    }
+
+    /// Every token's bytes, computed once per model.
+    pub fn token_table(&self) -> Arc<grammar::TokenTable> {
+        self.token_table
+            .get_or_init(|| {
+                let t = &self.tokenizer;
+                let bytes = (0..t.vocab_size() as u32).map(|id| t.token_bytes(id, false)).collect();
+                Arc::new(grammar::TokenTable::new(bytes, t.stop_ids()))
+            })
+            .clone()
+    }
+}
+
+/// The whole application: routes, body limit, API key check, request log and metrics.
+pub fn router(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/v1/chat/completions", post(handlers::chat_completions))
+        .route("/v1/completions", post(handlers::completions))
+        .route("/v1/models", get(handlers::models))
+        .route("/v1/models/{*id}", get(handlers::model))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    Router::new()
+        .merge(v1)
+        .route("/health", get(handlers::health))
+        .route("/metrics", get(handlers::metrics))
+        .fallback(handlers::not_found)
+        .layer(DefaultBodyLimit::max(state.cfg.max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.clone(), log_request))
+        .with_state(state)
+}
+
+/// Bind and serve until the process ends (or ctrl-c).
+pub async fn serve(engine: Engine, model: ModelInfo, cfg: ServerConfig) -> anyhow::Result<()> {
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| anyhow::anyhow!("binding {addr}: {e}"))?;
+    let state = AppState::new(engine, model, cfg);
+    let local = listener.local_addr()?;
+    tracing::info!(addr = %local, model = %state.model_id, auth = state.cfg.api_key.is_some(), "serving the OpenAI API");
+    serve_on(listener, state).await
+}
+
+/// Serve on a bound listener (tests bind 127.0.0.1:0).
+pub async fn serve_on(listener: tokio::net::TcpListener, state: AppState) -> anyhow::Result<()> {
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("shutting down");
+        })
+        .await?;
+    Ok(())
+}
+
+/// Compares in time that depends only on the lengths.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    use axum::response::IntoResponse;
+    if let Some(key) = &state.cfg.api_key {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim)
+            .unwrap_or("");
+        if !constant_time_eq(given.as_bytes(), key.as_bytes()) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// Token counts a response carries for the request log.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Usage {
+    pub prompt: usize,
+    pub completion: usize,
+}
+
+/// Marks a streamed response: its stream writes the log line when it ends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LogsItself;
+
+async fn log_request(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let t0 = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16();
+    state.metrics.request(&path, status);
+    if resp.extensions().get::<LogsItself>().is_none() {
+        let (p, c) = resp.extensions().get::<Usage>().map(|u| (u.prompt, u.completion)).unwrap_or((0, 0));
+        tracing::info!(
+            %method,
+            path,
+            status,
+            latency_ms = t0.elapsed().as_secs_f64() * 1e3,
+            prompt_tokens = p,
+            completion_tokens = c,
+            "request"
+        );
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn constant_time_eq_compares() {
+        assert!(super::constant_time_eq(b"abc", b"abc"));
+        assert!(!super::constant_time_eq(b"abc", b"abd"));
+        assert!(!super::constant_time_eq(b"abc", b"ab"));
+        assert!(!super::constant_time_eq(b"", b"a"));
+    }
+}
