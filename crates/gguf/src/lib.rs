@@ -12,7 +12,7 @@ mod value;
 mod writer;
 
 pub use error::{GgufError, Result};
-pub use reader::{GgufFile, TensorInfo};
+pub use reader::{GgufFile, TensorInfo, MAX_ARRAY_ELEMENTS};
 pub use types::GgmlType;
 pub use value::{Value, ValueType};
 pub use writer::GgufWriter;

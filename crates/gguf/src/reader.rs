@@ -113,7 +113,7 @@ impl GgufFile {
 
     fn parse(storage: Storage) -> Result<Self> {
         let (version, alignment, data_offset, metadata, tensors) = {
-            let mut c = Cursor { buf: storage.bytes(), pos: 0 };
+            let mut c = Cursor { buf: storage.bytes(), pos: 0, elements: 0 };
             let magic = c.u32("magic")?;
             if magic != GGUF_MAGIC {
                 return Err(GgufError::BadMagic(magic));
@@ -277,7 +277,14 @@ fn align_up(x: u64, a: u64) -> Option<u64> {
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Metadata array elements read so far (bounded by MAX_ARRAY_ELEMENTS).
+    elements: u64,
 }
+
+/// Metadata array elements a file may hold in all. A parsed value takes ~32 bytes however few
+/// it took in the file, so without a cap a hostile 1 GB byte array would cost 32 GB. The
+/// largest real vocabularies hold well under a million tokens (plus scores, types, merges).
+pub const MAX_ARRAY_ELEMENTS: u64 = 16 << 20;
 
 impl<'a> Cursor<'a> {
     fn remaining(&self) -> u64 {
@@ -360,6 +367,13 @@ impl<'a> Cursor<'a> {
                     .ok_or_else(|| GgufError::BadValueType { what: format!("array {key:?}"), ty: ety_id })?;
                 let n = self.u64(&format!("array length of {key:?}"))?;
                 self.check_count(&format!("array {key:?}"), n, ety.min_bytes())?;
+                self.elements = self.elements.saturating_add(n);
+                if self.elements > MAX_ARRAY_ELEMENTS {
+                    return Err(GgufError::BadMetadata {
+                        key: key.into(),
+                        problem: format!("more than {MAX_ARRAY_ELEMENTS} array elements in all"),
+                    });
+                }
                 let mut items = Vec::with_capacity(n as usize);
                 for _ in 0..n {
                     items.push(self.value(ety, key, depth + 1)?);
