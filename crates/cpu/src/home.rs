@@ -30,11 +30,13 @@ pub struct CpuOptions {
     pub n_ctx: Option<usize>,
     pub regions: usize,
     pub codec: KvCodec,
+    /// Worker threads (default: every core).
+    pub threads: Option<usize>,
 }
 
 impl Default for CpuOptions {
     fn default() -> Self {
-        CpuOptions { n_ctx: None, regions: 1, codec: KvCodec::F16 }
+        CpuOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, threads: None }
     }
 }
 
@@ -45,6 +47,9 @@ pub struct CpuHome {
     pub(crate) rope: RopeTables,
     spec: HomeSpec,
     counters: Arc<Counters>,
+    /// The home's own workers. A whole pass runs inside the pool, so the many small parallel
+    /// loops of a token step are cheap in-pool joins instead of cross-thread wake-ups each.
+    pool: Arc<rayon::ThreadPool>,
 }
 
 impl CpuHome {
@@ -57,7 +62,14 @@ impl CpuHome {
         let kv = KvCache::new(opts.codec, opts.regions, cfg.n_layer, n_ctx, cfg.kv_dim(), cfg.head_dim)?;
         let rope = RopeTables::new(cfg.rope_base, cfg.rope_dims, cfg.arch.rope_style());
         let spec = HomeSpec { kind: "cpu", vocab: cfg.vocab, n_ctx, regions: opts.regions, codec: opts.codec };
-        Ok(CpuHome { cfg, weights, kv, rope, spec, counters })
+        let threads = opts.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.max(1))
+            .thread_name(|i| format!("resin-cpu-{i}"))
+            .build()
+            .map(Arc::new)
+            .map_err(|e| CpuError::Model(format!("starting {threads} CPU threads: {e}")))?;
+        Ok(CpuHome { cfg, weights, kv, rope, spec, counters, pool })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -66,6 +78,16 @@ impl CpuHome {
 
     pub fn kv_bytes(&self) -> usize {
         self.kv.bytes()
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// One pass, run on the home's own pool.
+    fn run_pass(&mut self, rows: &[PassRow], logit_rows: &[usize]) -> Result<Vec<f32>, CpuError> {
+        let pool = self.pool.clone();
+        pool.install(|| self.pass(rows, logit_rows))
     }
 }
 
@@ -96,7 +118,7 @@ impl Home for CpuHome {
             if in_window > 1 {
                 Counters::add(&self.counters.prefill_segment_windows, 1);
             }
-            data.extend_from_slice(&self.pass(window, &logit_rows)?);
+            data.extend_from_slice(&self.run_pass(window, &logit_rows)?);
         }
         Counters::add(&self.counters.prompt_tokens_prefilled, rows.len() as u64);
         Ok(Logits { vocab, data })
@@ -106,7 +128,7 @@ impl Home for CpuHome {
         check_rows(&self.spec, rows)?;
         let pass: Vec<PassRow> = rows.iter().map(|r| (r.region.0 as usize, r.pos, r.token)).collect();
         let all: Vec<usize> = (0..rows.len()).collect();
-        let data = self.pass(&pass, &all)?;
+        let data = self.run_pass(&pass, &all)?;
         Counters::add(&self.counters.decode_rows, rows.len() as u64);
         if rows.len() > 1 {
             Counters::add(&self.counters.nrow_steps, 1);

@@ -31,7 +31,7 @@ fn reference(model: &str) -> Value {
 
 fn home_for(file: Arc<GgufFile>) -> CpuHome {
     let cfg = ModelConfig::from_gguf(&file).unwrap();
-    CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(256), regions: 1, codec: KvCodec::F16 }, Arc::new(Counters::default())).unwrap()
+    CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(256), regions: 1, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap()
 }
 
 fn ids(v: &Value) -> Vec<u32> {

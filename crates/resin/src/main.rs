@@ -23,6 +23,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Talk with the model through its chat template.
     Chat(cmd::chat::ChatArgs),
+    /// Serve the OpenAI-compatible HTTP API.
+    Serve(cmd::serve::ServeArgs),
     /// Measure prompt processing and generation speed.
     Bench(cmd::bench::BenchArgs),
     /// Fetch a model from the registry into the cache.
@@ -73,6 +75,7 @@ fn dispatch(command: Command) -> Result<()> {
     match command {
         Command::Run(a) => cmd::run::run(a),
         Command::Chat(a) => cmd::chat::chat(a),
+        Command::Serve(a) => cmd::serve::serve(a),
         Command::Bench(a) => cmd::bench::bench(a),
         Command::Pull { name, list } => {
             if list || name.is_none() {

@@ -95,7 +95,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let out = json!({
         "model": loaded.path.file_name().map(|s| s.to_string_lossy().to_string()),
         "home": spec.kind,
-        "threads": rayon::current_num_threads(),
+        "threads": model.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
         "simd": resin_cpu::kernels::simd_level(),
         "kv": spec.codec.name(),
         "prompt_tokens": args.prompt_tokens,

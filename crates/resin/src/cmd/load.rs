@@ -71,7 +71,6 @@ impl ModelArgs {
             ctx = home.spec().n_ctx,
             regions,
             simd = resin_cpu::kernels::simd_level(),
-            threads = rayon::current_num_threads(),
             "model ready"
         );
         Ok(Loaded { path, file, cfg, tokenizer, template, home })
@@ -83,7 +82,7 @@ impl ModelArgs {
             Gpu::Auto => tracing::info!("no GPU home: this build has no Vulkan home yet; the CPU home serves"),
             Gpu::Vulkan => bail!("--gpu vulkan: this build of resin has no Vulkan home yet (use --gpu off or auto)"),
         }
-        let opts = CpuOptions { n_ctx: self.ctx, regions, codec: self.kv };
+        let opts = CpuOptions { n_ctx: self.ctx, regions, codec: self.kv, threads: self.threads };
         let home = CpuHome::new(file.clone(), cfg.clone(), &opts, Arc::new(Counters::default()))?;
         Ok(Box::new(home))
     }

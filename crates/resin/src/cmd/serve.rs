@@ -1,0 +1,55 @@
+//! `resin serve`: the OpenAI-compatible server over the engine.
+
+use anyhow::Result;
+use resin_engine::{Engine, EngineConfig};
+use resin_server::{ModelInfo, ServerConfig};
+
+use super::load::ModelArgs;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to bind (127.0.0.1 unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Sessions served at once (regions of the K/V mirror).
+    #[arg(long, default_value_t = 4)]
+    pub parallel: usize,
+    /// Require `Authorization: Bearer KEY` on every /v1 request.
+    #[arg(long, env = "RESIN_API_KEY")]
+    pub api_key: Option<String>,
+    /// Requests that may wait for a session before new ones get 503.
+    #[arg(long, default_value_t = 256)]
+    pub max_queue: usize,
+    /// Serve continuations of at most 8 tokens through the token command (the peel).
+    #[arg(long = "no-prefill-peel", action = clap::ArgAction::SetFalse)]
+    pub prefill_peel: bool,
+    /// The model id clients see (default: the file name without .gguf).
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+pub fn serve(args: ServeArgs) -> Result<()> {
+    if args.parallel == 0 {
+        anyhow::bail!("--parallel must be at least 1");
+    }
+    let loaded = args.model.load(args.parallel)?;
+    let id = args.name.clone().unwrap_or_else(|| {
+        loaded.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
+    });
+    let engine_cfg = EngineConfig { max_queue: args.max_queue, prefill_peel: args.prefill_peel, ..EngineConfig::default() };
+    let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), engine_cfg);
+    let cfg = ServerConfig {
+        host: args.host,
+        port: args.port,
+        api_key: args.api_key,
+        model_name: id.clone(),
+        ..ServerConfig::default()
+    };
+    let model = ModelInfo { id, tokenizer: loaded.tokenizer, template: loaded.template };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(resin_server::serve(engine, model, cfg))
+}
