@@ -2,40 +2,28 @@
 //! attention, output projection + residual, norm, gate/up, SwiGLU, down + residual), final
 //! norm and classifier on the rows that need logits.
 
-use resin_gguf::GgmlType;
-
 use crate::attention::{attend, AttnShape};
 use crate::home::{CpuError, CpuHome};
-use crate::kernels::{matmul, Acts};
+use crate::kernels::{matmul_many, Acts};
 use crate::ops::{rms_norm, rms_norm_inplace, swiglu};
 use crate::weights::MatRef;
 
 /// One row of a pass: (region, position, token).
 pub type PassRow = (usize, u32, u32);
 
-/// Activations prepared once per weight format, so projections of the same input share them.
-struct Prepared<'a> {
-    x: &'a [f32],
-    n: usize,
-    cols: usize,
-    acts: Vec<(GgmlType, Acts)>,
-}
-
-impl<'a> Prepared<'a> {
-    fn new(x: &'a [f32], n: usize, cols: usize) -> Self {
-        Prepared { x, n, cols, acts: Vec::new() }
-    }
-    fn matmul(&mut self, home: &CpuHome, w: &MatRef, out: &mut Vec<f32>) {
-        out.resize(self.n * w.rows, 0.0);
-        let i = match self.acts.iter().position(|(t, _)| *t == w.ty) {
-            Some(i) => i,
-            None => {
-                self.acts.push((w.ty, Acts::prepare(self.x, self.n, self.cols, w.ty)));
-                self.acts.len() - 1
-            }
-        };
-        matmul(&home.weights.mat(w), &self.acts[i].1, out);
-    }
+/// `out_i = W_i x` for several weights over the same activations in one parallel region.
+fn project(home: &CpuHome, x: &[f32], n: usize, cols: usize, jobs: &mut [(&MatRef, &mut Vec<f32>)]) {
+    let acts = Acts::prepare(x, n, cols, jobs[0].0.ty);
+    let mats: Vec<_> = jobs.iter().map(|(w, _)| home.weights.mat(w)).collect();
+    let mut outs: Vec<(&crate::kernels::QMatrix, &mut [f32])> = mats
+        .iter()
+        .zip(jobs.iter_mut())
+        .map(|(m, (w, out))| {
+            out.resize(n * w.rows, 0.0);
+            (m, out.as_mut_slice())
+        })
+        .collect();
+    matmul_many(&mut outs, &acts);
 }
 
 fn add_bias(x: &mut [f32], bias: &[f32]) {
@@ -78,9 +66,14 @@ impl CpuHome {
             for i in 0..n {
                 rms_norm(&x[i * d..(i + 1) * d], &layer.attn_norm, cfg.rms_eps, &mut xn[i * d..(i + 1) * d]);
             }
-            let mut pre = Prepared::new(&xn, n, d);
-            pre.matmul(self, &layer.k, &mut k);
-            pre.matmul(self, &layer.v, &mut v);
+            // Past the K/V store, the last layer only needs the rows that give logits; q is
+            // projected with k and v unless the last layer narrows.
+            let narrow = last && logit_rows.len() < n;
+            if narrow {
+                project(self, &xn, n, d, &mut [(&layer.k, &mut k), (&layer.v, &mut v)]);
+            } else {
+                project(self, &xn, n, d, &mut [(&layer.q, &mut q), (&layer.k, &mut k), (&layer.v, &mut v)]);
+            }
             add_bias(&mut k, &layer.k_bias);
             add_bias(&mut v, &layer.v_bias);
             for (i, &(region, pos, _)) in rows.iter().enumerate() {
@@ -93,8 +86,7 @@ impl CpuHome {
                 self.kv.store(region, l, pos as usize, ki, &v[i * kv_dim..(i + 1) * kv_dim]);
             }
 
-            // Past the K/V store, the last layer only needs the rows that give logits.
-            let mut pre = if last && logit_rows.len() < n {
+            if narrow {
                 x = gather(&x, d, logit_rows);
                 xn = gather(&xn, d, logit_rows);
                 attn_rows = logit_rows.iter().map(|&i| attn_rows[i]).collect();
@@ -103,11 +95,8 @@ impl CpuHome {
                     // A window in which no segment ends: its K/V rows were all it owed.
                     return Ok(Vec::new());
                 }
-                Prepared::new(&xn, n, d)
-            } else {
-                pre
-            };
-            pre.matmul(self, &layer.q, &mut q);
+                project(self, &xn, n, d, &mut [(&layer.q, &mut q)]);
+            }
             add_bias(&mut q, &layer.q_bias);
             for (i, &(_, pos)) in attn_rows.iter().enumerate() {
                 let qi = &mut q[i * q_dim..(i + 1) * q_dim];
@@ -119,17 +108,15 @@ impl CpuHome {
             }
             att.resize(n * q_dim, 0.0);
             attend(&self.kv, l, &attn_rows, &shape, &q, &mut att);
-            Prepared::new(&att, n, q_dim).matmul(self, &layer.attn_out, &mut o);
+            project(self, &att, n, q_dim, &mut [(&layer.attn_out, &mut o)]);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
             for i in 0..n {
                 rms_norm(&x[i * d..(i + 1) * d], &layer.ffn_norm, cfg.rms_eps, &mut xn[i * d..(i + 1) * d]);
             }
-            let mut pre = Prepared::new(&xn, n, d);
-            pre.matmul(self, &layer.gate, &mut gate);
-            pre.matmul(self, &layer.up, &mut up);
+            project(self, &xn, n, d, &mut [(&layer.gate, &mut gate), (&layer.up, &mut up)]);
             swiglu(&mut gate, &up);
-            Prepared::new(&gate, n, cfg.n_ff).matmul(self, &layer.down, &mut down);
+            project(self, &gate, n, cfg.n_ff, &mut [(&layer.down, &mut down)]);
             x.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
         }
 
@@ -140,7 +127,7 @@ impl CpuHome {
             rms_norm(&x[i * d..(i + 1) * d], &self.weights.output_norm, cfg.rms_eps, &mut xn[i * d..(i + 1) * d]);
         }
         let mut logits = Vec::new();
-        Prepared::new(&xn, m, d).matmul(self, &self.weights.output, &mut logits);
+        project(self, &xn, m, d, &mut [(&self.weights.output, &mut logits)]);
         Ok(logits)
     }
 }
