@@ -1,0 +1,62 @@
+//! The official `openai` Python client against a real `resin serve` (scripts/serve_tests.py):
+//! SmolLM2 for chat, streaming, completions, models, errors and the API key; Qwen2.5-Coder-0.5B
+//! for the tool-call round trip. Needs python3 with `openai` (`.ci/run` installs it); without
+//! it the test fails, it does not skip.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn start(model: &str, extra: &[&str]) -> (Server, String) {
+    // Fetch first (with the hub's lock), so the server starts at once.
+    resin_hub::ensure(model, false).unwrap_or_else(|e| panic!("fetching {model}: {e}"));
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_resin"))
+        .args(["serve", "--model", model, "--port", &port.to_string(), "--parallel", "4", "--ctx", "2048", "--threads", "2"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting resin serve");
+    let url = format!("http://127.0.0.1:{port}");
+    let t0 = Instant::now();
+    loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(180), "resin serve did not start listening on {url}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (Server(child), url)
+}
+
+#[test]
+fn openai_client_against_resin_serve() {
+    let (_smol, url) = start("smollm2-135m", &["--api-key", "test-key"]);
+    let (_qwen, tools_url) = start("qwen2.5-coder-0.5b", &[]);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/serve_tests.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(&url)
+        .args(["--api-key", "test-key", "--tools-url", &tools_url])
+        .output()
+        .expect("running python3 scripts/serve_tests.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "serve_tests.py failed: {stdout}");
+    assert!(stdout.contains("0 failed") && !stdout.contains(" 0 passed"), "unexpected summary: {stdout}");
+}

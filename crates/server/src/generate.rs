@@ -1,0 +1,379 @@
+//! The engine's events as a whole response or as SSE chunks in OpenAI's format.
+//!
+//! Both paths feed the same [`ToolStreamer`], so a streamed answer and a whole one say the same.
+//! A streamed response owns its [`GenHandle`]: when the client goes away the body is dropped,
+//! the handle with it, and the engine frees the session at its next tick.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use resin_engine::{Finish, FinishReason, GenEvent, GenHandle};
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::tools::{ToolCall, ToolStreamer};
+use crate::{AppState, LogsItself, Usage};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Chat,
+    Completion,
+}
+
+/// One admitted generation and what its response needs.
+pub struct Gen {
+    pub state: AppState,
+    pub handle: GenHandle,
+    pub kind: Kind,
+    pub tools: Option<ToolStreamer>,
+    pub include_usage: bool,
+    /// When the request arrived (for the log line).
+    pub t0: Instant,
+    pub path: &'static str,
+    pub prompt_tokens: usize,
+}
+
+fn random_id(prefix: &str) -> String {
+    use rand::distributions::Alphanumeric;
+    use rand::Rng;
+    let r: String = rand::thread_rng()
+        .sample_iter(&Alphanumeric)
+        .take(24)
+        .map(char::from)
+        .collect();
+    format!("{prefix}{r}")
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn finish_reason(f: &Finish, calls: &[ToolCall]) -> &'static str {
+    if !calls.is_empty() {
+        return "tool_calls";
+    }
+    match f.reason {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+    }
+}
+
+fn usage_json(f: &Finish) -> Value {
+    json!({
+        "prompt_tokens": f.prompt_tokens,
+        "completion_tokens": f.completion_tokens,
+        "total_tokens": f.prompt_tokens + f.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": f.reused_tokens},
+    })
+}
+
+fn calls_json(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+        .collect()
+}
+
+/// Tracks the time between tokens for the inter-token histogram.
+struct TokenClock {
+    last: Option<Instant>,
+    tokens: usize,
+}
+
+impl TokenClock {
+    fn tick(&mut self, state: &AppState, ids: usize) {
+        if ids == 0 {
+            return;
+        }
+        let now = Instant::now();
+        if let Some(l) = self.last {
+            state.metrics.inter_token.observe(now - l);
+        }
+        self.last = Some(now);
+        self.tokens += ids;
+        state.metrics.tokens(0, ids);
+    }
+}
+
+impl Gen {
+    /// Wait for the whole generation and answer it in one response.
+    pub async fn collect(mut self) -> Response {
+        let mut text = String::new();
+        let mut clock = TokenClock {
+            last: None,
+            tokens: 0,
+        };
+        let finish = loop {
+            match self.handle.next().await {
+                Some(GenEvent::Delta { ids, text: t }) => {
+                    clock.tick(&self.state, ids.len());
+                    text.push_str(&t);
+                }
+                Some(GenEvent::Done(f)) => break f,
+                Some(GenEvent::Error(e)) => {
+                    return ApiError::internal(format!("Generation failed: {e}")).into_response()
+                }
+                None => {
+                    return ApiError::internal("The engine stopped during this generation.")
+                        .into_response()
+                }
+            }
+        };
+        self.state.metrics.ttft.observe(finish.time_to_first_token);
+        let (content, calls) = match self.tools.take() {
+            Some(mut ts) => {
+                let mut shown = ts.push(&text);
+                let fin = ts.finish();
+                shown.push_str(&fin.content);
+                (shown, fin.calls)
+            }
+            None => (text, Vec::new()),
+        };
+        let reason = finish_reason(&finish, &calls);
+        let body = match self.kind {
+            Kind::Chat => {
+                let mut message = json!({"role": "assistant", "content": content});
+                if !calls.is_empty() {
+                    if content.is_empty() {
+                        message["content"] = Value::Null;
+                    }
+                    message["tool_calls"] = calls_json(&calls);
+                }
+                json!({
+                    "id": random_id("chatcmpl-"),
+                    "object": "chat.completion",
+                    "created": now_secs(),
+                    "model": self.state.model_id,
+                    "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": reason}],
+                    "usage": usage_json(&finish),
+                })
+            }
+            Kind::Completion => json!({
+                "id": random_id("cmpl-"),
+                "object": "text_completion",
+                "created": now_secs(),
+                "model": self.state.model_id,
+                "choices": [{"index": 0, "text": content, "logprobs": null, "finish_reason": reason}],
+                "usage": usage_json(&finish),
+            }),
+        };
+        let mut r = Json(body).into_response();
+        r.extensions_mut().insert(Usage {
+            prompt: finish.prompt_tokens,
+            completion: finish.completion_tokens,
+        });
+        r
+    }
+
+    /// Answer as server-sent events, chunk by chunk, ending with `data: [DONE]`.
+    pub fn stream(self) -> Response {
+        let id = random_id(if self.kind == Kind::Chat {
+            "chatcmpl-"
+        } else {
+            "cmpl-"
+        });
+        let prompt_tokens = self.prompt_tokens;
+        let mut s = SseState {
+            gen: self,
+            id,
+            created: now_secs(),
+            pending: VecDeque::new(),
+            done: false,
+            finished: None,
+            clock: TokenClock {
+                last: None,
+                tokens: 0,
+            },
+            prompt_tokens,
+        };
+        if s.gen.kind == Kind::Chat {
+            let first = s.chunk(json!({"role": "assistant", "content": ""}), None);
+            s.pending.push_back(first);
+        }
+        let body = futures_util::stream::unfold(s, |mut s| async move {
+            let b = s.next_bytes().await?;
+            Some((Ok::<Bytes, Infallible>(b), s))
+        });
+        let mut r = Response::new(Body::from_stream(body));
+        *r.status_mut() = StatusCode::OK;
+        let h = r.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        r.extensions_mut().insert(LogsItself);
+        r
+    }
+}
+
+struct SseState {
+    gen: Gen,
+    id: String,
+    created: u64,
+    pending: VecDeque<Bytes>,
+    /// No more events will come (the final chunks are queued).
+    done: bool,
+    /// How it ended, for the log line ("stop", "length", "tool_calls", "error").
+    finished: Option<&'static str>,
+    clock: TokenClock,
+    prompt_tokens: usize,
+}
+
+fn sse(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+impl SseState {
+    /// One chunk: a chat delta or a text piece, with its finish reason.
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Bytes {
+        let mut v = match self.gen.kind {
+            Kind::Chat => json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.gen.state.model_id,
+                "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+            }),
+            Kind::Completion => json!({
+                "id": self.id,
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.gen.state.model_id,
+                "choices": [{"index": 0, "text": delta, "logprobs": null, "finish_reason": finish}],
+            }),
+        };
+        if self.gen.include_usage {
+            v["usage"] = Value::Null;
+        }
+        sse(&v)
+    }
+
+    fn content(&self, text: String) -> Bytes {
+        match self.gen.kind {
+            Kind::Chat => self.chunk(json!({"content": text}), None),
+            Kind::Completion => self.chunk(Value::String(text), None),
+        }
+    }
+
+    async fn next_bytes(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(b) = self.pending.pop_front() {
+                return Some(b);
+            }
+            if self.done {
+                return None;
+            }
+            match self.gen.handle.next().await {
+                Some(GenEvent::Delta { ids, text }) => {
+                    self.clock.tick(&self.gen.state, ids.len());
+                    let shown = match self.gen.tools.as_mut() {
+                        Some(ts) => ts.push(&text),
+                        None => text,
+                    };
+                    if !shown.is_empty() {
+                        let c = self.content(shown);
+                        self.pending.push_back(c);
+                    }
+                }
+                Some(GenEvent::Done(f)) => self.end(f),
+                Some(GenEvent::Error(e)) => {
+                    let err = ApiError::internal(format!("Generation failed: {e}"));
+                    self.pending.push_back(sse(&err.body()));
+                    self.pending
+                        .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                    self.finished = Some("error");
+                    self.done = true;
+                }
+                None => {
+                    let err = ApiError::internal("The engine stopped during this generation.");
+                    self.pending.push_back(sse(&err.body()));
+                    self.pending
+                        .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                    self.finished = Some("error");
+                    self.done = true;
+                }
+            }
+        }
+    }
+
+    /// Queue the last chunks: held content or tool calls, the finish reason, usage, [DONE].
+    fn end(&mut self, f: Finish) {
+        self.gen.state.metrics.ttft.observe(f.time_to_first_token);
+        self.prompt_tokens = f.prompt_tokens;
+        let calls = match self.gen.tools.take() {
+            Some(ts) => {
+                let fin = ts.finish();
+                if !fin.content.is_empty() {
+                    let c = self.content(fin.content);
+                    self.pending.push_back(c);
+                }
+                fin.calls
+            }
+            None => Vec::new(),
+        };
+        for (i, c) in calls.iter().enumerate() {
+            let head = json!({"tool_calls": [{"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}]});
+            let args =
+                json!({"tool_calls": [{"index": i, "function": {"arguments": c.arguments}}]});
+            let (a, b) = (self.chunk(head, None), self.chunk(args, None));
+            self.pending.push_back(a);
+            self.pending.push_back(b);
+        }
+        let reason = finish_reason(&f, &calls);
+        let last = match self.gen.kind {
+            Kind::Chat => self.chunk(json!({}), Some(reason)),
+            Kind::Completion => self.chunk(Value::String(String::new()), Some(reason)),
+        };
+        self.pending.push_back(last);
+        if self.gen.include_usage {
+            let object = if self.gen.kind == Kind::Chat {
+                "chat.completion.chunk"
+            } else {
+                "text_completion"
+            };
+            let u = json!({
+                "id": self.id,
+                "object": object,
+                "created": self.created,
+                "model": self.gen.state.model_id,
+                "choices": [],
+                "usage": usage_json(&f),
+            });
+            self.pending.push_back(sse(&u));
+        }
+        self.pending
+            .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+        self.finished = Some(reason);
+        self.done = true;
+    }
+}
+
+impl Drop for SseState {
+    /// The stream's one log line, when it ends or its client leaves.
+    fn drop(&mut self) {
+        let outcome = match (self.finished, self.done && self.pending.is_empty()) {
+            (Some(r), true) => r,
+            (Some(_), false) | (None, _) => "client gone",
+        };
+        tracing::info!(
+            method = "POST",
+            path = self.gen.path,
+            status = 200,
+            latency_ms = self.gen.t0.elapsed().as_secs_f64() * 1e3,
+            prompt_tokens = self.prompt_tokens,
+            completion_tokens = self.clock.tokens,
+            outcome,
+            "request (streamed)"
+        );
+    }
+}

@@ -1,0 +1,377 @@
+//! The endpoints.
+
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use resin_engine::{GenRequest, LogitsConstraint};
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::generate::{Gen, Kind};
+use crate::grammar::{self, ToolCallConstraint};
+use crate::openai::{parse, ChatRequest, CompletionRequest, Plan};
+use crate::prompt;
+use crate::tools::ToolStreamer;
+use crate::AppState;
+
+/// The body, or 413 past the limit (and 400 for a body that could not be read).
+fn body_bytes(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                format!(
+                    "The request body is larger than this server accepts ({} bytes).",
+                    state.cfg.max_body_bytes
+                ),
+            )
+            .code("request_too_large")
+        } else {
+            ApiError::invalid(format!(
+                "The request body could not be read: {}",
+                r.body_text()
+            ))
+        }
+    })
+}
+
+/// What `tool_choice` asks for.
+#[derive(Debug, Clone, PartialEq)]
+enum ToolChoice {
+    None,
+    Auto,
+    Required,
+    Named(String),
+}
+
+/// The declared tools as (name, parameter schema), checked.
+fn declared_tools(tools: &[Value]) -> Result<Vec<(String, Value)>, ApiError> {
+    let mut out = Vec::new();
+    for (i, t) in tools.iter().enumerate() {
+        let bad =
+            |m: &str| ApiError::invalid(format!("tools[{i}]: {m}")).param(format!("tools[{i}]"));
+        if let Some(kind) = t.get("type").and_then(Value::as_str) {
+            if kind != "function" {
+                return Err(bad(&format!(
+                    "type {kind:?} is not supported (only \"function\")"
+                )));
+            }
+        }
+        let f = t
+            .get("function")
+            .filter(|f| f.is_object())
+            .ok_or_else(|| bad("needs a 'function' object"))?;
+        let name = f
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| bad("the function needs a 'name'"))?;
+        let params = f
+            .get("parameters")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+        if !params.is_object() {
+            return Err(bad("'parameters' must be a JSON schema object"));
+        }
+        out.push((name.to_string(), params));
+    }
+    Ok(out)
+}
+
+fn tool_choice(v: Option<&Value>, tools: &[(String, Value)]) -> Result<ToolChoice, ApiError> {
+    let bad = |m: String| ApiError::invalid(m).param("tool_choice");
+    let choice = match v {
+        None | Some(Value::Null) => {
+            if tools.is_empty() {
+                ToolChoice::None
+            } else {
+                ToolChoice::Auto
+            }
+        }
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(bad(format!(
+                "tool_choice {other:?} is not one of none, auto, required, or a function object."
+            )))
+            }
+        },
+        Some(o @ Value::Object(_)) => {
+            let name = o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad("tool_choice as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}.".into()))?;
+            ToolChoice::Named(name.to_string())
+        }
+        Some(_) => return Err(bad("tool_choice must be a string or an object.".into())),
+    };
+    match &choice {
+        ToolChoice::Required if tools.is_empty() => {
+            Err(bad("tool_choice \"required\" needs tools.".into()))
+        }
+        ToolChoice::Named(n) if !tools.iter().any(|(t, _)| t == n) => Err(bad(format!(
+            "tool_choice names {n:?}, which is not among the tools."
+        ))),
+        _ => Ok(choice),
+    }
+}
+
+/// Submit to the engine; the response streams or comes whole.
+#[allow(clippy::too_many_arguments)]
+fn submit(
+    state: &AppState,
+    prompt: Vec<u32>,
+    plan: Plan,
+    constraint: Option<Box<dyn LogitsConstraint>>,
+    tools: Option<ToolStreamer>,
+    kind: Kind,
+    path: &'static str,
+    t0: Instant,
+) -> Result<Gen, ApiError> {
+    let n_ctx = state.engine.n_ctx();
+    if prompt.len() >= n_ctx {
+        return Err(resin_engine::SubmitError::PromptTooLong {
+            prompt: prompt.len(),
+            n_ctx,
+        }
+        .into());
+    }
+    let prompt_tokens = prompt.len();
+    let mut req = GenRequest::new(prompt, plan.max_tokens.unwrap_or(n_ctx));
+    req.params = plan.params;
+    req.stop = plan.stop;
+    if plan.ignore_eos {
+        req.stop_ids = Some(Vec::new());
+    }
+    req.constraint = constraint;
+    let handle = state.engine.submit(req)?;
+    state.metrics.tokens(prompt_tokens, 0);
+    Ok(Gen {
+        state: state.clone(),
+        handle,
+        kind,
+        tools,
+        include_usage: plan.include_usage,
+        t0,
+        path,
+        prompt_tokens,
+    })
+}
+
+async fn respond(gen: Gen, stream: bool) -> Response {
+    if stream {
+        gen.stream()
+    } else {
+        gen.collect().await
+    }
+}
+
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let t0 = Instant::now();
+    match chat_gen(&state, body, t0) {
+        Ok((gen, stream)) => respond(gen, stream).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn chat_gen(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+    t0: Instant,
+) -> Result<(Gen, bool), ApiError> {
+    let body = body_bytes(state, body)?;
+    let req: ChatRequest = parse(&body)?;
+    let plan = req
+        .common
+        .plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
+    let tools = declared_tools(req.tools.as_deref().unwrap_or(&[]))?;
+    let choice = tool_choice(req.tool_choice.as_ref(), &tools)?;
+    let messages = prompt::normalize_messages(&req.messages)?;
+    let template_tools = match (&choice, req.tools.as_deref()) {
+        (ToolChoice::None, _) | (_, None) => None,
+        (_, Some([])) => None,
+        (_, Some(t)) => Some(t),
+    };
+    let text = prompt::render(state.template.as_ref(), &messages, template_tools)?;
+    let ids = prompt::encode(&state.tokenizer, &text)?;
+    let allowed: Vec<(String, Value)> = match &choice {
+        ToolChoice::Required => tools.clone(),
+        ToolChoice::Named(n) => tools.iter().filter(|(t, _)| t == n).cloned().collect(),
+        _ => Vec::new(),
+    };
+    let constraint: Option<Box<dyn LogitsConstraint>> = if allowed.is_empty() {
+        None
+    } else {
+        Some(Box::new(ToolCallConstraint::new(
+            state.token_table(),
+            grammar::compile(&allowed),
+        )))
+    };
+    let streamer = match &choice {
+        ToolChoice::None => None,
+        ToolChoice::Auto if tools.is_empty() => None,
+        ToolChoice::Auto => Some(ToolStreamer::new(
+            tools.iter().map(|(n, _)| n.clone()).collect(),
+        )),
+        _ => Some(ToolStreamer::new(
+            allowed.iter().map(|(n, _)| n.clone()).collect(),
+        )),
+    };
+    let stream = plan.stream;
+    let gen = submit(
+        state,
+        ids,
+        plan,
+        constraint,
+        streamer,
+        Kind::Chat,
+        "/v1/chat/completions",
+        t0,
+    )?;
+    Ok((gen, stream))
+}
+
+pub async fn completions(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let t0 = Instant::now();
+    match completion_gen(&state, body, t0) {
+        Ok((gen, stream)) => respond(gen, stream).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn completion_gen(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+    t0: Instant,
+) -> Result<(Gen, bool), ApiError> {
+    let body = body_bytes(state, body)?;
+    let req: CompletionRequest = parse(&body)?;
+    let plan = req
+        .common
+        .plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
+    let bad = || {
+        ApiError::invalid(
+            "prompt must be a string, an array of one string, or an array of token ids.",
+        )
+        .param("prompt")
+    };
+    let one = |v: &Value| -> Result<Vec<u32>, ApiError> {
+        match v {
+            Value::String(s) => prompt::encode(&state.tokenizer, s),
+            Value::Array(ids) if !ids.is_empty() && ids.iter().all(Value::is_u64) => {
+                let vocab = state.tokenizer.vocab_size() as u64;
+                ids.iter()
+                    .map(|i| {
+                        let i = i.as_u64().unwrap_or(u64::MAX);
+                        if i < vocab {
+                            Ok(i as u32)
+                        } else {
+                            Err(ApiError::invalid(format!(
+                                "Token id {i} is outside the vocabulary ({vocab})."
+                            ))
+                            .param("prompt"))
+                        }
+                    })
+                    .collect()
+            }
+            _ => Err(bad()),
+        }
+    };
+    let ids = match &req.prompt {
+        Value::Array(items)
+            if items.len() == 1 && (items[0].is_string() || items[0].is_array()) =>
+        {
+            one(&items[0])?
+        }
+        Value::Array(items) if items.len() > 1 && !items[0].is_u64() => {
+            return Err(ApiError::invalid(
+                "Several prompts in one request are not supported; send one.",
+            )
+            .param("prompt"))
+        }
+        v => one(v)?,
+    };
+    if ids.is_empty() {
+        return Err(ApiError::invalid("The prompt is empty.").param("prompt"));
+    }
+    let stream = plan.stream;
+    let gen = submit(
+        state,
+        ids,
+        plan,
+        None,
+        None,
+        Kind::Completion,
+        "/v1/completions",
+        t0,
+    )?;
+    Ok((gen, stream))
+}
+
+fn model_object(state: &AppState) -> Value {
+    json!({
+        "id": state.model_id,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "resin",
+        "meta": {"n_ctx": state.engine.n_ctx(), "sessions": state.engine.regions(), "home": state.engine.home_kind(), "vocab": state.tokenizer.vocab_size()},
+    })
+}
+
+pub async fn models(State(state): State<AppState>) -> Response {
+    Json(json!({"object": "list", "data": [model_object(&state)]})).into_response()
+}
+
+pub async fn model(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+    if id == state.model_id {
+        Json(model_object(&state)).into_response()
+    } else {
+        ApiError::not_found(format!("The model '{id}' does not exist."))
+            .param("model")
+            .code("model_not_found")
+            .into_response()
+    }
+}
+
+pub async fn health(State(state): State<AppState>) -> Response {
+    use std::sync::atomic::Ordering;
+    let s = state.engine.stats();
+    Json(json!({
+        "status": "ok",
+        "model": state.model_id,
+        "active": s.active.load(Ordering::Relaxed),
+        "queued": s.queued.load(Ordering::Relaxed),
+    }))
+    .into_response()
+}
+
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(&state.engine),
+    )
+        .into_response()
+}
+
+pub async fn not_found() -> Response {
+    ApiError::not_found("No such endpoint. This server has /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics.")
+        .into_response()
+}

@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""OpenAI-client tests against a running `resin serve` (or any OpenAI-compatible server).
+
+    python3 scripts/serve_tests.py [URL] [--api-key KEY] [--tools-url URL2]
+
+--max-body (or $RESIN_MAX_BODY, default 4 MiB as in ServerConfig) is the server's body limit.
+URL (default $RESIN_URL or http://127.0.0.1:8080) serves SmolLM2-135M; the api-key tests run
+when the server was started with --api-key (pass the same key here, or $RESIN_API_KEY).
+--tools-url (or $RESIN_TOOLS_URL) serves Qwen2.5-Coder-0.5B for the tool-call round trip;
+without it that test is skipped. Uses the official `openai` package (pip install openai).
+Prints one line a test and 'N passed, N failed' at the end; exits 1 on a failure.
+"""
+
+import argparse
+import json
+import os
+import sys
+import traceback
+import urllib.error
+import urllib.request
+
+try:
+    import openai
+    from openai import OpenAI
+except ImportError:
+    sys.exit("serve_tests.py needs the openai package: pip install openai")
+
+RESULTS = {"passed": 0, "failed": 0, "skipped": 0}
+
+
+def test(fn):
+    fn.is_test = True
+    return fn
+
+
+class Ctx:
+    def __init__(self, url, key, tools_url, max_body):
+        self.max_body = max_body
+        self.url = url.rstrip("/")
+        self.key = key
+        self.tools_url = tools_url.rstrip("/") if tools_url else None
+        self.client = OpenAI(base_url=self.url + "/v1", api_key=key or "none", max_retries=0, timeout=300)
+        self.model = self.client.models.list().data[0].id
+
+
+def raw(url, method="GET", body=None, headers=None):
+    """A plain HTTP request: (status, headers, parsed JSON or text)."""
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            status, hdrs, text = r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, hdrs, text = e.code, dict(e.headers), e.read().decode()
+    try:
+        return status, hdrs, json.loads(text)
+    except ValueError:
+        return status, hdrs, text
+
+
+def auth(ctx):
+    return {"authorization": f"Bearer {ctx.key}"} if ctx.key else {}
+
+
+@test
+def models(ctx):
+    ms = ctx.client.models.list()
+    assert len(ms.data) == 1 and ms.data[0].object == "model", ms
+
+
+@test
+def health_and_metrics(ctx):
+    st, _, b = raw(ctx.url + "/health")
+    assert st == 200 and b["status"] == "ok", b
+    st, _, m = raw(ctx.url + "/metrics")
+    assert st == 200
+    for name in ["resin_requests_total", "resin_time_to_first_token_seconds_bucket", "resin_active_sessions", "resin_nrow_steps_total"]:
+        assert name in m, name
+
+
+@test
+def chat(ctx):
+    r = ctx.client.chat.completions.create(
+        model=ctx.model,
+        messages=[{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is the capital of France?"}],
+        temperature=0,
+        max_tokens=24,
+    )
+    c = r.choices[0]
+    assert c.message.role == "assistant" and c.message.content, r
+    assert c.finish_reason in ("stop", "length"), r
+    assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+@test
+def streaming_chat_equals_whole(ctx):
+    msgs = [{"role": "user", "content": "Name three colors."}]
+    whole = ctx.client.chat.completions.create(model=ctx.model, messages=msgs, temperature=0, max_tokens=32)
+    stream = ctx.client.chat.completions.create(
+        model=ctx.model, messages=msgs, temperature=0, max_tokens=32, stream=True, stream_options={"include_usage": True}
+    )
+    text, reason, usage = "", None, None
+    for chunk in stream:
+        if chunk.usage:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            text += ch.delta.content or ""
+            reason = ch.finish_reason or reason
+    assert text == whole.choices[0].message.content, (text, whole.choices[0].message.content)
+    assert reason == whole.choices[0].finish_reason
+    assert usage is not None and usage.completion_tokens == whole.usage.completion_tokens
+
+
+@test
+def stop_strings_do_not_leak(ctx):
+    p = "The capital of France is"
+    full = ctx.client.completions.create(model=ctx.model, prompt=p, temperature=0, max_tokens=16).choices[0].text
+    assert "Paris" in full, full
+    cut = full[: full.index("Paris")]
+    r = ctx.client.completions.create(model=ctx.model, prompt=p, temperature=0, max_tokens=16, stop=["Paris"])
+    assert r.choices[0].text == cut and r.choices[0].finish_reason == "stop", r
+    s = ctx.client.completions.create(model=ctx.model, prompt=p, temperature=0, max_tokens=16, stop="Paris", stream=True)
+    assert "".join(c.choices[0].text for c in s if c.choices) == cut
+
+
+@test
+def completions(ctx):
+    r = ctx.client.completions.create(model=ctx.model, prompt="Once upon a time", temperature=0, max_tokens=12)
+    assert r.object == "text_completion" and r.choices[0].text, r
+    s = ctx.client.completions.create(model=ctx.model, prompt="Once upon a time", temperature=0, max_tokens=12, stream=True)
+    assert "".join(c.choices[0].text for c in s if c.choices) == r.choices[0].text
+
+
+@test
+def seeded_sampling_repeats(ctx):
+    kw = dict(model=ctx.model, messages=[{"role": "user", "content": "Tell me a word."}], temperature=0.9, top_p=0.9, seed=7, max_tokens=12)
+    a = ctx.client.chat.completions.create(**kw).choices[0].message.content
+    b = ctx.client.chat.completions.create(**kw).choices[0].message.content
+    assert a == b, (a, b)
+
+
+@test
+def errors(ctx):
+    def expect(status, call):
+        try:
+            call()
+        except openai.APIStatusError as e:
+            assert e.status_code == status, (e.status_code, status, e)
+            body = e.response.json()["error"]
+            assert body["message"] and "type" in body and "param" in body and "code" in body, body
+            return body
+        raise AssertionError(f"expected {status}")
+
+    msgs = [{"role": "user", "content": "hi"}]
+    expect(404, lambda: ctx.client.chat.completions.create(model="no-such-model", messages=msgs))
+    expect(400, lambda: ctx.client.chat.completions.create(model=ctx.model, messages=msgs, max_tokens=0))
+    expect(400, lambda: ctx.client.chat.completions.create(model=ctx.model, messages=msgs, n=2))
+    expect(400, lambda: ctx.client.chat.completions.create(model=ctx.model, messages=msgs, temperature=-3))
+    expect(400, lambda: ctx.client.chat.completions.create(model=ctx.model, messages=[]))
+    body = expect(400, lambda: ctx.client.completions.create(model=ctx.model, prompt="word " * 40000, max_tokens=4))
+    assert any(ch.isdigit() for ch in body["message"]), body
+    st, _, b = raw(ctx.url + "/v1/chat/completions", "POST", b"{not json", auth(ctx))
+    assert st == 400 and "error" in b, (st, b)
+    st, _, b = raw(ctx.url + "/v1/chat/completions", "POST", {"messages": "hi"}, auth(ctx))
+    assert st == 400 and b["error"]["param"] == "messages", (st, b)
+    # Just past the server's body limit (a client that sends far more may see the connection
+    # closed before it reads the 413, as with any server that stops reading).
+    st, _, b = raw(ctx.url + "/v1/completions", "POST", {"prompt": "x" * (ctx.max_body + (16 << 10))}, auth(ctx))
+    assert st == 413 and b["error"]["code"] == "request_too_large", (st, b)
+    # Still serving.
+    ctx.client.chat.completions.create(model=ctx.model, messages=msgs, max_tokens=2)
+
+
+@test
+def api_key(ctx):
+    if not ctx.key:
+        return "skip: the server runs without --api-key"
+    st, _, b = raw(ctx.url + "/v1/models")
+    assert st == 401 and b["error"]["code"] == "invalid_api_key", (st, b)
+    st, _, _ = raw(ctx.url + "/v1/models", headers={"authorization": "Bearer wrong"})
+    assert st == 401
+    bad = OpenAI(base_url=ctx.url + "/v1", api_key="wrong", max_retries=0)
+    try:
+        bad.models.list()
+        raise AssertionError("a wrong key was accepted")
+    except openai.AuthenticationError:
+        pass
+    assert raw(ctx.url + "/health")[0] == 200 and raw(ctx.url + "/metrics")[0] == 200
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a given city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city name, e.g. Paris"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+
+
+@test
+def forced_tool_call(ctx):
+    # On any model: tool_choice "required" constrains decoding to a valid call.
+    msgs = [{"role": "user", "content": "What's the weather like in Paris?"}]
+    r = ctx.client.chat.completions.create(
+        model=ctx.model, messages=msgs, tools=[WEATHER_TOOL], tool_choice="required", temperature=0, max_tokens=64
+    )
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", r
+    call = c.message.tool_calls[0]
+    assert call.id.startswith("call_") and call.function.name == "get_weather"
+    assert "city" in json.loads(call.function.arguments)
+
+
+@test
+def tool_call_round_trip(ctx):
+    if not ctx.tools_url:
+        return "skip: no --tools-url (a server on Qwen2.5-Coder-0.5B)"
+    client = OpenAI(base_url=ctx.tools_url + "/v1", api_key=ctx.key or "none", max_retries=0, timeout=600)
+    model = client.models.list().data[0].id
+    msgs = [
+        {"role": "system", "content": "You are a helpful assistant. Use the tools when they help."},
+        {"role": "user", "content": "What's the weather like in Paris today?"},
+    ]
+    r = client.chat.completions.create(model=model, messages=msgs, tools=[WEATHER_TOOL], temperature=0, max_tokens=128)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", f"expected a call, got {c.message.content!r}"
+    call = c.message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    args = json.loads(call.function.arguments)
+    assert "paris" in args["city"].lower(), args
+
+    # Streamed, the same call arrives as tool_calls deltas.
+    s = client.chat.completions.create(model=model, messages=msgs, tools=[WEATHER_TOOL], temperature=0, max_tokens=128, stream=True)
+    name, sargs, reason = None, "", None
+    for chunk in s:
+        for ch in chunk.choices:
+            for tc in ch.delta.tool_calls or []:
+                if tc.function and tc.function.name:
+                    name = tc.function.name
+                sargs += (tc.function.arguments or "") if tc.function else ""
+            reason = ch.finish_reason or reason
+    assert name == "get_weather" and reason == "tool_calls" and json.loads(sargs) == args, (name, sargs, reason)
+
+    # The result goes back; the model answers in text using it.
+    msgs.append({"role": "assistant", "content": None, "tool_calls": [call.model_dump()]})
+    msgs.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"city": "Paris", "temperature_c": 21, "sky": "sunny"})})
+    r2 = client.chat.completions.create(model=model, messages=msgs, tools=[WEATHER_TOOL], temperature=0, max_tokens=64)
+    c2 = r2.choices[0]
+    assert c2.finish_reason in ("stop", "length") and c2.message.content, r2
+    assert "21" in c2.message.content or "sunny" in c2.message.content.lower(), c2.message.content
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("url", nargs="?", default=os.environ.get("RESIN_URL", "http://127.0.0.1:8080"))
+    ap.add_argument("--api-key", default=os.environ.get("RESIN_API_KEY"))
+    ap.add_argument("--tools-url", default=os.environ.get("RESIN_TOOLS_URL"))
+    ap.add_argument("--max-body", type=int, default=int(os.environ.get("RESIN_MAX_BODY", 4 << 20)), help="the server's body limit in bytes")
+    ap.add_argument("-k", help="run only tests whose name contains this")
+    a = ap.parse_args()
+    ctx = Ctx(a.url, a.api_key, a.tools_url, a.max_body)
+    tests = [f for f in globals().values() if getattr(f, "is_test", False) and (not a.k or a.k in f.__name__)]
+    for t in tests:
+        try:
+            note = t(ctx)
+            if isinstance(note, str) and note.startswith("skip"):
+                RESULTS["skipped"] += 1
+                print(f"SKIP {t.__name__}: {note[5:].strip()}")
+            else:
+                RESULTS["passed"] += 1
+                print(f"PASS {t.__name__}")
+        except Exception:
+            RESULTS["failed"] += 1
+            print(f"FAIL {t.__name__}\n{traceback.format_exc()}")
+    print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed, {RESULTS['skipped']} skipped")
+    sys.exit(1 if RESULTS["failed"] else 0)
+
+
+if __name__ == "__main__":
+    main()
