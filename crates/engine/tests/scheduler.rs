@@ -1,0 +1,179 @@
+//! The scheduler on the CPU home with the real SmolLM2: concurrent streams equal each stream
+//! alone, a second turn adopts the first turn's rows and prefills only its suffix, the peel and
+//! the window chain agree, and a dropped handle frees its region at once.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use resin_core::{Counters, KvCodec};
+use resin_cpu::{CpuHome, CpuOptions};
+use resin_engine::{Engine, EngineConfig, FinishReason, GenEvent, GenHandle, GenRequest};
+use resin_gguf::GgufFile;
+use resin_model::{ModelConfig, Tokenizer};
+
+struct Model {
+    file: Arc<GgufFile>,
+    cfg: ModelConfig,
+    tok: Arc<Tokenizer>,
+}
+
+fn model() -> Model {
+    let path = resin_hub::ensure("smollm2-135m", false).expect("fetching SmolLM2-135M");
+    let file = Arc::new(GgufFile::open(path).unwrap());
+    let cfg = ModelConfig::from_gguf(&file).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&file).unwrap());
+    Model { file, cfg, tok }
+}
+
+fn engine(m: &Model, regions: usize, config: EngineConfig) -> Engine {
+    let opts = CpuOptions { n_ctx: Some(512), regions, codec: KvCodec::F16, threads: None };
+    let home = CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap();
+    Engine::start(Box::new(home), m.tok.clone(), config)
+}
+
+/// Greedy, exactly `n` tokens (no stop ids), so every run has the same length.
+fn request(prompt: Vec<u32>, n: usize) -> GenRequest {
+    let mut r = GenRequest::new(prompt, n);
+    r.stop_ids = Some(Vec::new());
+    r
+}
+
+fn collect(mut h: GenHandle) -> (Vec<u32>, resin_engine::Finish) {
+    let mut ids = Vec::new();
+    while let Some(ev) = h.blocking_next() {
+        match ev {
+            GenEvent::Delta { ids: new, .. } => ids.extend(new),
+            GenEvent::Done(f) => return (ids, f),
+            GenEvent::Error(e) => panic!("generation failed: {e}"),
+        }
+    }
+    panic!("stream ended without Done");
+}
+
+fn prompts(m: &Model, n: usize) -> Vec<Vec<u32>> {
+    let subjects = ["cats", "the sea", "bread", "trains", "winter", "music", "gardens", "rivers", "stars", "books", "tea", "clocks", "bridges", "owls", "salt", "paper", "maps"];
+    (0..n).map(|i| m.tok.encode(&format!("Here is a short note about {}:", subjects[i % subjects.len()]), false, false).unwrap()).collect()
+}
+
+fn concurrent_equals_alone(streams: usize) {
+    let m = model();
+    let ps = prompts(&m, streams);
+    let alone: Vec<Vec<u32>> = {
+        let e = engine(&m, 1, EngineConfig::default());
+        ps.iter().map(|p| collect(e.submit(request(p.clone(), 12)).unwrap()).0).collect()
+    };
+    let e = engine(&m, streams, EngineConfig::default());
+    let handles: Vec<GenHandle> = ps.iter().map(|p| e.submit(request(p.clone(), 12)).unwrap()).collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(collect(h).0, alone[i], "stream {i} of {streams} differs from the same prompt alone");
+    }
+    let c = e.counters();
+    assert!(c.grouped_steps.load(Ordering::Relaxed) > 0, "{streams} streams must take grouped steps");
+    assert!(c.nrow_steps.load(Ordering::Relaxed) > 0);
+}
+
+#[test]
+fn twelve_concurrent_streams_equal_each_alone() {
+    concurrent_equals_alone(12);
+}
+
+#[test]
+fn seventeen_concurrent_streams_equal_each_alone() {
+    concurrent_equals_alone(17);
+}
+
+#[test]
+fn second_turn_prefills_only_its_suffix_and_equals_a_fresh_session() {
+    let m = model();
+    let e = engine(&m, 2, EngineConfig::default());
+    let first = m.tok.encode("The three primary colors are", false, false).unwrap();
+    let (out1, f1) = collect(e.submit(request(first.clone(), 8)).unwrap());
+    assert_eq!(f1.reused_tokens, 0);
+    // The next turn: the whole transcript so far plus new text.
+    let mut second = first.clone();
+    second.extend(&out1);
+    second.extend(m.tok.encode(" and the three secondary colors are", false, false).unwrap());
+    let before = e.counters().prompt_tokens_prefilled.load(Ordering::Relaxed);
+    let (out2, f2) = collect(e.submit(request(second.clone(), 8)).unwrap());
+    let prefilled = e.counters().prompt_tokens_prefilled.load(Ordering::Relaxed) - before;
+    // The region holds the first prompt and every generated token but the last (never fed).
+    let held = first.len() + out1.len() - 1;
+    assert_eq!(f2.reused_tokens, held, "the second turn adopts the parked rows");
+    assert_eq!(prefilled as usize, second.len() - held, "only the new suffix is prefilled");
+    let fresh = engine(&m, 1, EngineConfig::default());
+    let (out_fresh, f3) = collect(fresh.submit(request(second, 8)).unwrap());
+    assert_eq!(f3.reused_tokens, 0);
+    assert_eq!(out2, out_fresh, "an adopted continuation equals a fresh session on the whole transcript");
+}
+
+#[test]
+fn the_peel_and_the_window_chain_agree() {
+    let m = model();
+    let prompt = m.tok.encode("Once upon a time", false, false).unwrap();
+    assert!(prompt.len() <= resin_core::NROW_MAX);
+    let peel = engine(&m, 1, EngineConfig::default());
+    let (a, _) = collect(peel.submit(request(prompt.clone(), 10)).unwrap());
+    assert_eq!(peel.counters().peel_steps.load(Ordering::Relaxed), 1);
+    assert_eq!(peel.counters().prefill_windows.load(Ordering::Relaxed), 0);
+    let chain = engine(&m, 1, EngineConfig { prefill_peel: false, ..EngineConfig::default() });
+    let (b, _) = collect(chain.submit(request(prompt, 10)).unwrap());
+    assert_eq!(chain.counters().peel_steps.load(Ordering::Relaxed), 0);
+    assert_eq!(chain.counters().prefill_windows.load(Ordering::Relaxed), 1);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn a_dropped_handle_frees_its_region_and_limits_hold() {
+    let m = model();
+    let e = engine(&m, 1, EngineConfig::default());
+    let p = m.tok.encode("Count slowly:", false, false).unwrap();
+    let mut h = e.submit(request(p.clone(), 400)).unwrap();
+    // Wait for the first token, then leave.
+    while !matches!(h.blocking_next(), Some(GenEvent::Delta { .. })) {}
+    drop(h);
+    // With the only region freed, the next request is admitted and runs to its limit.
+    let (ids, f) = collect(e.submit(request(p.clone(), 5)).unwrap());
+    assert_eq!((ids.len(), f.reason), (5, FinishReason::Length));
+    assert_eq!(e.stats().active.load(Ordering::Relaxed), 0);
+    // A prompt as long as the context is refused with the counts.
+    let long = vec![p[0]; 512];
+    match e.submit(request(long, 4)) {
+        Err(resin_engine::SubmitError::PromptTooLong { prompt, n_ctx }) => assert_eq!((prompt, n_ctx), (512, 512)),
+        Err(other) => panic!("expected PromptTooLong, got {other}"),
+        Ok(_) => panic!("expected PromptTooLong, got a stream"),
+    }
+}
+
+#[test]
+fn stop_strings_end_generation_without_leaking() {
+    let m = model();
+    let e = engine(&m, 1, EngineConfig::default());
+    let p = m.tok.encode("The capital of France is", false, false).unwrap();
+    let mut full = String::new();
+    let mut h = e.submit(request(p.clone(), 12)).unwrap();
+    while let Some(ev) = h.blocking_next() {
+        match ev {
+            GenEvent::Delta { text, .. } => full.push_str(&text),
+            GenEvent::Done(_) => break,
+            GenEvent::Error(e) => panic!("{e}"),
+        }
+    }
+    assert!(full.starts_with(" Paris."), "{full:?}");
+    let mut r = request(p, 12);
+    r.stop = vec!["ris.".into()];
+    let mut h = e.submit(r).unwrap();
+    let mut text = String::new();
+    let mut reason = None;
+    while let Some(ev) = h.blocking_next() {
+        match ev {
+            GenEvent::Delta { text: t, .. } => text.push_str(&t),
+            GenEvent::Done(f) => {
+                reason = Some(f.reason);
+                break;
+            }
+            GenEvent::Error(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(text, " Pa");
+    assert_eq!(reason, Some(FinishReason::Stop));
+}
