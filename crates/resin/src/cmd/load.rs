@@ -8,6 +8,7 @@ use resin_core::{Counters, Home, KvCodec};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::{ChatTemplate, ModelConfig, Tokenizer};
+use resin_vulkan::{VulkanHome, VulkanOptions};
 
 /// Which home serves the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -77,14 +78,28 @@ impl ModelArgs {
     }
 
     fn home(&self, file: &Arc<GgufFile>, cfg: &ModelConfig, regions: usize) -> Result<Box<dyn Home>> {
-        match self.gpu {
-            Gpu::Off => {}
-            Gpu::Auto => tracing::info!("no GPU home: this build has no Vulkan home yet; the CPU home serves"),
-            Gpu::Vulkan => bail!("--gpu vulkan: this build of resin has no Vulkan home yet (use --gpu off or auto)"),
+        let counters = Arc::new(Counters::default());
+        if self.gpu != Gpu::Off {
+            match self.vulkan(file, cfg, regions, counters.clone()) {
+                Ok(home) => return Ok(home),
+                Err(e) if self.gpu == Gpu::Vulkan => return Err(e.context("--gpu vulkan")),
+                Err(e) => tracing::info!("the CPU home serves: {e:#}"),
+            }
         }
         let opts = CpuOptions { n_ctx: self.ctx, regions, codec: self.kv, threads: self.threads };
-        let home = CpuHome::new(file.clone(), cfg.clone(), &opts, Arc::new(Counters::default()))?;
+        let home = CpuHome::new(file.clone(), cfg.clone(), &opts, counters)?;
         Ok(Box::new(home))
+    }
+
+    /// The Vulkan home. `auto` takes only a hardware device: a software one (lavapipe) is slower
+    /// than the CPU home, so it is used when asked for by name (`--gpu vulkan`).
+    fn vulkan(&self, file: &Arc<GgufFile>, cfg: &ModelConfig, regions: usize, counters: Arc<Counters>) -> Result<Box<dyn Home>> {
+        let gpu = resin_vulkan::Gpu::start()?;
+        if self.gpu == Gpu::Auto && gpu.info.kind == "cpu" {
+            bail!("the only Vulkan device, {}, is a software rasterizer (use --gpu vulkan to take it anyway)", gpu.info.name);
+        }
+        let opts = VulkanOptions { n_ctx: self.ctx, regions, codec: self.kv, ..VulkanOptions::default() };
+        Ok(Box::new(VulkanHome::on(gpu, file.clone(), cfg.clone(), &opts, counters)?))
     }
 }
 

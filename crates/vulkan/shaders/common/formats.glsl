@@ -1,0 +1,166 @@
+// GGUF block formats, read in place. Each format defines
+//   BLOCK_VALUES, BLOCK_BYTES and
+//   void load_unit(uint row_off, uint u, out float v[32])
+// which writes values 32*u .. 32*u+31 of the row starting at byte `row_off`. The arithmetic
+// follows ggml's dequantize_row_* operation for operation (`precise` keeps the compiler from
+// fusing a multiply and an add that the reference rounds apart).
+#ifndef RESIN_FORMATS_GLSL
+#define RESIN_FORMATS_GLSL
+#include "bytes.glsl"
+
+#if defined(FMT_F32)
+#define BLOCK_VALUES 1u
+#define BLOCK_BYTES 4u
+void load_unit(uint row_off, uint u, out float v[32]) {
+    uint base = (row_off >> 2) + u * 32u;
+    for (uint l = 0u; l < 32u; l++) v[l] = uintBitsToFloat(WDATA[base + l]);
+}
+#elif defined(FMT_F16)
+#define BLOCK_VALUES 1u
+#define BLOCK_BYTES 2u
+void load_unit(uint row_off, uint u, out float v[32]) {
+    uint o = row_off + u * 64u;
+    for (uint l = 0u; l < 32u; l += 2u) {
+        vec2 h = unpackHalf2x16(rd_u32(o + l * 2u));
+        v[l] = h.x;
+        v[l + 1u] = h.y;
+    }
+}
+#elif defined(FMT_Q4_0)
+#define BLOCK_VALUES 32u
+#define BLOCK_BYTES 18u
+void load_unit(uint row_off, uint u, out float v[32]) {
+    uint b = row_off + u * BLOCK_BYTES;
+    float d = rd_f16(b);
+    for (uint j = 0u; j < 4u; j++) {
+        uint w = rd_u32(b + 2u + 4u * j);
+        for (uint k = 0u; k < 4u; k++) {
+            uint q = byte_of(w, k);
+            v[4u * j + k] = float(int(q & 0xFu) - 8) * d;
+            v[4u * j + k + 16u] = float(int(q >> 4) - 8) * d;
+        }
+    }
+}
+#elif defined(FMT_Q4_1)
+#define BLOCK_VALUES 32u
+#define BLOCK_BYTES 20u
+void load_unit(uint row_off, uint u, out float v[32]) {
+    uint b = row_off + u * BLOCK_BYTES;
+    float d = rd_f16(b);
+    float m = rd_f16(b + 2u);
+    for (uint j = 0u; j < 4u; j++) {
+        uint w = rd_u32(b + 4u + 4u * j);
+        for (uint k = 0u; k < 4u; k++) {
+            uint q = byte_of(w, k);
+            precise float lo = float(q & 0xFu) * d + m;
+            precise float hi = float(q >> 4) * d + m;
+            v[4u * j + k] = lo;
+            v[4u * j + k + 16u] = hi;
+        }
+    }
+}
+#elif defined(FMT_Q5_0)
+#define BLOCK_VALUES 32u
+#define BLOCK_BYTES 22u
+void load_unit(uint row_off, uint u, out float v[32]) {
+    uint b = row_off + u * BLOCK_BYTES;
+    float d = rd_f16(b);
+    uint qh = rd_u32(b + 2u);
+    for (uint j = 0u; j < 4u; j++) {
+        uint w = rd_u32(b + 6u + 4u * j);
+        for (uint k = 0u; k < 4u; k++) {
+            uint i = 4u * j + k;
+            uint q = byte_of(w, k);
+            uint h0 = ((qh >> i) << 4) & 0x10u;
+            uint h1 = (qh >> (i + 12u)) & 0x10u;
+            v[i] = float(int((q & 0xFu) | h0) - 16) * d;
+            v[i + 16u] = float(int((q >> 4) | h1) - 16) * d;
+        }
+    }
+}
+#elif defined(FMT_Q8_0)
+#define BLOCK_VALUES 32u
+#define BLOCK_BYTES 34u
+void load_unit(uint row_off, uint u, out float v[32]) {
+    uint b = row_off + u * BLOCK_BYTES;
+    float d = rd_f16(b);
+    for (uint j = 0u; j < 8u; j++) {
+        uint w = rd_u32(b + 2u + 4u * j);
+        for (uint k = 0u; k < 4u; k++) v[4u * j + k] = float(sbyte_of(w, k)) * d;
+    }
+}
+#elif defined(FMT_Q4_K) || defined(FMT_Q5_K)
+#define BLOCK_VALUES 256u
+#if defined(FMT_Q4_K)
+#define BLOCK_BYTES 144u
+#define QS_OFF 16u
+#else
+#define BLOCK_BYTES 176u
+#define QH_OFF 16u
+#define QS_OFF 48u
+#endif
+// ggml's get_scale_min_k4 over the 12 packed scale bytes at b + 4.
+void scale_min_k4(uint b, uint j, out uint sc, out uint m) {
+    if (j < 4u) {
+        sc = rd_u8(b + 4u + j) & 63u;
+        m = rd_u8(b + 8u + j) & 63u;
+    } else {
+        sc = (rd_u8(b + 8u + j) & 0xFu) | ((rd_u8(b + j) >> 6) << 4);
+        m = (rd_u8(b + 8u + j) >> 4) | ((rd_u8(b + 4u + j) >> 6) << 4);
+    }
+}
+void load_unit(uint row_off, uint u, out float v[32]) {
+    uint b = row_off + (u >> 3) * BLOCK_BYTES;
+    uint s = u & 7u;          // 32-value group of the superblock (= ggml's `is`)
+    uint pair = s >> 1;       // 64-value pair: its 32 quant bytes
+    uint shift = (s & 1u) * 4u;
+    float d = rd_f16(b);
+    float dmin = rd_f16(b + 2u);
+    uint sc, mn;
+    scale_min_k4(b, s, sc, mn);
+    float d1 = d * float(sc);
+    float m1 = dmin * float(mn);
+    for (uint j = 0u; j < 8u; j++) {
+        uint w = WDATA[(b + QS_OFF + 32u * pair + 4u * j) >> 2];
+#if defined(FMT_Q5_K)
+        uint hw = WDATA[(b + QH_OFF + 4u * j) >> 2];
+#endif
+        for (uint k = 0u; k < 4u; k++) {
+            uint q = (byte_of(w, k) >> shift) & 0xFu;
+#if defined(FMT_Q5_K)
+            q += ((byte_of(hw, k) >> s) & 1u) * 16u;
+#endif
+            precise float t = d1 * float(q) - m1;
+            v[4u * j + k] = t;
+        }
+    }
+}
+#elif defined(FMT_Q6_K)
+#define BLOCK_VALUES 256u
+#define BLOCK_BYTES 210u
+void load_unit(uint row_off, uint u, out float v[32]) {
+    uint b = row_off + (u >> 3) * BLOCK_BYTES;
+    uint s = u & 7u;
+    uint n = s >> 2;          // 128-value half
+    uint g = s & 3u;          // which of q1..q4
+    float d = rd_f16(b + 208u);
+    uint ql = b + 64u * n + (g & 1u) * 32u;
+    uint qh = b + 128u + 32u * n;
+    uint lshift = (g >> 1) * 4u;
+    for (uint j = 0u; j < 8u; j++) {
+        uint wl = rd_u32(ql + 4u * j);
+        uint wh = rd_u32(qh + 4u * j);
+        for (uint k = 0u; k < 4u; k++) {
+            uint l = 4u * j + k;
+            int q = int(((byte_of(wl, k) >> lshift) & 0xFu) | (((byte_of(wh, k) >> (2u * g)) & 3u) << 4)) - 32;
+            int sc = bitfieldExtract(int(rd_u8(b + 192u + 8u * n + l / 16u + 2u * g)), 0, 8);
+            precise float t = (d * float(sc)) * float(q);
+            v[l] = t;
+        }
+    }
+}
+#else
+#error "no format define"
+#endif
+
+#endif

@@ -1,0 +1,142 @@
+// Rope-and-store, fused: for each row and head, add the bias (flags & 1), RMS-norm the head
+// (flags & 2, qwen3), rotate the first rope_dims dims (ROPE_NORM: adjacent pairs, GGUF llama
+// layout; ROPE_NEOX: halves) with the cos/sin table row of the row's position, and
+//   q heads: write back in place;
+//   k heads: write into the mirror K row at the row's region base + pos * kv_dim (f16 clamped
+//            to the half range unless KV_F32), and copy the v head (plus bias) into the V row.
+// Dims past rope_dims pass through. Workgroup (head, row): heads 0..n_head are q heads, the
+// next n_head_kv are k/v heads. One body serves the one-row and N-row forms (rows = the
+// dispatch's y size).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 64;
+
+layout(std430, set = 0, binding = 0) buffer Q { float q[]; };
+layout(std430, set = 0, binding = 1) readonly buffer K { float k[]; };
+layout(std430, set = 0, binding = 2) readonly buffer V { float v[]; };
+// Biases packed [q_dim | kv_dim | kv_dim]; q-norm then k-norm weights [head_dim | head_dim].
+layout(std430, set = 0, binding = 3) readonly buffer Bias { float bias[]; };
+layout(std430, set = 0, binding = 4) readonly buffer Norm { float qkn[]; };
+// (cos, sin) pairs: [n_ctx][rope_dims / 2][2].
+layout(std430, set = 0, binding = 5) readonly buffer Rope { float cs[]; };
+layout(std430, set = 0, binding = 6) readonly buffer Meta { uint meta[]; };
+#ifdef KV_F32
+layout(std430, set = 0, binding = 7) writeonly buffer MK { float mk[]; };
+layout(std430, set = 0, binding = 8) writeonly buffer MV { float mv[]; };
+#else
+layout(std430, set = 0, binding = 7) writeonly buffer MK { uint mk[]; };
+layout(std430, set = 0, binding = 8) writeonly buffer MV { uint mv[]; };
+#endif
+
+layout(push_constant) uniform Push {
+    uint n_head;
+    uint n_head_kv;
+    uint head_dim;
+    uint rope_dims;
+    uint flags;
+    float eps;
+} p;
+
+#include "meta.glsl"
+
+shared float hin[512];
+shared float hout[512];
+shared float red[256];
+
+float clamp_half(float x) { return clamp(x, -65504.0, 65504.0); }
+
+void main() {
+    uint h = gl_WorkGroupID.x;
+    uint r = gl_WorkGroupID.y;
+    uint t = gl_LocalInvocationID.x;
+    uint hd = p.head_dim;
+    uint q_dim = p.n_head * hd;
+    uint kv_dim = p.n_head_kv * hd;
+    bool is_q = h < p.n_head;
+    uint kh = h - p.n_head;
+    uint src = is_q ? r * q_dim + h * hd : r * kv_dim + kh * hd;
+    uint boff = is_q ? h * hd : q_dim + kh * hd;
+    uint pos = meta[r * META_WORDS + META_POS];
+
+    for (uint i = t; i < hd; i += WG) {
+        float a = is_q ? q[src + i] : k[src + i];
+        if ((p.flags & 1u) != 0u) {
+            precise float b = a + bias[boff + i];
+            a = b;
+        }
+        hin[i] = a;
+    }
+    barrier();
+    if ((p.flags & 2u) != 0u) {
+        precise float ss = 0.0;
+        for (uint i = t; i < hd; i += WG) ss += hin[i] * hin[i];
+        red[t] = ss;
+        barrier();
+        for (uint s = WG / 2u; s > 0u; s >>= 1) {
+            if (t < s) red[t] = red[t] + red[t + s];
+            barrier();
+        }
+        float scale = 1.0 / sqrt(red[0] / float(hd) + p.eps);
+        uint nw = is_q ? 0u : hd;
+        barrier();
+        for (uint i = t; i < hd; i += WG) {
+            precise float o = hin[i] * (scale * qkn[nw + i]);
+            hin[i] = o;
+        }
+        barrier();
+    }
+    uint half_r = p.rope_dims / 2u;
+    uint crow = pos * half_r;
+    for (uint i = t; i < hd; i += WG) {
+        if (i < half_r) {
+#ifdef ROPE_NEOX
+            uint i0 = i, i1 = i + half_r;
+#else
+            uint i0 = 2u * i, i1 = 2u * i + 1u;
+#endif
+            float c = cs[2u * (crow + i)];
+            float s = cs[2u * (crow + i) + 1u];
+            float a = hin[i0], b = hin[i1];
+            precise float o0 = a * c - b * s;
+            precise float o1 = a * s + b * c;
+            hout[i0] = o0;
+            hout[i1] = o1;
+        } else if (i >= p.rope_dims) {
+            hout[i] = hin[i];
+        }
+    }
+    barrier();
+    if (is_q) {
+        for (uint i = t; i < hd; i += WG) q[src + i] = hout[i];
+        return;
+    }
+    uint dst = meta[r * META_WORDS + META_KV_BASE] + pos * kv_dim + kh * hd;
+    uint vb = q_dim + kv_dim + kh * hd;
+#ifdef KV_F32
+    for (uint i = t; i < hd; i += WG) {
+        mk[dst + i] = hout[i];
+        float a = v[src + i];
+        if ((p.flags & 1u) != 0u) {
+            precise float b = a + bias[vb + i];
+            a = b;
+        }
+        mv[dst + i] = a;
+    }
+#else
+    // Two halves a word, so each word is written by one thread.
+    for (uint j = t; j < hd / 2u; j += WG) {
+        uint i = 2u * j;
+        mk[(dst + i) >> 1] = packHalf2x16(vec2(clamp_half(hout[i]), clamp_half(hout[i + 1u])));
+        float a0 = v[src + i], a1 = v[src + i + 1u];
+        if ((p.flags & 1u) != 0u) {
+            precise float b0 = a0 + bias[vb + i];
+            precise float b1 = a1 + bias[vb + i + 1u];
+            a0 = b0;
+            a1 = b1;
+        }
+        mv[(dst + i) >> 1] = packHalf2x16(vec2(clamp_half(a0), clamp_half(a1)));
+    }
+#endif
+}

@@ -1,0 +1,651 @@
+//! The Vulkan home: the residency plan, the upload, the token command and `resin_core::Home`.
+//!
+//! Resident on the device: every weight matrix in its GGUF block format (split by rows into
+//! parts when larger than the device's storage-buffer range), norms and biases as f32, the
+//! rope table (cos/sin of every position, computed in f64 as the CPU home does), the K/V
+//! mirror (one buffer per layer and side, `regions` copies of `[n_ctx][kv_dim]`), and the
+//! scratch of NROW_MAX rows.
+//!
+//! The token command for N rows (1..=8) is recorded once, on first use, and resubmitted; per
+//! step only the metadata block (token, position, region base, key count a row) is written,
+//! and the logits (and the on-device argmax ids) are read back.
+//!
+//! Not yet here: the prefill window chain (prefill runs as token-command steps of up to eight
+//! consecutive rows, and says so once as a decline), grouped steps (the engine groups), the
+//! q8_0 mirror (declined), cooperative-matrix GEMM.
+
+use std::sync::Arc;
+
+use resin_core::{check_rows, check_segments, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, NROW_MAX};
+use resin_gguf::{formats, GgmlType, GgufFile};
+use resin_model::{LayerNames, ModelConfig};
+
+use crate::buffers::{f32_bytes, Buffer, Commands, Fence, Location};
+use crate::device::Gpu;
+use crate::kernels::*;
+use crate::pipelines::{Bind, Descriptors, Pipelines};
+use crate::VkError;
+
+/// How a Vulkan home is built.
+#[derive(Debug, Clone)]
+pub struct VulkanOptions {
+    /// Positions per region (defaults to the model's training context, capped at 4096).
+    pub n_ctx: Option<usize>,
+    pub regions: usize,
+    pub codec: KvCodec,
+    /// Round the activations of quantized GEMVs through 8-bit blocks as the CPU home's
+    /// integer dot products do (the default), or keep them f32 (closer to a float32 pass).
+    pub q8_activations: bool,
+}
+
+impl Default for VulkanOptions {
+    fn default() -> Self {
+        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true }
+    }
+}
+
+/// A weight matrix on the device: `rows` x `cols` of `ty`, in parts of whole rows.
+struct Mat {
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    /// (buffer, first row, rows)
+    parts: Vec<(Buffer, usize, usize)>,
+}
+
+struct Layer {
+    attn_norm: Buffer,
+    q: Mat,
+    k: Mat,
+    v: Mat,
+    /// [q_dim | kv_dim | kv_dim] biases (or a dummy word when the model has none).
+    bias: Buffer,
+    /// [head_dim | head_dim] q and k norm weights (or a dummy).
+    qk_norm: Buffer,
+    attn_out: Mat,
+    ffn_norm: Buffer,
+    gate: Mat,
+    up: Mat,
+    down: Mat,
+    mk: Buffer,
+    mv: Buffer,
+}
+
+/// Scratch for NROW_MAX rows; `meta`, `logits` and `ids` are host-visible.
+struct Scratch {
+    meta: Buffer,
+    x: Buffer,
+    xn: Buffer,
+    q: Buffer,
+    k: Buffer,
+    v: Buffer,
+    att: Buffer,
+    o: Buffer,
+    gate: Buffer,
+    up: Buffer,
+    down: Buffer,
+    part: Buffer,
+    logits: Buffer,
+    ids: Buffer,
+    /// Activations rounded through 8-bit blocks of 32 and 256 values (see `act_block`).
+    xq32: Buffer,
+    xq256: Buffer,
+    /// Whether `prep` rounds activations (VulkanOptions::q8_activations).
+    q8: bool,
+}
+
+/// What the plan decided, in bytes, before anything was uploaded.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub n_ctx: usize,
+    pub q8_activations: bool,
+    pub weights: u64,
+    pub mirror: u64,
+    pub scratch: u64,
+    pub n_pieces: usize,
+}
+
+/// Timestamps between the stages of a profiled token command.
+struct StageClock<'a> {
+    ts: &'a crate::buffers::Timestamps,
+    labels: Vec<String>,
+}
+
+impl StageClock<'_> {
+    fn mark(&mut self, cmd: ash::vk::CommandBuffer, label: impl Into<String>) {
+        if (self.labels.len() as u32) < self.ts.count {
+            self.ts.write(cmd, self.labels.len() as u32);
+            self.labels.push(label.into());
+        }
+    }
+}
+
+fn mark(clock: &mut Option<&mut StageClock<'_>>, cmd: ash::vk::CommandBuffer, label: &str, l: usize) {
+    if let Some(c) = clock {
+        c.mark(cmd, format!("{label}.{l}"));
+    }
+}
+
+/// One recorded token command (N rows) and the descriptor sets it uses.
+struct TokenCommand {
+    cmds: Commands,
+    _desc: Descriptors,
+}
+
+pub struct VulkanHome {
+    // Field order is drop order: commands and pipelines before the buffers, the device last.
+    commands: Vec<Option<TokenCommand>>,
+    pipes: Pipelines,
+    fence: Fence,
+    scratch: Scratch,
+    layers: Vec<Layer>,
+    embd: Mat,
+    /// None when tied to the embedding.
+    output: Option<Mat>,
+    output_norm: Buffer,
+    rope: Buffer,
+    cfg: ModelConfig,
+    plan: Plan,
+    spec: HomeSpec,
+    counters: Arc<Counters>,
+    gpu: Arc<Gpu>,
+}
+
+fn decline(counters: &Counters, reason: String) -> VkError {
+    if counters.decline(&reason) {
+        tracing::warn!("vulkan home declines: {reason}; the CPU home serves");
+    }
+    VkError::Unsupported(reason)
+}
+
+fn tensor<'a>(f: &'a GgufFile, name: &str) -> Result<&'a resin_gguf::TensorInfo, VkError> {
+    f.tensor(name).ok_or_else(|| VkError::Model(format!("tensor {name} is missing")))
+}
+
+fn vector(f: &GgufFile, name: &str) -> Result<Vec<f32>, VkError> {
+    let t = tensor(f, name)?;
+    let mut v = vec![0f32; t.n_elements() as usize];
+    formats::dequantize(t.ty, f.tensor_data(t), &mut v).map_err(|e| VkError::Model(format!("{name}: {e}")))?;
+    Ok(v)
+}
+
+impl VulkanHome {
+    /// Start the device, plan, upload and build the home. A format, architecture feature or
+    /// codec this home does not serve is a decline: counted, logged once, and returned as
+    /// `VkError::Unsupported` so the caller takes the CPU home.
+    pub fn new(file: Arc<GgufFile>, cfg: ModelConfig, opts: &VulkanOptions, counters: Arc<Counters>) -> Result<Self, VkError> {
+        let gpu = Gpu::start()?;
+        Self::on(gpu, file, cfg, opts, counters)
+    }
+
+    /// Build on an already started device.
+    pub fn on(gpu: Arc<Gpu>, file: Arc<GgufFile>, cfg: ModelConfig, opts: &VulkanOptions, counters: Arc<Counters>) -> Result<Self, VkError> {
+        if opts.regions == 0 {
+            return Err(VkError::Model("a home needs at least one region".into()));
+        }
+        let plan = plan(&gpu, &file, &cfg, opts, &counters)?;
+        let f = &*file;
+        let total = plan.weights;
+        let mut done = 0u64;
+        let mut last_tenth = 0u64;
+        let mut progress = |bytes: u64| {
+            done += bytes;
+            let tenth = done * 10 / total.max(1);
+            if tenth > last_tenth {
+                last_tenth = tenth;
+                tracing::info!("vulkan upload {}% ({} of {} MiB)", tenth * 10, done >> 20, total >> 20);
+            }
+        };
+        let ebytes = if opts.codec == KvCodec::F32 { 4 } else { 2 };
+        let mirror_bytes = (opts.regions * plan.n_ctx * cfg.kv_dim() * ebytes) as u64;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for l in 0..cfg.n_layer {
+            let n = LayerNames::new(l);
+            let mut mat = |name: &str| -> Result<Mat, VkError> {
+                let m = upload_mat(&gpu, f, name)?;
+                progress((m.rows * m.row_bytes) as u64);
+                Ok(m)
+            };
+            let (q, k, v, attn_out, gate, up, down) = (mat(&n.q)?, mat(&n.k)?, mat(&n.v)?, mat(&n.attn_out)?, mat(&n.gate)?, mat(&n.up)?, mat(&n.down)?);
+            let bias = if cfg.qkv_bias {
+                [vector(f, &n.q_bias)?, vector(f, &n.k_bias)?, vector(f, &n.v_bias)?].concat()
+            } else {
+                vec![0.0]
+            };
+            let qk_norm = if cfg.qk_norm { [vector(f, &n.q_norm)?, vector(f, &n.k_norm)?].concat() } else { vec![0.0] };
+            let dev = |v: &[f32]| Buffer::with_data(&gpu, &f32_bytes(v), Location::Device);
+            layers.push(Layer {
+                attn_norm: dev(&vector(f, &n.attn_norm)?)?,
+                q,
+                k,
+                v,
+                bias: dev(&bias)?,
+                qk_norm: dev(&qk_norm)?,
+                attn_out,
+                ffn_norm: dev(&vector(f, &n.ffn_norm)?)?,
+                gate,
+                up,
+                down,
+                mk: Buffer::new(&gpu, mirror_bytes, Location::Device)?,
+                mv: Buffer::new(&gpu, mirror_bytes, Location::Device)?,
+            });
+        }
+        let embd = upload_mat(&gpu, f, resin_model::TOKEN_EMBD)?;
+        progress((embd.rows * embd.row_bytes) as u64);
+        let output = if cfg.tied_output { None } else { Some(upload_mat(&gpu, f, resin_model::OUTPUT)?) };
+        let output_norm = Buffer::with_data(&gpu, &f32_bytes(&vector(f, resin_model::OUTPUT_NORM)?), Location::Device)?;
+        let rope = Buffer::with_data(&gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, cfg.rope_base)), Location::Device)?;
+        let scratch = Scratch::new(&gpu, &cfg, plan.n_pieces, plan.q8_activations)?;
+        let spec = HomeSpec { kind: "vulkan", vocab: cfg.vocab, n_ctx: plan.n_ctx, regions: opts.regions, codec: opts.codec };
+        tracing::info!(
+            "vulkan home ready: {} at n_ctx {} x {} regions ({:?} mirror): weights {} MiB, mirror {} MiB, scratch {} MiB",
+            cfg.name,
+            plan.n_ctx,
+            opts.regions,
+            opts.codec,
+            plan.weights >> 20,
+            plan.mirror >> 20,
+            plan.scratch >> 20
+        );
+        Ok(VulkanHome {
+            commands: (0..NROW_MAX).map(|_| None).collect(),
+            pipes: Pipelines::new(&gpu),
+            fence: Fence::new(&gpu)?,
+            scratch,
+            layers,
+            embd,
+            output,
+            output_norm,
+            rope,
+            cfg,
+            plan,
+            spec,
+            counters,
+            gpu,
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn device(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// The argmax ids of the last step's rows (computed on the device).
+    pub fn last_ids(&self, rows: usize) -> Result<Vec<u32>, VkError> {
+        self.scratch.ids.read_u32(0, rows)
+    }
+
+    /// Record the token command for `n` rows (once per n).
+    fn record(&mut self, n: usize) -> Result<TokenCommand, VkError> {
+        let cmds = Commands::new(&self.gpu)?;
+        let mut desc = Descriptors::new(&self.gpu);
+        let mut res = Ok(());
+        cmds.record(false, |cmd| {
+            let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
+            res = record_token_command(&mut rec, n, &self.cfg, &self.plan, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, None);
+        })?;
+        res?;
+        Ok(TokenCommand { cmds, _desc: desc })
+    }
+
+    /// Run one token command over `rows` with a timestamp after every stage; returns
+    /// (stage, microseconds) in order, stages named `<op>.<layer>`. The K/V rows of `rows` are
+    /// written as a normal step would. None when the device has no timestamps.
+    pub fn profile_step(&mut self, rows: &[Row]) -> Result<Option<Vec<(String, f64)>>, HomeError> {
+        check_rows(&self.spec, rows)?;
+        let n = rows.len();
+        let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (12 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
+        let region_elems = (self.plan.n_ctx * self.cfg.kv_dim()) as u32;
+        let meta: Vec<RowMeta> = rows.iter().map(|r| RowMeta { token: r.token, pos: r.pos, kv_base: r.region.0 * region_elems, keys: r.pos + 1 }).collect();
+        self.scratch.meta.write(0, &RowMeta::words(&meta))?;
+        let cmds = Commands::new(&self.gpu)?;
+        let mut desc = Descriptors::new(&self.gpu);
+        let mut clock = StageClock { ts: &ts, labels: Vec::new() };
+        let mut res = Ok(());
+        cmds.record(true, |cmd| {
+            ts.reset(cmd);
+            clock.mark(cmd, "start");
+            let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
+            res = record_token_command(&mut rec, n, &self.cfg, &self.plan, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, Some(&mut clock));
+        })?;
+        res?;
+        self.fence.submit_wait(cmds.cmd)?;
+        let labels = clock.labels;
+        let t = ts.read(labels.len() as u32)?;
+        Ok(Some(labels.iter().enumerate().skip(1).map(|(i, l)| (l.clone(), (t[i] - t[i - 1]) / 1e3)).collect()))
+    }
+
+    /// Run the token command over `rows` (already checked); returns the logits rows.
+    fn run_rows(&mut self, rows: &[(u32, u32, u32)]) -> Result<Vec<f32>, VkError> {
+        let n = rows.len();
+        if self.commands[n - 1].is_none() {
+            let c = self.record(n)?;
+            self.commands[n - 1] = Some(c);
+        }
+        let region_elems = (self.plan.n_ctx * self.cfg.kv_dim()) as u32;
+        let meta: Vec<RowMeta> = rows.iter().map(|&(region, pos, token)| RowMeta { token, pos, kv_base: region * region_elems, keys: pos + 1 }).collect();
+        self.scratch.meta.write(0, &RowMeta::words(&meta))?;
+        let cmd = self.commands[n - 1].as_ref().map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))?;
+        self.fence.submit_wait(cmd)?;
+        self.scratch.logits.read_f32(0, n * self.cfg.vocab)
+    }
+}
+
+/// Upload a matrix in parts of whole rows that each fit the device's storage range.
+fn upload_mat(gpu: &Arc<Gpu>, f: &GgufFile, name: &str) -> Result<Mat, VkError> {
+    let t = tensor(f, name)?;
+    let (rows, cols) = t.rows_cols();
+    let data = f.tensor_data(t);
+    let row_bytes = data.len() / rows.max(1);
+    let per = (gpu.info.max_storage_range as usize / row_bytes.max(1)).max(1);
+    let mut parts = Vec::new();
+    let mut r0 = 0;
+    while r0 < rows {
+        let nr = per.min(rows - r0);
+        let bytes = &data[r0 * row_bytes..(r0 + nr) * row_bytes];
+        let mut b = Buffer::new(gpu, bytes.len() as u64, Location::Device)?;
+        b.write(0, bytes)?;
+        parts.push((b, r0, nr));
+        r0 += nr;
+    }
+    Ok(Mat { ty: t.ty, rows, cols, row_bytes, parts })
+}
+
+/// The CPU home's rope table: cos and sin of pos * base^(-2i/dims), in f64, cast to f32.
+pub fn rope_table(n_ctx: usize, rope_dims: usize, base: f32) -> Vec<f32> {
+    let inv: Vec<f64> = (0..rope_dims / 2).map(|i| (base as f64).powf(-2.0 * i as f64 / rope_dims as f64)).collect();
+    let mut t = Vec::with_capacity(n_ctx * rope_dims);
+    for p in 0..n_ctx {
+        for f in &inv {
+            let (s, c) = (p as f64 * f).sin_cos();
+            t.push(c as f32);
+            t.push(s as f32);
+        }
+    }
+    t
+}
+
+/// Decide what goes where, before uploading anything; decline what this home does not serve.
+fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counters: &Counters) -> Result<Plan, VkError> {
+    if opts.codec == KvCodec::Q8_0 {
+        return Err(decline(counters, "vulkan: the q8_0 K/V mirror has no kernels yet".into()));
+    }
+    if cfg.head_dim > MAX_HEAD_DIM || cfg.head_dim % 2 != 0 {
+        return Err(decline(counters, format!("vulkan: head dimension {} (kernels take even sizes up to {MAX_HEAD_DIM})", cfg.head_dim)));
+    }
+    let mut names = vec![resin_model::TOKEN_EMBD.to_string()];
+    if !cfg.tied_output {
+        names.push(resin_model::OUTPUT.to_string());
+    }
+    for l in 0..cfg.n_layer {
+        let n = LayerNames::new(l);
+        names.extend([n.q, n.k, n.v, n.attn_out, n.gate, n.up, n.down]);
+    }
+    let mut weights = 0u64;
+    for name in &names {
+        let t = tensor(f, name)?;
+        let (rows, cols) = t.rows_cols();
+        if format_name(t.ty).is_none() {
+            return Err(decline(counters, format!("vulkan: {} weights have no kernel", t.ty)));
+        }
+        if cols % 32 != 0 {
+            return Err(decline(counters, format!("vulkan: {name} rows of {cols} values (kernels take multiples of 32)")));
+        }
+        let row_bytes = t.size as usize / rows.max(1);
+        if row_bytes as u64 > gpu.info.max_storage_range || row_bytes % 2 != 0 {
+            return Err(decline(counters, format!("vulkan: {name} rows of {row_bytes} bytes")));
+        }
+        weights += t.size;
+    }
+    let ebytes = if opts.codec == KvCodec::F32 { 4u64 } else { 2 };
+    let kv_dim = cfg.kv_dim() as u64;
+    let n_pieces_for = |n_ctx: usize| n_ctx.div_ceil(512).clamp(1, 8);
+    let scratch_for = |n_ctx: usize| -> u64 {
+        let r = NROW_MAX as u64;
+        let acts = r * (3 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + cfg.n_embd) as u64 * 4;
+        acts + r * cfg.vocab as u64 * 4 + attn_part_len(NROW_MAX, cfg.n_head, cfg.head_dim, n_pieces_for(n_ctx)) as u64 * 4 + (n_ctx * cfg.rope_dims * 4) as u64
+    };
+    let budget = {
+        let local = gpu.info.device_local_bytes();
+        if local == 0 { u64::MAX } else { local / 10 * 9 }
+    };
+    let mut n_ctx = opts.n_ctx.unwrap_or(cfg.ctx_train.min(4096)).max(1);
+    loop {
+        let layer_side = opts.regions as u64 * n_ctx as u64 * kv_dim * ebytes;
+        let mirror = 2 * cfg.n_layer as u64 * layer_side;
+        let scratch = scratch_for(n_ctx);
+        let fits_range = layer_side <= gpu.info.max_storage_range && opts.regions as u64 * n_ctx as u64 * kv_dim < u32::MAX as u64;
+        let fits_memory = weights + mirror + scratch <= budget;
+        if fits_range && fits_memory {
+            return Ok(Plan { n_ctx, q8_activations: opts.q8_activations, weights, mirror, scratch, n_pieces: n_pieces_for(n_ctx) });
+        }
+        let why = if fits_range { "device memory" } else { "the storage-buffer range of one layer's mirror" };
+        if n_ctx <= 256 {
+            return Err(decline(counters, format!("vulkan: the model and a {n_ctx}-position mirror do not fit {why}")));
+        }
+        let shorter = (n_ctx / 2).max(256);
+        tracing::warn!("vulkan plan: {n_ctx} positions x {} regions do not fit {why}; shortening the context to {shorter}", opts.regions);
+        n_ctx = shorter;
+    }
+}
+
+impl Scratch {
+    fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, n_pieces: usize, q8: bool) -> Result<Scratch, VkError> {
+        let r = NROW_MAX;
+        let dev = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Device);
+        let host = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Host);
+        Ok(Scratch {
+            meta: host(r * META_WORDS)?,
+            x: dev(r * cfg.n_embd)?,
+            xn: dev(r * cfg.n_embd)?,
+            q: dev(r * cfg.q_dim())?,
+            k: dev(r * cfg.kv_dim())?,
+            v: dev(r * cfg.kv_dim())?,
+            att: dev(r * cfg.q_dim())?,
+            o: dev(r * cfg.n_embd)?,
+            gate: dev(r * cfg.n_ff)?,
+            up: dev(r * cfg.n_ff)?,
+            down: dev(r * cfg.n_embd)?,
+            part: dev(attn_part_len(r, cfg.n_head, cfg.head_dim, n_pieces))?,
+            logits: host(r * cfg.vocab)?,
+            ids: host(r)?,
+            xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
+            xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
+            q8,
+        })
+    }
+}
+
+/// Round the input of the matrices `ms` through the 8-bit blocks their formats read (once a
+/// block size), then a barrier. The CPU home's integer dot products see these same values.
+fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s: &Scratch) -> Result<(), VkError> {
+    if !s.q8 {
+        return Ok(());
+    }
+    let cols = ms[0].cols;
+    let mut any = false;
+    for block in [32u32, 256] {
+        if ms.iter().any(|m| act_block(m.ty) == Some(block) && m.cols % block as usize == 0) {
+            let y = if block == 32 { &s.xq32 } else { &s.xq256 };
+            rec.qact(block, (n * cols) as u32, x.into(), y.into())?;
+            any = true;
+        }
+    }
+    if any {
+        rec.barrier();
+    }
+    Ok(())
+}
+
+/// y[c][..] = M x[c] for the n rows, one dispatch per part; quantized formats read the
+/// rounded activations `prep` wrote.
+fn gemv(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, y: &Buffer, y_stride: usize, s: &Scratch) -> Result<(), VkError> {
+    let xin = match act_block(m.ty).filter(|_| s.q8) {
+        Some(32) if m.cols % 32 == 0 => &s.xq32,
+        Some(256) if m.cols % 256 == 0 => &s.xq256,
+        _ => x,
+    };
+    for (buf, r0, nr) in &m.parts {
+        let p = GemvPush { rows: *nr as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: *r0 as u32 };
+        rec.gemv(m.ty, n as u32, buf.into(), xin.into(), y.into(), p)?;
+    }
+    Ok(())
+}
+
+/// The whole token command for `n` rows: embed, every layer, final norm, classifier, argmax.
+#[allow(clippy::too_many_arguments)]
+fn record_token_command(
+    rec: &mut Recorder<'_>,
+    n: usize,
+    cfg: &ModelConfig,
+    plan: &Plan,
+    codec: KvCodec,
+    layers: &[Layer],
+    embd: &Mat,
+    output: Option<&Mat>,
+    output_norm: &Buffer,
+    rope: &Buffer,
+    s: &Scratch,
+    mut clock: Option<&mut StageClock<'_>>,
+) -> Result<(), VkError> {
+    let cmd = rec.cmd;
+    let (d, nr) = (cfg.n_embd, n as u32);
+    let norm = NormPush { n: d as u32, eps: cfg.rms_eps };
+    for (buf, r0, rows) in &embd.parts {
+        let p = EmbedPush { cols: d as u32, row_bytes: embd.row_bytes as u32, row_start: *r0 as u32, part_rows: *rows as u32 };
+        rec.embed(embd.ty, nr, buf.into(), (&s.meta).into(), (&s.x).into(), p)?;
+    }
+    rec.barrier();
+    mark(&mut clock, cmd, "embed", 0);
+    let style = cfg.arch.rope_style();
+    let flags = if cfg.qkv_bias { ROPE_BIAS } else { 0 } | if cfg.qk_norm { ROPE_QK_NORM } else { 0 };
+    let rp = RopePush { n_head: cfg.n_head as u32, n_head_kv: cfg.n_head_kv as u32, head_dim: cfg.head_dim as u32, rope_dims: cfg.rope_dims as u32, flags, eps: cfg.rms_eps };
+    let ap = AttnPush {
+        n_head: cfg.n_head as u32,
+        n_head_kv: cfg.n_head_kv as u32,
+        head_dim: cfg.head_dim as u32,
+        n_pieces: plan.n_pieces as u32,
+        scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+    };
+    for (l, ly) in layers.iter().enumerate() {
+        // x += down (the previous layer's FFN), xn = norm(x) * attn_norm
+        let add = if l == 0 { None } else { Some(Bind::from(&s.down)) };
+        rec.rmsnorm(nr, (&s.x).into(), add, (&ly.attn_norm).into(), (&s.xn).into(), norm)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "attn_norm", l);
+        prep(rec, n, &s.xn, &[&ly.q, &ly.k, &ly.v], s)?;
+        gemv(rec, n, &ly.q, &s.xn, &s.q, cfg.q_dim(), s)?;
+        gemv(rec, n, &ly.k, &s.xn, &s.k, cfg.kv_dim(), s)?;
+        gemv(rec, n, &ly.v, &s.xn, &s.v, cfg.kv_dim(), s)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "qkv", l);
+        let binds = [(&s.q).into(), (&s.k).into(), (&s.v).into(), (&ly.bias).into(), (&ly.qk_norm).into(), rope.into(), (&s.meta).into(), (&ly.mk).into(), (&ly.mv).into()];
+        rec.rope_store(style, codec, nr, binds, rp)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "rope_store", l);
+        rec.attention(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.part).into(), (&s.att).into(), ap)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "attention", l);
+        prep(rec, n, &s.att, &[&ly.attn_out], s)?;
+        gemv(rec, n, &ly.attn_out, &s.att, &s.o, d, s)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "attn_out", l);
+        rec.rmsnorm(nr, (&s.x).into(), Some((&s.o).into()), (&ly.ffn_norm).into(), (&s.xn).into(), norm)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "ffn_norm", l);
+        prep(rec, n, &s.xn, &[&ly.gate, &ly.up], s)?;
+        gemv(rec, n, &ly.gate, &s.xn, &s.gate, cfg.n_ff, s)?;
+        gemv(rec, n, &ly.up, &s.xn, &s.up, cfg.n_ff, s)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "gate_up", l);
+        rec.swiglu((n * cfg.n_ff) as u32, (&s.gate).into(), (&s.up).into())?;
+        rec.barrier();
+        mark(&mut clock, cmd, "swiglu", l);
+        prep(rec, n, &s.gate, &[&ly.down], s)?;
+        gemv(rec, n, &ly.down, &s.gate, &s.down, d, s)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "down", l);
+    }
+    rec.rmsnorm(nr, (&s.x).into(), Some((&s.down).into()), output_norm.into(), (&s.xn).into(), norm)?;
+    rec.barrier();
+    let out = output.unwrap_or(embd);
+    prep(rec, n, &s.xn, &[out], s)?;
+    gemv(rec, n, out, &s.xn, &s.logits, cfg.vocab, s)?;
+    rec.barrier();
+    mark(&mut clock, cmd, "classifier", 0);
+    rec.argmax(nr, cfg.vocab as u32, (&s.logits).into(), (&s.ids).into())?;
+    rec.barrier();
+    mark(&mut clock, cmd, "argmax", 0);
+    // Make the host-visible results available to the host.
+    let mb = [ash::vk::MemoryBarrier::default().src_access_mask(ash::vk::AccessFlags::SHADER_WRITE).dst_access_mask(ash::vk::AccessFlags::HOST_READ)];
+    // SAFETY: the command buffer is recording.
+    unsafe {
+        rec.gpu.device.cmd_pipeline_barrier(
+            rec.cmd,
+            ash::vk::PipelineStageFlags::COMPUTE_SHADER,
+            ash::vk::PipelineStageFlags::HOST,
+            ash::vk::DependencyFlags::empty(),
+            &mb,
+            &[],
+            &[],
+        )
+    };
+    Ok(())
+}
+
+impl Home for VulkanHome {
+    fn spec(&self) -> &HomeSpec {
+        &self.spec
+    }
+
+    /// Not yet the window chain: the segments' rows run as token-command steps of up to
+    /// NROW_MAX consecutive rows (each row stores its K/V, then attends causally), and only
+    /// each segment's last row's logits are kept. Said once as a decline.
+    fn prefill(&mut self, segments: &[Segment<'_>]) -> resin_core::Result<Logits> {
+        check_segments(&self.spec, segments)?;
+        if self.counters.decline("vulkan: prefill window chain not built; prefill runs as token-command steps") {
+            tracing::info!("vulkan home: prefill runs as token-command steps of up to {NROW_MAX} rows (the window chain is not built yet)");
+        }
+        let vocab = self.spec.vocab;
+        let mut data = Vec::with_capacity(segments.len() * vocab);
+        let mut tokens = 0u64;
+        for s in segments {
+            let rows: Vec<(u32, u32, u32)> = s.tokens.iter().enumerate().map(|(i, &t)| (s.region.0, s.start + i as u32, t)).collect();
+            let mut last = Vec::new();
+            for chunk in rows.chunks(NROW_MAX) {
+                let logits = self.run_rows(chunk).map_err(HomeError::from)?;
+                last = logits[(chunk.len() - 1) * vocab..chunk.len() * vocab].to_vec();
+            }
+            data.extend_from_slice(&last);
+            tokens += rows.len() as u64;
+        }
+        Counters::add(&self.counters.prompt_tokens_prefilled, tokens);
+        Ok(Logits { vocab, data })
+    }
+
+    fn step(&mut self, rows: &[Row]) -> resin_core::Result<Logits> {
+        check_rows(&self.spec, rows)?;
+        let r: Vec<(u32, u32, u32)> = rows.iter().map(|r| (r.region.0, r.pos, r.token)).collect();
+        let data = self.run_rows(&r).map_err(HomeError::from)?;
+        Counters::add(&self.counters.decode_rows, rows.len() as u64);
+        if rows.len() > 1 {
+            Counters::add(&self.counters.nrow_steps, 1);
+        }
+        Ok(Logits { vocab: self.spec.vocab, data })
+    }
+
+    fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+}
+
+impl Drop for VulkanHome {
+    fn drop(&mut self) {
+        // Nothing may be in flight when the buffers go (submit_wait waits, but be sure).
+        let _ = self.gpu.wait_idle();
+    }
+}

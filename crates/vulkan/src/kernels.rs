@@ -1,0 +1,288 @@
+//! Each operation's push-constant block (a `#[repr(C)]` mirror of the shader's, size-checked)
+//! and the recording of its dispatch.
+
+use ash::vk;
+use resin_gguf::GgmlType;
+use resin_model::RopeStyle;
+
+use crate::buffers::barrier;
+use crate::device::Gpu;
+use crate::pipelines::{Bind, Descriptors, Pipelines};
+use crate::VkError;
+use resin_core::KvCodec;
+
+/// Workgroup size (specialization constant 0) of the kernels that take one.
+pub const WG: u32 = 64;
+
+/// Words per row of the metadata block (see shaders/common/meta.glsl).
+pub const META_WORDS: usize = 4;
+
+/// One row's metadata as the kernels read it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowMeta {
+    pub token: u32,
+    pub pos: u32,
+    /// Element offset of the row's region in every layer's mirror buffer.
+    pub kv_base: u32,
+    /// Keys the row attends to (pos + 1).
+    pub keys: u32,
+}
+const _: () = assert!(std::mem::size_of::<RowMeta>() == META_WORDS * 4);
+
+impl RowMeta {
+    pub fn words(rows: &[RowMeta]) -> Vec<u8> {
+        rows.iter().flat_map(|m| [m.token, m.pos, m.kv_base, m.keys]).flat_map(|w| w.to_le_bytes()).collect()
+    }
+}
+
+/// A push-constant block: plain 32-bit fields, no padding.
+pub trait Push: Copy {
+    fn bytes(&self) -> Vec<u8> {
+        let n = std::mem::size_of::<Self>();
+        // SAFETY: implementors are #[repr(C)] structs of u32/f32 fields (no padding, every byte
+        // initialised), checked by the size assertions below.
+        unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), n) }.to_vec()
+    }
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GemvPush {
+    pub rows: u32,
+    pub cols: u32,
+    pub row_bytes: u32,
+    pub x_stride: u32,
+    pub y_stride: u32,
+    pub y_off: u32,
+}
+const _: () = assert!(std::mem::size_of::<GemvPush>() == 24);
+impl Push for GemvPush {}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct EmbedPush {
+    pub cols: u32,
+    pub row_bytes: u32,
+    /// The bound part's first row and row count (0 and all rows when not split).
+    pub row_start: u32,
+    pub part_rows: u32,
+}
+const _: () = assert!(std::mem::size_of::<EmbedPush>() == 16);
+impl Push for EmbedPush {}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NormPush {
+    pub n: u32,
+    pub eps: f32,
+}
+const _: () = assert!(std::mem::size_of::<NormPush>() == 8);
+impl Push for NormPush {}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CountPush {
+    pub count: u32,
+}
+impl Push for CountPush {}
+
+/// flags: 1 = add the q/k/v bias, 2 = RMS-norm each q and k head (qwen3).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RopePush {
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub head_dim: u32,
+    pub rope_dims: u32,
+    pub flags: u32,
+    pub eps: f32,
+}
+const _: () = assert!(std::mem::size_of::<RopePush>() == 24);
+impl Push for RopePush {}
+pub const ROPE_BIAS: u32 = 1;
+pub const ROPE_QK_NORM: u32 = 2;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct AttnPush {
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub head_dim: u32,
+    pub n_pieces: u32,
+    pub scale: f32,
+}
+const _: () = assert!(std::mem::size_of::<AttnPush>() == 20);
+impl Push for AttnPush {}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CombinePush {
+    pub n_head: u32,
+    pub head_dim: u32,
+    pub n_pieces: u32,
+}
+const _: () = assert!(std::mem::size_of::<CombinePush>() == 12);
+impl Push for CombinePush {}
+
+/// The shader name suffix of a weight format the GEMV and embedding kernels read, or None
+/// when this home has no kernel for it (a decline).
+pub fn format_name(ty: GgmlType) -> Option<&'static str> {
+    use GgmlType::*;
+    Some(match ty {
+        F32 => "f32",
+        F16 => "f16",
+        Q4_0 => "q4_0",
+        Q4_1 => "q4_1",
+        Q5_0 => "q5_0",
+        Q8_0 => "q8_0",
+        Q4_K => "q4_k",
+        Q5_K => "q5_k",
+        Q6_K => "q6_k",
+        _ => return None,
+    })
+}
+
+/// The activation rounding a weight format's GEMV reads (as the CPU home's integer dot
+/// products do): None for float weights (f32 activations), else the block of 32 (the
+/// Q4_0..Q8_0 family, ggml's q8_0) or 256 values (K-quants, ggml's q8_K).
+pub fn act_block(ty: GgmlType) -> Option<u32> {
+    use GgmlType::*;
+    match ty {
+        F32 | F16 | BF16 => None,
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 => Some(32),
+        _ => Some(256),
+    }
+}
+
+/// Largest head dimension the attention and rope kernels take.
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// Split `n` workgroups into an (x, y) grid within the 65535 per-dimension minimum limit.
+pub fn grid(n: u32) -> [u32; 3] {
+    let x = n.clamp(1, 65535);
+    [x, n.div_ceil(x).max(1), 1]
+}
+
+/// Records dispatches into one command buffer, making pipelines and descriptor sets as it goes.
+pub struct Recorder<'a> {
+    pub gpu: &'a Gpu,
+    pub pipes: &'a mut Pipelines,
+    pub desc: &'a mut Descriptors,
+    pub cmd: vk::CommandBuffer,
+}
+
+impl Recorder<'_> {
+    fn run(&mut self, name: &str, spec: &[u32], binds: &[Bind<'_>], push: &[u8], groups: [u32; 3]) -> Result<(), VkError> {
+        let k = self.pipes.get(name, binds.len() as u32, push.len() as u32, spec)?;
+        let set = self.desc.set(&k, binds)?;
+        k.dispatch(self.cmd, set, push, groups);
+        Ok(())
+    }
+
+    /// Make writes so far visible to what follows.
+    pub fn barrier(&self) {
+        barrier(self.gpu, self.cmd);
+    }
+
+    /// y[c][y_off + r] = W[r] . x[c] for c < n (1..=8): the one-row form at n = 1, the N-row
+    /// form otherwise.
+    pub fn gemv(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush) -> Result<(), VkError> {
+        let f = format_name(ty).ok_or_else(|| VkError::Unsupported(format!("no GEMV kernel for {ty}")))?;
+        if !(1..=8).contains(&n) || p.cols % 32 != 0 {
+            return Err(VkError::Unsupported(format!("GEMV of {n} columns over {} values a row", p.cols)));
+        }
+        let name = if n == 1 { format!("gemv_{f}") } else { format!("gemv_{f}_nrow") };
+        self.run(&name, &[WG, n], &[w, x, y], &p.bytes(), grid(p.rows))
+    }
+
+    /// x[r] = embedding row of meta[r].token, for `rows` rows.
+    pub fn embed(&mut self, ty: GgmlType, rows: u32, w: Bind<'_>, meta: Bind<'_>, x: Bind<'_>, p: EmbedPush) -> Result<(), VkError> {
+        let f = format_name(ty).ok_or_else(|| VkError::Unsupported(format!("no embedding kernel for {ty}")))?;
+        self.run(&format!("embed_{f}"), &[WG], &[w, meta, x], &p.bytes(), [rows, 1, 1])
+    }
+
+    /// out = rmsnorm(x (+= add when `add` is Some)) * w, for `rows` rows.
+    pub fn rmsnorm(&mut self, rows: u32, x: Bind<'_>, add: Option<Bind<'_>>, w: Bind<'_>, out: Bind<'_>, p: NormPush) -> Result<(), VkError> {
+        let (name, a) = match add {
+            Some(a) => ("rmsnorm_add", a),
+            None => ("rmsnorm", x),
+        };
+        self.run(name, &[WG], &[x, a, w, out], &p.bytes(), [rows, 1, 1])
+    }
+
+    /// g <- silu(g) * u over `count` values.
+    pub fn swiglu(&mut self, count: u32, g: Bind<'_>, u: Bind<'_>) -> Result<(), VkError> {
+        self.run("swiglu", &[], &[g, u], &CountPush { count }.bytes(), grid(count.div_ceil(256)))
+    }
+
+    /// Rope-and-store for `rows` rows (see shaders/ops/rope_store.comp).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_store(
+        &mut self,
+        style: RopeStyle,
+        codec: KvCodec,
+        rows: u32,
+        [q, k, v, bias, norm, table, meta, mk, mv]: [Bind<'_>; 9],
+        p: RopePush,
+    ) -> Result<(), VkError> {
+        let s = match style {
+            RopeStyle::Norm => "norm",
+            RopeStyle::Neox => "neox",
+        };
+        let c = codec_name(codec)?;
+        self.run(&format!("rope_{s}_{c}"), &[WG], &[q, k, v, bias, norm, table, meta, mk, mv], &p.bytes(), [p.n_head + p.n_head_kv, rows, 1])
+    }
+
+    /// Decode attention in `p.n_pieces` key pieces, then the combine (with a barrier between).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(
+        &mut self,
+        codec: KvCodec,
+        rows: u32,
+        q: Bind<'_>,
+        mk: Bind<'_>,
+        mv: Bind<'_>,
+        meta: Bind<'_>,
+        part: Bind<'_>,
+        out: Bind<'_>,
+        p: AttnPush,
+    ) -> Result<(), VkError> {
+        let c = codec_name(codec)?;
+        self.run(&format!("attn_{c}"), &[WG], &[q, mk, mv, meta, part], &p.bytes(), [p.n_head, p.n_pieces, rows])?;
+        self.barrier();
+        let cp = CombinePush { n_head: p.n_head, head_dim: p.head_dim, n_pieces: p.n_pieces };
+        self.run("attn_combine", &[WG], &[part, out], &cp.bytes(), [p.n_head, rows, 1])
+    }
+
+    /// y = x rounded through 8-bit blocks of `block` values (32 or 256), `count` values.
+    pub fn qact(&mut self, block: u32, count: u32, x: Bind<'_>, y: Bind<'_>) -> Result<(), VkError> {
+        let name = match block {
+            32 => "qact32",
+            256 => "qact256",
+            _ => return Err(VkError::Unsupported(format!("activation blocks of {block}"))),
+        };
+        if count % block != 0 {
+            return Err(VkError::Unsupported(format!("{count} activations in blocks of {block}")));
+        }
+        self.run(name, &[], &[x, y], &CountPush { count }.bytes(), grid((count / block).div_ceil(64)))
+    }
+
+    /// ids[r] = argmax of logits row r (n values a row).
+    pub fn argmax(&mut self, rows: u32, n: u32, logits: Bind<'_>, ids: Bind<'_>) -> Result<(), VkError> {
+        self.run("argmax", &[], &[logits, ids], &CountPush { count: n }.bytes(), [rows, 1, 1])
+    }
+}
+
+/// Floats of attention partials for `rows` rows.
+pub fn attn_part_len(rows: usize, n_head: usize, head_dim: usize, n_pieces: usize) -> usize {
+    rows * n_head * n_pieces * (head_dim + 2)
+}
+
+fn codec_name(codec: KvCodec) -> Result<&'static str, VkError> {
+    match codec {
+        KvCodec::F16 => Ok("f16"),
+        KvCodec::F32 => Ok("f32"),
+        KvCodec::Q8_0 => Err(VkError::Unsupported("the q8_0 K/V mirror has no Vulkan kernels yet".into())),
+    }
+}

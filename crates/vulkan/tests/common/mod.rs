@@ -1,0 +1,116 @@
+//! Shared pieces of the Vulkan tests: the device (or a clear skip), a recorder harness, a
+//! deterministic generator and the element-wise checker with per-element bars.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use resin_vulkan::buffers::{submit_once, Buffer, Location};
+use resin_vulkan::kernels::Recorder;
+use resin_vulkan::pipelines::{Descriptors, Pipelines};
+use resin_vulkan::Gpu;
+
+/// f32 unit roundoff.
+pub const U: f64 = 1.0 / (1u64 << 24) as f64;
+/// f16 unit roundoff.
+pub const U16: f64 = 1.0 / 2048.0;
+/// A NaN pattern written over outputs before a run, so an element never written fails.
+pub const POISON: u32 = 0x7FC0_7FC0; // a NaN as f32 and as each of its two f16 halves
+
+/// The device, or None with a line saying why (a failure when RESIN_REQUIRE_VULKAN=1).
+pub fn gpu() -> Option<Arc<Gpu>> {
+    match Gpu::start() {
+        Ok(g) => Some(g),
+        Err(e) => {
+            if std::env::var("RESIN_REQUIRE_VULKAN").as_deref() == Ok("1") {
+                panic!("RESIN_REQUIRE_VULKAN=1 but there is no Vulkan device: {e}");
+            }
+            eprintln!("SKIP: no Vulkan device ({e}); apt-get install mesa-vulkan-drivers libvulkan1");
+            None
+        }
+    }
+}
+
+pub struct Harness {
+    pub gpu: Arc<Gpu>,
+    pub pipes: Pipelines,
+    pub desc: Descriptors,
+}
+
+impl Harness {
+    pub fn new() -> Option<Harness> {
+        let gpu = gpu()?;
+        Some(Harness { pipes: Pipelines::new(&gpu), desc: Descriptors::new(&gpu), gpu })
+    }
+
+    pub fn buf_f32(&self, v: &[f32]) -> Buffer {
+        Buffer::with_data(&self.gpu, &resin_vulkan::buffers::f32_bytes(v), Location::Device).unwrap()
+    }
+
+    pub fn buf_bytes(&self, v: &[u8]) -> Buffer {
+        let mut b = v.to_vec();
+        b.resize(v.len().next_multiple_of(4).max(4), 0);
+        Buffer::with_data(&self.gpu, &b, Location::Device).unwrap()
+    }
+
+    /// An output buffer of `n` f32 poisoned with NaN.
+    pub fn poisoned(&self, n: usize) -> Buffer {
+        let mut b = Buffer::new(&self.gpu, (n * 4) as u64, Location::Device).unwrap();
+        b.fill_u32(POISON).unwrap();
+        b
+    }
+
+    /// Record with `f`, submit once, wait.
+    pub fn run(&mut self, f: impl FnOnce(&mut Recorder<'_>) -> Result<(), resin_vulkan::VkError>) {
+        let gpu = self.gpu.clone();
+        let mut res = Ok(());
+        submit_once(&gpu, |cmd| {
+            let mut rec = Recorder { gpu: &gpu, pipes: &mut self.pipes, desc: &mut self.desc, cmd };
+            res = f(&mut rec);
+        })
+        .unwrap();
+        res.unwrap();
+    }
+}
+
+/// xorshift64*: deterministic test data.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [-1, 1).
+    pub fn f(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f() * scale).collect()
+    }
+}
+
+/// Every element of `got` is finite and within `bar[i]` of `want[i]`; Err names the worst.
+pub fn check(what: &str, got: &[f32], want: &[f64], bar: &[f64]) -> Result<f64, String> {
+    if got.len() != want.len() {
+        return Err(format!("{what}: {} values, want {}", got.len(), want.len()));
+    }
+    let mut worst = (0usize, 0f64); // (index, err / bar)
+    for i in 0..got.len() {
+        let g = got[i] as f64;
+        if !g.is_finite() {
+            return Err(format!("{what}[{i}] = {g} (not finite; want {})", want[i]));
+        }
+        let e = (g - want[i]).abs();
+        let r = if bar[i] > 0.0 { e / bar[i] } else if e == 0.0 { 0.0 } else { f64::INFINITY };
+        if r > worst.1 {
+            worst = (i, r);
+        }
+    }
+    let i = worst.0;
+    if worst.1 > 1.0 {
+        return Err(format!("{what}[{i}] = {} want {} (err {:.3e} > bar {:.3e})", got[i], want[i], (got[i] as f64 - want[i]).abs(), bar[i]));
+    }
+    Ok(worst.1)
+}

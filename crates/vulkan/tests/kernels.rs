@@ -1,0 +1,516 @@
+//! Kernel-unit tests on the device (lavapipe in CI) against CPU oracles computed in f64.
+//! Outputs are poisoned with NaN before each run, every element is checked against a bar
+//! derived from the precision (stated at each check), and each test has a negative control
+//! that must fail the same check.
+
+mod common;
+
+use common::*;
+use resin_gguf::{formats, GgmlType};
+use resin_vulkan::buffers::{f32_bytes, Buffer, Location};
+use resin_vulkan::kernels::*;
+use resin_vulkan::pipelines::Bind;
+
+const FORMATS: [GgmlType; 9] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// y = W x in f64 from the reference dequantization, and the bar of each element:
+/// (cols + 8) * u * sum_j |w_ij x_j|: any f32 summation order of `cols` products is within
+/// gamma_cols of the exact sum, plus a few roundings of the in-kernel dequantization.
+fn gemv_oracle(wq: &[f32], x: &[f32], rows: usize, cols: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut y = vec![0f64; rows];
+    let mut bar = vec![0f64; rows];
+    for r in 0..rows {
+        let (mut s, mut a) = (0f64, 0f64);
+        for j in 0..cols {
+            let t = wq[r * cols + j] as f64 * x[j] as f64;
+            s += t;
+            a += t.abs();
+        }
+        y[r] = s;
+        bar[r] = (cols as f64 + 8.0) * U * a + 1e-30;
+    }
+    (y, bar)
+}
+
+#[test]
+fn gemv_every_format_and_row_count() {
+    let Some(mut h) = Harness::new() else { return };
+    let (rows, cols) = (67usize, 512usize);
+    let mut rng = Rng(0x5eed);
+    for ty in FORMATS {
+        let src = rng.vec(rows * cols, 1.0);
+        let wbytes = formats::quantize(ty, &src).unwrap();
+        let mut wq = vec![0f32; rows * cols];
+        formats::dequantize(ty, &wbytes, &mut wq).unwrap();
+        let row_bytes = wbytes.len() / rows;
+        let wbuf = h.buf_bytes(&wbytes);
+        let xs = rng.vec(8 * cols, 2.0);
+        let xbuf = h.buf_f32(&xs);
+        let mut one_row: Vec<Vec<f32>> = Vec::new();
+        for n in 1..=8usize {
+            let ybuf = h.poisoned(8 * rows);
+            let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+            h.run(|rec| rec.gemv(ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+            let got = ybuf.read_f32(0, 8 * rows).unwrap();
+            for c in 0..n {
+                let (want, bar) = gemv_oracle(&wq, &xs[c * cols..(c + 1) * cols], rows, cols);
+                let g = &got[c * rows..(c + 1) * rows];
+                check(&format!("gemv {ty} n={n} col {c}"), g, &want, &bar).unwrap();
+                if n == 1 {
+                    one_row.push(g.to_vec());
+                }
+            }
+            // Columns past n are never written.
+            assert!(got[n * rows..].iter().all(|v| v.to_bits() == POISON), "gemv {ty} n={n} wrote past its columns");
+            if n == 1 {
+                // The one-row form alone, for each column, to compare the N-row form bit for bit.
+                for c in 1..8 {
+                    let xb = h.buf_f32(&xs[c * cols..(c + 1) * cols]);
+                    let yb = h.poisoned(rows);
+                    h.run(|rec| rec.gemv(ty, 1, (&wbuf).into(), (&xb).into(), (&yb).into(), p));
+                    one_row.push(yb.read_f32(0, rows).unwrap());
+                }
+            } else {
+                for c in 0..n {
+                    let same = got[c * rows..(c + 1) * rows].iter().zip(&one_row[c]).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "gemv {ty}: the {n}-row form's column {c} differs from the row run alone");
+                }
+            }
+        }
+        // Negative control: the oracle of a weight matrix with one value moved by a
+        // quantization step must fail the same check.
+        let (mut want, bar) = gemv_oracle(&wq, &xs[..cols], rows, cols);
+        want[5] += (wq[5 * cols + 7].abs() as f64).max(0.01) * 0.5 * xs[7].abs().max(0.1) as f64;
+        let ybuf = h.poisoned(rows);
+        let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+        assert!(check("control: poisoned", &ybuf.read_f32(0, rows).unwrap(), &want, &bar).is_err(), "an unwritten output must fail");
+        h.run(|rec| rec.gemv(ty, 1, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+        assert!(check("control", &ybuf.read_f32(0, rows).unwrap(), &want, &bar).is_err(), "{ty}: a perturbed oracle must fail the bar");
+    }
+}
+
+#[test]
+fn gemv_output_offset_and_large_row_grid() {
+    // rows past 65535 workgroups use the second grid dimension; y_off places the rows.
+    let Some(mut h) = Harness::new() else { return };
+    let (rows, cols) = (70_000usize, 32usize);
+    let mut rng = Rng(7);
+    let src = rng.vec(rows * cols, 1.0);
+    let wbytes = formats::quantize(GgmlType::Q8_0, &src).unwrap();
+    let mut wq = vec![0f32; rows * cols];
+    formats::dequantize(GgmlType::Q8_0, &wbytes, &mut wq).unwrap();
+    let x = rng.vec(cols, 1.0);
+    let (wbuf, xbuf, ybuf) = (h.buf_bytes(&wbytes), h.buf_f32(&x), h.poisoned(rows + 3));
+    let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: 34, x_stride: 32, y_stride: 0, y_off: 3 };
+    h.run(|rec| rec.gemv(GgmlType::Q8_0, 1, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+    let got = ybuf.read_f32(0, rows + 3).unwrap();
+    assert!(got[..3].iter().all(|v| v.to_bits() == POISON));
+    let (want, bar) = gemv_oracle(&wq, &x, rows, cols);
+    check("gemv 70000 rows", &got[3..], &want, &bar).unwrap();
+}
+
+#[test]
+fn embed_every_format() {
+    // The embedding row in the kernel's dequantization equals the reference's within 2 u
+    // relative (the same operations in the same order; `precise` blocks fusing).
+    let Some(mut h) = Harness::new() else { return };
+    let (vocab, cols) = (40usize, 512usize);
+    let mut rng = Rng(11);
+    for ty in FORMATS {
+        let src = rng.vec(vocab * cols, 1.0);
+        let wbytes = formats::quantize(ty, &src).unwrap();
+        let mut wq = vec![0f32; vocab * cols];
+        formats::dequantize(ty, &wbytes, &mut wq).unwrap();
+        let tokens = [3u32, 39, 0, 17];
+        let meta: Vec<RowMeta> = tokens.iter().map(|&t| RowMeta { token: t, ..Default::default() }).collect();
+        let (wbuf, mbuf, xbuf) = (h.buf_bytes(&wbytes), h.buf_bytes(&RowMeta::words(&meta)), h.poisoned(tokens.len() * cols));
+        // Two parts (rows 0..20 and 20..40), as a matrix split past the storage range is bound.
+        let rb = wbytes.len() / vocab;
+        let (w0, w1) = (h.buf_bytes(&wbytes[..20 * rb]), h.buf_bytes(&wbytes[20 * rb..]));
+        h.run(|rec| {
+            rec.embed(ty, tokens.len() as u32, (&w0).into(), (&mbuf).into(), (&xbuf).into(), EmbedPush { cols: cols as u32, row_bytes: rb as u32, row_start: 0, part_rows: 20 })?;
+            rec.embed(ty, tokens.len() as u32, (&w1).into(), (&mbuf).into(), (&xbuf).into(), EmbedPush { cols: cols as u32, row_bytes: rb as u32, row_start: 20, part_rows: 20 })
+        });
+        let _ = &wbuf;
+        let got = xbuf.read_f32(0, tokens.len() * cols).unwrap();
+        let want: Vec<f64> = tokens.iter().flat_map(|&t| wq[t as usize * cols..(t as usize + 1) * cols].iter().map(|&v| v as f64)).collect();
+        let bar: Vec<f64> = want.iter().map(|w| 2.0 * U * w.abs()).collect();
+        check(&format!("embed {ty}"), &got, &want, &bar).unwrap();
+        // Control: the neighbouring token's row must fail.
+        let wrong: Vec<f64> = tokens.iter().flat_map(|&t| {
+            let t = (t as usize + 1) % vocab;
+            wq[t * cols..(t + 1) * cols].iter().map(|&v| v as f64).collect::<Vec<_>>()
+        }).collect();
+        assert!(check("control", &got, &wrong, &bar).is_err());
+    }
+}
+
+#[test]
+fn rmsnorm_plain_and_fused_add() {
+    // Bar: (n/2 + 16) u |ref|: the sum of squares is within gamma_n (relative), the square
+    // root halves it; division, sqrt and two products add a few ulps.
+    let Some(mut h) = Harness::new() else { return };
+    let (rows, n) = (3usize, 576usize);
+    let mut rng = Rng(3);
+    let x = rng.vec(rows * n, 3.0);
+    let a = rng.vec(rows * n, 1.0);
+    let w = rng.vec(n, 1.5);
+    let eps = 1e-5f32;
+    for fused in [false, true] {
+        let xb = h.buf_f32(&x);
+        let ab = h.buf_f32(&a);
+        let wb = h.buf_f32(&w);
+        let ob = h.poisoned(rows * n);
+        h.run(|rec| {
+            let add = if fused { Some(Bind::from(&ab)) } else { None };
+            rec.rmsnorm(rows as u32, (&xb).into(), add, (&wb).into(), (&ob).into(), NormPush { n: n as u32, eps })
+        });
+        let xs: Vec<f32> = if fused { x.iter().zip(&a).map(|(p, q)| p + q).collect() } else { x.clone() };
+        let mut want = vec![0f64; rows * n];
+        for r in 0..rows {
+            let row = &xs[r * n..(r + 1) * n];
+            let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
+            let scale = 1.0 / (ss / n as f64 + eps as f64).sqrt();
+            for i in 0..n {
+                want[r * n + i] = row[i] as f64 * scale * w[i] as f64;
+            }
+        }
+        let bar: Vec<f64> = want.iter().map(|v| (n as f64 / 2.0 + 16.0) * U * v.abs() + 1e-30).collect();
+        let got = ob.read_f32(0, rows * n).unwrap();
+        check(&format!("rmsnorm fused={fused}"), &got, &want, &bar).unwrap();
+        // The residual sum is written back exactly (one IEEE addition).
+        let xg = xb.read_f32(0, rows * n).unwrap();
+        assert!(xg.iter().zip(&xs).all(|(p, q)| p.to_bits() == q.to_bits()), "residual write-back");
+        // Control: the norm without the fused add (or with it, for the plain form) must fail.
+        let other: Vec<f32> = if fused { x.clone() } else { x.iter().zip(&a).map(|(p, q)| p + q).collect() };
+        let wrong: Vec<f64> = (0..rows * n).map(|i| {
+            let r = i / n;
+            let row = &other[r * n..(r + 1) * n];
+            let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
+            row[i % n] as f64 / (ss / n as f64 + eps as f64).sqrt() * w[i % n] as f64
+        }).collect();
+        assert!(check("control", &got, &wrong, &bar).is_err());
+    }
+}
+
+#[test]
+fn swiglu_matches() {
+    // Bar: (32 + 4|g|) u |ref|: Vulkan's exp is within 3 + 2|x| ulp, then a division and a
+    // product.
+    let Some(mut h) = Harness::new() else { return };
+    let n = 3000usize;
+    let mut rng = Rng(5);
+    let g = rng.vec(n, 8.0);
+    let u = rng.vec(n, 2.0);
+    let (gb, ub) = (h.buf_f32(&g), h.buf_f32(&u));
+    h.run(|rec| rec.swiglu(n as u32, (&gb).into(), (&ub).into()));
+    let got = gb.read_f32(0, n).unwrap();
+    let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &b)| a as f64 / (1.0 + (-(a as f64)).exp()) * b as f64).collect();
+    let bar: Vec<f64> = want.iter().zip(&g).map(|(w, a)| (32.0 + 4.0 * a.abs() as f64) * U * w.abs() + 1e-30).collect();
+    check("swiglu", &got, &want, &bar).unwrap();
+    // Control: silu without the up factor's sign must fail.
+    let wrong: Vec<f64> = want.iter().map(|w| -w).collect();
+    assert!(check("control", &got, &wrong, &bar).is_err());
+}
+
+#[test]
+fn argmax_rows_with_ties() {
+    let Some(mut h) = Harness::new() else { return };
+    let (rows, n) = (3usize, 49_999usize);
+    let mut rng = Rng(9);
+    let mut l = rng.vec(rows * n, 10.0);
+    l[7] = 50.0;
+    l[40_000] = 50.0; // tie in row 0: the lower index wins
+    l[n + n - 1] = 99.0; // row 1: the last element
+    l[2 * n + 12_345] = 20.0;
+    l[2 * n + 3] = f32::NAN; // NaN is ignored
+    let lb = h.buf_f32(&l);
+    let mut ib = Buffer::new(&h.gpu, (rows * 4) as u64, Location::Device).unwrap();
+    ib.fill_u32(u32::MAX).unwrap();
+    h.run(|rec| rec.argmax(rows as u32, n as u32, (&lb).into(), (&ib).into()));
+    let got = ib.read_u32(0, rows).unwrap();
+    assert_eq!(got, vec![7, n as u32 - 1, 12_345]);
+    // Control: the planted maxima are where the check looks (a wrong id would differ).
+    assert_ne!(got, vec![40_000, n as u32 - 1, 12_345]);
+}
+
+/// The CPU home's rope: angles in f64 cast to f32, rotation in f32.
+fn rope_table(n_ctx: usize, rope_dims: usize, base: f32) -> Vec<f32> {
+    let inv: Vec<f64> = (0..rope_dims / 2).map(|i| (base as f64).powf(-2.0 * i as f64 / rope_dims as f64)).collect();
+    let mut t = Vec::with_capacity(n_ctx * rope_dims);
+    for p in 0..n_ctx {
+        for f in &inv {
+            let (s, c) = (p as f64 * f).sin_cos();
+            t.push(c as f32);
+            t.push(s as f32);
+        }
+    }
+    t
+}
+
+fn f16_to_f32(h: u16) -> f32 {
+    half::f16::from_bits(h).to_f32()
+}
+
+#[test]
+fn rope_and_store_norm_neox_bias_qknorm_passthrough() {
+    // q in place: exact f32 ops of the CPU (bias add, rotation with `precise`); bar 4 u of
+    // the rotation's terms. qk-norm adds the norm's (hd/2 + 16) u. Mirror rows: f16 of the
+    // same values, clamped to the half range, within one f16 ulp (the device's rounding mode
+    // of the conversion may differ), or f32 within the q bar.
+    let Some(mut h) = Harness::new() else { return };
+    let (n_head, n_head_kv, hd) = (4usize, 2usize, 64usize);
+    let (q_dim, kv_dim, n_ctx, rows) = (n_head * hd, n_head_kv * hd, 40usize, 3usize);
+    let mut rng = Rng(21);
+    for (style, codec, flags, rope_dims) in [
+        (resin_model::RopeStyle::Norm, resin_core::KvCodec::F16, 0u32, hd),
+        (resin_model::RopeStyle::Neox, resin_core::KvCodec::F16, ROPE_BIAS, hd),
+        (resin_model::RopeStyle::Norm, resin_core::KvCodec::F32, ROPE_BIAS | ROPE_QK_NORM, 32),
+        (resin_model::RopeStyle::Neox, resin_core::KvCodec::F32, ROPE_QK_NORM, 48),
+    ] {
+        let mut q = rng.vec(rows * q_dim, 2.0);
+        let mut k = rng.vec(rows * kv_dim, 2.0);
+        let v = rng.vec(rows * kv_dim, 2.0);
+        k[5] = 1e6; // clamps to 65504 in an f16 mirror
+        let bias = rng.vec(q_dim + 2 * kv_dim, 0.5);
+        let norm = rng.vec(2 * hd, 1.0);
+        let table = rope_table(n_ctx, rope_dims, 10000.0);
+        let eps = 1e-6f32;
+        // rows: (pos, region base in elements); regions of n_ctx positions.
+        let rm = [(7u32, 0u32), (0, (n_ctx * kv_dim) as u32), (39, (2 * n_ctx * kv_dim) as u32)];
+        let meta: Vec<RowMeta> = rm.iter().map(|&(pos, kv_base)| RowMeta { token: 0, pos, kv_base, keys: pos + 1 }).collect();
+        let mirror_elems = 3 * n_ctx * kv_dim;
+        let ebytes = if codec == resin_core::KvCodec::F16 { 2 } else { 4 };
+        let qb = h.buf_f32(&q);
+        let (kb, vb, bb, nb, tb) = (h.buf_f32(&k), h.buf_f32(&v), h.buf_f32(&bias), h.buf_f32(&norm), h.buf_f32(&table));
+        let mb = h.buf_bytes(&RowMeta::words(&meta));
+        let mut mk = Buffer::new(&h.gpu, (mirror_elems * ebytes) as u64, Location::Device).unwrap();
+        let mut mv = Buffer::new(&h.gpu, (mirror_elems * ebytes) as u64, Location::Device).unwrap();
+        mk.fill_u32(POISON).unwrap();
+        mv.fill_u32(POISON).unwrap();
+        let p = RopePush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, rope_dims: rope_dims as u32, flags, eps };
+        h.run(|rec| rec.rope_store(style, codec, rows as u32, [(&qb).into(), (&kb).into(), (&vb).into(), (&bb).into(), (&nb).into(), (&tb).into(), (&mb).into(), (&mk).into(), (&mv).into()], p));
+
+        // Oracle, the CPU home's operations.
+        let mut vv = v.clone();
+        if flags & ROPE_BIAS != 0 {
+            for r in 0..rows {
+                q[r * q_dim..(r + 1) * q_dim].iter_mut().zip(&bias[..q_dim]).for_each(|(a, b)| *a += b);
+                k[r * kv_dim..(r + 1) * kv_dim].iter_mut().zip(&bias[q_dim..q_dim + kv_dim]).for_each(|(a, b)| *a += b);
+                vv[r * kv_dim..(r + 1) * kv_dim].iter_mut().zip(&bias[q_dim + kv_dim..]).for_each(|(a, b)| *a += b);
+            }
+        }
+        let rot = |x: &mut [f32], pos: usize, nw: &[f32]| -> Vec<f64> {
+            // returns the bar of each element
+            let mut bar = vec![0f64; x.len()];
+            for (hh, head) in x.chunks_exact_mut(hd).enumerate() {
+                let _ = hh;
+                let mut nb = 0.0;
+                if flags & ROPE_QK_NORM != 0 {
+                    let ss: f32 = head.iter().map(|a| a * a).sum();
+                    let sc = 1.0 / (ss / hd as f32 + eps).sqrt();
+                    head.iter_mut().zip(nw).for_each(|(a, w)| *a *= sc * w);
+                    nb = (hd as f64 / 2.0 + 16.0) * U;
+                }
+                let half = rope_dims / 2;
+                let orig = head.to_vec();
+                for i in 0..half {
+                    let (c, s) = (table[2 * (pos * half + i)], table[2 * (pos * half + i) + 1]);
+                    let (i0, i1) = match style {
+                        resin_model::RopeStyle::Norm => (2 * i, 2 * i + 1),
+                        resin_model::RopeStyle::Neox => (i, i + half),
+                    };
+                    let (a, b) = (orig[i0], orig[i1]);
+                    head[i0] = a * c - b * s;
+                    head[i1] = a * s + b * c;
+                    let mag = a.abs() as f64 + b.abs() as f64;
+                    bar[hh * hd + i0] = (4.0 * U + nb) * mag + 1e-30;
+                    bar[hh * hd + i1] = (4.0 * U + nb) * mag + 1e-30;
+                }
+                for i in rope_dims..hd {
+                    bar[hh * hd + i] = nb * orig[i].abs() as f64 + 1e-30;
+                }
+            }
+            bar
+        };
+        let mut qbar = Vec::new();
+        let mut kbar = Vec::new();
+        for (r, &(pos, _)) in rm.iter().enumerate() {
+            qbar.extend(rot(&mut q[r * q_dim..(r + 1) * q_dim], pos as usize, &norm[..hd]));
+            kbar.extend(rot(&mut k[r * kv_dim..(r + 1) * kv_dim], pos as usize, &norm[hd..]));
+        }
+        let gq = qb.read_f32(0, rows * q_dim).unwrap();
+        let wq: Vec<f64> = q.iter().map(|&a| a as f64).collect();
+        check(&format!("rope q {style:?} {codec:?} flags {flags}"), &gq, &wq, &qbar).unwrap();
+        // Mirror rows.
+        let read_mirror = |b: &Buffer| -> Vec<f32> {
+            if ebytes == 4 {
+                b.read_f32(0, mirror_elems).unwrap()
+            } else {
+                let mut raw = vec![0u8; mirror_elems * 2];
+                b.read(0, &mut raw).unwrap();
+                raw.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect()
+            }
+        };
+        let (gk, gv) = (read_mirror(&mk), read_mirror(&mv));
+        let mut written = vec![false; mirror_elems];
+        for (r, &(pos, base)) in rm.iter().enumerate() {
+            let at = base as usize + pos as usize * kv_dim;
+            let (wk, wv): (Vec<f64>, Vec<f64>) = if ebytes == 2 {
+                (
+                    k[r * kv_dim..(r + 1) * kv_dim].iter().map(|&a| a.clamp(-65504.0, 65504.0) as f64).collect(),
+                    vv[r * kv_dim..(r + 1) * kv_dim].iter().map(|&a| a.clamp(-65504.0, 65504.0) as f64).collect(),
+                )
+            } else {
+                (k[r * kv_dim..(r + 1) * kv_dim].iter().map(|&a| a as f64).collect(), vv[r * kv_dim..(r + 1) * kv_dim].iter().map(|&a| a as f64).collect())
+            };
+            let kb: Vec<f64> = if ebytes == 2 { wk.iter().map(|a| 2.0 * U16 * a.abs() + 1e-7).collect() } else { kbar[r * kv_dim..(r + 1) * kv_dim].to_vec() };
+            let vbar: Vec<f64> = wv.iter().map(|a| if ebytes == 2 { 2.0 * U16 * a.abs() + 1e-7 } else { U * a.abs() + 1e-30 }).collect();
+            check(&format!("mirror K row {r}"), &gk[at..at + kv_dim], &wk, &kb).unwrap();
+            check(&format!("mirror V row {r}"), &gv[at..at + kv_dim], &wv, &vbar).unwrap();
+            written[at..at + kv_dim].iter_mut().for_each(|w| *w = true);
+            // Control: the row one position later must fail (it holds poison).
+            let next = at + kv_dim;
+            if next + kv_dim <= mirror_elems && !written[next] {
+                assert!(check("control", &gk[next..next + kv_dim], &wk, &kb).is_err());
+            }
+        }
+        // Everything else in the mirror is untouched.
+        for i in 0..mirror_elems {
+            if !written[i] {
+                assert!(gk[i].is_nan() && gv[i].is_nan(), "mirror element {i} written outside the rows");
+            }
+        }
+        if ebytes == 2 {
+            assert_eq!(gk[rm[0].1 as usize + 7 * kv_dim + 5].abs(), 65504.0, "f16 clamp");
+        }
+    }
+}
+
+#[test]
+fn decode_attention_pieces_and_combine() {
+    // Oracle: softmax(q.k * scale) v in f64 over the same (f16 or f32) mirror values.
+    // Bar a head dim: (2 ds + (keys + hd + 32) u) * max|v|, where ds = (hd + 4) u
+    // sum_i |q_i k_i| * scale bounds a score's error (exp turns it into a relative error
+    // of the weight), the rest the sums and exp's ulps.
+    let Some(mut h) = Harness::new() else { return };
+    let (n_head, n_head_kv, hd, n_ctx) = (6usize, 2usize, 64usize, 300usize);
+    let (kv_dim, q_dim) = (n_head_kv * hd, n_head * hd);
+    let mut rng = Rng(33);
+    for codec in [resin_core::KvCodec::F16, resin_core::KvCodec::F32] {
+        let regions = 2usize;
+        let elems = regions * n_ctx * kv_dim;
+        let kvals: Vec<f32> = rng.vec(elems, 2.0).iter().map(|&a| half::f16::from_f32(a).to_f32()).collect();
+        let vvals: Vec<f32> = rng.vec(elems, 2.0).iter().map(|&a| half::f16::from_f32(a).to_f32()).collect();
+        let bytes = |v: &[f32]| -> Vec<u8> {
+            if codec == resin_core::KvCodec::F16 { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() } else { f32_bytes(v) }
+        };
+        let (mk, mv) = (h.buf_bytes(&bytes(&kvals)), h.buf_bytes(&bytes(&vvals)));
+        // rows: (keys, region)
+        let rr = [(1usize, 0usize), (300, 1), (77, 0), (129, 1)];
+        let rows = rr.len();
+        let meta: Vec<RowMeta> = rr.iter().map(|&(keys, reg)| RowMeta { token: 0, pos: keys as u32 - 1, kv_base: (reg * n_ctx * kv_dim) as u32, keys: keys as u32 }).collect();
+        let mb = h.buf_bytes(&RowMeta::words(&meta));
+        let q = rng.vec(rows * q_dim, 1.0);
+        let qb = h.buf_f32(&q);
+        let scale = 1.0 / (hd as f32).sqrt();
+        // Oracle.
+        let mut want = vec![0f64; rows * q_dim];
+        let mut bar = vec![0f64; rows * q_dim];
+        for (r, &(keys, reg)) in rr.iter().enumerate() {
+            for hh in 0..n_head {
+                let g = hh / (n_head / n_head_kv);
+                let qh = &q[r * q_dim + hh * hd..r * q_dim + (hh + 1) * hd];
+                let base = reg * n_ctx * kv_dim + g * hd;
+                let mut s = vec![0f64; keys];
+                let mut ds = 0f64;
+                for j in 0..keys {
+                    let kr = &kvals[base + j * kv_dim..base + j * kv_dim + hd];
+                    s[j] = qh.iter().zip(kr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale as f64;
+                    ds = f64::max(ds, (hd as f64 + 4.0) * U * qh.iter().zip(kr).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum::<f64>() * scale as f64);
+                }
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                let l: f64 = w.iter().sum();
+                let mut vmax = 0f64;
+                for d in 0..hd {
+                    let mut a = 0f64;
+                    for j in 0..keys {
+                        let vx = vvals[base + j * kv_dim + d] as f64;
+                        a += w[j] * vx;
+                        vmax = vmax.max(vx.abs());
+                    }
+                    want[r * q_dim + hh * hd + d] = a / l;
+                }
+                for d in 0..hd {
+                    bar[r * q_dim + hh * hd + d] = (2.0 * ds + (keys as f64 + hd as f64 + 32.0) * U) * vmax + 1e-30;
+                }
+            }
+        }
+        for pieces in [1usize, 3, 4, 8] {
+            let part = h.poisoned(attn_part_len(rows, n_head, hd, pieces));
+            let ob = h.poisoned(rows * q_dim);
+            let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces as u32, scale };
+            h.run(|rec| rec.attention(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&ob).into(), p));
+            let got = ob.read_f32(0, rows * q_dim).unwrap();
+            check(&format!("attention {codec:?} pieces {pieces}"), &got, &want, &bar).unwrap();
+            // Control: one key fewer for row 2 must fail.
+            if pieces == 1 {
+                let mut wrong = want.clone();
+                let r = 2;
+                for x in &mut wrong[r * q_dim..(r + 1) * q_dim] {
+                    *x *= 1.01;
+                }
+                assert!(check("control", &got, &wrong, &bar).is_err());
+            }
+        }
+    }
+}
+
+#[test]
+fn activation_rounding_matches_the_cpu_blocks() {
+    // The CPU home's rounding (acts.rs): d = amax / 127, q = round_ties_even(x * (127 / amax)).
+    // Bar: a value may land one step d away where the device's division rounds differently
+    // at a tie, else 2 u relative.
+    let Some(mut h) = Harness::new() else { return };
+    let n = 8 * 576;
+    let mut rng = Rng(77);
+    let mut x = rng.vec(n, 3.0);
+    x[40..72].iter_mut().for_each(|v| *v = 0.0); // an all-zero block
+    for block in [32usize, 256] {
+        let xb = h.buf_f32(&x[..n / 256 * 256]);
+        let m = n / 256 * 256;
+        let yb = h.poisoned(m);
+        h.run(|rec| rec.qact(block as u32, m as u32, (&xb).into(), (&yb).into()));
+        let got = yb.read_f32(0, m).unwrap();
+        let mut want = vec![0f64; m];
+        let mut bar = vec![0f64; m];
+        for b in 0..m / block {
+            let xs = &x[b * block..(b + 1) * block];
+            let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+            for i in 0..block {
+                let q = (xs[i] * id).round_ties_even();
+                want[b * block + i] = (q * d) as f64;
+                bar[b * block + i] = 2.0 * U * (q * d).abs() as f64 + d as f64 * 1.0001 * if q.abs() < 127.0 { 1.0 } else { 0.0 } + 1e-30;
+            }
+        }
+        check(&format!("qact{block}"), &got, &want, &bar).unwrap();
+        let exact = got.iter().zip(&want).filter(|(g, w)| **g as f64 == **w).count();
+        eprintln!("qact{block}: {exact} of {m} values bit-equal to the CPU rounding");
+        // Control: values 5% off must fail.
+        let wrong: Vec<f64> = want.iter().map(|w| w * 1.05 + 0.05).collect();
+        assert!(check("control", &got, &wrong, &bar).is_err());
+    }
+}

