@@ -497,6 +497,42 @@ fn bit_identical_across_batches_and_threads() {
     }
 }
 
+/// Prefill tile shapes (8 and 4 activation rows, remainders) on every shape of every format,
+/// including partial 16-block groups of the 32-block formats: each row equals its n = 1 value.
+#[test]
+fn bit_identical_every_shape_prefill_tiles() {
+    let mut rng = Rng(0x7e57_0000_0000_0008);
+    for ty in ALL {
+        for (rows, cols) in shapes(ty) {
+            let data = random_weights(ty, rows, cols, &mut rng);
+            let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+            for n in [8usize, 13, 20] {
+                let x = random_acts(n, cols, &mut rng);
+                for simd in Simd::available() {
+                    let run = |xs: &[f32], k: usize| {
+                        let acts = Acts::prepare(xs, k, cols, ty);
+                        let mut out = vec![0f32; k * rows];
+                        matmul_on(simd, &w, &acts, &mut out);
+                        out
+                    };
+                    let all = run(&x, n);
+                    for i in 0..n {
+                        let one = run(&x[i * cols..(i + 1) * cols], 1);
+                        for r in 0..rows {
+                            assert_eq!(
+                                one[r].to_bits(),
+                                all[i * rows + r].to_bits(),
+                                "{ty} {} {rows}x{cols}: n=1 vs n={n} at ({i},{r})",
+                                simd.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Big enough to cross the parallel threshold, so chunking over rows really happens.
 #[test]
 fn bit_identical_when_parallel() {

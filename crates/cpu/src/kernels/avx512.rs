@@ -624,3 +624,268 @@ unsafe fn k_tile<const M: usize, const K: usize, const T: u8>(
         }
     }
 }
+
+// ---- Prefill: weights unpacked once per chunk, then reused by every activation tile. ----
+//
+// The packed values are exactly what `group_weights` / `group8_weights` (pair formats) return,
+// and the tiles below run the same per-block arithmetic in the same order as `pair_tile`, so
+// every output element is bit-identical to the unpacked path (and so to n = 1).
+
+/// Bytes of one packed group of 16 blocks: 8 steps of 64 bytes, then 16 f32 scales (dv) and
+/// 16 f32 corrections (cv). A group of at most 8 blocks uses the low halves (256-bit values).
+const PG: usize = 640;
+
+/// Whether `packed_rows` handles the format.
+pub(super) fn packs(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(
+        ty,
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
+    )
+}
+
+/// Packed bytes of one weight row of `cols` columns.
+pub(super) fn packed_row_bytes(ty: GgmlType, cols: usize) -> usize {
+    if ty.block_len() == 256 {
+        cols / 256 * PG
+    } else {
+        (cols / 32).div_ceil(16) * PG
+    }
+}
+
+/// Unpacks one weight row into `dst` (`packed_row_bytes` long).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
+pub(super) unsafe fn pack_row(ty: GgmlType, w: &[u8], cols: usize, dst: &mut [u8]) {
+    use GgmlType::*;
+    match ty {
+        Q4_0 => pack_pair::<0>(w, cols, dst),
+        Q4_1 => pack_pair::<1>(w, cols, dst),
+        Q5_0 => pack_pair::<2>(w, cols, dst),
+        Q5_1 => pack_pair::<3>(w, cols, dst),
+        Q8_0 => pack_pair::<4>(w, cols, dst),
+        Q2_K => pack_k::<2>(w, cols, dst),
+        Q3_K => pack_k::<3>(w, cols, dst),
+        Q4_K => pack_k::<4>(w, cols, dst),
+        Q5_K => pack_k::<5>(w, cols, dst),
+        Q6_K => pack_k::<6>(w, cols, dst),
+        _ => unreachable!("no packed layout for {ty}"),
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
+unsafe fn pack_pair<const F: u8>(w: &[u8], cols: usize, dst: &mut [u8]) {
+    let bb = [18, 20, 22, 24, 34][F as usize];
+    let nb = cols / 32;
+    assert!(dst.len() >= nb.div_ceil(16) * PG);
+    for g in 0..nb.div_ceil(16) {
+        let cnt = (nb - 16 * g).min(16);
+        let base = w.as_ptr().add(16 * g * bb);
+        let d = dst.as_mut_ptr().add(g * PG);
+        if cnt <= 8 {
+            let (u, dv, cv) = group8_weights::<F>(base, cnt);
+            for (t, ut) in u.iter().enumerate() {
+                _mm256_storeu_si256(d.add(64 * t) as *mut __m256i, *ut);
+            }
+            _mm256_storeu_ps(d.add(512) as *mut f32, dv);
+            _mm256_storeu_ps(d.add(576) as *mut f32, cv);
+        } else {
+            let (u, dv, cv) = if cnt == 16 {
+                group_weights::<F, true>(base, 16)
+            } else {
+                group_weights::<F, false>(base, cnt)
+            };
+            for (t, ut) in u.iter().enumerate() {
+                _mm512_storeu_si512(d.add(64 * t) as *mut _, *ut);
+            }
+            _mm512_storeu_ps(d.add(512) as *mut f32, dv);
+            _mm512_storeu_ps(d.add(576) as *mut f32, cv);
+        }
+    }
+}
+
+/// Activation rows `i0..i0 + K` against M packed weight rows (`pk[m]`), `cols` columns.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
+pub(super) unsafe fn packed_tile<const M: usize, const K: usize>(
+    ty: GgmlType,
+    pk: [*const u8; M],
+    cols: usize,
+    p: &Prepared,
+    i0: usize,
+    o: &mut [[f32; K]; M],
+) {
+    use GgmlType::*;
+    match ty {
+        Q2_K => k_packed_tile::<M, K, 2>(pk, cols, p, i0, o),
+        Q3_K => k_packed_tile::<M, K, 3>(pk, cols, p, i0, o),
+        Q4_K => k_packed_tile::<M, K, 4>(pk, cols, p, i0, o),
+        Q5_K => k_packed_tile::<M, K, 5>(pk, cols, p, i0, o),
+        Q6_K => k_packed_tile::<M, K, 6>(pk, cols, p, i0, o),
+        _ => pair_packed_tile::<M, K>(pk, cols, p, i0, o),
+    }
+}
+
+/// K-quant superblock, packed (PG bytes): the 4 groups' unsigned values (`k_unpack`), their 4
+/// scale patterns, then mn16 (32 bytes), the low half of corr (32 bytes), d and dmin.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
+unsafe fn pack_k<const T: u8>(w: &[u8], cols: usize, dst: &mut [u8]) {
+    let bb = match T {
+        2 => 84,
+        3 => 110,
+        4 => 144,
+        5 => 176,
+        _ => 210,
+    };
+    let table = if matches!(T, 4 | 5) { &IDX32 } else { &IDX16 };
+    assert!(dst.len() >= cols / 256 * PG);
+    for sb in 0..cols / 256 {
+        let blk = w.as_ptr().add(sb * bb);
+        let d = dst.as_mut_ptr().add(sb * PG);
+        let h = k_head::<T>(blk);
+        for g in 0..4 {
+            _mm512_storeu_si512(d.add(64 * g) as *mut _, k_unpack::<T>(blk, g));
+            _mm512_storeu_si512(d.add(256 + 64 * g) as *mut _, pattern(table, g, h.sc));
+        }
+        _mm256_storeu_si256(d.add(512) as *mut __m256i, h.mn16);
+        _mm256_storeu_si256(d.add(544) as *mut __m256i, _mm512_castsi512_si256(h.corr));
+        (d.add(576) as *mut f32).write_unaligned(h.d);
+        (d.add(580) as *mut f32).write_unaligned(h.dmin);
+    }
+}
+
+/// `k_tile` on packed superblocks: the same arithmetic in the same order.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
+unsafe fn k_packed_tile<const M: usize, const K: usize, const T: u8>(
+    pk: [*const u8; M],
+    cols: usize,
+    p: &Prepared,
+    i0: usize,
+    o: &mut [[f32; K]; M],
+) {
+    let has_min = matches!(T, 2 | 4 | 5);
+    let a = KActs::<K>::new(p, i0);
+    let mut acc = [[_mm512_setzero_ps(); K]; M];
+    let mut accm = [[_mm256_setzero_ps(); K]; M];
+    for sb in 0..cols / 256 {
+        let blk: [*const u8; M] = std::array::from_fn(|m| pk[m].add(sb * PG));
+        let mut ai = [[_mm512_setzero_si512(); K]; M];
+        for g in 0..4 {
+            let u: [__m512i; M] =
+                std::array::from_fn(|m| _mm512_loadu_si512(blk[m].add(64 * g) as *const _));
+            let sp: [__m512i; M] =
+                std::array::from_fn(|m| _mm512_loadu_si512(blk[m].add(256 + 64 * g) as *const _));
+            for j in 0..K {
+                let av = _mm512_loadu_si512(a.q[j].add(sb * 256 + 64 * g) as *const _);
+                for m in 0..M {
+                    ai[m][j] = _mm512_dpwssd_epi32(ai[m][j], _mm512_maddubs_epi16(u[m], av), sp[m]);
+                }
+            }
+        }
+        for j in 0..K {
+            let da = *a.d[j].add(sb);
+            let bs = _mm256_loadu_si256(a.bsums[j].add(sb * 16) as *const __m256i);
+            for m in 0..M {
+                let hd = (blk[m].add(576) as *const f32).read_unaligned();
+                if has_min {
+                    let hdmin = (blk[m].add(580) as *const f32).read_unaligned();
+                    let mn16 = _mm256_loadu_si256(blk[m].add(512) as *const __m256i);
+                    acc[m][j] = _mm512_fmadd_ps(
+                        _mm512_cvtepi32_ps(ai[m][j]),
+                        _mm512_set1_ps(hd * da),
+                        acc[m][j],
+                    );
+                    let mi = _mm256_cvtepi32_ps(_mm256_madd_epi16(mn16, bs));
+                    accm[m][j] = _mm256_fmadd_ps(mi, _mm256_set1_ps(-hdmin * da), accm[m][j]);
+                } else {
+                    let corr = _mm512_zextsi256_si512(_mm256_loadu_si256(
+                        blk[m].add(544) as *const __m256i,
+                    ));
+                    let v = _mm512_dpwssd_epi32(ai[m][j], corr, _mm512_zextsi256_si512(bs));
+                    acc[m][j] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(hd * da), acc[m][j]);
+                }
+            }
+        }
+    }
+    for m in 0..M {
+        for j in 0..K {
+            o[m][j] = _mm512_reduce_add_ps(acc[m][j]);
+            if has_min {
+                o[m][j] += hsum256(accm[m][j]);
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
+unsafe fn pair_packed_tile<const M: usize, const K: usize>(
+    pk: [*const u8; M],
+    cols: usize,
+    p: &Prepared,
+    i0: usize,
+    o: &mut [[f32; K]; M],
+) {
+    let nb = cols / 32;
+    let aq: [*const i8; K] = std::array::from_fn(|j| p.qs.as_ptr().add((i0 + j) * p.qs_stride));
+    let ad: [*const f32; K] = std::array::from_fn(|j| p.d.as_ptr().add((i0 + j) * p.d_stride));
+    let asum: [*const f32; K] = std::array::from_fn(|j| p.s.as_ptr().add((i0 + j) * p.d_stride));
+    let mut acc = [[_mm512_setzero_ps(); K]; M];
+    for g in 0..nb.div_ceil(16) {
+        let cnt = (nb - 16 * g).min(16);
+        if cnt <= 8 {
+            for m in 0..M {
+                let gp = pk[m].add(g * PG);
+                let u: [__m256i; 8] =
+                    std::array::from_fn(|t| _mm256_loadu_si256(gp.add(64 * t) as *const __m256i));
+                let dv = _mm256_loadu_ps(gp.add(512) as *const f32);
+                let cv = _mm256_loadu_ps(gp.add(576) as *const f32);
+                for j in 0..K {
+                    let a = aq[j].add(512 * g);
+                    let mut ai = _mm256_setzero_si256();
+                    for (t, ut) in u.iter().enumerate() {
+                        ai = _mm256_dpbusd_epi32(
+                            ai,
+                            *ut,
+                            _mm256_loadu_si256(a.add(64 * t) as *const __m256i),
+                        );
+                    }
+                    let sa = _mm256_loadu_ps(asum[j].add(16 * g));
+                    acc[m][j] = _mm512_fmadd_ps(
+                        _mm512_zextps256_ps512(cv),
+                        _mm512_zextps256_ps512(sa),
+                        acc[m][j],
+                    );
+                    let sc = _mm256_mul_ps(dv, _mm256_loadu_ps(ad[j].add(16 * g)));
+                    acc[m][j] = _mm512_fmadd_ps(
+                        _mm512_zextps256_ps512(_mm256_cvtepi32_ps(ai)),
+                        _mm512_zextps256_ps512(sc),
+                        acc[m][j],
+                    );
+                }
+            }
+            continue;
+        }
+        for m in 0..M {
+            let gp = pk[m].add(g * PG);
+            let u: [__m512i; 8] =
+                std::array::from_fn(|t| _mm512_loadu_si512(gp.add(64 * t) as *const _));
+            let dv = _mm512_loadu_ps(gp.add(512) as *const f32);
+            let cv = _mm512_loadu_ps(gp.add(576) as *const f32);
+            for j in 0..K {
+                let a = aq[j].add(512 * g);
+                let mut ai = _mm512_setzero_si512();
+                for (t, ut) in u.iter().enumerate() {
+                    ai =
+                        _mm512_dpbusd_epi32(ai, *ut, _mm512_loadu_si512(a.add(64 * t) as *const _));
+                }
+                acc[m][j] = _mm512_fmadd_ps(cv, _mm512_loadu_ps(asum[j].add(16 * g)), acc[m][j]);
+                let sc = _mm512_mul_ps(dv, _mm512_loadu_ps(ad[j].add(16 * g)));
+                acc[m][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai), sc, acc[m][j]);
+            }
+        }
+    }
+    for m in 0..M {
+        for j in 0..K {
+            o[m][j] = _mm512_reduce_add_ps(acc[m][j]);
+        }
+    }
+}

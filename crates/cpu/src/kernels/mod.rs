@@ -14,7 +14,10 @@
 //!
 //! Threads: rayon's global pool, split over weight rows in chunks sized to stay in L2; inside
 //! a chunk, activation rows go in tiles of `NR` so every unpacked weight block is used for
-//! `NR` activation rows.
+//! `NR` activation rows. Prefill on the AVX-512 path (`n >= PACK_MIN`) instead unpacks a
+//! chunk's weight rows once into a thread-local buffer (the very values the tile functions
+//! compute on the fly) and runs every activation tile (8 rows; 4 for K-quants) over them, with
+//! the same per-element arithmetic, so results stay bit-identical to n = 1.
 
 mod acts;
 #[cfg(target_arch = "x86_64")]
@@ -295,6 +298,11 @@ fn run_chunk(
     out: *mut f32,
 ) {
     let n = acts.n;
+    #[cfg(target_arch = "x86_64")]
+    if simd == Simd::Avx512Vnni && n >= PACK_MIN && avx512::packs(w.ty) {
+        packed_chunk(w, acts, prep, r0, r1, out);
+        return;
+    }
     let mut i = 0;
     while i + NR <= n {
         rows_of::<1, NR>(simd, w, acts, prep, r0, r1, i, out);
@@ -307,6 +315,138 @@ fn run_chunk(
         2 => rows_of::<MR, 2>(simd, w, acts, prep, r0, r1, i, out),
         3 => rows_of::<MR, 3>(simd, w, acts, prep, r0, r1, i, out),
         _ => unreachable!(),
+    }
+}
+
+/// Activation rows from which the AVX-512 path unpacks a chunk's weights once (prefill).
+const PACK_MIN: usize = 8;
+/// Weight rows of a packed tile (activation rows: `packed_tiles`).
+const PM: usize = 1;
+/// Packed weight bytes unpacked at a time (they stay in L2 while every activation tile passes).
+const PACK_BYTES: usize = 1 << 20;
+
+#[cfg(target_arch = "x86_64")]
+std::thread_local! {
+    static PACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Prefill on the AVX-512 path: the chunk's weight rows are unpacked once (the same values the
+/// tile functions compute on the fly), then every activation tile reuses them. Per element the
+/// arithmetic and its order are those of `avx512::tile`, so results do not change.
+#[cfg(target_arch = "x86_64")]
+fn packed_chunk(w: &QMatrix, acts: &Acts, prep: &Prepared, r0: usize, r1: usize, out: *mut f32) {
+    let prb = avx512::packed_row_bytes(w.ty, w.cols);
+    let sub = (PACK_BYTES / prb).max(PM);
+    let mut s0 = r0;
+    while s0 < r1 {
+        let s1 = (s0 + sub).min(r1);
+        packed_sub(w, acts, prep, prb, s0, s1, out);
+        s0 = s1;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn packed_sub(
+    w: &QMatrix,
+    acts: &Acts,
+    prep: &Prepared,
+    prb: usize,
+    r0: usize,
+    r1: usize,
+    out: *mut f32,
+) {
+    PACKED.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        let need = prb * (r1 - r0);
+        if buf.len() < need {
+            buf.resize(need, 0);
+        }
+        for r in r0..r1 {
+            let o = (r - r0) * prb;
+            // SAFETY: the caller checked the AVX-512 features.
+            unsafe { avx512::pack_row(w.ty, w.row(r), w.cols, &mut buf[o..o + prb]) };
+        }
+        let pk = buf.as_ptr();
+        // K-quant tiles keep more accumulators (mins): 8 activation rows would spill.
+        if w.ty.block_len() == 256 {
+            packed_tiles::<4>(w, acts.n, prep, pk, prb, r0, r1, out)
+        } else {
+            packed_tiles::<8>(w, acts.n, prep, pk, prb, r0, r1, out)
+        }
+    });
+}
+
+/// Every activation row against packed weight rows r0..r1, PK activation rows a tile.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn packed_tiles<const PK: usize>(
+    w: &QMatrix,
+    n: usize,
+    prep: &Prepared,
+    pk: *const u8,
+    prb: usize,
+    r0: usize,
+    r1: usize,
+    out: *mut f32,
+) {
+    {
+        let mut i = 0;
+        while i + PK <= n {
+            packed_rows_of::<PM, PK>(w, prep, pk, prb, r0, r1, i, out);
+            i += PK;
+        }
+        if PK > 4 && n - i >= 4 {
+            packed_rows_of::<PM, 4>(w, prep, pk, prb, r0, r1, i, out);
+            i += 4;
+        }
+        match n - i {
+            0 => {}
+            1 => packed_rows_of::<PM, 1>(w, prep, pk, prb, r0, r1, i, out),
+            2 => packed_rows_of::<PM, 2>(w, prep, pk, prb, r0, r1, i, out),
+            3 => packed_rows_of::<PM, 3>(w, prep, pk, prb, r0, r1, i, out),
+            _ => unreachable!(),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn packed_rows_of<const M: usize, const K: usize>(
+    w: &QMatrix,
+    prep: &Prepared,
+    pk: *const u8,
+    prb: usize,
+    r0: usize,
+    r1: usize,
+    i: usize,
+    out: *mut f32,
+) {
+    let rows = w.rows;
+    let put = |r: usize, o: &[f32; K]| {
+        // SAFETY: (i + j, r) is inside out and only this task writes rows r0..r1.
+        for (j, v) in o.iter().enumerate() {
+            unsafe { *out.add((i + j) * rows + r) = *v };
+        }
+    };
+    let mut r = r0;
+    // SAFETY (both loops): packed rows r0..r1 are in the buffer; features checked by the caller.
+    if M > 1 {
+        while r + M <= r1 {
+            let mut o = [[0f32; K]; M];
+            let p: [*const u8; M] = std::array::from_fn(|m| unsafe { pk.add((r - r0 + m) * prb) });
+            unsafe { avx512::packed_tile::<M, K>(w.ty, p, w.cols, prep, i, &mut o) };
+            for (m, om) in o.iter().enumerate() {
+                put(r + m, om);
+            }
+            r += M;
+        }
+    }
+    while r < r1 {
+        let mut o = [[0f32; K]; 1];
+        let p = [unsafe { pk.add((r - r0) * prb) }];
+        unsafe { avx512::packed_tile::<1, K>(w.ty, p, w.cols, prep, i, &mut o) };
+        put(r, &o[0]);
+        r += 1;
     }
 }
 

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# GPU benchmark on the device machine, ours and the peer in one lease: llama.cpp's CUDA and Vulkan
+# builds (the kit's peer.sh: llama-bench pp512/tg128, flash attention on) and resin's Vulkan home
+# on the same synthetic Llama-3.2-1B Q8_0 / 3B Q4_K_M files.
+#
+#   bash scripts/bench_gpu.sh KIT WORK stage...
+#
+# KIT holds the device kit (peer.sh, mkmodel.py, debs/, llama.cpp-src.tgz, vk-kit.tgz) and a resin
+# binary built on the dev machine. Stages: gl build_cuda build_vk models bench_cuda bench_vk (the
+# peer's) and resin (our bench on WORK's models). Logs and JSON land in $OUT.
+set -uo pipefail
+KIT=$(cd "$1" && pwd); W=$2; shift 2; OUT=${OUT:-/tmp/out}; mkdir -p "$W" "$OUT"
+for stage in "$@"; do
+  echo "== $stage ($(date +%T))"
+  case $stage in
+    resin)
+      for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
+        [ -f "$W/$m.gguf" ] || { echo "no $W/$m.gguf (run the models stage)"; continue; }
+        "$KIT/resin" bench --model "$W/$m.gguf" --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --reps 3 \
+          --format json 2> "$OUT/resin-$m.log" | tee "$OUT/resin-$m.json" || tail -5 "$OUT/resin-$m.log"
+      done ;;
+    *) bash "$KIT/peer.sh" "$KIT" "$W" "$stage" ;;
+  esac
+done
