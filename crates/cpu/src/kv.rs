@@ -4,13 +4,15 @@
 //! calloc-backed vectors, so untouched regions cost no resident memory.
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use resin_core::KvCodec;
 
 use crate::home::CpuError;
 
 enum Store {
-    F16(Vec<f16>),
+    /// f16 bits: a `Vec<u16>` of zeros comes from calloc (untouched pages cost nothing), which a
+    /// `Vec<f16>` does not.
+    F16(Vec<u16>),
     F32(Vec<f32>),
     /// q8_0 blocks: 32 values as an f16 scale and 32 i8, 34 bytes.
     Q8(Vec<u8>),
@@ -42,7 +44,7 @@ impl KvCache {
             .and_then(|x| x.checked_mul(kv_dim))
             .ok_or_else(|| CpuError::Model("K/V cache size overflows".into()))?;
         let make = || match codec {
-            KvCodec::F16 => Store::F16(vec![f16::ZERO; n]),
+            KvCodec::F16 => Store::F16(vec![0u16; n]),
             KvCodec::F32 => Store::F32(vec![0.0; n]),
             KvCodec::Q8_0 => Store::Q8(vec![0u8; n / 32 * 34]),
         };
@@ -75,7 +77,7 @@ impl KvCache {
                 Store::F16(buf) => {
                     // Clamp to the half range so an outlier does not become infinity.
                     for (dst, &x) in buf[i..i + d].iter_mut().zip(src) {
-                        *dst = f16::from_f32(x.clamp(-65504.0, 65504.0));
+                        *dst = f16::from_f32(x.clamp(-65504.0, 65504.0)).to_bits();
                     }
                 }
                 Store::F32(buf) => buf[i..i + d].copy_from_slice(src),
@@ -100,7 +102,7 @@ impl KvCache {
             let i = base + t * self.kv_dim + lo;
             let dst = &mut out[t * out_dim..(t + 1) * out_dim];
             match store {
-                Store::F16(buf) => buf[i..i + out_dim].convert_to_f32_slice(dst),
+                Store::F16(buf) => buf[i..i + out_dim].reinterpret_cast::<f16>().convert_to_f32_slice(dst),
                 Store::F32(buf) => dst.copy_from_slice(&buf[i..i + out_dim]),
                 Store::Q8(buf) => {
                     let b = i / 32 * 34;

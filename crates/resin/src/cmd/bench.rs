@@ -59,7 +59,8 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         return bench_streams(args);
     }
     let mut model = args.model.clone();
-    model.ctx = Some(model.ctx.unwrap_or(0).max(args.prompt_tokens + args.gen_tokens + 1));
+    // Room for the run and for the warm-up (64 prompt rows, 4 steps).
+    model.ctx = Some(model.ctx.unwrap_or(0).max(args.prompt_tokens.max(64) + args.gen_tokens.max(4) + 1));
     let loaded = model.load(1)?;
     let file_bytes = loaded.file.file_len();
     let mut home = loaded.home;
