@@ -36,7 +36,7 @@ kill $RPID; wait $RPID 2>/dev/null || true
 
 if [ -x "$LLAMA_SERVER" ]; then
   echo "== llama-server (-np $P, -t $THREADS)"
-  "$LLAMA_SERVER" -m "$MODEL" --port 18081 -np "$P" -c $((CTX * P)) -t "$THREADS" --log-disable >/dev/null 2>&1 &
+  "$LLAMA_SERVER" -m "$MODEL" --port 18081 -np "$P" -c $((CTX * P)) -t "$THREADS" >"$OUT_DIR/llama-server.log" 2>&1 &
   LPID=$!; trap 'kill $LPID 2>/dev/null || true' EXIT
   wait_up http://127.0.0.1:18081
   run_levels llama-server http://127.0.0.1:18081
