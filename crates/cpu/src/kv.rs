@@ -6,6 +6,7 @@
 use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use resin_core::KvCodec;
+use resin_gguf::{formats, GgmlType};
 
 use crate::home::CpuError;
 
@@ -83,9 +84,8 @@ impl KvCache {
                 Store::F32(buf) => buf[i..i + d].copy_from_slice(src),
                 Store::Q8(buf) => {
                     let b = i / 32 * 34;
-                    for (blk, chunk) in buf[b..b + d / 32 * 34].chunks_exact_mut(34).zip(src.chunks_exact(32)) {
-                        quantize_q8_block(chunk, blk);
-                    }
+                    formats::quantize_into(GgmlType::Q8_0, src, &mut buf[b..b + d / 32 * 34])
+                        .expect("kv_dim is a whole number of q8_0 blocks (checked in new)");
                 }
             }
         }
@@ -106,25 +106,10 @@ impl KvCache {
                 Store::F32(buf) => dst.copy_from_slice(&buf[i..i + out_dim]),
                 Store::Q8(buf) => {
                     let b = i / 32 * 34;
-                    for (blk, d) in buf[b..b + out_dim / 32 * 34].chunks_exact(34).zip(dst.chunks_exact_mut(32)) {
-                        let s = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-                        for (o, &q) in d.iter_mut().zip(&blk[2..]) {
-                            *o = s * (q as i8) as f32;
-                        }
-                    }
+                    formats::dequantize(GgmlType::Q8_0, &buf[b..b + out_dim / 32 * 34], dst)
+                        .expect("head_dim is a whole number of q8_0 blocks (checked in new)");
                 }
             }
         }
-    }
-}
-
-/// ggml's q8_0 reference: scale = max|x| / 127, values rounded to nearest.
-fn quantize_q8_block(x: &[f32], out: &mut [u8]) {
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    out[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
-    for (o, &v) in out[2..34].iter_mut().zip(x) {
-        *o = ((v * id).round() as i8) as u8;
     }
 }
