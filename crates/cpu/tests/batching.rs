@@ -3,6 +3,8 @@
 //! a fresh prefill of the whole transcript. All bit-exact: the CPU home fixes the reduction
 //! order of every output element, so batching must not change a single bit.
 
+mod common;
+
 use std::sync::Arc;
 
 use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment};
@@ -24,9 +26,6 @@ fn home(regions: usize, codec: KvCodec) -> CpuHome {
 const BAR16: f64 = 7e-2;
 const BAR8: f64 = 5e-2;
 
-fn resin_engine_free_argmax(v: &[f32]) -> usize {
-    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b })
-}
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -136,8 +135,8 @@ fn codecs_agree_within_their_precision() {
     assert!(q8 < BAR8, "q8_0 mirror: relative L2 {q8:.2e}");
     assert!(f16 > 0.0 && q8 > 0.0, "the codecs must actually round ({f16:.2e}, {q8:.2e})");
     // Same greedy choice on this prompt.
-    assert_eq!(resin_engine_free_argmax(&l16), resin_engine_free_argmax(&reference));
-    assert_eq!(resin_engine_free_argmax(&l8), resin_engine_free_argmax(&reference));
+    assert_eq!(common::argmax(&l16), common::argmax(&reference));
+    assert_eq!(common::argmax(&l8), common::argmax(&reference));
 }
 
 #[test]

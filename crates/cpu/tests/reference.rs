@@ -8,6 +8,8 @@
 //! float32 pass: measured on 2026-12-02 over five prompts, top-200 relative L2 1.2e-2 to 2.3e-2
 //! (SmolLM2), 0.9e-2 to 1.5e-2 (Qwen2.5-Coder-0.5B and 1.5B). The bar it meets is 3e-2.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -55,22 +57,12 @@ fn top_logits_error(logits: &[f32], case: &Value) -> f64 {
 fn greedy(home: &mut CpuHome, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f32>) {
     let r = RegionId(0);
     let first = home.prefill(&[Segment { region: r, start: 0, tokens: prompt }]).unwrap().data;
-    let mut out = vec![resin_engine_argmax(&first)];
+    let mut out = vec![common::argmax(&first)];
     for i in 1..steps {
         let l = home.step(&[Row { region: r, token: out[i - 1], pos: (prompt.len() + i - 1) as u32 }]).unwrap();
-        out.push(resin_engine_argmax(l.row(0)));
+        out.push(common::argmax(l.row(0)));
     }
     (out, first)
-}
-
-fn resin_engine_argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 fn check_model(name: &str) {
