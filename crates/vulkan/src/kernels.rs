@@ -173,7 +173,7 @@ pub struct Recorder<'a> {
 }
 
 impl Recorder<'_> {
-    fn run(&mut self, name: &str, spec: &[u32], binds: &[Bind<'_>], push: &[u8], groups: [u32; 3]) -> Result<(), VkError> {
+    pub(crate) fn run(&mut self, name: &str, spec: &[u32], binds: &[Bind<'_>], push: &[u8], groups: [u32; 3]) -> Result<(), VkError> {
         let k = self.pipes.get(name, binds.len() as u32, push.len() as u32, spec)?;
         let set = self.desc.set(&k, binds)?;
         k.dispatch(self.cmd, set, push, groups);

@@ -9,6 +9,7 @@
 
 pub mod buffers;
 pub mod device;
+pub mod gemm;
 pub mod home;
 pub mod kernels;
 pub mod pipelines;

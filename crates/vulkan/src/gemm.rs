@@ -1,0 +1,1 @@
+//! Prefill GEMM: the weights times a window of activation rows (see shaders/ops/gemm.comp).
