@@ -7,8 +7,10 @@
 
 mod counters;
 pub mod regions;
+pub mod window;
 
 pub use counters::Counters;
+pub use window::{count_window, plan_chain, ChainRow, Window};
 
 /// Rows a token command steps in one pass over the weights.
 pub const NROW_MAX: usize = 8;

@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use resin_core::{check_rows, check_segments, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, PF_WINDOW};
+use resin_core::{check_rows, check_segments, count_window, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, PF_WINDOW};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
 
@@ -98,27 +98,13 @@ impl Home for CpuHome {
 
     fn prefill(&mut self, segments: &[Segment<'_>]) -> resin_core::Result<Logits> {
         check_segments(&self.spec, segments)?;
-        // Flatten the segments into rows, then cut the rows into windows of PF_WINDOW.
-        let mut rows: Vec<PassRow> = Vec::new();
-        let mut ends = Vec::with_capacity(segments.len());
-        for s in segments {
-            for (i, &t) in s.tokens.iter().enumerate() {
-                rows.push((s.region.0 as usize, s.start + i as u32, t));
-            }
-            ends.push(rows.len() - 1);
-        }
+        let (chain, windows) = plan_chain(segments, PF_WINDOW, usize::MAX);
+        let rows: Vec<PassRow> = chain.iter().map(|r| (r.region as usize, r.pos, r.token)).collect();
         let vocab = self.spec.vocab;
         let mut data = Vec::with_capacity(segments.len() * vocab);
-        for (w, window) in rows.chunks(PF_WINDOW).enumerate() {
-            let (lo, hi) = (w * PF_WINDOW, w * PF_WINDOW + window.len());
-            let logit_rows: Vec<usize> = ends.iter().filter(|&&e| (lo..hi).contains(&e)).map(|&e| e - lo).collect();
-            // Segments with rows in this window: those ending at or after `lo` and starting before `hi`.
-            let in_window = (0..ends.len()).filter(|&i| ends[i] >= lo && (i == 0 || ends[i - 1] + 1 < hi)).count();
-            Counters::add(&self.counters.prefill_windows, 1);
-            if in_window > 1 {
-                Counters::add(&self.counters.prefill_segment_windows, 1);
-            }
-            data.extend_from_slice(&self.run_pass(window, &logit_rows)?);
+        for w in &windows {
+            count_window(&self.counters, w);
+            data.extend_from_slice(&self.run_pass(&rows[w.start..w.end], &w.logit_rows)?);
         }
         Counters::add(&self.counters.prompt_tokens_prefilled, rows.len() as u64);
         Ok(Logits { vocab, data })

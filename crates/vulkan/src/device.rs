@@ -50,6 +50,9 @@ pub struct DeviceInfo {
     /// VK_KHR_cooperative_matrix is present and enabled.
     pub coopmat: bool,
     pub coopmat_shapes: Vec<CoopShape>,
+    /// The Vulkan memory model (core in 1.2) is enabled: modules glslang writes for
+    /// cooperative matrices declare it.
+    pub vulkan_memory_model: bool,
     pub shared_memory: u32,
     pub max_storage_range: u64,
     pub storage_align: u64,
@@ -240,11 +243,15 @@ fn read_info(entry: &ash::Entry, instance: &ash::Instance, pd: vk::PhysicalDevic
         let mut fh = vk::PhysicalDeviceShaderFloat16Int8Features::default();
         let mut fd = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
         let mut fc = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+        let mut fm = vk::PhysicalDeviceVulkanMemoryModelFeatures::default();
         let coop_ext = has_ext(instance, pd, ash::khr::cooperative_matrix::NAME);
         let dot_ext = has_ext(instance, pd, ash::khr::shader_integer_dot_product::NAME);
         let mut feats = vk::PhysicalDeviceFeatures2::default().push_next(&mut f11).push_next(&mut f8).push_next(&mut fh).push_next(&mut fd);
         if coop_ext {
             feats = feats.push_next(&mut fc);
+        }
+        if props.api_version >= vk::API_VERSION_1_2 {
+            feats = feats.push_next(&mut fm);
         }
         // SAFETY: as above.
         unsafe { instance.get_physical_device_features2(pd, &mut feats) };
@@ -256,6 +263,7 @@ fn read_info(entry: &ash::Entry, instance: &ash::Instance, pd: vk::PhysicalDevic
         f.int_dot = fd.shader_integer_dot_product == vk::TRUE && (dot_ext || props.api_version >= vk::API_VERSION_1_3);
         f.int_dot_ext = dot_ext && props.api_version < vk::API_VERSION_1_3;
         f.coopmat = coop_ext && fc.cooperative_matrix == vk::TRUE;
+        f.memory_model = props.api_version >= vk::API_VERSION_1_2 && fm.vulkan_memory_model == vk::TRUE;
     }
     let mut shapes = Vec::new();
     if f.coopmat {
@@ -299,6 +307,7 @@ fn read_info(entry: &ash::Entry, instance: &ash::Instance, pd: vk::PhysicalDevic
         int_dot_accel: f.int_dot && dotp.integer_dot_product4x8_bit_packed_signed_accelerated == vk::TRUE,
         coopmat: f.coopmat,
         coopmat_shapes: shapes,
+        vulkan_memory_model: f.memory_model,
         shared_memory: lim.max_compute_shared_memory_size,
         max_storage_range: lim.max_storage_buffer_range as u64,
         storage_align: lim.min_storage_buffer_offset_alignment,
@@ -322,6 +331,7 @@ struct Features {
     int_dot_ext: bool,
     coopmat: bool,
     int64: bool,
+    memory_model: bool,
 }
 
 /// The device the picker takes: a discrete GPU first, then integrated, virtual, cpu (lavapipe).
@@ -400,6 +410,7 @@ impl Gpu {
         let mut fh = vk::PhysicalDeviceShaderFloat16Int8Features::default().shader_float16(f.float16).shader_int8(f.int8);
         let mut fd = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default().shader_integer_dot_product(f.int_dot);
         let mut fc = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+        let mut fm = vk::PhysicalDeviceVulkanMemoryModelFeatures::default().vulkan_memory_model(true);
         let base = vk::PhysicalDeviceFeatures::default().shader_int64(f.int64);
         let mut feats = vk::PhysicalDeviceFeatures2::default().features(base).push_next(&mut f11).push_next(&mut f8).push_next(&mut fh);
         if f.int_dot {
@@ -407,6 +418,9 @@ impl Gpu {
         }
         if f.coopmat {
             feats = feats.push_next(&mut fc);
+        }
+        if f.memory_model {
+            feats = feats.push_next(&mut fm);
         }
         let dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&qinfo).enabled_extension_names(&exts).push_next(&mut feats);
         // SAFETY: the create info chain lives across the call; pd came from this instance.

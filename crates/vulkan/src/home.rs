@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use resin_core::{check_rows, check_segments, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, NROW_MAX};
+use resin_core::{check_rows, check_segments, count_window, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, NROW_MAX, PF_WINDOW};
 use resin_gguf::{formats, GgmlType, GgufFile};
 use resin_model::{LayerNames, ModelConfig};
 
@@ -72,9 +72,15 @@ struct Layer {
     mv: Buffer,
 }
 
-/// Scratch for NROW_MAX rows; `meta`, `logits` and `ids` are host-visible.
+/// Scratch for a window of PF_WINDOW rows (the token command uses its first rows); `meta`,
+/// `logits` and `ids` are host-visible and hold `out_rows` rows.
 struct Scratch {
     meta: Buffer,
+    /// The residual and attention rows that need logits, gathered for the narrowed last layer.
+    xg: Buffer,
+    ag: Buffer,
+    /// Logits rows one pass can land: max(NROW_MAX, regions).
+    out_rows: usize,
     x: Buffer,
     xn: Buffer,
     q: Buffer,
@@ -104,6 +110,16 @@ pub struct Plan {
     pub mirror: u64,
     pub scratch: u64,
     pub n_pieces: usize,
+    /// Logits rows one pass lands (a window's segments, a step's rows).
+    pub out_rows: usize,
+}
+
+/// Bytes of the scratch (a PF_WINDOW-row window plus `out_rows` logits rows), rope table aside.
+fn scratch_bytes(cfg: &ModelConfig, n_pieces: usize, out_rows: usize) -> u64 {
+    let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
+    let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
+    let out = out_rows * (cfg.vocab + cfg.n_embd + cfg.q_dim() + 1);
+    ((PF_WINDOW * per_row + out + attn_part_len(PF_WINDOW, cfg.n_head, cfg.head_dim, n_pieces)) * 4) as u64
 }
 
 /// Timestamps between the stages of a profiled token command.
@@ -236,7 +252,7 @@ impl VulkanHome {
         let output = if cfg.tied_output { None } else { Some(upload_mat(&gpu, f, resin_model::OUTPUT)?) };
         let output_norm = Buffer::with_data(&gpu, &f32_bytes(&vector(f, resin_model::OUTPUT_NORM)?), Location::Device)?;
         let rope = Buffer::with_data(&gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, cfg.rope_base)), Location::Device)?;
-        let scratch = Scratch::new(&gpu, &cfg, plan.n_pieces, plan.q8_activations)?;
+        let scratch = Scratch::new(&gpu, &cfg, plan.n_pieces, plan.q8_activations, plan.out_rows)?;
         let spec = HomeSpec { kind: "vulkan", vocab: cfg.vocab, n_ctx: plan.n_ctx, regions: opts.regions, codec: opts.codec };
         tracing::info!(
             "vulkan home ready: {} at n_ctx {} x {} regions ({:?} mirror): weights {} MiB, mirror {} MiB, scratch {} MiB",
@@ -286,7 +302,7 @@ impl VulkanHome {
         let mut res = Ok(());
         cmds.record(false, |cmd| {
             let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
-            res = record_token_command(&mut rec, n, &self.cfg, &self.plan, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, None);
+            res = record_pass(&mut rec, PassShape { n, narrow: None }, &self.cfg, &self.plan, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, None);
         })?;
         res?;
         Ok(TokenCommand { cmds, _desc: desc })
@@ -310,13 +326,40 @@ impl VulkanHome {
             ts.reset(cmd);
             clock.mark(cmd, "start");
             let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
-            res = record_token_command(&mut rec, n, &self.cfg, &self.plan, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, Some(&mut clock));
+            res = record_pass(&mut rec, PassShape { n, narrow: None }, &self.cfg, &self.plan, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, Some(&mut clock));
         })?;
         res?;
         self.fence.submit_wait(cmds.cmd)?;
         let labels = clock.labels;
         let t = ts.read(labels.len() as u32)?;
         Ok(Some(labels.iter().enumerate().skip(1).map(|(i, l)| (l.clone(), (t[i] - t[i - 1]) / 1e3)).collect()))
+    }
+
+    /// Write the metadata block of `rows` (region, position, token).
+    fn write_meta(&mut self, rows: &[(u32, u32, u32)]) -> Result<(), VkError> {
+        let region_elems = (self.plan.n_ctx * self.cfg.kv_dim()) as u32;
+        let meta: Vec<RowMeta> = rows.iter().map(|&(region, pos, token)| RowMeta { token, pos, kv_base: region * region_elems, keys: pos + 1 }).collect();
+        self.scratch.meta.write(0, &RowMeta::words(&meta))
+    }
+
+    /// One prefill window (up to PF_WINDOW rows, already checked), recorded for its shape and
+    /// submitted; returns the logits of the rows in `keep`.
+    fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
+        self.write_meta(rows)?;
+        let cmds = Commands::new(&self.gpu)?;
+        let mut desc = Descriptors::new(&self.gpu);
+        let mut res = Ok(());
+        cmds.record(true, |cmd| {
+            let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
+            let shape = PassShape { n: rows.len(), narrow: Some(keep) };
+            res = record_pass(&mut rec, shape, &self.cfg, &self.plan, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, None);
+        })?;
+        res?;
+        self.fence.submit_wait(cmds.cmd)?;
+        if keep.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.scratch.logits.read_f32(0, keep.len() * self.cfg.vocab)
     }
 
     /// Run the token command over `rows` (already checked); returns the logits rows.
@@ -326,9 +369,7 @@ impl VulkanHome {
             let c = self.record(n)?;
             self.commands[n - 1] = Some(c);
         }
-        let region_elems = (self.plan.n_ctx * self.cfg.kv_dim()) as u32;
-        let meta: Vec<RowMeta> = rows.iter().map(|&(region, pos, token)| RowMeta { token, pos, kv_base: region * region_elems, keys: pos + 1 }).collect();
-        self.scratch.meta.write(0, &RowMeta::words(&meta))?;
+        self.write_meta(rows)?;
         let cmd = self.commands[n - 1].as_ref().map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))?;
         self.fence.submit_wait(cmd)?;
         self.scratch.logits.read_f32(0, n * self.cfg.vocab)
@@ -404,11 +445,13 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
     let ebytes = if opts.codec == KvCodec::F32 { 4u64 } else { 2 };
     let kv_dim = cfg.kv_dim() as u64;
     let n_pieces_for = |n_ctx: usize| n_ctx.div_ceil(512).clamp(1, 8);
-    let scratch_for = |n_ctx: usize| -> u64 {
-        let r = NROW_MAX as u64;
-        let acts = r * (3 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + cfg.n_embd) as u64 * 4;
-        acts + r * cfg.vocab as u64 * 4 + attn_part_len(NROW_MAX, cfg.n_head, cfg.head_dim, n_pieces_for(n_ctx)) as u64 * 4 + (n_ctx * cfg.rope_dims * 4) as u64
-    };
+    let out_rows = NROW_MAX.max(opts.regions);
+    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(cfg, n_pieces_for(n_ctx), out_rows) + (n_ctx * cfg.rope_dims * 4) as u64 };
+    let part_bytes = attn_part_len(PF_WINDOW, cfg.n_head, cfg.head_dim, n_pieces_for(opts.n_ctx.unwrap_or(4096))) as u64 * 4;
+    let widest = (PF_WINDOW * cfg.n_ff.max(cfg.n_embd).max(cfg.q_dim()) * 4) as u64;
+    if part_bytes.max(widest).max((out_rows * cfg.vocab * 4) as u64) > gpu.info.max_storage_range {
+        return Err(decline(counters, format!("vulkan: a {PF_WINDOW}-row window's scratch is past the device's storage-buffer range")));
+    }
     let budget = {
         let local = gpu.info.device_local_bytes();
         if local == 0 { u64::MAX } else { local / 10 * 9 }
@@ -421,7 +464,7 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
         let fits_range = layer_side <= gpu.info.max_storage_range && opts.regions as u64 * n_ctx as u64 * kv_dim < u32::MAX as u64;
         let fits_memory = weights + mirror + scratch <= budget;
         if fits_range && fits_memory {
-            return Ok(Plan { n_ctx, q8_activations: opts.q8_activations, weights, mirror, scratch, n_pieces: n_pieces_for(n_ctx) });
+            return Ok(Plan { n_ctx, q8_activations: opts.q8_activations, weights, mirror, scratch, n_pieces: n_pieces_for(n_ctx), out_rows });
         }
         let why = if fits_range { "device memory" } else { "the storage-buffer range of one layer's mirror" };
         if n_ctx <= 256 {
@@ -434,12 +477,15 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
 }
 
 impl Scratch {
-    fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, n_pieces: usize, q8: bool) -> Result<Scratch, VkError> {
-        let r = NROW_MAX;
+    fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, n_pieces: usize, q8: bool, out_rows: usize) -> Result<Scratch, VkError> {
+        let r = PF_WINDOW;
         let dev = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Device);
         let host = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Host);
         Ok(Scratch {
             meta: host(r * META_WORDS)?,
+            xg: dev(out_rows * cfg.n_embd)?,
+            ag: dev(out_rows * cfg.q_dim())?,
+            out_rows,
             x: dev(r * cfg.n_embd)?,
             xn: dev(r * cfg.n_embd)?,
             q: dev(r * cfg.q_dim())?,
@@ -451,8 +497,8 @@ impl Scratch {
             up: dev(r * cfg.n_ff)?,
             down: dev(r * cfg.n_embd)?,
             part: dev(attn_part_len(r, cfg.n_head, cfg.head_dim, n_pieces))?,
-            logits: host(r * cfg.vocab)?,
-            ids: host(r)?,
+            logits: host(out_rows * cfg.vocab)?,
+            ids: host(out_rows)?,
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             q8,
@@ -482,8 +528,9 @@ fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s: &Scratch) 
 }
 
 /// y[c][..] = M x[c] for the n rows, one dispatch per part; quantized formats read the
-/// rounded activations `prep` wrote.
-fn gemv(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, y: &Buffer, y_stride: usize, s: &Scratch) -> Result<(), VkError> {
+/// rounded activations `prep` wrote. Up to NROW_MAX rows take the GEMV (one-row or N-row
+/// form); more (a prefill window) the GEMM.
+fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, y: &Buffer, y_stride: usize, s: &Scratch) -> Result<(), VkError> {
     let xin = match act_block(m.ty).filter(|_| s.q8) {
         Some(32) if m.cols % 32 == 0 => &s.xq32,
         Some(256) if m.cols % 256 == 0 => &s.xq256,
@@ -491,16 +538,38 @@ fn gemv(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, y: &Buffer, y_str
     };
     for (buf, r0, nr) in &m.parts {
         let p = GemvPush { rows: *nr as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: *r0 as u32 };
-        rec.gemv(m.ty, n as u32, buf.into(), xin.into(), y.into(), p)?;
+        if n <= NROW_MAX {
+            rec.gemv(m.ty, n as u32, buf.into(), xin.into(), y.into(), p)?;
+        } else {
+            rec.gemm(m.ty, n as u32, buf.into(), xin.into(), y.into(), p)?;
+        }
     }
     Ok(())
 }
 
-/// The whole token command for `n` rows: embed, every layer, final norm, classifier, argmax.
-#[allow(clippy::too_many_arguments)]
-fn record_token_command(
-    rec: &mut Recorder<'_>,
+/// Copy rows `idx[i]` of `src` to rows i of `dst` (`width` f32 a row), then a barrier.
+fn gather(rec: &Recorder<'_>, src: &Buffer, dst: &Buffer, width: usize, idx: &[u32]) {
+    let w = (width * 4) as u64;
+    let regions: Vec<ash::vk::BufferCopy> = idx.iter().enumerate().map(|(i, &r)| ash::vk::BufferCopy { src_offset: r as u64 * w, dst_offset: i as u64 * w, size: w }).collect();
+    // SAFETY: the command buffer is recording; both buffers hold the rows (sized for a window
+    // and for out_rows rows) and are distinct.
+    unsafe { rec.gpu.device.cmd_copy_buffer(rec.cmd, src.buffer, dst.buffer, &regions) };
+}
+
+/// What one pass computes: `n` rows (metadata rows 0..n) through every layer; `narrow` None
+/// for a token command (every row lands logits), Some(rows) for a prefill window: the last
+/// layer's attention output, FFN and the classifier run only for those rows (ascending; none:
+/// the pass ends once the last layer's K/V are stored).
+struct PassShape<'a> {
     n: usize,
+    narrow: Option<&'a [u32]>,
+}
+
+/// One pass: embed, every layer, final norm, classifier, argmax.
+#[allow(clippy::too_many_arguments)]
+fn record_pass(
+    rec: &mut Recorder<'_>,
+    shape: PassShape<'_>,
     cfg: &ModelConfig,
     plan: &Plan,
     codec: KvCodec,
@@ -513,6 +582,7 @@ fn record_token_command(
     mut clock: Option<&mut StageClock<'_>>,
 ) -> Result<(), VkError> {
     let cmd = rec.cmd;
+    let n = shape.n;
     let (d, nr) = (cfg.n_embd, n as u32);
     let norm = NormPush { n: d as u32, eps: cfg.rms_eps };
     for (buf, r0, rows) in &embd.parts {
@@ -531,53 +601,72 @@ fn record_token_command(
         n_pieces: plan.n_pieces as u32,
         scale: 1.0 / (cfg.head_dim as f32).sqrt(),
     };
+    // After the last layer's attention a window keeps only the rows that need logits.
+    let (mut x, mut att, mut m) = (&s.x, &s.att, n);
     for (l, ly) in layers.iter().enumerate() {
+        let last = l + 1 == layers.len();
         // x += down (the previous layer's FFN), xn = norm(x) * attn_norm
         let add = if l == 0 { None } else { Some(Bind::from(&s.down)) };
-        rec.rmsnorm(nr, (&s.x).into(), add, (&ly.attn_norm).into(), (&s.xn).into(), norm)?;
+        rec.rmsnorm(nr, x.into(), add, (&ly.attn_norm).into(), (&s.xn).into(), norm)?;
         rec.barrier();
         mark(&mut clock, cmd, "attn_norm", l);
         prep(rec, n, &s.xn, &[&ly.q, &ly.k, &ly.v], s)?;
-        gemv(rec, n, &ly.q, &s.xn, &s.q, cfg.q_dim(), s)?;
-        gemv(rec, n, &ly.k, &s.xn, &s.k, cfg.kv_dim(), s)?;
-        gemv(rec, n, &ly.v, &s.xn, &s.v, cfg.kv_dim(), s)?;
+        mm(rec, n, &ly.q, &s.xn, &s.q, cfg.q_dim(), s)?;
+        mm(rec, n, &ly.k, &s.xn, &s.k, cfg.kv_dim(), s)?;
+        mm(rec, n, &ly.v, &s.xn, &s.v, cfg.kv_dim(), s)?;
         rec.barrier();
         mark(&mut clock, cmd, "qkv", l);
         let binds = [(&s.q).into(), (&s.k).into(), (&s.v).into(), (&ly.bias).into(), (&ly.qk_norm).into(), rope.into(), (&s.meta).into(), (&ly.mk).into(), (&ly.mv).into()];
         rec.rope_store(style, codec, nr, binds, rp)?;
         rec.barrier();
         mark(&mut clock, cmd, "rope_store", l);
+        if last && shape.narrow.is_some_and(|k| k.is_empty()) {
+            // A window landing no logits: its last layer only stores K/V.
+            return Ok(());
+        }
         rec.attention(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.part).into(), (&s.att).into(), ap)?;
         rec.barrier();
         mark(&mut clock, cmd, "attention", l);
-        prep(rec, n, &s.att, &[&ly.attn_out], s)?;
-        gemv(rec, n, &ly.attn_out, &s.att, &s.o, d, s)?;
+        if let (true, Some(keep)) = (last, shape.narrow) {
+            if keep.len() > s.out_rows {
+                return Err(VkError::Model(format!("{} logits rows in one pass (room for {})", keep.len(), s.out_rows)));
+            }
+            gather(rec, &s.x, &s.xg, d, keep);
+            gather(rec, &s.att, &s.ag, cfg.q_dim(), keep);
+            rec.barrier();
+            // x already holds the previous layers' sum (the attention norm added it in place).
+            (x, att, m) = (&s.xg, &s.ag, keep.len());
+        }
+        let mr = m as u32;
+        prep(rec, m, att, &[&ly.attn_out], s)?;
+        mm(rec, m, &ly.attn_out, att, &s.o, d, s)?;
         rec.barrier();
         mark(&mut clock, cmd, "attn_out", l);
-        rec.rmsnorm(nr, (&s.x).into(), Some((&s.o).into()), (&ly.ffn_norm).into(), (&s.xn).into(), norm)?;
+        rec.rmsnorm(mr, x.into(), Some((&s.o).into()), (&ly.ffn_norm).into(), (&s.xn).into(), norm)?;
         rec.barrier();
         mark(&mut clock, cmd, "ffn_norm", l);
-        prep(rec, n, &s.xn, &[&ly.gate, &ly.up], s)?;
-        gemv(rec, n, &ly.gate, &s.xn, &s.gate, cfg.n_ff, s)?;
-        gemv(rec, n, &ly.up, &s.xn, &s.up, cfg.n_ff, s)?;
+        prep(rec, m, &s.xn, &[&ly.gate, &ly.up], s)?;
+        mm(rec, m, &ly.gate, &s.xn, &s.gate, cfg.n_ff, s)?;
+        mm(rec, m, &ly.up, &s.xn, &s.up, cfg.n_ff, s)?;
         rec.barrier();
         mark(&mut clock, cmd, "gate_up", l);
-        rec.swiglu((n * cfg.n_ff) as u32, (&s.gate).into(), (&s.up).into())?;
+        rec.swiglu((m * cfg.n_ff) as u32, (&s.gate).into(), (&s.up).into())?;
         rec.barrier();
         mark(&mut clock, cmd, "swiglu", l);
-        prep(rec, n, &s.gate, &[&ly.down], s)?;
-        gemv(rec, n, &ly.down, &s.gate, &s.down, d, s)?;
+        prep(rec, m, &s.gate, &[&ly.down], s)?;
+        mm(rec, m, &ly.down, &s.gate, &s.down, d, s)?;
         rec.barrier();
         mark(&mut clock, cmd, "down", l);
     }
-    rec.rmsnorm(nr, (&s.x).into(), Some((&s.down).into()), output_norm.into(), (&s.xn).into(), norm)?;
+    let mr = m as u32;
+    rec.rmsnorm(mr, x.into(), Some((&s.down).into()), output_norm.into(), (&s.xn).into(), norm)?;
     rec.barrier();
     let out = output.unwrap_or(embd);
-    prep(rec, n, &s.xn, &[out], s)?;
-    gemv(rec, n, out, &s.xn, &s.logits, cfg.vocab, s)?;
+    prep(rec, m, &s.xn, &[out], s)?;
+    mm(rec, m, out, &s.xn, &s.logits, cfg.vocab, s)?;
     rec.barrier();
     mark(&mut clock, cmd, "classifier", 0);
-    rec.argmax(nr, cfg.vocab as u32, (&s.logits).into(), (&s.ids).into())?;
+    rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.ids).into())?;
     rec.barrier();
     mark(&mut clock, cmd, "argmax", 0);
     // Make the host-visible results available to the host.
@@ -602,28 +691,22 @@ impl Home for VulkanHome {
         &self.spec
     }
 
-    /// Not yet the window chain: the segments' rows run as token-command steps of up to
-    /// NROW_MAX consecutive rows (each row stores its K/V, then attends causally), and only
-    /// each segment's last row's logits are kept. Said once as a decline.
+    /// The window chain: the segments flattened into rows, cut into windows of PF_WINDOW
+    /// rows; each row is roped and stored in its own region at its own position and attends
+    /// only to its region; the last layer runs attention-out, FFN and the classifier only for
+    /// the segments' last rows.
     fn prefill(&mut self, segments: &[Segment<'_>]) -> resin_core::Result<Logits> {
         check_segments(&self.spec, segments)?;
-        if self.counters.decline("vulkan: prefill window chain not built; prefill runs as token-command steps") {
-            tracing::info!("vulkan home: prefill runs as token-command steps of up to {NROW_MAX} rows (the window chain is not built yet)");
-        }
+        let (chain, windows) = plan_chain(segments, PF_WINDOW, self.plan.out_rows);
         let vocab = self.spec.vocab;
         let mut data = Vec::with_capacity(segments.len() * vocab);
-        let mut tokens = 0u64;
-        for s in segments {
-            let rows: Vec<(u32, u32, u32)> = s.tokens.iter().enumerate().map(|(i, &t)| (s.region.0, s.start + i as u32, t)).collect();
-            let mut last = Vec::new();
-            for chunk in rows.chunks(NROW_MAX) {
-                let logits = self.run_rows(chunk).map_err(HomeError::from)?;
-                last = logits[(chunk.len() - 1) * vocab..chunk.len() * vocab].to_vec();
-            }
-            data.extend_from_slice(&last);
-            tokens += rows.len() as u64;
+        for w in &windows {
+            count_window(&self.counters, w);
+            let rows: Vec<(u32, u32, u32)> = chain[w.start..w.end].iter().map(|r| (r.region, r.pos, r.token)).collect();
+            let keep: Vec<u32> = w.logit_rows.iter().map(|&i| i as u32).collect();
+            data.extend(self.run_window(&rows, &keep).map_err(HomeError::from)?);
         }
-        Counters::add(&self.counters.prompt_tokens_prefilled, tokens);
+        Counters::add(&self.counters.prompt_tokens_prefilled, chain.len() as u64);
         Ok(Logits { vocab, data })
     }
 

@@ -1,0 +1,181 @@
+//! The Vulkan home's prefill window chain (on lavapipe in CI), against the CPU home and
+//! against itself:
+//! - a 600-token prompt runs as two windows (the first lands no logits, so its last layer
+//!   stops after storing K/V) and then decodes exactly as the CPU home does;
+//! - two sessions' prompts in one window give the logits each gives alone, and one window
+//!   fewer runs;
+//! - a 1..8-row continuation through the token command (the peel) equals the window chain's.
+
+mod common;
+
+use std::sync::Arc;
+
+use resin_core::{Counters, Home, KvCodec, Logits, RegionId, Row, Segment};
+use resin_cpu::{CpuHome, CpuOptions};
+use resin_gguf::GgufFile;
+use resin_model::{ModelConfig, Tokenizer};
+use resin_vulkan::{VulkanHome, VulkanOptions};
+
+const MODEL: &str = "smollm2-135m";
+
+struct Model {
+    file: Arc<GgufFile>,
+    cfg: ModelConfig,
+    tok: Tokenizer,
+}
+
+fn model() -> Model {
+    let path = resin_hub::ensure(MODEL, false).unwrap_or_else(|e| panic!("fetching {MODEL}: {e}"));
+    let file = Arc::new(GgufFile::open(&path).unwrap());
+    let cfg = ModelConfig::from_gguf(&file).unwrap();
+    let tok = Tokenizer::from_gguf(&file).unwrap();
+    Model { file, cfg, tok }
+}
+
+fn vulkan(m: &Model, n_ctx: usize, regions: usize) -> Option<(VulkanHome, Arc<Counters>)> {
+    let gpu = common::gpu()?;
+    let counters = Arc::new(Counters::default());
+    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations: true };
+    Some((VulkanHome::on(gpu, m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap(), counters))
+}
+
+fn cpu(m: &Model, n_ctx: usize, regions: usize) -> CpuHome {
+    let opts = CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None };
+    CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap()
+}
+
+fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den).sqrt()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn bits_equal(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// A counting prompt of at least `n` tokens (wide top-2 margins: greedy cannot flip on
+/// 8-bit activation noise), cut to exactly `n`.
+fn counting(tok: &Tokenizer, n: usize) -> Vec<u32> {
+    let text: String = (1..2000).map(|i| format!("{i}, ")).collect();
+    let mut ids = tok.encode(&text, true, false).unwrap();
+    assert!(ids.len() >= n, "counting prompt too short");
+    ids.truncate(n);
+    ids
+}
+
+/// Relative L2 bar of Vulkan logits against the CPU home's (both round activations to 8
+/// bits; see tests/parity.rs: SmolLM2 sits about 1e-2 apart after a short prompt).
+const CPU_BAR: f64 = 2e-2;
+
+#[test]
+fn a_600_token_prompt_runs_as_two_windows_then_decodes_as_the_cpu_home() {
+    let m = model();
+    let Some((mut vk, counters)) = vulkan(&m, 1024, 1) else { return };
+    let mut c = cpu(&m, 1024, 1);
+    let prompt = counting(&m.tok, 600);
+    let seg = [Segment { region: RegionId(0), start: 0, tokens: &prompt }];
+    let lv = vk.prefill(&seg).unwrap();
+    let lc = c.prefill(&seg).unwrap();
+    assert_eq!(lv.rows(), 1);
+    assert_eq!(counters.prefill_windows.load(std::sync::atomic::Ordering::Relaxed), 2, "600 rows are two windows");
+    let e = rel_l2(lv.row(0), lc.row(0));
+    eprintln!("600-token prefill: logits relative L2 {e:.2e} against the CPU home (bar {CPU_BAR:.0e})");
+    assert!(e < CPU_BAR, "600-token prefill logits {e} past {CPU_BAR}");
+    // Control: the logits of the prompt without its last token fail the bar.
+    let mut c2 = cpu(&m, 1024, 1);
+    let lo = c2.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &prompt[..599] }]).unwrap();
+    assert!(rel_l2(lv.row(0), lo.row(0)) >= CPU_BAR, "control: another prompt's logits must fail the bar");
+    // Then 8 greedy steps on each home: the same ids.
+    let (mut tv, mut tc) = (argmax(lv.row(0)), argmax(lc.row(0)));
+    let (mut ids_v, mut ids_c) = (vec![tv], vec![tc]);
+    for i in 0..8u32 {
+        let pos = 600 + i;
+        tv = argmax(vk.step(&[Row { region: RegionId(0), token: tv, pos }]).unwrap().row(0));
+        tc = argmax(c.step(&[Row { region: RegionId(0), token: tc, pos }]).unwrap().row(0));
+        ids_v.push(tv);
+        ids_c.push(tc);
+    }
+    eprintln!("after 600 tokens: vulkan {ids_v:?} cpu {ids_c:?}");
+    assert_eq!(ids_v, ids_c);
+}
+
+#[test]
+fn two_sessions_in_one_window_equal_each_alone_and_save_a_window() {
+    let m = model();
+    let Some((mut together, ct)) = vulkan(&m, 512, 2) else { return };
+    let (mut alone, ca) = vulkan(&m, 512, 2).unwrap();
+    let a = counting(&m.tok, 200);
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(30);
+    let mut b = m.tok.encode(&text, true, false).unwrap();
+    b.truncate(250);
+    let segs = [Segment { region: RegionId(0), start: 0, tokens: &a }, Segment { region: RegionId(1), start: 0, tokens: &b }];
+    let both = together.prefill(&segs).unwrap();
+    assert_eq!(both.rows(), 2);
+    let la = alone.prefill(&segs[..1]).unwrap();
+    let lb = alone.prefill(&segs[1..]).unwrap();
+    let windows = |c: &Counters| c.prefill_windows.load(std::sync::atomic::Ordering::Relaxed);
+    let seg_windows = |c: &Counters| c.prefill_segment_windows.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!((windows(&ct), seg_windows(&ct)), (1, 1), "both prompts in one window");
+    assert_eq!((windows(&ca), seg_windows(&ca)), (2, 0), "one window each alone");
+    // Bar: every logit of a session is computed by the same kernels in the same order whatever
+    // else shares the window (GEMM sums run over k per output; attention per row), so the
+    // results are equal bit for bit; stated as relative L2 0.
+    let (ea, eb) = (rel_l2(both.row(0), la.row(0)), rel_l2(both.row(1), lb.row(0)));
+    eprintln!("segments together vs alone: relative L2 {ea:.2e} and {eb:.2e}");
+    assert!(bits_equal(both.row(0), la.row(0)) && bits_equal(both.row(1), lb.row(0)), "segments differ from their sessions alone: {ea:e} {eb:e}");
+    // Control: the sessions' logits differ from each other (regions stay apart).
+    assert!(rel_l2(both.row(0), both.row(1)) > 1e-2);
+    // And each matches the CPU home's segmented prefill within the CPU bar.
+    let mut c = cpu(&m, 512, 2);
+    let lc = c.prefill(&segs).unwrap();
+    for i in 0..2 {
+        let e = rel_l2(both.row(i), lc.row(i));
+        assert!(e < CPU_BAR, "segment {i}: {e} against the CPU home");
+    }
+    // Then one 2-row step continues both sessions from their own positions.
+    let rows = [Row { region: RegionId(0), token: argmax(both.row(0)), pos: 200 }, Row { region: RegionId(1), token: argmax(both.row(1)), pos: 250 }];
+    let sv = together.step(&rows).unwrap();
+    let sc = c.step(&rows).unwrap();
+    for i in 0..2 {
+        assert_eq!(argmax(sv.row(i)), argmax(sc.row(i)), "step after the segmented window, row {i}");
+    }
+}
+
+#[test]
+fn a_peel_continuation_equals_the_window_chain() {
+    let m = model();
+    let Some((mut vk, _)) = vulkan(&m, 256, 2) else { return };
+    let prompt = counting(&m.tok, 64);
+    let head = 24usize;
+    for r in 0..2 {
+        vk.prefill(&[Segment { region: RegionId(r), start: 0, tokens: &prompt[..head] }]).unwrap();
+    }
+    let mut start = head;
+    for k in 1..=8usize {
+        let cont = &prompt[start..start + k];
+        // Region 0: the peel, k rows of one session through the token command.
+        let rows: Vec<Row> = cont.iter().enumerate().map(|(i, &t)| Row { region: RegionId(0), token: t, pos: (start + i) as u32 }).collect();
+        let peel: Logits = vk.step(&rows).unwrap();
+        // Region 1: the same rows as a window-chain segment.
+        let chain = vk.prefill(&[Segment { region: RegionId(1), start: start as u32, tokens: cont }]).unwrap();
+        let e = rel_l2(peel.row(k - 1), chain.row(0));
+        assert!(bits_equal(peel.row(k - 1), chain.row(0)), "{k}-row continuation: peel and window chain differ (relative L2 {e:e})");
+        start += k;
+    }
+    assert_eq!(start, head + 36, "continuations of 1..8 rows ran");
+    // Control: a continuation at the wrong position differs.
+    let a = vk.step(&[Row { region: RegionId(0), token: prompt[start], pos: start as u32 }]).unwrap();
+    let b = vk.prefill(&[Segment { region: RegionId(1), start: start as u32 + 1, tokens: &prompt[start..start + 1] }]).unwrap();
+    assert!(!bits_equal(a.row(0), b.row(0)));
+}
