@@ -161,10 +161,10 @@ impl Recorder<'_> {
     #[allow(clippy::too_many_arguments)]
     pub fn gemm_in(&mut self, tier: GemmTier, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush) -> Result<(), VkError> {
         let name = gemm_variant(ty, tier)?;
-        if n == 0 || p.cols == 0 || p.cols % 32 != 0 {
+        if n == 0 || p.cols == 0 || !p.cols.is_multiple_of(32) {
             return Err(VkError::Unsupported(format!("GEMM of {n} activation rows over {} values a row", p.cols)));
         }
-        if p.cols % ty.block_len() as u32 != 0 {
+        if !p.cols.is_multiple_of(ty.block_len() as u32) {
             return Err(VkError::Unsupported(format!("{ty} rows of {} values", p.cols)));
         }
         let groups = gemm_groups(p.rows, n)?;

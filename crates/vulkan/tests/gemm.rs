@@ -56,6 +56,7 @@ const NS: [usize; 6] = [1, 9, 63, 64, 65, 200];
 const NMAX: usize = 200;
 
 #[test]
+#[allow(clippy::needless_range_loop)]
 fn gemm_every_format_edges_strides_and_gemv_agreement() {
     let Some(mut h) = Harness::new() else { return };
     assert_eq!(pick_tier(&GemmCaps::of(&h.gpu.info)), GemmTier::Tiled, "this test's device is expected to run the portable tier");
@@ -182,6 +183,62 @@ fn gemm_refuses_what_it_cannot_run() {
     assert!(errs.iter().all(|&e| e), "{errs:?}");
 }
 
+#[test]
+#[allow(clippy::needless_range_loop)]
+fn gemm_coopmat_tier_where_offered() {
+    // Runs only on a device with a 16x16x16 f16 x f16 -> f32 cooperative-matrix shape (never
+    // on lavapipe; NOT YET RUN ON ANY HARDWARE). The tier is forced, whatever pick_tier says
+    // (device.rs does not enable vulkanMemoryModel yet, which the module declares).
+    // Bar: weights and activations each rounded to f16 (relative 2^-11, U16), so each product
+    // within 2 U16 (+U16^2) of the exact; subnormal f16 halves add at most 2^-25 absolute per
+    // operand (|w|, |x| <= 2 here); then the f32 accumulation's (cols + 8) u.
+    let Some(mut h) = Harness::new() else { return };
+    let info = h.gpu.info.clone();
+    if !(info.coopmat && has_f16_16x16x16(&info.coopmat_shapes) && info.f16_arith && info.api >= (1, 3, 0)) {
+        eprintln!("SKIP: {} has no 16x16x16 f16 x f16 -> f32 cooperative matrix; the coopmat GEMM tier was not run", info.name);
+        return;
+    }
+    let (rows, cols) = (130usize, 512usize);
+    let mut rng = Rng(0xc00b);
+    for ty in FORMATS {
+        let src = rng.vec(rows * cols, 1.0);
+        let wbytes = formats::quantize(ty, &src).unwrap();
+        let mut wq = vec![0f32; rows * cols];
+        formats::dequantize(ty, &wbytes, &mut wq).unwrap();
+        let wbuf = h.buf_bytes(&wbytes);
+        let xs = rng.vec(NMAX * cols, 2.0);
+        let xbuf = h.buf_f32(&xs);
+        for n in [1usize, 9, 65, NMAX] {
+            let (ys, yo) = (rows + 5, 3usize);
+            let len = (n + 1) * ys + yo;
+            let ybuf = h.poisoned(len);
+            let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: (wbytes.len() / rows) as u32, x_stride: cols as u32, y_stride: ys as u32, y_off: yo as u32 };
+            h.run(|rec| rec.gemm_in(GemmTier::CoopMat, ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+            let got = ybuf.read_f32(0, len).unwrap();
+            let mut written = vec![false; len];
+            for c in 0..n {
+                let (want, mut bar) = oracle(&wq, &xs[c * cols..(c + 1) * cols], rows, cols);
+                for r in 0..rows {
+                    let a = bar[r] / ((cols as f64 + 8.0) * U);
+                    bar[r] += (2.0 * U16 + U16 * U16) * a + cols as f64 * 4.0 * 2f64.powi(-25);
+                }
+                let at = c * ys + yo;
+                check(&format!("coopmat gemm {ty} n={n} row {c}"), &got[at..at + rows], &want, &bar).unwrap();
+                written[at..at + rows].iter_mut().for_each(|w| *w = true);
+                if c == 0 {
+                    let mut wrong = want.clone();
+                    let amax = wq[5 * cols..6 * cols].iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+                    wrong[5] += 0.1 * amax * 2.0;
+                    assert!(check("control", &got[at..at + rows], &wrong, &bar).is_err(), "coopmat {ty}: a perturbed oracle must fail");
+                }
+            }
+            for (i, g) in got.iter().enumerate() {
+                assert!(written[i] || g.to_bits() == POISON, "coopmat gemm {ty} n={n}: wrote element {i} outside its rows");
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------- host: tier choice and grid
 
 fn shape(m: u32, n: u32, k: u32, types: &str) -> CoopShape {
@@ -223,7 +280,8 @@ fn tier_choice() {
     assert_eq!(pick_tier(&h200()), GemmTier::CoopMat);
     assert_eq!(pick_tier(&lavapipe()), GemmTier::Tiled);
     // Each requirement alone declines the cooperative-matrix tier.
-    let declines: Vec<(&str, Box<dyn Fn(&mut GemmCaps)>)> = vec![
+    type Change = Box<dyn Fn(&mut GemmCaps)>;
+    let declines: Vec<(&str, Change)> = vec![
         ("no coopmat feature", Box::new(|c| c.coopmat = false)),
         ("no shapes", Box::new(|c| c.coopmat_shapes.clear())),
         ("only f16 results", Box::new(|c| c.coopmat_shapes = vec![shape(16, 16, 16, "f16xf16->f16")])),
@@ -246,12 +304,14 @@ fn tier_choice() {
     let mut amd = h200();
     amd.subgroup_size = 64;
     assert_eq!(pick_tier(&amd), GemmTier::CoopMat);
-    // Until device.rs enables vulkanMemoryModel, a real device's caps never pick the tier.
-    assert!(!DEVICE_ENABLES_MEMORY_MODEL);
+    // A real device's caps carry what device.rs enables (today: no vulkanMemoryModel, so the
+    // cooperative-matrix tier is never picked); this test's device has no cooperative matrix.
     if let Some(h) = Harness::new() {
         let caps = GemmCaps::of(&h.gpu.info);
-        assert!(!caps.vulkan_memory_model);
-        assert_eq!(pick_tier(&caps), GemmTier::Tiled);
+        assert_eq!(caps.vulkan_memory_model, DEVICE_ENABLES_MEMORY_MODEL);
+        if !DEVICE_ENABLES_MEMORY_MODEL || !h.gpu.info.coopmat {
+            assert_eq!(pick_tier(&caps), GemmTier::Tiled);
+        }
     }
 }
 
