@@ -30,10 +30,15 @@ echo "# name sha256(common/*.glsl sorted, source, defines line) -- written by sc
 n=0
 while read -r name src defines; do
     [[ -z "$name" || "$name" == \#* ]] && continue
+    # A token `@<env>` (e.g. @vulkan1.3, needed by GL_KHR_cooperative_matrix) sets the target
+    # environment of that line instead of being a define; lines without one compile for vulkan1.1.
     args=()
-    for d in $defines; do args+=("-D$d"); done
-    "$glslang" -V --target-env vulkan1.1 -S comp -I"$dir/common" "${args[@]}" -o "$out/$name.spv" "$dir/$src" >/dev/null \
-        || { echo "build_shaders: $name ($src $defines) failed:" >&2; "$glslang" -V --target-env vulkan1.1 -S comp -I"$dir/common" "${args[@]}" -o /dev/null "$dir/$src" >&2 || true; exit 1; }
+    env=vulkan1.1
+    for d in $defines; do
+        if [[ $d == @* ]]; then env="${d#@}"; else args+=("-D$d"); fi
+    done
+    "$glslang" -V --target-env "$env" -S comp -I"$dir/common" "${args[@]}" -o "$out/$name.spv" "$dir/$src" >/dev/null \
+        || { echo "build_shaders: $name ($src $defines) failed:" >&2; "$glslang" -V --target-env "$env" -S comp -I"$dir/common" "${args[@]}" -o /dev/null "$dir/$src" >&2 || true; exit 1; }
     h=$( { cat "$dir"/common/*.glsl; cat "$dir/$src"; echo "$defines"; } | sha256sum | cut -d' ' -f1)
     echo "$name $h" >> "$manifest"
     n=$((n + 1))

@@ -1,25 +1,179 @@
 //! Prefill GEMM: the weights times a window of activation rows (see shaders/ops/gemm.comp).
-//! Stand-in until the tiled kernel lands: the N-row GEMV over 8-row slices of the window.
+//!
+//! `y[c * y_stride + y_off + r] = W[r] . x[c * x_stride ..]` for `r < rows`, `c < n`: the GEMV's
+//! semantics ([`GemvPush`]'s fields mean what they mean there) for any `n >= 1` activation
+//! rows. Two tiers from one shader body:
+//! - [`GemmTier::Tiled`], portable: 64x64 tiles of weight rows x activation rows, weights
+//!   dequantized once per tile and K step into 16 KiB of shared memory, f32 throughout.
+//! - [`GemmTier::CoopMat`]: the same tiles through `GL_KHR_cooperative_matrix` 16x16x16
+//!   f16 x f16 -> f32 (weights and activations rounded to f16). Chosen by [`pick_tier`] only
+//!   when the device offers that shape and everything else the module needs.
 
 use resin_gguf::GgmlType;
 
-use crate::kernels::{GemvPush, Recorder};
+use crate::device::{CoopShape, DeviceInfo};
+use crate::kernels::{format_name, GemvPush, Push, Recorder};
 use crate::pipelines::Bind;
 use crate::VkError;
 
-impl Recorder<'_> {
-    /// y[c * y_stride + y_off + r] = W[r] . x[c * x_stride ..] for r < rows, c < n.
-    pub fn gemm(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush) -> Result<(), VkError> {
-        let mut c0 = 0u32;
-        while c0 < n {
-            let k = (n - c0).min(8);
-            let xo = c0 as u64 * p.x_stride as u64 * 4;
-            let yo = c0 as u64 * p.y_stride as u64 * 4;
-            let xs = Bind { buf: x.buf, offset: x.offset + xo, range: x.range - xo };
-            let ys = Bind { buf: y.buf, offset: y.offset + yo, range: y.range - yo };
-            self.gemv(ty, k, w, xs, ys, p)?;
-            c0 += k;
+/// Weight rows a workgroup tile covers (BM in the shader).
+pub const TILE_ROWS: u32 = 64;
+/// Activation rows a workgroup tile covers (BN in the shader).
+pub const TILE_N: u32 = 64;
+/// Threads of a portable-tier workgroup (the shader's literal local size).
+pub const TILED_THREADS: u32 = 128;
+/// Subgroups a cooperative-matrix workgroup is sized for (one per 32x32 region of the tile).
+pub const COOPMAT_SUBGROUPS: u32 = 4;
+/// Shared memory of the cooperative-matrix tier: f16 weights and activations (64x32 each)
+/// and four 16x16 f32 staging slots.
+pub const COOPMAT_SHARED_BYTES: u32 = 2 * 64 * 32 * 2 + 4 * 16 * 16 * 4;
+
+/// The GEMV's push block plus the activation-row count (the shader's `Push`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GemmPush {
+    pub rows: u32,
+    pub cols: u32,
+    pub row_bytes: u32,
+    pub x_stride: u32,
+    pub y_stride: u32,
+    pub y_off: u32,
+    pub n: u32,
+}
+const _: () = assert!(std::mem::size_of::<GemmPush>() == 28);
+impl Push for GemmPush {}
+
+impl GemmPush {
+    pub fn new(p: GemvPush, n: u32) -> Self {
+        GemmPush { rows: p.rows, cols: p.cols, row_bytes: p.row_bytes, x_stride: p.x_stride, y_stride: p.y_stride, y_off: p.y_off, n }
+    }
+}
+
+/// Which GEMM kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmTier {
+    /// Shared-memory tiles in f32; every device.
+    Tiled,
+    /// Cooperative-matrix 16x16x16 f16 -> f32 tiles.
+    CoopMat,
+}
+
+/// What the tier choice reads from the device (a plain struct, so the choice is testable
+/// without one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GemmCaps {
+    /// VK_KHR_cooperative_matrix present and its feature enabled.
+    pub coopmat: bool,
+    pub coopmat_shapes: Vec<CoopShape>,
+    /// shaderFloat16 (the module declares the Float16 capability).
+    pub f16_arith: bool,
+    /// The device's Vulkan version (the module is SPIR-V 1.6: Vulkan 1.3).
+    pub api: (u32, u32, u32),
+    /// Subgroup operations in compute shaders (the module uses gl_SubgroupID: "basic").
+    pub subgroup_basic: bool,
+    pub subgroup_size: u32,
+    pub max_workgroup_invocations: u32,
+    pub shared_memory: u32,
+    /// The vulkanMemoryModel feature enabled at device creation: glslang emits the
+    /// VulkanMemoryModel capability for every GL_KHR_cooperative_matrix module.
+    pub vulkan_memory_model: bool,
+}
+
+impl GemmCaps {
+    pub fn of(info: &DeviceInfo) -> GemmCaps {
+        GemmCaps {
+            coopmat: info.coopmat,
+            coopmat_shapes: info.coopmat_shapes.clone(),
+            f16_arith: info.f16_arith,
+            api: info.api,
+            subgroup_basic: info.subgroup_ops.contains(&"basic"),
+            subgroup_size: info.subgroup_size,
+            max_workgroup_invocations: info.max_workgroup_invocations,
+            shared_memory: info.shared_memory,
+            vulkan_memory_model: info.vulkan_memory_model,
         }
-        Ok(())
+    }
+}
+
+/// Whether the device offers the 16x16x16 f16 x f16 -> f32 subgroup shape the tier uses.
+pub fn has_f16_16x16x16(shapes: &[CoopShape]) -> bool {
+    shapes.iter().any(|s| s.m == 16 && s.n == 16 && s.k == 16 && s.types == "f16xf16->f32")
+}
+
+/// The tier a device runs: the cooperative-matrix tier only when every requirement of its
+/// module holds, else the portable tier.
+///
+/// The shape must accumulate in f32: a 16x16x16 shape with f16 results only is declined (an
+/// f16 sum over thousands of products loses the precision the GEMV keeps).
+pub fn pick_tier(c: &GemmCaps) -> GemmTier {
+    let wg = COOPMAT_SUBGROUPS * c.subgroup_size;
+    let ok = c.coopmat
+        && has_f16_16x16x16(&c.coopmat_shapes)
+        && c.f16_arith
+        && c.api >= (1, 3, 0)
+        && c.subgroup_basic
+        && c.subgroup_size > 0
+        && wg <= c.max_workgroup_invocations
+        && COOPMAT_SHARED_BYTES <= c.shared_memory
+        && c.vulkan_memory_model;
+    if ok {
+        GemmTier::CoopMat
+    } else {
+        GemmTier::Tiled
+    }
+}
+
+/// Workgroups of a GEMM: x (+ z past 65535) over weight-row tiles, y over activation-row tiles.
+pub fn gemm_groups(rows: u32, n: u32) -> Result<[u32; 3], VkError> {
+    let tm = rows.div_ceil(TILE_ROWS).max(1);
+    let tn = n.div_ceil(TILE_N).max(1);
+    if tn > 65535 {
+        return Err(VkError::TooLarge(format!("GEMM of {n} activation rows")));
+    }
+    let x = tm.min(65535);
+    Ok([x, tn, tm.div_ceil(x)])
+}
+
+/// The variant name of a format and tier.
+pub fn gemm_variant(ty: GgmlType, tier: GemmTier) -> Result<String, VkError> {
+    let f = format_name(ty).ok_or_else(|| VkError::Unsupported(format!("no GEMM kernel for {ty}")))?;
+    Ok(match tier {
+        GemmTier::Tiled => format!("gemm_{f}"),
+        GemmTier::CoopMat => format!("gemm_cm_{f}"),
+    })
+}
+
+impl Recorder<'_> {
+    /// y[c * y_stride + y_off + r] = W[r] . x[c] for c < n (any n >= 1), in the tier
+    /// [`pick_tier`] chooses for this device.
+    pub fn gemm(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush) -> Result<(), VkError> {
+        let tier = pick_tier(&GemmCaps::of(&self.gpu.info));
+        self.gemm_in(tier, ty, n, w, x, y, p)
+    }
+
+    /// [`Recorder::gemm`] in a given tier (tests force the portable one; the cooperative-matrix
+    /// tier is refused on a device without the shape).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_in(&mut self, tier: GemmTier, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush) -> Result<(), VkError> {
+        let name = gemm_variant(ty, tier)?;
+        if n == 0 || p.cols == 0 || !p.cols.is_multiple_of(32) {
+            return Err(VkError::Unsupported(format!("GEMM of {n} activation rows over {} values a row", p.cols)));
+        }
+        if !p.cols.is_multiple_of(ty.block_len() as u32) {
+            return Err(VkError::Unsupported(format!("{ty} rows of {} values", p.cols)));
+        }
+        let groups = gemm_groups(p.rows, n)?;
+        let push = GemmPush::new(p, n).bytes();
+        match tier {
+            GemmTier::Tiled => self.run(&name, &[], &[w, x, y], &push, groups),
+            GemmTier::CoopMat => {
+                let info = &self.gpu.info;
+                if !info.coopmat || !has_f16_16x16x16(&info.coopmat_shapes) {
+                    return Err(VkError::Unsupported("cooperative-matrix GEMM: no 16x16x16 f16 x f16 -> f32 shape on this device".into()));
+                }
+                let wg = COOPMAT_SUBGROUPS * info.subgroup_size.max(1);
+                self.run(&name, &[wg], &[w, x, y], &push, groups)
+            }
+        }
     }
 }

@@ -1,0 +1,208 @@
+// The prefill GEMM: y = W x for n activation rows (any n >= 1), the GEMV's semantics:
+//   y[c * y_stride + y_off + r] = sum_j W[r][j] * x[c * x_stride + j]   (r < rows, c < n)
+// W: `rows` rows in a GGUF block format (FMT_*), read in place through formats.glsl's
+// load_unit. x, y: f32. cols a multiple of 32 (256 for K-quants).
+//
+// A workgroup owns a tile of BM weight rows x BN activation rows and walks K in steps of 32
+// values (one load_unit): each step dequantizes the tile's weights into shared memory once,
+// stages the activations beside them, then multiplies. Grid: x (+ z for overflow) = weight-row
+// tiles, y = activation-row tiles. Edges (rows, n not multiples of the tile) read zeros and
+// write nothing.
+//
+// Two tiers from this one body:
+// - the portable tier (default): f32 in shared memory (BK*(BM+BN)*4 = 16 KiB), 128 threads,
+//   each accumulating a TM x TN register block in f32. Runs on every Vulkan 1.1 device.
+// - COOPMAT (GL_KHR_cooperative_matrix, compiled for vulkan1.3): weights dequantized to f16
+//   and activations converted to f16 (both clamped to +-65504) in shared memory, 16x16x16
+//   f16 x f16 -> f32 tiles. The workgroup is WG threads (specialization constant 0, meant to be
+//   4 subgroups); each subgroup owns a 32x32 region (2x2 accumulators) of the 64x64 tile. With
+//   fewer subgroups than regions the K walk repeats until every region is done, so the result
+//   never depends on the subgroup size the driver picks.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#ifdef COOPMAT
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#endif
+
+#define BM 64u
+#define BN 64u
+#define BK 32u
+
+#ifdef COOPMAT
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 128;
+#else
+#define TM 4u                                   // weight rows a thread
+#define TN 8u                                   // activation rows a thread
+#define THREADS ((BM / TM) * (BN / TN))         // 128
+layout(local_size_x = 128) in;
+#endif
+
+layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
+layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
+
+layout(push_constant) uniform Push {
+    uint rows;
+    uint cols;
+    uint row_bytes;
+    uint x_stride;
+    uint y_stride;
+    uint y_off;
+    uint n;
+} p;
+
+#include "formats.glsl"
+
+#ifndef COOPMAT
+// ---------------------------------------------------------------- portable tier
+shared float ws[BK * BM];   // [k][weight row]
+shared float xs[BK * BN];   // [k][activation row]
+
+void main() {
+    uint tile_m = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;
+    if (tile_m * BM >= p.rows) return;          // whole workgroup: no barrier is skipped by part of it
+    uint r0 = tile_m * BM;
+    uint c0 = gl_WorkGroupID.y * BN;
+    uint t = gl_LocalInvocationID.x;
+    uint tr = t % (BM / TM);                    // rows tr + i * BM/TM
+    uint tc = t / (BM / TM);                    // activation rows tc + j * BN/TN
+    float acc[TM][TN];
+    for (uint i = 0u; i < TM; i++)
+        for (uint j = 0u; j < TN; j++) acc[i][j] = 0.0;
+    uint units = p.cols / 32u;
+    float v[32];
+    for (uint u = 0u; u < units; u++) {
+        // Threads 0..BM-1 dequantize one weight row's unit each; the rest stage activations.
+        if (t < BM) {
+            uint r = r0 + t;
+            if (r < p.rows) {
+                load_unit(r * p.row_bytes, u, v);
+            } else {
+                for (uint l = 0u; l < 32u; l++) v[l] = 0.0;
+            }
+            for (uint l = 0u; l < 32u; l++) ws[l * BM + t] = v[l];
+        } else {
+            for (uint e = t - BM; e < BN * BK; e += THREADS - BM) {
+                uint c = e / BK;
+                uint l = e % BK;
+                uint cc = c0 + c;
+                xs[l * BN + c] = cc < p.n ? x[cc * p.x_stride + u * 32u + l] : 0.0;
+            }
+        }
+        barrier();
+        for (uint l = 0u; l < BK; l++) {
+            float a[TM];
+            float b[TN];
+            for (uint i = 0u; i < TM; i++) a[i] = ws[l * BM + tr + i * (BM / TM)];
+            for (uint j = 0u; j < TN; j++) b[j] = xs[l * BN + tc + j * (BN / TN)];
+            for (uint i = 0u; i < TM; i++)
+                for (uint j = 0u; j < TN; j++) acc[i][j] += a[i] * b[j];
+        }
+        barrier();
+    }
+    for (uint j = 0u; j < TN; j++) {
+        uint c = c0 + tc + j * (BN / TN);
+        if (c >= p.n) continue;
+        for (uint i = 0u; i < TM; i++) {
+            uint r = r0 + tr + i * (BM / TM);
+            if (r < p.rows) y[c * p.y_stride + p.y_off + r] = acc[i][j];
+        }
+    }
+}
+
+#else
+// ---------------------------------------------------------------- cooperative-matrix tier
+#define CM 16u
+#define NREG 4u                                  // 32x32 regions of the 64x64 tile
+#define F16MAX 65504.0
+shared float16_t wsh[BM * BK];                   // [weight row][k], row-major A
+shared float16_t xsh[BN * BK];                   // [activation row][k], column-major B
+shared float stage[NREG * CM * CM];              // one 16x16 accumulator per region, on its way out
+
+#define ACC coopmat<float, gl_ScopeSubgroup, CM, CM, gl_MatrixUseAccumulator>
+#define MATA coopmat<float16_t, gl_ScopeSubgroup, CM, CM, gl_MatrixUseA>
+#define MATB coopmat<float16_t, gl_ScopeSubgroup, CM, CM, gl_MatrixUseB>
+
+// Write accumulator `a` (weight rows r, activation rows c of its 16x16 block) through the
+// region's staging slot, edges dropped. Subgroup-uniform control flow.
+void write_out(ACC a, uint slot, uint r, uint c) {
+    coopMatStore(a, stage, slot * CM * CM, CM, gl_CooperativeMatrixLayoutColumnMajor);
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    for (uint e = gl_SubgroupInvocationID; e < CM * CM; e += gl_SubgroupSize) {
+        uint rr = r + e % CM;
+        uint cc = c + e / CM;
+        if (rr < p.rows && cc < p.n) y[cc * p.y_stride + p.y_off + rr] = stage[slot * CM * CM + e];
+    }
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+}
+
+void main() {
+    uint tile_m = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;
+    if (tile_m * BM >= p.rows) return;
+    uint r0 = tile_m * BM;
+    uint c0 = gl_WorkGroupID.y * BN;
+    uint t = gl_LocalInvocationIndex;
+    uint sg = gl_SubgroupID;
+    uint ns = gl_NumSubgroups;
+    uint units = p.cols / 32u;
+    float v[32];
+    for (uint base = 0u; base < NREG; base += ns) {
+        uint reg = base + sg;
+        bool mine = reg < NREG;                  // uniform within the subgroup
+        uint rm = (reg & 1u) * 32u;
+        uint rn = (reg >> 1) * 32u;
+        ACC a00 = ACC(0.0);
+        ACC a01 = ACC(0.0);
+        ACC a10 = ACC(0.0);
+        ACC a11 = ACC(0.0);
+        for (uint u = 0u; u < units; u++) {
+            for (uint rr = t; rr < BM; rr += WG) {
+                uint r = r0 + rr;
+                if (r < p.rows) {
+                    load_unit(r * p.row_bytes, u, v);
+                } else {
+                    for (uint l = 0u; l < 32u; l++) v[l] = 0.0;
+                }
+                for (uint l = 0u; l < 32u; l++) wsh[rr * BK + l] = float16_t(clamp(v[l], -F16MAX, F16MAX));
+            }
+            for (uint e = t; e < BN * BK; e += WG) {
+                uint c = e / BK;
+                uint l = e % BK;
+                uint cc = c0 + c;
+                float xv = cc < p.n ? x[cc * p.x_stride + u * 32u + l] : 0.0;
+                xsh[c * BK + l] = float16_t(clamp(xv, -F16MAX, F16MAX));
+            }
+            barrier();
+            if (mine) {
+                for (uint kk = 0u; kk < BK; kk += CM) {
+                    MATA w0;
+                    MATA w1;
+                    MATB x0;
+                    MATB x1;
+                    coopMatLoad(w0, wsh, rm * BK + kk, BK, gl_CooperativeMatrixLayoutRowMajor);
+                    coopMatLoad(w1, wsh, (rm + CM) * BK + kk, BK, gl_CooperativeMatrixLayoutRowMajor);
+                    coopMatLoad(x0, xsh, rn * BK + kk, BK, gl_CooperativeMatrixLayoutColumnMajor);
+                    coopMatLoad(x1, xsh, (rn + CM) * BK + kk, BK, gl_CooperativeMatrixLayoutColumnMajor);
+                    a00 = coopMatMulAdd(w0, x0, a00);
+                    a01 = coopMatMulAdd(w0, x1, a01);
+                    a10 = coopMatMulAdd(w1, x0, a10);
+                    a11 = coopMatMulAdd(w1, x1, a11);
+                }
+            }
+            barrier();
+        }
+        if (mine) {
+            write_out(a00, reg, r0 + rm, c0 + rn);
+            write_out(a01, reg, r0 + rm, c0 + rn + CM);
+            write_out(a10, reg, r0 + rm + CM, c0 + rn);
+            write_out(a11, reg, r0 + rm + CM, c0 + rn + CM);
+        }
+    }
+}
+#endif

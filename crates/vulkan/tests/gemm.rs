@@ -1,0 +1,345 @@
+//! The prefill GEMM (src/gemm.rs, shaders/ops/gemm.comp).
+//!
+//! On the device (lavapipe in CI, which runs the portable tier): every format, activation-row
+//! counts around the 64-row tile (1, 9, 63, 64, 65, 200), weight-row counts that are not
+//! multiples of the tile (67, 130), 256 and 512 values a row. Every output element against an
+//! f64 oracle with the GEMV's bar, (cols + 8) u sum_j |w_ij x_j| (any f32 summation order of
+//! `cols` products is within gamma_cols of the exact sum, plus a few roundings of the in-kernel
+//! dequantization); outputs NaN-poisoned, and every element outside the n written rows (gaps of
+//! y_stride, before y_off, past n) must still be poison; the activation gaps of x_stride hold
+//! NaN, so reading one shows. Each activation row's GEMM result is within the same bar of the
+//! GEMV's (`gemv` with n = 1) for that row. Negative controls: a perturbed oracle and an
+//! unwritten output fail the bar.
+//!
+//! On the host: the tier choice (`pick_tier`) from device capabilities, and the grid.
+
+mod common;
+
+use common::*;
+use resin_gguf::{formats, GgmlType};
+use resin_vulkan::buffers::submit_once;
+use resin_vulkan::device::CoopShape;
+use resin_vulkan::gemm::*;
+use resin_vulkan::kernels::{GemvPush, Recorder};
+use resin_vulkan::pipelines::{Bind, VARIANTS};
+
+const FORMATS: [GgmlType; 9] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// One activation row's y = W x in f64 and each element's bar (the GEMV's, tests/kernels.rs).
+fn oracle(wq: &[f32], x: &[f32], rows: usize, cols: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut y = vec![0f64; rows];
+    let mut bar = vec![0f64; rows];
+    for r in 0..rows {
+        let (mut s, mut a) = (0f64, 0f64);
+        for j in 0..cols {
+            let t = wq[r * cols + j] as f64 * x[j] as f64;
+            s += t;
+            a += t.abs();
+        }
+        y[r] = s;
+        bar[r] = (cols as f64 + 8.0) * U * a + 1e-30;
+    }
+    (y, bar)
+}
+
+const NS: [usize; 6] = [1, 9, 63, 64, 65, 200];
+const NMAX: usize = 200;
+
+#[test]
+#[allow(clippy::needless_range_loop)]
+fn gemm_every_format_edges_strides_and_gemv_agreement() {
+    let Some(mut h) = Harness::new() else { return };
+    assert_eq!(pick_tier(&GemmCaps::of(&h.gpu.info)), GemmTier::Tiled, "this test's device is expected to run the portable tier");
+    let t0 = std::time::Instant::now();
+    let mut rng = Rng(0x6e33);
+    let (mut worst, mut worst_gemv) = (0f64, 0f64); // largest err / bar seen
+    for ty in FORMATS {
+        for (rows, cols) in [(67usize, 256usize), (130, 512), (67, 512), (130, 256)] {
+            let what = format!("gemm {ty} {rows}x{cols}");
+            let src = rng.vec(rows * cols, 1.0);
+            let wbytes = formats::quantize(ty, &src).unwrap();
+            let mut wq = vec![0f32; rows * cols];
+            formats::dequantize(ty, &wbytes, &mut wq).unwrap();
+            let row_bytes = wbytes.len() / rows;
+            let wbuf = h.buf_bytes(&wbytes);
+            // x: NMAX activation rows of `cols` values at x_stride = cols + 64 (a multiple of
+            // 256 bytes, so each row can also be bound alone for the GEMV); the gaps are NaN.
+            let xs_stride = cols + 64;
+            let xrows: Vec<Vec<f32>> = (0..NMAX).map(|_| rng.vec(cols, 2.0)).collect();
+            let mut xflat = vec![f32::NAN; NMAX * xs_stride];
+            for (c, r) in xrows.iter().enumerate() {
+                xflat[c * xs_stride..c * xs_stride + cols].copy_from_slice(r);
+            }
+            let xbuf = h.buf_f32(&xflat);
+            let want: Vec<(Vec<f64>, Vec<f64>)> = xrows.iter().map(|x| oracle(&wq, x, rows, cols)).collect();
+            let (ys, yo) = (rows + 5, 3usize);
+            let mut last = Vec::new();
+            for n in NS {
+                let len = (n + 1) * ys + yo;
+                let ybuf = h.poisoned(len);
+                let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: xs_stride as u32, y_stride: ys as u32, y_off: yo as u32 };
+                h.run(|rec| rec.gemm(ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+                let got = ybuf.read_f32(0, len).unwrap();
+                let mut written = vec![false; len];
+                for c in 0..n {
+                    let at = c * ys + yo;
+                    worst = worst.max(check(&format!("{what} n={n} row {c}"), &got[at..at + rows], &want[c].0, &want[c].1).unwrap());
+                    written[at..at + rows].iter_mut().for_each(|w| *w = true);
+                }
+                for (i, g) in got.iter().enumerate() {
+                    assert!(written[i] || g.to_bits() == POISON, "{what} n={n}: wrote element {i} outside its rows (y_off {yo}, y_stride {ys})");
+                }
+                if n == NMAX {
+                    last = got;
+                }
+            }
+            // The GEMV (n = 1) of each activation row alone, all in one submit.
+            let ygv = h.poisoned(NMAX * rows);
+            let sz = std::mem::size_of::<f32>() as u64;
+            assert_eq!((xs_stride as u64 * sz) % h.gpu.info.storage_align, 0);
+            h.run(|rec: &mut Recorder<'_>| {
+                for c in 0..NMAX {
+                    let xb = Bind { buf: &xbuf, offset: (c * xs_stride) as u64 * sz, range: cols as u64 * sz };
+                    let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: 0, y_off: (c * rows) as u32 };
+                    rec.gemv(ty, 1, (&wbuf).into(), xb, (&ygv).into(), p)?;
+                }
+                Ok(())
+            });
+            let gv = ygv.read_f32(0, NMAX * rows).unwrap();
+            for c in 0..NMAX {
+                let gemv: Vec<f64> = gv[c * rows..(c + 1) * rows].iter().map(|&v| v as f64).collect();
+                let at = c * ys + yo;
+                worst_gemv = worst_gemv.max(check(&format!("{what}: GEMM row {c} against the GEMV"), &last[at..at + rows], &gemv, &want[c].1).unwrap());
+            }
+            // Negative controls: the oracle of a weight matrix with one value of row 5 moved by
+            // a tenth of that row's largest magnitude (about one 4-bit quantization step, amax/8),
+            // at the activation's largest value, must fail; so must an output never written.
+            let (mut wrong, bar) = want[0].clone();
+            let amax = wq[5 * cols..6 * cols].iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+            let xmax = xrows[0].iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+            wrong[5] += 0.1 * amax * xmax;
+            assert!(check("control", &last[yo..yo + rows], &wrong, &bar).is_err(), "{what}: a perturbed oracle must fail the bar");
+            let unwritten = h.poisoned(rows);
+            assert!(check("control: poisoned", &unwritten.read_f32(0, rows).unwrap(), &want[0].0, &bar).is_err());
+        }
+    }
+    eprintln!(
+        "gemm: 9 formats x 4 shapes x {} row counts in {:.1} s; worst err/bar {worst:.3} (oracle), {worst_gemv:.3} (GEMV)",
+        NS.len(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn gemm_classifier_sized_rows() {
+    // 151936 weight rows (Qwen's classifier): 2374 row tiles in the grid's x dimension.
+    let Some(mut h) = Harness::new() else { return };
+    let (rows, cols, n) = (151_936usize, 32usize, 9usize);
+    let mut rng = Rng(17);
+    let src = rng.vec(rows * cols, 1.0);
+    let wbytes = formats::quantize(GgmlType::Q8_0, &src).unwrap();
+    let mut wq = vec![0f32; rows * cols];
+    formats::dequantize(GgmlType::Q8_0, &wbytes, &mut wq).unwrap();
+    let x = rng.vec(n * cols, 1.0);
+    let (wbuf, xbuf, ybuf) = (h.buf_bytes(&wbytes), h.buf_f32(&x), h.poisoned(n * rows));
+    let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: 34, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+    h.run(|rec| rec.gemm_in(GemmTier::Tiled, GgmlType::Q8_0, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+    let got = ybuf.read_f32(0, n * rows).unwrap();
+    for c in 0..n {
+        let (want, bar) = oracle(&wq, &x[c * cols..(c + 1) * cols], rows, cols);
+        check(&format!("gemm 151936 rows, row {c}"), &got[c * rows..(c + 1) * rows], &want, &bar).unwrap();
+    }
+}
+
+#[test]
+fn gemm_refuses_what_it_cannot_run() {
+    let Some(h) = Harness::new() else { return };
+    let Harness { gpu, mut pipes, mut desc } = h;
+    let w = resin_vulkan::buffers::Buffer::new(&gpu, 4096, resin_vulkan::buffers::Location::Device).unwrap();
+    let p = GemvPush { rows: 4, cols: 32, row_bytes: 34, x_stride: 32, y_stride: 4, y_off: 0 };
+    let mut errs = Vec::new();
+    submit_once(&gpu, |cmd| {
+        let mut rec = Recorder { gpu: &gpu, pipes: &mut pipes, desc: &mut desc, cmd };
+        if !gpu.info.coopmat {
+            // The cooperative-matrix tier forced on a device without it is an error, not a dispatch.
+            errs.push(rec.gemm_in(GemmTier::CoopMat, GgmlType::Q8_0, 3, (&w).into(), (&w).into(), (&w).into(), p).is_err());
+        }
+        errs.push(rec.gemm(GgmlType::Q8_0, 0, (&w).into(), (&w).into(), (&w).into(), p).is_err());
+        errs.push(rec.gemm(GgmlType::Q8_0, 3, (&w).into(), (&w).into(), (&w).into(), GemvPush { cols: 48, ..p }).is_err());
+        errs.push(rec.gemm(GgmlType::Q4_K, 3, (&w).into(), (&w).into(), (&w).into(), GemvPush { cols: 128, ..p }).is_err());
+        errs.push(rec.gemm(GgmlType::Q2_K, 3, (&w).into(), (&w).into(), (&w).into(), GemvPush { cols: 256, ..p }).is_err());
+    })
+    .unwrap();
+    assert!(errs.iter().all(|&e| e), "{errs:?}");
+}
+
+#[test]
+#[allow(clippy::needless_range_loop)]
+fn gemm_coopmat_tier_where_offered() {
+    // Runs only on a device with a 16x16x16 f16 x f16 -> f32 cooperative-matrix shape (never
+    // on lavapipe; NOT YET RUN ON ANY HARDWARE). The tier is forced, whatever pick_tier says
+    // (device.rs does not enable vulkanMemoryModel yet, which the module declares).
+    // Bar: weights and activations each rounded to f16 (relative 2^-11, U16), so each product
+    // within 2 U16 (+U16^2) of the exact; subnormal f16 halves add at most 2^-25 absolute per
+    // operand (|w|, |x| <= 2 here); then the f32 accumulation's (cols + 8) u.
+    let Some(mut h) = Harness::new() else { return };
+    let info = h.gpu.info.clone();
+    if !(info.coopmat && has_f16_16x16x16(&info.coopmat_shapes) && info.f16_arith && info.api >= (1, 3, 0)) {
+        eprintln!("SKIP: {} has no 16x16x16 f16 x f16 -> f32 cooperative matrix; the coopmat GEMM tier was not run", info.name);
+        return;
+    }
+    let (rows, cols) = (130usize, 512usize);
+    let mut rng = Rng(0xc00b);
+    for ty in FORMATS {
+        let src = rng.vec(rows * cols, 1.0);
+        let wbytes = formats::quantize(ty, &src).unwrap();
+        let mut wq = vec![0f32; rows * cols];
+        formats::dequantize(ty, &wbytes, &mut wq).unwrap();
+        let wbuf = h.buf_bytes(&wbytes);
+        let xs = rng.vec(NMAX * cols, 2.0);
+        let xbuf = h.buf_f32(&xs);
+        for n in [1usize, 9, 65, NMAX] {
+            let (ys, yo) = (rows + 5, 3usize);
+            let len = (n + 1) * ys + yo;
+            let ybuf = h.poisoned(len);
+            let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: (wbytes.len() / rows) as u32, x_stride: cols as u32, y_stride: ys as u32, y_off: yo as u32 };
+            h.run(|rec| rec.gemm_in(GemmTier::CoopMat, ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+            let got = ybuf.read_f32(0, len).unwrap();
+            let mut written = vec![false; len];
+            for c in 0..n {
+                let (want, mut bar) = oracle(&wq, &xs[c * cols..(c + 1) * cols], rows, cols);
+                for r in 0..rows {
+                    let a = bar[r] / ((cols as f64 + 8.0) * U);
+                    bar[r] += (2.0 * U16 + U16 * U16) * a + cols as f64 * 4.0 * 2f64.powi(-25);
+                }
+                let at = c * ys + yo;
+                check(&format!("coopmat gemm {ty} n={n} row {c}"), &got[at..at + rows], &want, &bar).unwrap();
+                written[at..at + rows].iter_mut().for_each(|w| *w = true);
+                if c == 0 {
+                    let mut wrong = want.clone();
+                    let amax = wq[5 * cols..6 * cols].iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+                    wrong[5] += 0.1 * amax * 2.0;
+                    assert!(check("control", &got[at..at + rows], &wrong, &bar).is_err(), "coopmat {ty}: a perturbed oracle must fail");
+                }
+            }
+            for (i, g) in got.iter().enumerate() {
+                assert!(written[i] || g.to_bits() == POISON, "coopmat gemm {ty} n={n}: wrote element {i} outside its rows");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- host: tier choice and grid
+
+fn shape(m: u32, n: u32, k: u32, types: &str) -> CoopShape {
+    CoopShape { m, n, k, types: types.into() }
+}
+
+/// An H200 as the driver reports it (README "On the H200"), with the memory model enabled.
+fn h200() -> GemmCaps {
+    GemmCaps {
+        coopmat: true,
+        coopmat_shapes: vec![shape(16, 16, 16, "f16xf16->f16"), shape(16, 16, 16, "f16xf16->f32"), shape(16, 16, 32, "s8xs8->s32")],
+        f16_arith: true,
+        api: (1, 4, 312),
+        subgroup_basic: true,
+        subgroup_size: 32,
+        max_workgroup_invocations: 1024,
+        shared_memory: 48 * 1024,
+        vulkan_memory_model: true,
+    }
+}
+
+/// lavapipe: no cooperative matrix.
+fn lavapipe() -> GemmCaps {
+    GemmCaps {
+        coopmat: false,
+        coopmat_shapes: vec![],
+        f16_arith: true,
+        api: (1, 3, 0),
+        subgroup_basic: true,
+        subgroup_size: 8,
+        max_workgroup_invocations: 1024,
+        shared_memory: 32 * 1024,
+        vulkan_memory_model: true,
+    }
+}
+
+#[test]
+fn tier_choice() {
+    assert_eq!(pick_tier(&h200()), GemmTier::CoopMat);
+    assert_eq!(pick_tier(&lavapipe()), GemmTier::Tiled);
+    // Each requirement alone declines the cooperative-matrix tier.
+    type Change = Box<dyn Fn(&mut GemmCaps)>;
+    let declines: Vec<(&str, Change)> = vec![
+        ("no coopmat feature", Box::new(|c| c.coopmat = false)),
+        ("no shapes", Box::new(|c| c.coopmat_shapes.clear())),
+        ("only f16 results", Box::new(|c| c.coopmat_shapes = vec![shape(16, 16, 16, "f16xf16->f16")])),
+        ("only int8", Box::new(|c| c.coopmat_shapes = vec![shape(16, 16, 32, "s8xs8->s32")])),
+        ("other f16 shape", Box::new(|c| c.coopmat_shapes = vec![shape(16, 8, 16, "f16xf16->f32"), shape(8, 8, 16, "f16xf16->f32")])),
+        ("no f16 arithmetic", Box::new(|c| c.f16_arith = false)),
+        ("Vulkan 1.2", Box::new(|c| c.api = (1, 2, 198))),
+        ("no subgroup basic", Box::new(|c| c.subgroup_basic = false)),
+        ("subgroup size 0", Box::new(|c| c.subgroup_size = 0)),
+        ("workgroup too large", Box::new(|c| c.max_workgroup_invocations = 64)),
+        ("too little shared memory", Box::new(|c| c.shared_memory = 8 * 1024)),
+        ("no memory model", Box::new(|c| c.vulkan_memory_model = false)),
+    ];
+    for (what, f) in declines {
+        let mut c = h200();
+        f(&mut c);
+        assert_eq!(pick_tier(&c), GemmTier::Tiled, "{what}");
+    }
+    // AMD-like: 16x16x16 f16 -> f32 with 64-wide subgroups fits 256 invocations.
+    let mut amd = h200();
+    amd.subgroup_size = 64;
+    assert_eq!(pick_tier(&amd), GemmTier::CoopMat);
+    // A real device's caps carry what device.rs enabled; without cooperative matrices (lavapipe)
+    // the portable tier is picked.
+    if let Some(h) = Harness::new() {
+        let caps = GemmCaps::of(&h.gpu.info);
+        assert_eq!(caps.vulkan_memory_model, h.gpu.info.vulkan_memory_model);
+        if !h.gpu.info.coopmat {
+            assert_eq!(pick_tier(&caps), GemmTier::Tiled);
+        }
+    }
+}
+
+#[test]
+fn grid_and_variants() {
+    assert_eq!(gemm_groups(151_936, 512).unwrap(), [2374, 8, 1]);
+    assert_eq!(gemm_groups(67, 1).unwrap(), [2, 1, 1]);
+    assert_eq!(gemm_groups(64, 65).unwrap(), [1, 2, 1]);
+    // Past 65535 row tiles the z dimension carries the overflow (x * z >= tiles).
+    let g = gemm_groups(64 * 65_536 + 1, 9).unwrap();
+    assert_eq!(g, [65535, 1, 2]);
+    assert!(gemm_groups(1, 65_536 * 64 + 1).is_err());
+    assert_eq!(gemm_variant(GgmlType::Q4_K, GemmTier::Tiled).unwrap(), "gemm_q4_k");
+    assert_eq!(gemm_variant(GgmlType::Q4_K, GemmTier::CoopMat).unwrap(), "gemm_cm_q4_k");
+    // Every format has both modules; the cooperative-matrix ones are SPIR-V 1.6 declaring
+    // CooperativeMatrixKHR (OpCapability 6022) and the VulkanMemoryModel capability (5345), the
+    // portable ones SPIR-V 1.3 with neither.
+    let words = |b: &[u8]| b.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect::<Vec<u32>>();
+    let has_cap = |w: &[u32], cap: u32| w.windows(2).any(|p| p[0] == (2 << 16 | 17) && p[1] == cap);
+    for ty in FORMATS {
+        for tier in [GemmTier::Tiled, GemmTier::CoopMat] {
+            let name = gemm_variant(ty, tier).unwrap();
+            let v = VARIANTS.iter().find(|v| v.name == name).unwrap_or_else(|| panic!("no variant {name}"));
+            let w = words(v.spv);
+            let cm = tier == GemmTier::CoopMat;
+            assert_eq!(w[1], if cm { 0x0001_0600 } else { 0x0001_0300 }, "{name}: SPIR-V version");
+            assert_eq!(has_cap(&w, 6022), cm, "{name}: CooperativeMatrixKHR");
+            assert_eq!(has_cap(&w, 5345), cm, "{name}: VulkanMemoryModel");
+        }
+    }
+}
