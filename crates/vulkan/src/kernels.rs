@@ -226,9 +226,14 @@ impl Recorder<'_> {
     }
 
     /// y[c][y_off + r] = W[r] . x[c] for c < n (1..=8): the one-row form at n = 1, the N-row
-    /// form otherwise, in the device's tier ([`GemvTier::for_device`]).
+    /// form otherwise, in the device's tier ([`GemvTier::for_device`]; `RESIN_VK_GEMV=portable`
+    /// or `subgroup` overrides it).
     pub fn gemv(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush) -> Result<(), VkError> {
-        let tier = GemvTier::for_device(&self.gpu.info);
+        let tier = match std::env::var("RESIN_VK_GEMV").as_deref() {
+            Ok("portable") => GemvTier::Portable,
+            Ok("subgroup") => GemvTier::Subgroup,
+            _ => GemvTier::for_device(&self.gpu.info),
+        };
         self.gemv_tier(tier, ty, n, w, x, y, p)
     }
 
