@@ -278,6 +278,35 @@ impl Recorder<'_> {
         self.run(name, &[WG], &[x, a, w, out], &p.bytes(), [rows, 1, 1])
     }
 
+    /// [`Recorder::rmsnorm`] that also writes `out` rounded through 8-bit blocks of 32 values to
+    /// `q32` and of 256 values to `q256` (each when Some), bit for bit what [`Recorder::qact`]
+    /// over `out` would write, in the same dispatch. `p.n` must be a multiple of each block.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rmsnorm_q(
+        &mut self,
+        rows: u32,
+        x: Bind<'_>,
+        add: Option<Bind<'_>>,
+        w: Bind<'_>,
+        out: Bind<'_>,
+        q32: Option<Bind<'_>>,
+        q256: Option<Bind<'_>>,
+        p: NormPush,
+    ) -> Result<(), VkError> {
+        let (name, a) = match add {
+            Some(a) => ("rmsnorm_add_q", a),
+            None => ("rmsnorm_q", x),
+        };
+        let mask = u32::from(q32.is_some()) | (u32::from(q256.is_some()) << 1);
+        for (q, b) in [(q32, 32), (q256, 256)] {
+            if q.is_some() && !p.n.is_multiple_of(b) {
+                return Err(VkError::Unsupported(format!("rounding {} values a row in blocks of {b}", p.n)));
+            }
+        }
+        // An unused rounded output binds `out` (never written through that binding).
+        self.run(name, &[WG, mask], &[x, a, w, out, q32.unwrap_or(out), q256.unwrap_or(out)], &p.bytes(), [rows, 1, 1])
+    }
+
     /// g <- silu(g) * u over `count` values.
     pub fn swiglu(&mut self, count: u32, g: Bind<'_>, u: Bind<'_>) -> Result<(), VkError> {
         self.run("swiglu", &[], &[g, u], &CountPush { count }.bytes(), grid(count.div_ceil(256)))

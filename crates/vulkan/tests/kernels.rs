@@ -288,6 +288,57 @@ fn rmsnorm_plain_and_fused_add() {
 }
 
 #[test]
+fn rmsnorm_with_fused_rounding_equals_rmsnorm_then_qact() {
+    // rmsnorm_q writes out and its 8-bit-block roundings in one dispatch: every value must be
+    // bit-equal to rmsnorm (+ fused add) followed by qact32 / qact256 over its output.
+    let Some(mut h) = Harness::new() else { return };
+    let (rows, n) = (3usize, 768usize);
+    let mut rng = Rng(0xf05e);
+    let x0 = rng.vec(rows * n, 2.0);
+    let add = rng.vec(rows * n, 1.0);
+    let w = rng.vec(n, 1.5);
+    let p = NormPush { n: n as u32, eps: 1e-5 };
+    let (ab, wb) = (h.buf_f32(&add), h.buf_f32(&w));
+    for fused_add in [false, true] {
+        for (m32, m256) in [(true, true), (true, false), (false, true)] {
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+            // Reference: the separate kernels.
+            let (xr, outr, r32, r256) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(rows * n), h.poisoned(rows * n));
+            h.run(|rec| {
+                rec.rmsnorm(rows as u32, (&xr).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outr).into(), p)?;
+                rec.barrier();
+                rec.qact(32, (rows * n) as u32, (&outr).into(), (&r32).into())?;
+                rec.qact(256, (rows * n) as u32, (&outr).into(), (&r256).into())
+            });
+            // Fused.
+            let (xf, outf, f32b, f256b) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(rows * n), h.poisoned(rows * n));
+            h.run(|rec| {
+                let q32 = m32.then(|| (&f32b).into());
+                let q256 = m256.then(|| (&f256b).into());
+                rec.rmsnorm_q(rows as u32, (&xf).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outf).into(), q32, q256, p)
+            });
+            let what = format!("rmsnorm_q add={fused_add} q32={m32} q256={m256}");
+            let rd = |b: &Buffer| b.read_f32(0, rows * n).unwrap();
+            assert_eq!(bits(&rd(&xf)), bits(&rd(&xr)), "{what}: x");
+            assert_eq!(bits(&rd(&outf)), bits(&rd(&outr)), "{what}: out");
+            for (on, got, want) in [(m32, &f32b, &r32), (m256, &f256b, &r256)] {
+                let g = rd(got);
+                if on {
+                    assert!(g.iter().all(|v| v.is_finite()), "{what}: a rounded value not written");
+                    assert_eq!(bits(&g), bits(&rd(want)), "{what}: rounded values");
+                } else {
+                    assert!(g.iter().all(|v| v.to_bits() == POISON), "{what}: an unasked rounding was written");
+                }
+            }
+            // Control: the rounded values differ from the unrounded output (rounding happened).
+            if m32 {
+                assert_ne!(bits(&rd(&f32b)), bits(&rd(&outf)), "{what}: control");
+            }
+        }
+    }
+}
+
+#[test]
 fn swiglu_matches() {
     // Bar: (32 + 4|g|) u |ref|: Vulkan's exp is within 3 + 2|x| ulp, then a division and a
     // product.
