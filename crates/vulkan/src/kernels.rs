@@ -6,7 +6,7 @@ use resin_gguf::GgmlType;
 use resin_model::RopeStyle;
 
 use crate::buffers::barrier;
-use crate::device::Gpu;
+use crate::device::{DeviceInfo, Gpu};
 use crate::pipelines::{Bind, Descriptors, Pipelines};
 use crate::VkError;
 use resin_core::KvCodec;
@@ -158,6 +158,46 @@ pub fn act_block(ty: GgmlType) -> Option<u32> {
 /// Largest head dimension the attention and rope kernels take.
 pub const MAX_HEAD_DIM: usize = 256;
 
+/// The GEMV kernels (`shaders/ops/gemv.comp`), one source with two tiers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemvTier {
+    /// Any device: one workgroup of [`WG`] threads per weight row, 32-value units a thread,
+    /// a shared-memory tree reduction (`gemv_<fmt>`).
+    Portable,
+    /// Subgroup arithmetic: one subgroup per weight row, [`GEMV_SG_ROWS`] rows a workgroup,
+    /// lanes reading neighbouring 8-value pieces, `subgroupAdd` (`gemv_sg_<fmt>`).
+    Subgroup,
+}
+
+/// Rows a workgroup of the subgroup tier (one subgroup each), before the device's limit on
+/// workgroup invocations.
+pub const GEMV_SG_ROWS: u32 = 4;
+
+impl GemvTier {
+    /// The fastest tier the device runs: the subgroup tier when compute shaders have subgroup
+    /// arithmetic and subgroups of at least 4 lanes, else the portable one.
+    pub fn for_device(info: &DeviceInfo) -> GemvTier {
+        if GemvTier::subgroup_ok(info) {
+            GemvTier::Subgroup
+        } else {
+            GemvTier::Portable
+        }
+    }
+
+    fn subgroup_ok(info: &DeviceInfo) -> bool {
+        info.subgroup_ops.contains(&"arithmetic") && info.subgroup_size >= 4 && info.subgroup_size <= info.max_workgroup_invocations
+    }
+
+    /// (workgroup size, rows a workgroup) of the subgroup tier on this device. The workgroup is
+    /// a multiple of the reported subgroup size (the largest a device runs), so no subgroup is
+    /// partial even where the driver picks narrower ones (the shader then loops its rows).
+    pub fn subgroup_shape(info: &DeviceInfo) -> (u32, u32) {
+        let s = info.subgroup_size.max(1);
+        let rows = GEMV_SG_ROWS.min(info.max_workgroup_invocations / s).max(1);
+        (rows * s, rows)
+    }
+}
+
 /// Split `n` workgroups into an (x, y) grid within the 65535 per-dimension minimum limit.
 pub fn grid(n: u32) -> [u32; 3] {
     let x = n.clamp(1, 65535);
@@ -186,14 +226,41 @@ impl Recorder<'_> {
     }
 
     /// y[c][y_off + r] = W[r] . x[c] for c < n (1..=8): the one-row form at n = 1, the N-row
-    /// form otherwise.
+    /// form otherwise, in the device's tier ([`GemvTier::for_device`]; `RESIN_VK_GEMV=portable`
+    /// or `subgroup` overrides it).
     pub fn gemv(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush) -> Result<(), VkError> {
+        let tier = match std::env::var("RESIN_VK_GEMV").as_deref() {
+            Ok("portable") => GemvTier::Portable,
+            Ok("subgroup") => GemvTier::Subgroup,
+            _ => GemvTier::for_device(&self.gpu.info),
+        };
+        self.gemv_tier(tier, ty, n, w, x, y, p)
+    }
+
+    /// [`Recorder::gemv`] in a chosen tier (tests run both); the subgroup tier on a device
+    /// without it is an `Unsupported` error.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_tier(&mut self, tier: GemvTier, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush) -> Result<(), VkError> {
         let f = format_name(ty).ok_or_else(|| VkError::Unsupported(format!("no GEMV kernel for {ty}")))?;
         if !(1..=8).contains(&n) || p.cols % 32 != 0 {
             return Err(VkError::Unsupported(format!("GEMV of {n} columns over {} values a row", p.cols)));
         }
-        let name = if n == 1 { format!("gemv_{f}") } else { format!("gemv_{f}_nrow") };
-        self.run(&name, &[WG, n], &[w, x, y], &p.bytes(), grid(p.rows))
+        let form = if n == 1 { "" } else { "_nrow" };
+        match tier {
+            GemvTier::Portable => self.run(&format!("gemv_{f}{form}"), &[WG, n], &[w, x, y], &p.bytes(), grid(p.rows)),
+            GemvTier::Subgroup => {
+                let info = &self.gpu.info;
+                if !GemvTier::subgroup_ok(info) {
+                    return Err(VkError::Unsupported(format!(
+                        "the subgroup GEMV needs subgroup arithmetic and subgroups of 4+ lanes (device: {} lanes, [{}])",
+                        info.subgroup_size,
+                        info.subgroup_ops.join(" ")
+                    )));
+                }
+                let (wg, rows) = GemvTier::subgroup_shape(info);
+                self.run(&format!("gemv_sg_{f}{form}"), &[wg, n, rows], &[w, x, y], &p.bytes(), grid(p.rows.div_ceil(rows)))
+            }
+        }
     }
 
     /// x[r] = embedding row of meta[r].token, for `rows` rows.
@@ -209,6 +276,35 @@ impl Recorder<'_> {
             None => ("rmsnorm", x),
         };
         self.run(name, &[WG], &[x, a, w, out], &p.bytes(), [rows, 1, 1])
+    }
+
+    /// [`Recorder::rmsnorm`] that also writes `out` rounded through 8-bit blocks of 32 values to
+    /// `q32` and of 256 values to `q256` (each when Some), bit for bit what [`Recorder::qact`]
+    /// over `out` would write, in the same dispatch. `p.n` must be a multiple of each block.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rmsnorm_q(
+        &mut self,
+        rows: u32,
+        x: Bind<'_>,
+        add: Option<Bind<'_>>,
+        w: Bind<'_>,
+        out: Bind<'_>,
+        q32: Option<Bind<'_>>,
+        q256: Option<Bind<'_>>,
+        p: NormPush,
+    ) -> Result<(), VkError> {
+        let (name, a) = match add {
+            Some(a) => ("rmsnorm_add_q", a),
+            None => ("rmsnorm_q", x),
+        };
+        let mask = u32::from(q32.is_some()) | (u32::from(q256.is_some()) << 1);
+        for (q, b) in [(q32, 32), (q256, 256)] {
+            if q.is_some() && !p.n.is_multiple_of(b) {
+                return Err(VkError::Unsupported(format!("rounding {} values a row in blocks of {b}", p.n)));
+            }
+        }
+        // An unused rounded output binds `out` (never written through that binding).
+        self.run(name, &[WG, mask], &[x, a, w, out, q32.unwrap_or(out), q256.unwrap_or(out)], &p.bytes(), [rows, 1, 1])
     }
 
     /// g <- silu(g) * u over `count` values.

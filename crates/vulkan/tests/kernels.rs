@@ -42,9 +42,42 @@ fn gemv_oracle(wq: &[f32], x: &[f32], rows: usize, cols: usize) -> (Vec<f64>, Ve
     (y, bar)
 }
 
+/// The GEMV tiers this device runs (the portable one always; the subgroup one when the device
+/// has subgroup arithmetic, else a SKIP line).
+fn gemv_tiers(h: &Harness) -> Vec<GemvTier> {
+    let info = &h.gpu.info;
+    if GemvTier::for_device(info) == GemvTier::Subgroup {
+        vec![GemvTier::Portable, GemvTier::Subgroup]
+    } else {
+        eprintln!("SKIP: the subgroup GEMV tier (device: subgroup {} [{}])", info.subgroup_size, info.subgroup_ops.join(" "));
+        vec![GemvTier::Portable]
+    }
+}
+
+/// Rows a workgroup of `tier` on this device.
+fn rows_per_group(h: &Harness, tier: GemvTier) -> usize {
+    match tier {
+        GemvTier::Portable => 1,
+        GemvTier::Subgroup => GemvTier::subgroup_shape(&h.gpu.info).1 as usize,
+    }
+}
+
 #[test]
-fn gemv_every_format_and_row_count() {
+fn gemv_picks_the_subgroup_tier_where_the_device_has_it() {
+    let Some(h) = Harness::new() else { return };
+    let info = &h.gpu.info;
+    let want = if info.subgroup_ops.contains(&"arithmetic") && info.subgroup_size >= 4 { GemvTier::Subgroup } else { GemvTier::Portable };
+    assert_eq!(GemvTier::for_device(info), want, "subgroup {} [{}]", info.subgroup_size, info.subgroup_ops.join(" "));
+    let (wg, rows) = GemvTier::subgroup_shape(info);
+    assert!(rows >= 1 && wg == rows * info.subgroup_size && wg <= info.max_workgroup_invocations);
+}
+
+fn gemv_every_format_and_row_count(tier: GemvTier) {
     let Some(mut h) = Harness::new() else { return };
+    if !gemv_tiers(&h).contains(&tier) {
+        return;
+    }
+    // 67 rows: not a multiple of the subgroup tier's rows a workgroup.
     let (rows, cols) = (67usize, 512usize);
     let mut rng = Rng(0x5eed);
     for ty in FORMATS {
@@ -60,30 +93,30 @@ fn gemv_every_format_and_row_count() {
         for n in 1..=8usize {
             let ybuf = h.poisoned(8 * rows);
             let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
-            h.run(|rec| rec.gemv(ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+            h.run(|rec| rec.gemv_tier(tier, ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
             let got = ybuf.read_f32(0, 8 * rows).unwrap();
             for c in 0..n {
                 let (want, bar) = gemv_oracle(&wq, &xs[c * cols..(c + 1) * cols], rows, cols);
                 let g = &got[c * rows..(c + 1) * rows];
-                check(&format!("gemv {ty} n={n} col {c}"), g, &want, &bar).unwrap();
+                check(&format!("gemv {tier:?} {ty} n={n} col {c}"), g, &want, &bar).unwrap();
                 if n == 1 {
                     one_row.push(g.to_vec());
                 }
             }
             // Columns past n are never written.
-            assert!(got[n * rows..].iter().all(|v| v.to_bits() == POISON), "gemv {ty} n={n} wrote past its columns");
+            assert!(got[n * rows..].iter().all(|v| v.to_bits() == POISON), "gemv {tier:?} {ty} n={n} wrote past its columns");
             if n == 1 {
                 // The one-row form alone, for each column, to compare the N-row form bit for bit.
                 for c in 1..8 {
                     let xb = h.buf_f32(&xs[c * cols..(c + 1) * cols]);
                     let yb = h.poisoned(rows);
-                    h.run(|rec| rec.gemv(ty, 1, (&wbuf).into(), (&xb).into(), (&yb).into(), p));
+                    h.run(|rec| rec.gemv_tier(tier, ty, 1, (&wbuf).into(), (&xb).into(), (&yb).into(), p));
                     one_row.push(yb.read_f32(0, rows).unwrap());
                 }
             } else {
                 for c in 0..n {
                     let same = got[c * rows..(c + 1) * rows].iter().zip(&one_row[c]).all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(same, "gemv {ty}: the {n}-row form's column {c} differs from the row run alone");
+                    assert!(same, "gemv {tier:?} {ty}: the {n}-row form's column {c} differs from the row run alone");
                 }
             }
         }
@@ -94,29 +127,80 @@ fn gemv_every_format_and_row_count() {
         let ybuf = h.poisoned(rows);
         let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
         assert!(check("control: poisoned", &ybuf.read_f32(0, rows).unwrap(), &want, &bar).is_err(), "an unwritten output must fail");
-        h.run(|rec| rec.gemv(ty, 1, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
-        assert!(check("control", &ybuf.read_f32(0, rows).unwrap(), &want, &bar).is_err(), "{ty}: a perturbed oracle must fail the bar");
+        h.run(|rec| rec.gemv_tier(tier, ty, 1, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+        assert!(check("control", &ybuf.read_f32(0, rows).unwrap(), &want, &bar).is_err(), "{tier:?} {ty}: a perturbed oracle must fail the bar");
+    }
+}
+
+#[test]
+fn gemv_every_format_and_row_count_portable() {
+    gemv_every_format_and_row_count(GemvTier::Portable);
+}
+
+#[test]
+fn gemv_every_format_and_row_count_subgroup() {
+    gemv_every_format_and_row_count(GemvTier::Subgroup);
+}
+
+#[test]
+fn gemv_row_counts_not_a_multiple_of_the_workgroup_rows() {
+    // 1..13 rows (against 4 rows a workgroup of the subgroup tier) and rows of 96 values (12
+    // pieces of 8: lanes of an 8- or 32-lane subgroup take unequal counts), 3 columns with
+    // y_stride = rows + 2: every row written, the gaps and the rows past `rows` never.
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0x0dd);
+    for tier in gemv_tiers(&h) {
+        for ty in FORMATS {
+            let cols = if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) { 768usize } else { 96 };
+            for rows in [1usize, 2, 3, 5, 6, 7, 9, 13] {
+                let src = rng.vec((rows + 3) * cols, 1.0);
+                let wbytes = formats::quantize(ty, &src).unwrap();
+                let mut wq = vec![0f32; (rows + 3) * cols];
+                formats::dequantize(ty, &wbytes, &mut wq).unwrap();
+                let row_bytes = wbytes.len() / (rows + 3);
+                let n = 3usize;
+                let stride = rows + 2;
+                let xs = rng.vec(n * cols, 2.0);
+                let (wbuf, xbuf, ybuf) = (h.buf_bytes(&wbytes), h.buf_f32(&xs), h.poisoned(n * stride + 4));
+                let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: stride as u32, y_off: 1 };
+                h.run(|rec| rec.gemv_tier(tier, ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+                let got = ybuf.read_f32(0, n * stride + 4).unwrap();
+                for c in 0..n {
+                    let (want, bar) = gemv_oracle(&wq[..rows * cols], &xs[c * cols..(c + 1) * cols], rows, cols);
+                    check(&format!("gemv {tier:?} {ty} rows={rows} col {c}"), &got[c * stride + 1..c * stride + 1 + rows], &want, &bar).unwrap();
+                }
+                for (i, v) in got.iter().enumerate() {
+                    let inside = (0..n).any(|c| (c * stride + 1..c * stride + 1 + rows).contains(&i));
+                    assert!(inside || v.to_bits() == POISON, "gemv {tier:?} {ty} rows={rows}: element {i} written outside the rows");
+                }
+            }
+        }
     }
 }
 
 #[test]
 fn gemv_output_offset_and_large_row_grid() {
-    // rows past 65535 workgroups use the second grid dimension; y_off places the rows.
+    // Workgroups past 65535 use the second grid dimension (70000 rows in the portable tier,
+    // 65535 x rows-a-workgroup + 4465 in the subgroup tier); y_off places the rows.
     let Some(mut h) = Harness::new() else { return };
-    let (rows, cols) = (70_000usize, 32usize);
-    let mut rng = Rng(7);
-    let src = rng.vec(rows * cols, 1.0);
-    let wbytes = formats::quantize(GgmlType::Q8_0, &src).unwrap();
-    let mut wq = vec![0f32; rows * cols];
-    formats::dequantize(GgmlType::Q8_0, &wbytes, &mut wq).unwrap();
-    let x = rng.vec(cols, 1.0);
-    let (wbuf, xbuf, ybuf) = (h.buf_bytes(&wbytes), h.buf_f32(&x), h.poisoned(rows + 3));
-    let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: 34, x_stride: 32, y_stride: 0, y_off: 3 };
-    h.run(|rec| rec.gemv(GgmlType::Q8_0, 1, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
-    let got = ybuf.read_f32(0, rows + 3).unwrap();
-    assert!(got[..3].iter().all(|v| v.to_bits() == POISON));
-    let (want, bar) = gemv_oracle(&wq, &x, rows, cols);
-    check("gemv 70000 rows", &got[3..], &want, &bar).unwrap();
+    for tier in gemv_tiers(&h) {
+        let rows = 65_535 * rows_per_group(&h, tier) + 4_465;
+        let cols = 32usize;
+        let mut rng = Rng(7);
+        let src = rng.vec(rows * cols, 1.0);
+        let wbytes = formats::quantize(GgmlType::Q8_0, &src).unwrap();
+        let mut wq = vec![0f32; rows * cols];
+        formats::dequantize(GgmlType::Q8_0, &wbytes, &mut wq).unwrap();
+        let x = rng.vec(cols, 1.0);
+        let (wbuf, xbuf, ybuf) = (h.buf_bytes(&wbytes), h.buf_f32(&x), h.poisoned(rows + 4));
+        let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: 34, x_stride: 32, y_stride: 0, y_off: 3 };
+        h.run(|rec| rec.gemv_tier(tier, GgmlType::Q8_0, 1, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+        let got = ybuf.read_f32(0, rows + 4).unwrap();
+        assert!(got[..3].iter().all(|v| v.to_bits() == POISON));
+        assert!(got[rows + 3].to_bits() == POISON, "{tier:?}: a row past `rows` was written");
+        let (want, bar) = gemv_oracle(&wq, &x, rows, cols);
+        check(&format!("gemv {tier:?} {rows} rows"), &got[3..rows + 3], &want, &bar).unwrap();
+    }
 }
 
 #[test]
@@ -200,6 +284,57 @@ fn rmsnorm_plain_and_fused_add() {
             row[i % n] as f64 / (ss / n as f64 + eps as f64).sqrt() * w[i % n] as f64
         }).collect();
         assert!(check("control", &got, &wrong, &bar).is_err());
+    }
+}
+
+#[test]
+fn rmsnorm_with_fused_rounding_equals_rmsnorm_then_qact() {
+    // rmsnorm_q writes out and its 8-bit-block roundings in one dispatch: every value must be
+    // bit-equal to rmsnorm (+ fused add) followed by qact32 / qact256 over its output.
+    let Some(mut h) = Harness::new() else { return };
+    let (rows, n) = (3usize, 768usize);
+    let mut rng = Rng(0xf05e);
+    let x0 = rng.vec(rows * n, 2.0);
+    let add = rng.vec(rows * n, 1.0);
+    let w = rng.vec(n, 1.5);
+    let p = NormPush { n: n as u32, eps: 1e-5 };
+    let (ab, wb) = (h.buf_f32(&add), h.buf_f32(&w));
+    for fused_add in [false, true] {
+        for (m32, m256) in [(true, true), (true, false), (false, true)] {
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+            // Reference: the separate kernels.
+            let (xr, outr, r32, r256) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(rows * n), h.poisoned(rows * n));
+            h.run(|rec| {
+                rec.rmsnorm(rows as u32, (&xr).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outr).into(), p)?;
+                rec.barrier();
+                rec.qact(32, (rows * n) as u32, (&outr).into(), (&r32).into())?;
+                rec.qact(256, (rows * n) as u32, (&outr).into(), (&r256).into())
+            });
+            // Fused.
+            let (xf, outf, f32b, f256b) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(rows * n), h.poisoned(rows * n));
+            h.run(|rec| {
+                let q32 = m32.then(|| (&f32b).into());
+                let q256 = m256.then(|| (&f256b).into());
+                rec.rmsnorm_q(rows as u32, (&xf).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outf).into(), q32, q256, p)
+            });
+            let what = format!("rmsnorm_q add={fused_add} q32={m32} q256={m256}");
+            let rd = |b: &Buffer| b.read_f32(0, rows * n).unwrap();
+            assert_eq!(bits(&rd(&xf)), bits(&rd(&xr)), "{what}: x");
+            assert_eq!(bits(&rd(&outf)), bits(&rd(&outr)), "{what}: out");
+            for (on, got, want) in [(m32, &f32b, &r32), (m256, &f256b, &r256)] {
+                let g = rd(got);
+                if on {
+                    assert!(g.iter().all(|v| v.is_finite()), "{what}: a rounded value not written");
+                    assert_eq!(bits(&g), bits(&rd(want)), "{what}: rounded values");
+                } else {
+                    assert!(g.iter().all(|v| v.to_bits() == POISON), "{what}: an unasked rounding was written");
+                }
+            }
+            // Control: the rounded values differ from the unrounded output (rounding happened).
+            if m32 {
+                assert_ne!(bits(&rd(&f32b)), bits(&rd(&outf)), "{what}: control");
+            }
+        }
     }
 }
 

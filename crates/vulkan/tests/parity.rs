@@ -70,14 +70,16 @@ fn greedy_parity(name: &str, steps: usize, bar: f64) {
     let lc = cpu.prefill(&seg).unwrap();
     let lv = vk.prefill(&seg).unwrap();
     let e = rel_l2(lv.row(0), lc.row(0));
-    eprintln!("{name}: first-step logits relative L2 {e:.2e} (bar {bar:.0e})");
+    eprintln!("{name}: first-step logits relative L2 {e:.2e} (bar {bar:.1e})");
     assert!(e < bar, "{name}: first-step logits relative L2 {e} >= {bar}");
     // Control: the CPU logits of a prompt with one token changed must fail the bar.
     let mut other = PROMPT;
     other[10] = 1000;
     let mut cpu2 = homes(name, 256, 1).unwrap().0;
     let lo = cpu2.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &other }]).unwrap();
-    assert!(rel_l2(lv.row(0), lo.row(0)) >= bar, "control: another prompt's logits must fail the bar");
+    let control = rel_l2(lv.row(0), lo.row(0));
+    eprintln!("{name}: control (one prompt token changed): relative L2 {control:.2e}");
+    assert!(control >= bar, "control: another prompt's logits must fail the bar");
 
     let seg = [Segment { region: RegionId(0), start: 0, tokens: &prompt }];
     let lc = cpu.prefill(&seg).unwrap();
@@ -109,7 +111,11 @@ fn greedy_parity(name: &str, steps: usize, bar: f64) {
 
 #[test]
 fn smollm2_greedy_32_and_first_logits() {
-    greedy_parity("smollm2-135m", 32, 1e-2);
+    // Measured 9.4e-3 with the portable GEMV tier and 1.06e-2 with the subgroup tier (a
+    // different summation order flips different 8-bit activation roundings; see the README's
+    // Numerics); the device's own accuracy is unchanged (smollm2_f32_activations_...: 3.5e-4
+    // worst with the subgroup tier, 3.8e-4 with the portable one). The control is 2.5e-1.
+    greedy_parity("smollm2-135m", 32, 1.5e-2);
 }
 
 #[test]

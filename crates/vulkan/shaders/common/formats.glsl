@@ -1,7 +1,10 @@
 // GGUF block formats, read in place. Each format defines
-//   BLOCK_VALUES, BLOCK_BYTES and
+//   BLOCK_VALUES, BLOCK_BYTES,
 //   void load_unit(uint row_off, uint u, out float v[32])
-// which writes values 32*u .. 32*u+31 of the row starting at byte `row_off`. The arithmetic
+// which writes values 32*u .. 32*u+31 of the row starting at byte `row_off`, and
+//   void load8(uint row_off, uint g, out float v[8])
+// which writes values 8*g .. 8*g+7 (the subgroup GEMV's piece: neighbouring lanes read
+// neighbouring bytes). Both give the same values for the same positions. The arithmetic
 // follows ggml's dequantize_row_* operation for operation (`precise` keeps the compiler from
 // fusing a multiply and an add that the reference rounds apart).
 #ifndef RESIN_FORMATS_GLSL
@@ -15,12 +18,24 @@ void load_unit(uint row_off, uint u, out float v[32]) {
     uint base = (row_off >> 2) + u * 32u;
     for (uint l = 0u; l < 32u; l++) v[l] = uintBitsToFloat(WDATA[base + l]);
 }
+void load8(uint row_off, uint g, out float v[8]) {
+    uint base = (row_off >> 2) + g * 8u;
+    for (uint l = 0u; l < 8u; l++) v[l] = uintBitsToFloat(WDATA[base + l]);
+}
 #elif defined(FMT_F16)
 #define BLOCK_VALUES 1u
 #define BLOCK_BYTES 2u
 void load_unit(uint row_off, uint u, out float v[32]) {
     uint o = row_off + u * 64u;
     for (uint l = 0u; l < 32u; l += 2u) {
+        vec2 h = unpackHalf2x16(rd_u32(o + l * 2u));
+        v[l] = h.x;
+        v[l + 1u] = h.y;
+    }
+}
+void load8(uint row_off, uint g, out float v[8]) {
+    uint o = row_off + g * 16u;
+    for (uint l = 0u; l < 8u; l += 2u) {
         vec2 h = unpackHalf2x16(rd_u32(o + l * 2u));
         v[l] = h.x;
         v[l + 1u] = h.y;
@@ -41,6 +56,21 @@ void load_unit(uint row_off, uint u, out float v[32]) {
         }
     }
 }
+// Piece h = g & 3 of a block: values 8h..8h+7 are the low nibbles (h < 2) or the high
+// nibbles (h >= 2) of quant bytes 8(h & 1)..8(h & 1)+7.
+void load8(uint row_off, uint g, out float v[8]) {
+    uint b = row_off + (g >> 2) * BLOCK_BYTES;
+    uint h = g & 3u;
+    uint shift = (h >> 1) * 4u;
+    float d = rd_f16(b);
+    for (uint j = 0u; j < 2u; j++) {
+        uint w = rd_u32(b + 2u + 8u * (h & 1u) + 4u * j);
+        for (uint k = 0u; k < 4u; k++) {
+            uint q = (byte_of(w, k) >> shift) & 0xFu;
+            v[4u * j + k] = float(int(q) - 8) * d;
+        }
+    }
+}
 #elif defined(FMT_Q4_1)
 #define BLOCK_VALUES 32u
 #define BLOCK_BYTES 20u
@@ -56,6 +86,21 @@ void load_unit(uint row_off, uint u, out float v[32]) {
             precise float hi = float(q >> 4) * d + m;
             v[4u * j + k] = lo;
             v[4u * j + k + 16u] = hi;
+        }
+    }
+}
+void load8(uint row_off, uint g, out float v[8]) {
+    uint b = row_off + (g >> 2) * BLOCK_BYTES;
+    uint h = g & 3u;
+    uint shift = (h >> 1) * 4u;
+    float d = rd_f16(b);
+    float m = rd_f16(b + 2u);
+    for (uint j = 0u; j < 2u; j++) {
+        uint w = rd_u32(b + 4u + 8u * (h & 1u) + 4u * j);
+        for (uint k = 0u; k < 4u; k++) {
+            uint q = (byte_of(w, k) >> shift) & 0xFu;
+            precise float t = float(q) * d + m;
+            v[4u * j + k] = t;
         }
     }
 }
@@ -78,6 +123,28 @@ void load_unit(uint row_off, uint u, out float v[32]) {
         }
     }
 }
+void load8(uint row_off, uint g, out float v[8]) {
+    uint b = row_off + (g >> 2) * BLOCK_BYTES;
+    uint h = g & 3u;
+    float d = rd_f16(b);
+    uint qh = rd_u32(b + 2u);
+    for (uint j = 0u; j < 2u; j++) {
+        uint w = rd_u32(b + 6u + 8u * (h & 1u) + 4u * j);
+        for (uint k = 0u; k < 4u; k++) {
+            uint i = 8u * (h & 1u) + 4u * j + k;
+            uint q = byte_of(w, k);
+            int t;
+            if (h < 2u) {
+                uint h0 = ((qh >> i) << 4) & 0x10u;
+                t = int((q & 0xFu) | h0) - 16;
+            } else {
+                uint h1 = (qh >> (i + 12u)) & 0x10u;
+                t = int((q >> 4) | h1) - 16;
+            }
+            v[4u * j + k] = float(t) * d;
+        }
+    }
+}
 #elif defined(FMT_Q8_0)
 #define BLOCK_VALUES 32u
 #define BLOCK_BYTES 34u
@@ -86,6 +153,14 @@ void load_unit(uint row_off, uint u, out float v[32]) {
     float d = rd_f16(b);
     for (uint j = 0u; j < 8u; j++) {
         uint w = rd_u32(b + 2u + 4u * j);
+        for (uint k = 0u; k < 4u; k++) v[4u * j + k] = float(sbyte_of(w, k)) * d;
+    }
+}
+void load8(uint row_off, uint g, out float v[8]) {
+    uint b = row_off + (g >> 2) * BLOCK_BYTES;
+    float d = rd_f16(b);
+    for (uint j = 0u; j < 2u; j++) {
+        uint w = rd_u32(b + 2u + 8u * (g & 3u) + 4u * j);
         for (uint k = 0u; k < 4u; k++) v[4u * j + k] = float(sbyte_of(w, k)) * d;
     }
 }
@@ -135,6 +210,35 @@ void load_unit(uint row_off, uint u, out float v[32]) {
         }
     }
 }
+// Piece h = g & 3 of 32-value group u = g >> 2: load_unit's words 2h and 2h + 1.
+void load8(uint row_off, uint g, out float v[8]) {
+    uint u = g >> 2;
+    uint h = g & 3u;
+    uint b = row_off + (u >> 3) * BLOCK_BYTES;
+    uint s = u & 7u;
+    uint pair = s >> 1;
+    uint shift = (s & 1u) * 4u;
+    float d = rd_f16(b);
+    float dmin = rd_f16(b + 2u);
+    uint sc, mn;
+    scale_min_k4(b, s, sc, mn);
+    float d1 = d * float(sc);
+    float m1 = dmin * float(mn);
+    for (uint j = 0u; j < 2u; j++) {
+        uint w = WDATA[(b + QS_OFF + 32u * pair + 8u * h + 4u * j) >> 2];
+#if defined(FMT_Q5_K)
+        uint hw = WDATA[(b + QH_OFF + 8u * h + 4u * j) >> 2];
+#endif
+        for (uint k = 0u; k < 4u; k++) {
+            uint q = (byte_of(w, k) >> shift) & 0xFu;
+#if defined(FMT_Q5_K)
+            q += ((byte_of(hw, k) >> s) & 1u) * 16u;
+#endif
+            precise float t = d1 * float(q) - m1;
+            v[4u * j + k] = t;
+        }
+    }
+}
 #elif defined(FMT_Q6_K)
 #define BLOCK_VALUES 256u
 #define BLOCK_BYTES 210u
@@ -156,6 +260,29 @@ void load_unit(uint row_off, uint u, out float v[32]) {
             int sc = bitfieldExtract(int(rd_u8(b + 192u + 8u * n + l / 16u + 2u * g)), 0, 8);
             precise float t = (d * float(sc)) * float(q);
             v[l] = t;
+        }
+    }
+}
+// Piece h = g & 3 of 32-value group u = g >> 2: load_unit's l = 8h .. 8h+7 (one scale, l / 16 = h / 2).
+void load8(uint row_off, uint g, out float v[8]) {
+    uint u = g >> 2;
+    uint h = g & 3u;
+    uint b = row_off + (u >> 3) * BLOCK_BYTES;
+    uint s = u & 7u;
+    uint n = s >> 2;
+    uint gq = s & 3u;
+    float d = rd_f16(b + 208u);
+    uint ql = b + 64u * n + (gq & 1u) * 32u + 8u * h;
+    uint qh = b + 128u + 32u * n + 8u * h;
+    uint lshift = (gq >> 1) * 4u;
+    int sc = bitfieldExtract(int(rd_u8(b + 192u + 8u * n + (h >> 1) + 2u * gq)), 0, 8);
+    for (uint j = 0u; j < 2u; j++) {
+        uint wl = rd_u32(ql + 4u * j);
+        uint wh = rd_u32(qh + 4u * j);
+        for (uint k = 0u; k < 4u; k++) {
+            int q = int(((byte_of(wl, k) >> lshift) & 0xFu) | (((byte_of(wh, k) >> (2u * gq)) & 3u) << 4)) - 32;
+            precise float t = (d * float(sc)) * float(q);
+            v[4u * j + k] = t;
         }
     }
 }

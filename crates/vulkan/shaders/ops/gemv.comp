@@ -1,16 +1,31 @@
 // y = W x for NCOLS activation rows in one pass over the weights.
 // W: `rows` rows in a GGUF block format (FMT_*), read in place. x: [NCOLS][cols] f32 at
 // x_stride. y: [NCOLS][...] f32 at y_stride, row r written at y_off + r.
-// One workgroup per weight row; thread t takes 32-value units t, t + WG, ...; each column's
-// sum runs in the same order whatever NCOLS is, so an N-row result equals the row run alone.
+// Tiers:
+// - portable (the default): one workgroup per weight row; thread t takes 32-value units t,
+//   t + WG, ... (load_unit), then a shared-memory tree reduction.
+// - TIER_SG (subgroup arithmetic): one subgroup per weight row, RPW rows a workgroup (constant
+//   2; the workgroup size is RPW x the device's subgroup size). Lane l takes 8-value pieces
+//   l, l + S, l + 2S, ... (load8, S = gl_SubgroupSize), so a subgroup's loads are neighbouring
+//   bytes; each lane sums its products in a fixed order, then subgroupAdd. Subgroups
+//   beyond RPW (a device running narrower subgroups than it reports) take rows in turn.
+// In both, each column's sum runs in the same order whatever NCOLS is, so an N-row result
+// equals the row run alone.
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
 // constant, 1..8).
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#ifdef TIER_SG
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
 layout(constant_id = 1) const uint NCOLS_SC = 1;
+#ifdef TIER_SG
+layout(constant_id = 2) const uint RPW = 4;
+#endif
 #ifdef FORM_ONE
 #define NCOLS 1u
 #else
@@ -33,6 +48,36 @@ layout(push_constant) uniform Push {
 
 #include "formats.glsl"
 
+#ifdef TIER_SG
+void main() {
+    uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint lane = gl_SubgroupInvocationID;
+    uint groups = p.cols / 8u;
+    float v[8];
+    // Every lane of a subgroup has the same row: the loop and the early exit are uniform
+    // within it, and no barrier is used.
+    for (uint k = gl_SubgroupID; k < RPW; k += gl_NumSubgroups) {
+        uint row = wg * RPW + k;
+        if (row >= p.rows) break;
+        uint row_off = row * p.row_bytes;
+        precise float acc[NMAX];
+        for (uint c = 0u; c < NMAX; c++) acc[c] = 0.0;
+        for (uint g = lane; g < groups; g += gl_SubgroupSize) {
+            load8(row_off, g, v);
+            for (uint c = 0u; c < NCOLS; c++) {
+                uint xo = c * p.x_stride + g * 8u;
+                precise float s = 0.0;
+                for (uint l = 0u; l < 8u; l++) s += v[l] * x[xo + l];
+                acc[c] += s;
+            }
+        }
+        for (uint c = 0u; c < NCOLS; c++) {
+            float t = subgroupAdd(acc[c]);
+            if (lane == 0u) y[c * p.y_stride + p.y_off + row] = t;
+        }
+    }
+}
+#else
 shared float red[NMAX * 256];
 
 void main() {
@@ -68,3 +113,4 @@ void main() {
         for (uint c = 0u; c < NCOLS; c++) y[c * p.y_stride + p.y_off + row] = red[c * WG];
     }
 }
+#endif
