@@ -506,24 +506,42 @@ impl Scratch {
     }
 }
 
+/// Which 8-bit activation roundings (blocks of 32, of 256) the matrices `ms` read.
+fn act_blocks(ms: &[&Mat], s: &Scratch) -> [bool; 2] {
+    let want = |block: u32| s.q8 && ms.iter().any(|m| act_block(m.ty) == Some(block) && m.cols % block as usize == 0);
+    [want(32), want(256)]
+}
+
 /// Round the input of the matrices `ms` through the 8-bit blocks their formats read (once a
 /// block size), then a barrier. The CPU home's integer dot products see these same values.
 fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s: &Scratch) -> Result<(), VkError> {
-    if !s.q8 {
-        return Ok(());
-    }
     let cols = ms[0].cols;
-    let mut any = false;
-    for block in [32u32, 256] {
-        if ms.iter().any(|m| act_block(m.ty) == Some(block) && m.cols % block as usize == 0) {
-            let y = if block == 32 { &s.xq32 } else { &s.xq256 };
+    let blocks = act_blocks(ms, s);
+    for (want, block, y) in [(blocks[0], 32u32, &s.xq32), (blocks[1], 256, &s.xq256)] {
+        if want {
             rec.qact(block, (n * cols) as u32, x.into(), y.into())?;
-            any = true;
         }
     }
-    if any {
+    if blocks.iter().any(|&b| b) {
         rec.barrier();
     }
+    Ok(())
+}
+
+/// out = rmsnorm(x (+= add)) * w, and in the same dispatch its rounding through the 8-bit
+/// blocks the matrices `ms` read (what `prep` would do after it); then a barrier.
+#[allow(clippy::too_many_arguments)]
+fn norm_for(rec: &mut Recorder<'_>, rows: usize, x: &Buffer, add: Option<&Buffer>, w: &Buffer, out: &Buffer, ms: &[&Mat], s: &Scratch, p: NormPush) -> Result<(), VkError> {
+    let [b32, b256] = act_blocks(ms, s);
+    let add = add.map(Bind::from);
+    if b32 || b256 {
+        let q32 = b32.then(|| Bind::from(&s.xq32));
+        let q256 = b256.then(|| Bind::from(&s.xq256));
+        rec.rmsnorm_q(rows as u32, x.into(), add, w.into(), out.into(), q32, q256, p)?;
+    } else {
+        rec.rmsnorm(rows as u32, x.into(), add, w.into(), out.into(), p)?;
+    }
+    rec.barrier();
     Ok(())
 }
 
@@ -606,11 +624,9 @@ fn record_pass(
     for (l, ly) in layers.iter().enumerate() {
         let last = l + 1 == layers.len();
         // x += down (the previous layer's FFN), xn = norm(x) * attn_norm
-        let add = if l == 0 { None } else { Some(Bind::from(&s.down)) };
-        rec.rmsnorm(nr, x.into(), add, (&ly.attn_norm).into(), (&s.xn).into(), norm)?;
-        rec.barrier();
+        let add = if l == 0 { None } else { Some(&s.down) };
+        norm_for(rec, n, x, add, &ly.attn_norm, &s.xn, &[&ly.q, &ly.k, &ly.v], s, norm)?;
         mark(&mut clock, cmd, "attn_norm", l);
-        prep(rec, n, &s.xn, &[&ly.q, &ly.k, &ly.v], s)?;
         mm(rec, n, &ly.q, &s.xn, &s.q, cfg.q_dim(), s)?;
         mm(rec, n, &ly.k, &s.xn, &s.k, cfg.kv_dim(), s)?;
         mm(rec, n, &ly.v, &s.xn, &s.v, cfg.kv_dim(), s)?;
@@ -637,15 +653,12 @@ fn record_pass(
             // x already holds the previous layers' sum (the attention norm added it in place).
             (x, att, m) = (&s.xg, &s.ag, keep.len());
         }
-        let mr = m as u32;
         prep(rec, m, att, &[&ly.attn_out], s)?;
         mm(rec, m, &ly.attn_out, att, &s.o, d, s)?;
         rec.barrier();
         mark(&mut clock, cmd, "attn_out", l);
-        rec.rmsnorm(mr, x.into(), Some((&s.o).into()), (&ly.ffn_norm).into(), (&s.xn).into(), norm)?;
-        rec.barrier();
+        norm_for(rec, m, x, Some(&s.o), &ly.ffn_norm, &s.xn, &[&ly.gate, &ly.up], s, norm)?;
         mark(&mut clock, cmd, "ffn_norm", l);
-        prep(rec, m, &s.xn, &[&ly.gate, &ly.up], s)?;
         mm(rec, m, &ly.gate, &s.xn, &s.gate, cfg.n_ff, s)?;
         mm(rec, m, &ly.up, &s.xn, &s.up, cfg.n_ff, s)?;
         rec.barrier();
@@ -659,10 +672,8 @@ fn record_pass(
         mark(&mut clock, cmd, "down", l);
     }
     let mr = m as u32;
-    rec.rmsnorm(mr, x.into(), Some((&s.down).into()), output_norm.into(), (&s.xn).into(), norm)?;
-    rec.barrier();
     let out = output.unwrap_or(embd);
-    prep(rec, m, &s.xn, &[out], s)?;
+    norm_for(rec, m, x, Some(&s.down), output_norm, &s.xn, &[out], s, norm)?;
     mm(rec, m, out, &s.xn, &s.logits, cfg.vocab, s)?;
     rec.barrier();
     mark(&mut clock, cmd, "classifier", 0);

@@ -74,9 +74,13 @@ fn counting(tok: &Tokenizer, n: usize) -> Vec<u32> {
     ids
 }
 
-/// Relative L2 bar of Vulkan logits against the CPU home's (both round activations to 8
-/// bits; see tests/parity.rs: SmolLM2 sits about 1e-2 apart after a short prompt).
-const CPU_BAR: f64 = 2e-2;
+/// Relative L2 bar of Vulkan logits against the CPU home's after a long prompt. Both round
+/// activations to 8 bits, in different summation orders, so some roundings flip (a step of
+/// amax/127 each) and the flips add up along the prompt: about 1e-2 apart after 12 tokens
+/// (tests/parity.rs), up to 2.3e-2 after 250 repetitive ones. The CPU home itself sits
+/// 1e-2..2.3e-2 from the float32 reference (crates/cpu/tests/reference.rs), so this is the
+/// CPU home's own bar, 3e-2; the greedy id must agree as well.
+const CPU_BAR: f64 = 3e-2;
 
 #[test]
 fn a_600_token_prompt_runs_as_two_windows_then_decodes_as_the_cpu_home() {
@@ -141,7 +145,9 @@ fn two_sessions_in_one_window_equal_each_alone_and_save_a_window() {
     let lc = c.prefill(&segs).unwrap();
     for i in 0..2 {
         let e = rel_l2(both.row(i), lc.row(i));
+        eprintln!("segment {i}: relative L2 {e:.2e} against the CPU home");
         assert!(e < CPU_BAR, "segment {i}: {e} against the CPU home");
+        assert_eq!(argmax(both.row(i)), argmax(lc.row(i)), "segment {i}: greedy id");
     }
     // Then one 2-row step continues both sessions from their own positions.
     let rows = [Row { region: RegionId(0), token: argmax(both.row(0)), pos: 200 }, Row { region: RegionId(1), token: argmax(both.row(1)), pos: 250 }];
