@@ -7,16 +7,25 @@
 #
 # KIT holds the device kit (peer.sh, mkmodel.py, debs/, llama.cpp-src.tgz, vk-kit.tgz) and a resin
 # binary built on the dev machine. Stages: gl build_cuda build_vk models bench_cuda bench_vk (the
-# peer's) and resin (our bench on WORK's models). Logs and JSON land in $OUT.
+# peer's), synth (the same shapes written by `resin synth`, for a run without the peer's build:
+# `models` needs its llama-quantize) and resin (our bench on WORK's models, with the per-stage
+# device profile). Logs and JSON land in $OUT.
 set -uo pipefail
 KIT=$(cd "$1" && pwd); W=$2; shift 2; OUT=${OUT:-/tmp/out}; mkdir -p "$W" "$OUT"
 for stage in "$@"; do
   echo "== $stage ($(date +%T))"
   case $stage in
+    synth)
+      [ -d "$W/llama.cpp" ] || tar xzf "$KIT/llama.cpp-src.tgz" -C "$W"
+      for t in "llama3.2-1b q8_0" "llama3.2-3b q4_k_m"; do
+        set -- $t
+        [ -f "$W/$1-$2.gguf" ] || "$KIT/resin" synth --shape $1 --type $2 --vocab "$W/llama.cpp/models/ggml-vocab-llama-bpe.gguf" --out "$W/$1-$2.gguf" \
+          > "$OUT/synth-$1.log" 2>&1 || { tail -5 "$OUT/synth-$1.log"; exit 1; }
+      done ;;
     resin)
       for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
         [ -f "$W/$m.gguf" ] || { echo "no $W/$m.gguf (run the models stage)"; continue; }
-        "$KIT/resin" bench --model "$W/$m.gguf" --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --reps 3 \
+        "$KIT/resin" bench --model "$W/$m.gguf" --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --reps 3 --profile \
           --format json 2> "$OUT/resin-$m.log" | tee "$OUT/resin-$m.json" || tail -5 "$OUT/resin-$m.log"
       done ;;
     *) bash "$KIT/peer.sh" "$KIT" "$W" "$stage" ;;

@@ -137,6 +137,17 @@ pub trait Home: Send {
 
     /// The counters this home updates (shared with the engine and the server's /metrics).
     fn counters(&self) -> &std::sync::Arc<Counters>;
+
+    /// One token command over `rows` (written as a step would) with the device time of each
+    /// stage, `(op.layer, microseconds)` in order; None where the home has no such clock.
+    fn profile_step(&mut self, _rows: &[Row]) -> Result<Option<Vec<(String, f64)>>> {
+        Ok(None)
+    }
+
+    /// As `profile_step`, for one prefill window of `segment` (its first PF_WINDOW rows).
+    fn profile_window(&mut self, _segment: &Segment<'_>) -> Result<Option<Vec<(String, f64)>>> {
+        Ok(None)
+    }
 }
 
 /// Checks every home applies to its inputs, so all homes reject the same things the same way.

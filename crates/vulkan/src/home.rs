@@ -313,11 +313,22 @@ impl VulkanHome {
     /// written as a normal step would. None when the device has no timestamps.
     pub fn profile_step(&mut self, rows: &[Row]) -> Result<Option<Vec<(String, f64)>>, HomeError> {
         check_rows(&self.spec, rows)?;
-        let n = rows.len();
+        let r: Vec<(u32, u32, u32)> = rows.iter().map(|r| (r.region.0, r.pos, r.token)).collect();
+        Ok(self.profile_pass(&r, None)?)
+    }
+
+    /// As `profile_step`, for one prefill window: the first PF_WINDOW rows of `segment`
+    /// (its K/V stored as prefill would), landing the logits of its last row.
+    pub fn profile_window(&mut self, segment: &Segment<'_>) -> Result<Option<Vec<(String, f64)>>, HomeError> {
+        check_segments(&self.spec, std::slice::from_ref(segment))?;
+        let r: Vec<(u32, u32, u32)> = segment.tokens.iter().take(PF_WINDOW).enumerate().map(|(i, &t)| (segment.region.0, segment.start + i as u32, t)).collect();
+        let keep = [r.len() as u32 - 1];
+        Ok(self.profile_pass(&r, Some(&keep))?)
+    }
+
+    fn profile_pass(&mut self, rows: &[(u32, u32, u32)], narrow: Option<&[u32]>) -> Result<Option<Vec<(String, f64)>>, VkError> {
         let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (12 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
-        let region_elems = (self.plan.n_ctx * self.cfg.kv_dim()) as u32;
-        let meta: Vec<RowMeta> = rows.iter().map(|r| RowMeta { token: r.token, pos: r.pos, kv_base: r.region.0 * region_elems, keys: r.pos + 1 }).collect();
-        self.scratch.meta.write(0, &RowMeta::words(&meta))?;
+        self.write_meta(rows)?;
         let cmds = Commands::new(&self.gpu)?;
         let mut desc = Descriptors::new(&self.gpu);
         let mut clock = StageClock { ts: &ts, labels: Vec::new() };
@@ -326,7 +337,8 @@ impl VulkanHome {
             ts.reset(cmd);
             clock.mark(cmd, "start");
             let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
-            res = record_pass(&mut rec, PassShape { n, narrow: None }, &self.cfg, &self.plan, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, Some(&mut clock));
+            let shape = PassShape { n: rows.len(), narrow };
+            res = record_pass(&mut rec, shape, &self.cfg, &self.plan, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, Some(&mut clock));
         })?;
         res?;
         self.fence.submit_wait(cmds.cmd)?;
@@ -734,6 +746,14 @@ impl Home for VulkanHome {
 
     fn counters(&self) -> &Arc<Counters> {
         &self.counters
+    }
+
+    fn profile_step(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<(String, f64)>>> {
+        VulkanHome::profile_step(self, rows)
+    }
+
+    fn profile_window(&mut self, segment: &Segment<'_>) -> resin_core::Result<Option<Vec<(String, f64)>>> {
+        VulkanHome::profile_window(self, segment)
     }
 }
 

@@ -25,6 +25,42 @@ pub struct BenchArgs {
     pub streams: usize,
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub format: String,
+    /// Also time each stage of one prefill window and one token step on the device
+    /// (timestamp queries; homes without a device clock report none).
+    #[arg(long)]
+    pub profile: bool,
+}
+
+/// Per-op totals (summed over layers) of a profiled pass, largest first, and the pass total.
+fn by_op(stages: &[(String, f64)]) -> (Vec<(String, f64)>, f64) {
+    let mut m: std::collections::BTreeMap<String, f64> = Default::default();
+    for (label, us) in stages {
+        *m.entry(label.split('.').next().unwrap_or(label).to_string()).or_default() += us;
+    }
+    let mut v: Vec<(String, f64)> = m.into_iter().collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total = v.iter().map(|x| x.1).sum();
+    (v, total)
+}
+
+fn profile_json(stages: Option<Vec<(String, f64)>>) -> serde_json::Value {
+    match stages {
+        None => serde_json::Value::Null,
+        Some(st) => {
+            let (ops, total) = by_op(&st);
+            json!({ "total_us": total, "ops_us": ops.into_iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>() })
+        }
+    }
+}
+
+fn profile_text(what: &str, p: &serde_json::Value) -> String {
+    let Some(total) = p["total_us"].as_f64() else { return format!("{what}: no device timestamps\n") };
+    let mut s = format!("{what}: {:.0} us on the device\n", total);
+    for op in p["ops_us"].as_array().into_iter().flatten() {
+        let us = op[1].as_f64().unwrap_or(0.0);
+        s += &format!("  {:<12} {:>10.1} us {:>5.1}%\n", op[0].as_str().unwrap_or("?"), us, 100.0 * us / total.max(1e-9));
+    }
+    s
 }
 
 /// Deterministic prompt ids spread over the vocabulary (skipping the first 256 ids).
@@ -93,6 +129,14 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     let (pp_tps, tg_tps) = (median(pps.clone()), median(tgs.clone()));
     let spec = home.spec().clone();
+    let profile = if args.profile {
+        let window = home.profile_window(&Segment { region, start: 0, tokens: &prompt })?;
+        let row = Row { region, token: prompt[0], pos: prompt.len() as u32 };
+        let step = home.profile_step(&[row])?;
+        json!({ "window": profile_json(window), "step": profile_json(step) })
+    } else {
+        serde_json::Value::Null
+    };
     let out = json!({
         "model": loaded.path.file_name().map(|s| s.to_string_lossy().to_string()),
         "home": spec.kind,
@@ -109,9 +153,16 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         "file_bytes": file_bytes,
         "peak_rss_bytes": peak_rss_bytes(),
         "counters": counters_json(home.counters()),
+        "weights_gb_s_at_tg": file_bytes as f64 * tg_tps / 1e9,
+        "profile": profile,
     });
+    let mut text = String::new();
+    if args.profile {
+        text += &profile_text(&format!("prefill window of {} rows", prompt.len().min(resin_core::PF_WINDOW)), &out["profile"]["window"]);
+        text += &profile_text("token step (1 row)", &out["profile"]["step"]);
+    }
     print_result(&args.format, &out, &format!(
-        "{} on {} ({} threads, {}): pp{} {:.1} t/s, tg{} {:.1} t/s (median of {})",
+        "{text}{} on {} ({} threads, {}): pp{} {:.1} t/s, tg{} {:.1} t/s (median of {})",
         out["model"].as_str().unwrap_or("?"), spec.kind, out["threads"], out["simd"].as_str().unwrap_or("?"),
         args.prompt_tokens, pp_tps, args.gen_tokens, tg_tps, args.reps
     ));
