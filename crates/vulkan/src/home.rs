@@ -73,7 +73,7 @@ struct Layer {
 }
 
 /// Scratch for a window of PF_WINDOW rows (the token command uses its first rows); `meta`,
-/// `logits` and `ids` are host-visible and hold `out_rows` rows.
+/// `logits_host` and `ids` are host-visible; the logits hold `out_rows` rows.
 struct Scratch {
     meta: Buffer,
     /// The residual and attention rows that need logits, gathered for the narrowed last layer.
@@ -92,7 +92,10 @@ struct Scratch {
     up: Buffer,
     down: Buffer,
     part: Buffer,
+    /// The classifier's output (device-local: the argmax reads it there), and its copy the
+    /// host reads.
     logits: Buffer,
+    logits_host: Buffer,
     ids: Buffer,
     /// Activations rounded through 8-bit blocks of 32 and 256 values (see `act_block`).
     xq32: Buffer,
@@ -109,17 +112,26 @@ pub struct Plan {
     pub weights: u64,
     pub mirror: u64,
     pub scratch: u64,
-    pub n_pieces: usize,
     /// Logits rows one pass lands (a window's segments, a step's rows).
     pub out_rows: usize,
 }
 
+/// Rows x key pieces the attention partials hold: a window's rows in one piece each, or a
+/// step's rows in `attn_pieces` each.
+const PART_ROWS: usize = PF_WINDOW;
+
+/// Key pieces of the attention for a pass of `rows` rows: the split follows the rows, so a
+/// step of few rows still spreads its keys over many workgroups (rows x pieces <= 64).
+fn attn_pieces(rows: usize) -> u32 {
+    (64 / rows.max(1)).clamp(1, 32) as u32
+}
+
 /// Bytes of the scratch (a PF_WINDOW-row window plus `out_rows` logits rows), rope table aside.
-fn scratch_bytes(cfg: &ModelConfig, n_pieces: usize, out_rows: usize) -> u64 {
+fn scratch_bytes(cfg: &ModelConfig, out_rows: usize) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
-    let out = out_rows * (cfg.vocab + cfg.n_embd + cfg.q_dim() + 1);
-    ((PF_WINDOW * per_row + out + attn_part_len(PF_WINDOW, cfg.n_head, cfg.head_dim, n_pieces)) * 4) as u64
+    let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1);
+    ((PF_WINDOW * per_row + out + attn_part_len(PART_ROWS, cfg.n_head, cfg.head_dim, 1)) * 4) as u64
 }
 
 /// Timestamps between the stages of a profiled token command.
@@ -252,7 +264,7 @@ impl VulkanHome {
         let output = if cfg.tied_output { None } else { Some(upload_mat(&gpu, f, resin_model::OUTPUT)?) };
         let output_norm = Buffer::with_data(&gpu, &f32_bytes(&vector(f, resin_model::OUTPUT_NORM)?), Location::Device)?;
         let rope = Buffer::with_data(&gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, cfg.rope_base)), Location::Device)?;
-        let scratch = Scratch::new(&gpu, &cfg, plan.n_pieces, plan.q8_activations, plan.out_rows)?;
+        let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, plan.out_rows)?;
         let spec = HomeSpec { kind: "vulkan", vocab: cfg.vocab, n_ctx: plan.n_ctx, regions: opts.regions, codec: opts.codec };
         tracing::info!(
             "vulkan home ready: {} at n_ctx {} x {} regions ({:?} mirror): weights {} MiB, mirror {} MiB, scratch {} MiB",
@@ -302,7 +314,7 @@ impl VulkanHome {
         let mut res = Ok(());
         cmds.record(false, |cmd| {
             let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
-            res = record_pass(&mut rec, PassShape { n, narrow: None }, &self.cfg, &self.plan, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, None);
+            res = record_pass(&mut rec, PassShape { n, narrow: None }, &self.cfg, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, None);
         })?;
         res?;
         Ok(TokenCommand { cmds, _desc: desc })
@@ -338,7 +350,7 @@ impl VulkanHome {
             clock.mark(cmd, "start");
             let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
             let shape = PassShape { n: rows.len(), narrow };
-            res = record_pass(&mut rec, shape, &self.cfg, &self.plan, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, Some(&mut clock));
+            res = record_pass(&mut rec, shape, &self.cfg, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, Some(&mut clock));
         })?;
         res?;
         self.fence.submit_wait(cmds.cmd)?;
@@ -364,14 +376,14 @@ impl VulkanHome {
         cmds.record(true, |cmd| {
             let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
             let shape = PassShape { n: rows.len(), narrow: Some(keep) };
-            res = record_pass(&mut rec, shape, &self.cfg, &self.plan, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, None);
+            res = record_pass(&mut rec, shape, &self.cfg, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, None);
         })?;
         res?;
         self.fence.submit_wait(cmds.cmd)?;
         if keep.is_empty() {
             return Ok(Vec::new());
         }
-        self.scratch.logits.read_f32(0, keep.len() * self.cfg.vocab)
+        self.scratch.logits_host.read_f32(0, keep.len() * self.cfg.vocab)
     }
 
     /// Run the token command over `rows` (already checked); returns the logits rows.
@@ -384,7 +396,7 @@ impl VulkanHome {
         self.write_meta(rows)?;
         let cmd = self.commands[n - 1].as_ref().map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))?;
         self.fence.submit_wait(cmd)?;
-        self.scratch.logits.read_f32(0, n * self.cfg.vocab)
+        self.scratch.logits_host.read_f32(0, n * self.cfg.vocab)
     }
 }
 
@@ -456,10 +468,9 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
     }
     let ebytes = if opts.codec == KvCodec::F32 { 4u64 } else { 2 };
     let kv_dim = cfg.kv_dim() as u64;
-    let n_pieces_for = |n_ctx: usize| n_ctx.div_ceil(512).clamp(1, 8);
     let out_rows = NROW_MAX.max(opts.regions);
-    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(cfg, n_pieces_for(n_ctx), out_rows) + (n_ctx * cfg.rope_dims * 4) as u64 };
-    let part_bytes = attn_part_len(PF_WINDOW, cfg.n_head, cfg.head_dim, n_pieces_for(opts.n_ctx.unwrap_or(4096))) as u64 * 4;
+    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(cfg, out_rows) + (n_ctx * cfg.rope_dims * 4) as u64 };
+    let part_bytes = attn_part_len(PART_ROWS, cfg.n_head, cfg.head_dim, 1) as u64 * 4;
     let widest = (PF_WINDOW * cfg.n_ff.max(cfg.n_embd).max(cfg.q_dim()) * 4) as u64;
     if part_bytes.max(widest).max((out_rows * cfg.vocab * 4) as u64) > gpu.info.max_storage_range {
         return Err(decline(counters, format!("vulkan: a {PF_WINDOW}-row window's scratch is past the device's storage-buffer range")));
@@ -476,7 +487,7 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
         let fits_range = layer_side <= gpu.info.max_storage_range && opts.regions as u64 * n_ctx as u64 * kv_dim < u32::MAX as u64;
         let fits_memory = weights + mirror + scratch <= budget;
         if fits_range && fits_memory {
-            return Ok(Plan { n_ctx, q8_activations: opts.q8_activations, weights, mirror, scratch, n_pieces: n_pieces_for(n_ctx), out_rows });
+            return Ok(Plan { n_ctx, q8_activations: opts.q8_activations, weights, mirror, scratch, out_rows });
         }
         let why = if fits_range { "device memory" } else { "the storage-buffer range of one layer's mirror" };
         if n_ctx <= 256 {
@@ -489,7 +500,7 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
 }
 
 impl Scratch {
-    fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, n_pieces: usize, q8: bool, out_rows: usize) -> Result<Scratch, VkError> {
+    fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, q8: bool, out_rows: usize) -> Result<Scratch, VkError> {
         let r = PF_WINDOW;
         let dev = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Device);
         let host = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Host);
@@ -508,8 +519,9 @@ impl Scratch {
             gate: dev(r * cfg.n_ff)?,
             up: dev(r * cfg.n_ff)?,
             down: dev(r * cfg.n_embd)?,
-            part: dev(attn_part_len(r, cfg.n_head, cfg.head_dim, n_pieces))?,
-            logits: host(out_rows * cfg.vocab)?,
+            part: dev(attn_part_len(PART_ROWS, cfg.n_head, cfg.head_dim, 1))?,
+            logits: dev(out_rows * cfg.vocab)?,
+            logits_host: host(out_rows * cfg.vocab)?,
             ids: host(out_rows)?,
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
@@ -601,7 +613,6 @@ fn record_pass(
     rec: &mut Recorder<'_>,
     shape: PassShape<'_>,
     cfg: &ModelConfig,
-    plan: &Plan,
     codec: KvCodec,
     layers: &[Layer],
     embd: &Mat,
@@ -628,7 +639,7 @@ fn record_pass(
         n_head: cfg.n_head as u32,
         n_head_kv: cfg.n_head_kv as u32,
         head_dim: cfg.head_dim as u32,
-        n_pieces: plan.n_pieces as u32,
+        n_pieces: attn_pieces(n),
         scale: 1.0 / (cfg.head_dim as f32).sqrt(),
     };
     // After the last layer's attention a window keeps only the rows that need logits.
@@ -690,15 +701,17 @@ fn record_pass(
     rec.barrier();
     mark(&mut clock, cmd, "classifier", 0);
     rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.ids).into())?;
-    rec.barrier();
+    let bytes = (m * cfg.vocab * 4) as u64;
+    // SAFETY: the command buffer is recording; both buffers hold out_rows logits rows (m <= out_rows).
+    unsafe { rec.gpu.device.cmd_copy_buffer(rec.cmd, s.logits.buffer, s.logits_host.buffer, &[ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bytes }]) };
     mark(&mut clock, cmd, "argmax", 0);
     // Make the host-visible results available to the host.
-    let mb = [ash::vk::MemoryBarrier::default().src_access_mask(ash::vk::AccessFlags::SHADER_WRITE).dst_access_mask(ash::vk::AccessFlags::HOST_READ)];
+    let mb = [ash::vk::MemoryBarrier::default().src_access_mask(ash::vk::AccessFlags::SHADER_WRITE | ash::vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(ash::vk::AccessFlags::HOST_READ)];
     // SAFETY: the command buffer is recording.
     unsafe {
         rec.gpu.device.cmd_pipeline_barrier(
             rec.cmd,
-            ash::vk::PipelineStageFlags::COMPUTE_SHADER,
+            ash::vk::PipelineStageFlags::COMPUTE_SHADER | ash::vk::PipelineStageFlags::TRANSFER,
             ash::vk::PipelineStageFlags::HOST,
             ash::vk::DependencyFlags::empty(),
             &mb,

@@ -14,6 +14,9 @@ use resin_core::KvCodec;
 /// Workgroup size (specialization constant 0) of the kernels that take one.
 pub const WG: u32 = 64;
 
+/// Workgroup size of the RMS norms: one workgroup a row, so a step of few rows needs wide ones.
+pub const NORM_WG: u32 = 256;
+
 /// Words per row of the metadata block (see shaders/common/meta.glsl).
 pub const META_WORDS: usize = 4;
 
@@ -275,7 +278,7 @@ impl Recorder<'_> {
             Some(a) => ("rmsnorm_add", a),
             None => ("rmsnorm", x),
         };
-        self.run(name, &[WG], &[x, a, w, out], &p.bytes(), [rows, 1, 1])
+        self.run(name, &[NORM_WG], &[x, a, w, out], &p.bytes(), [rows, 1, 1])
     }
 
     /// [`Recorder::rmsnorm`] that also writes `out` rounded through 8-bit blocks of 32 values to
@@ -298,13 +301,16 @@ impl Recorder<'_> {
             None => ("rmsnorm_q", x),
         };
         let mask = u32::from(q32.is_some()) | (u32::from(q256.is_some()) << 1);
+        if p.n > 16384 {
+            return Err(VkError::Unsupported(format!("a fused norm and rounding of {} values a row (at most 16384)", p.n)));
+        }
         for (q, b) in [(q32, 32), (q256, 256)] {
             if q.is_some() && !p.n.is_multiple_of(b) {
                 return Err(VkError::Unsupported(format!("rounding {} values a row in blocks of {b}", p.n)));
             }
         }
         // An unused rounded output binds `out` (never written through that binding).
-        self.run(name, &[WG, mask], &[x, a, w, out, q32.unwrap_or(out), q256.unwrap_or(out)], &p.bytes(), [rows, 1, 1])
+        self.run(name, &[NORM_WG, mask], &[x, a, w, out, q32.unwrap_or(out), q256.unwrap_or(out)], &p.bytes(), [rows, 1, 1])
     }
 
     /// g <- silu(g) * u over `count` values.
@@ -361,7 +367,8 @@ impl Recorder<'_> {
         if count % block != 0 {
             return Err(VkError::Unsupported(format!("{count} activations in blocks of {block}")));
         }
-        self.run(name, &[], &[x, y], &CountPush { count }.bytes(), grid((count / block).div_ceil(64)))
+        // A workgroup rounds 2048 values (whole blocks of either size).
+        self.run(name, &[], &[x, y], &CountPush { count }.bytes(), grid(count.div_ceil(2048)))
     }
 
     /// ids[r] = argmax of logits row r (n values a row).

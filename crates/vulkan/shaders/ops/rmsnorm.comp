@@ -1,23 +1,25 @@
 // RMS norm of each row, with the residual add fused in front (FUSE_ADD):
 //   x[r] += add[r] (written back), out[r] = x[r] / rms(x[r]) * w
-// One workgroup a row.
+// One workgroup a row. Each thread owns the row's 8-value chunks t, t + WG, ... in every
+// phase, so it only ever reads back its own writes (no coherent buffers, no extra barriers).
 // QACT: also write out rounded through 8-bit blocks (qact.comp's arithmetic, bit for bit) to
 // q32 (blocks of 32, when QMASK & 1) and q256 (blocks of 256, when QMASK & 2), so the rounding
-// needs no dispatch and barrier of its own. A thread takes whole blocks and recomputes their
-// out values (the same precise expression); the row must hold whole blocks.
+// needs no dispatch and barrier of its own: each chunk's amax goes to shared memory, a block's
+// amax is the max of its chunks', and each thread rounds its own chunks.
 #version 450
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 0) const uint WG = 64;
+layout(constant_id = 0) const uint WG = 256;
 
+#define CH 8u
 #ifdef QACT
 layout(constant_id = 1) const uint QMASK = 3;
-layout(std430, set = 0, binding = 0) coherent buffer X { float x[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer Q32 { float q32[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer Q256 { float q256[]; };
-#else
-layout(std430, set = 0, binding = 0) buffer X { float x[]; };
+#define MAXCH 2048u   // chunks a row: n <= 16384 (checked on the host)
+shared float pm[MAXCH];
 #endif
+layout(std430, set = 0, binding = 0) buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Add { float add[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Wn { float w[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Out { float outv[]; };
@@ -33,48 +35,54 @@ void main() {
     uint r = gl_WorkGroupID.x;
     uint t = gl_LocalInvocationID.x;
     uint base = r * p.n;
+    uint nch = (p.n + CH - 1u) / CH;
     precise float ss = 0.0;
-    for (uint i = t; i < p.n; i += WG) {
+    for (uint c = t; c < nch; c += WG) {
+        for (uint i = c * CH; i < min(c * CH + CH, p.n); i++) {
 #ifdef FUSE_ADD
-        precise float v = x[base + i] + add[base + i];
-        x[base + i] = v;
+            precise float v = x[base + i] + add[base + i];
+            x[base + i] = v;
 #else
-        float v = x[base + i];
+            float v = x[base + i];
 #endif
-        ss += v * v;
+            ss += v * v;
+        }
     }
     red[t] = ss;
-#ifdef QACT
-    memoryBarrierBuffer();
-#endif
     barrier();
     for (uint s = WG / 2u; s > 0u; s >>= 1) {
         if (t < s) red[t] = red[t] + red[t + s];
         barrier();
     }
     float scale = 1.0 / sqrt(red[0] / float(p.n) + p.eps);
-    for (uint i = t; i < p.n; i += WG) {
-        precise float o = (x[base + i] * scale) * w[i];
-        outv[base + i] = o;
+    for (uint c = t; c < nch; c += WG) {
+        float amax = 0.0;
+        for (uint i = c * CH; i < min(c * CH + CH, p.n); i++) {
+            precise float o = (x[base + i] * scale) * w[i];
+            outv[base + i] = o;
+            amax = max(amax, abs(o));
+        }
+#ifdef QACT
+        pm[c] = amax;
+#endif
     }
 #ifdef QACT
+    barrier();
     for (uint k = 0u; k < 2u; k++) {
         uint qb = k == 0u ? 32u : 256u;
         if ((QMASK & (1u << k)) == 0u) continue;
-        for (uint b = t; b < p.n / qb; b += WG) {
-            uint o0 = base + b * qb;
+        uint per = qb / CH;
+        for (uint c = t; c < nch; c += WG) {
+            uint c0 = (c / per) * per;
             float amax = 0.0;
-            for (uint i = 0u; i < qb; i++) {
-                precise float o = (x[o0 + i] * scale) * w[b * qb + i];
-                amax = max(amax, abs(o));
-            }
+            for (uint j = c0; j < c0 + per; j++) amax = max(amax, pm[j]);
             float d = amax / 127.0;
             float id = amax > 0.0 ? 127.0 / amax : 0.0;
-            for (uint i = 0u; i < qb; i++) {
-                precise float o = (x[o0 + i] * scale) * w[b * qb + i];
+            for (uint i = c * CH; i < c * CH + CH; i++) {
+                precise float o = (x[base + i] * scale) * w[i];
                 precise float q = roundEven(o * id);
                 precise float v = q * d;
-                if (k == 0u) q32[o0 + i] = v; else q256[o0 + i] = v;
+                if (k == 0u) q32[base + i] = v; else q256[base + i] = v;
             }
         }
     }
