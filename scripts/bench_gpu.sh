@@ -9,7 +9,8 @@
 # binary built on the dev machine. Stages: gl build_cuda build_vk models bench_cuda bench_vk (the
 # peer's), synth (the same shapes written by `resin synth`, for a run without the peer's build:
 # `models` needs its llama-quantize) and resin (our bench on WORK's models, with the per-stage
-# device profile). Logs and JSON land in $OUT.
+# device profile), streams (aggregate decode of 8 and 64 streams, TTFT segmented vs one at a
+# time). Logs and JSON land in $OUT.
 set -uo pipefail
 KIT=$(cd "$1" && pwd); W=$2; shift 2; OUT=${OUT:-/tmp/out}; mkdir -p "$W" "$OUT"
 for stage in "$@"; do
@@ -27,6 +28,20 @@ for stage in "$@"; do
         [ -f "$W/$m.gguf" ] || { echo "no $W/$m.gguf (run the models stage)"; continue; }
         "$KIT/resin" bench --model "$W/$m.gguf" --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --reps 3 --profile \
           --format json 2> "$OUT/resin-$m.log" | tee "$OUT/resin-$m.json" || tail -5 "$OUT/resin-$m.log"
+      done ;;
+    streams)
+      # Aggregate decode of 8 and 64 concurrent streams (512-token prompts, 128 generated), and
+      # time to first token of 8 prompts arriving together: segmented against one at a time.
+      for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
+        [ -f "$W/$m.gguf" ] || { echo "no $W/$m.gguf"; continue; }
+        for n in 8 64; do
+          "$KIT/resin" bench --model "$W/$m.gguf" --gpu vulkan --streams $n --prompt-tokens 512 --gen-tokens 128 --reps 1 \
+            --format json 2> "$OUT/streams-$m-$n.log" | tee "$OUT/streams-$m-$n.json" || tail -5 "$OUT/streams-$m-$n.log"
+        done
+        for seg in 8 1; do
+          "$KIT/resin" bench --model "$W/$m.gguf" --gpu vulkan --streams 8 --max-segments $seg --prompt-tokens 512 --gen-tokens 1 --reps 3 \
+            --format json 2> "$OUT/ttft-$m-seg$seg.log" | tee "$OUT/ttft-$m-seg$seg.json" || tail -5 "$OUT/ttft-$m-seg$seg.log"
+        done
       done ;;
     *) bash "$KIT/peer.sh" "$KIT" "$W" "$stage" ;;
   esac

@@ -100,11 +100,14 @@ pub struct EngineConfig {
     pub prefill_peel: bool,
     /// Prefill rows per tick while other streams are decoding (keeps their token rate smooth).
     pub prefill_quantum_busy: usize,
+    /// Sessions whose prompts may share one prefill window (segments); 1 prefills one session
+    /// at a time (the comparison `resin bench --streams N --max-segments 1` makes).
+    pub max_segments: usize,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 128 }
+        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 128, max_segments: usize::MAX }
     }
 }
 
@@ -410,7 +413,7 @@ impl Scheduler {
         let mut plan = Vec::new(); // (stream, start, len)
         let mut used = 0;
         for &i in &pending {
-            if used == budget {
+            if used == budget || plan.len() == self.config.max_segments.max(1) {
                 break;
             }
             let s = &self.streams[i];

@@ -177,3 +177,24 @@ fn stop_strings_end_generation_without_leaking() {
     assert_eq!(text, " Pa");
     assert_eq!(reason, Some(FinishReason::Stop));
 }
+
+#[test]
+fn max_segments_one_prefills_one_session_a_window_with_the_same_tokens() {
+    let m = model();
+    let ps = prompts(&m, 4);
+    let run = |max_segments: usize| {
+        let e = engine(&m, 4, EngineConfig { prefill_peel: false, max_segments, ..EngineConfig::default() });
+        let handles: Vec<GenHandle> = ps.iter().map(|p| e.submit(request(p.clone(), 4)).unwrap()).collect();
+        let out: Vec<Vec<u32>> = handles.into_iter().map(|h| collect(h).0).collect();
+        let c = e.counters();
+        (out, c.prefill_windows.load(Ordering::Relaxed), c.prefill_segment_windows.load(Ordering::Relaxed))
+    };
+    let (together, _, seg_together) = run(usize::MAX);
+    let (apart, windows_apart, seg_apart) = run(1);
+    assert_eq!(apart, together, "one session a window gives the same tokens");
+    assert_eq!(seg_apart, 0, "max_segments 1: no window holds two sessions");
+    assert!(windows_apart >= 4, "each of the 4 prompts in a window of its own ({windows_apart})");
+    // Control: unlimited segments put prompts submitted together into a shared window (if they
+    // arrived in one tick; they are submitted back to back, so at least two share one).
+    assert!(seg_together >= 1, "segments: prompts arriving together share a window");
+}

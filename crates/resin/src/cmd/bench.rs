@@ -25,6 +25,9 @@ pub struct BenchArgs {
     pub streams: usize,
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub format: String,
+    /// With --streams: sessions whose prompts may share a prefill window (1: one at a time).
+    #[arg(long)]
+    pub max_segments: Option<usize>,
     /// Also time each stage of one prefill window and one token step on the device
     /// (timestamp queries; homes without a device clock report none).
     #[arg(long)]
@@ -193,7 +196,11 @@ fn bench_streams(args: BenchArgs) -> Result<()> {
     let loaded = model.load(args.streams)?;
     let vocab = loaded.home.spec().vocab;
     let kind = loaded.home.spec().kind;
-    let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), EngineConfig::default());
+    let mut config = EngineConfig::default();
+    if let Some(m) = args.max_segments {
+        config.max_segments = m.max(1);
+    }
+    let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), config);
     let mut results = Vec::new();
     for rep in 0..args.reps {
         let t0 = Instant::now();
@@ -249,6 +256,7 @@ fn bench_streams(args: BenchArgs) -> Result<()> {
         "decode_tps": decode,
         "ttft_p50_s": ttft_p50,
         "ttft_max_s": median(results.iter().map(|r| r.2).collect()),
+        "max_segments": args.max_segments,
         "counters": counters_json(engine.counters()),
     });
     print_result(&args.format, &out, &format!(
