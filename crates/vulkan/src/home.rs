@@ -36,11 +36,24 @@ pub struct VulkanOptions {
     /// Round the activations of quantized GEMVs through 8-bit blocks as the CPU home's
     /// integer dot products do (the default), or keep them f32 (closer to a float32 pass).
     pub q8_activations: bool,
+    /// Called as the weights go up with (bytes uploaded, bytes in all): the binary draws a
+    /// progress bar with it. Without one, a log line every 10 %.
+    pub progress: Option<UploadProgress>,
+}
+
+/// An upload progress callback (see [`VulkanOptions::progress`]).
+#[derive(Clone)]
+pub struct UploadProgress(pub Arc<dyn Fn(u64, u64) + Send + Sync>);
+
+impl std::fmt::Debug for UploadProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UploadProgress")
+    }
 }
 
 impl Default for VulkanOptions {
     fn default() -> Self {
-        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true }
+        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true, progress: None }
     }
 }
 
@@ -219,6 +232,10 @@ impl VulkanHome {
         let mut last_tenth = 0u64;
         let mut progress = |bytes: u64| {
             done += bytes;
+            if let Some(p) = &opts.progress {
+                (p.0)(done, total);
+                return;
+            }
             let tenth = done * 10 / total.max(1);
             if tenth > last_tenth {
                 last_tenth = tenth;

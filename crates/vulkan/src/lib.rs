@@ -15,7 +15,7 @@ pub mod kernels;
 pub mod pipelines;
 
 pub use device::{probe, DeviceInfo, Gpu};
-pub use home::{VulkanHome, VulkanOptions};
+pub use home::{UploadProgress, VulkanHome, VulkanOptions};
 
 /// Why the Vulkan home cannot start or run.
 #[derive(Debug, thiserror::Error)]

@@ -22,7 +22,7 @@ fn homes_with(name: &str, n_ctx: usize, regions: usize, q8_activations: bool) ->
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let cpu = CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap();
-    let vk = VulkanHome::on(gpu, file, cfg, &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations }, Arc::new(Counters::default())).unwrap();
+    let vk = VulkanHome::on(gpu, file, cfg, &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None }, Arc::new(Counters::default())).unwrap();
     Some((cpu, vk))
 }
 
@@ -195,7 +195,7 @@ fn declines_are_counted_once_with_their_reason() {
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let counters = Arc::new(Counters::default());
-    let opts = VulkanOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::Q8_0, q8_activations: true };
+    let opts = VulkanOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::Q8_0, q8_activations: true, progress: None };
     for _ in 0..2 {
         let e = VulkanHome::on(gpu.clone(), file.clone(), cfg.clone(), &opts, counters.clone()).err().expect("the q8_0 mirror is declined");
         assert!(e.to_string().contains("q8_0 K/V mirror"), "{e}");

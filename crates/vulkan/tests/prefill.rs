@@ -35,7 +35,7 @@ fn model() -> Model {
 fn vulkan(m: &Model, n_ctx: usize, regions: usize) -> Option<(VulkanHome, Arc<Counters>)> {
     let gpu = common::gpu()?;
     let counters = Arc::new(Counters::default());
-    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations: true };
+    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations: true, progress: None };
     Some((VulkanHome::on(gpu, m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap(), counters))
 }
 

@@ -8,7 +8,7 @@ use resin_core::{Counters, Home, KvCodec};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::{ChatTemplate, ModelConfig, Tokenizer};
-use resin_vulkan::{VulkanHome, VulkanOptions};
+use resin_vulkan::{UploadProgress, VulkanHome, VulkanOptions};
 
 /// Which home serves the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -98,8 +98,16 @@ impl ModelArgs {
         if self.gpu == Gpu::Auto && gpu.info.kind == "cpu" {
             bail!("the only Vulkan device, {}, is a software rasterizer (use --gpu vulkan to take it anyway)", gpu.info.name);
         }
-        let opts = VulkanOptions { n_ctx: self.ctx, regions, codec: self.kv, ..VulkanOptions::default() };
-        Ok(Box::new(VulkanHome::on(gpu, file.clone(), cfg.clone(), &opts, counters)?))
+        let bar = upload_bar(&gpu.info.name);
+        let shown = bar.clone();
+        let progress = UploadProgress(Arc::new(move |done, total| {
+            shown.set_length(total);
+            shown.set_position(done);
+        }));
+        let opts = VulkanOptions { n_ctx: self.ctx, regions, codec: self.kv, progress: Some(progress), ..VulkanOptions::default() };
+        let home = VulkanHome::on(gpu, file.clone(), cfg.clone(), &opts, counters);
+        bar.finish_and_clear();
+        Ok(Box::new(home?))
     }
 }
 
@@ -112,4 +120,17 @@ fn init_threads(threads: Option<usize>) -> Result<()> {
     // A second call (tests, repeated loads) keeps the first pool.
     let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
     Ok(())
+}
+
+/// The weights' upload to the device as a progress bar on stderr (hidden when stderr is not a
+/// terminal, as indicatif does).
+fn upload_bar(device: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(format!("uploading to {device}"));
+    bar
 }
