@@ -10,9 +10,15 @@
 //! step only the metadata block (token, position, region base, key count a row) is written,
 //! and the logits (and the on-device argmax ids) are read back.
 //!
-//! Not yet here: the prefill window chain (prefill runs as token-command steps of up to eight
-//! consecutive rows, and says so once as a decline), grouped steps (the engine groups), the
-//! q8_0 mirror (declined), cooperative-matrix GEMM.
+//! Prefill is a window chain (`resin_core::plan_chain`: the same windows the CPU home cuts):
+//! each window of up to PF_WINDOW rows, from any number of segments, is one pass in which
+//! every row is roped and stored at its own position in its own region and attends only to
+//! it; the GEMVs become GEMMs past NROW_MAX rows; after the last layer's attention only the
+//! segments' last rows (gathered) run attention-out, the FFN and the classifier, and a window
+//! that lands no logits stops once its last layer's K/V are stored.
+//!
+//! Not yet here: the q8_0 mirror (declined), grouped steps (the engine groups), int8 dot
+//! products.
 
 use std::sync::Arc;
 
