@@ -121,7 +121,7 @@ impl Recorder<'_> {
             KvCodec::Q8_0 => return Err(VkError::Unsupported("the q8_0 K/V mirror has no Vulkan kernels yet".into())),
         };
         let hd = p.head_dim;
-        if hd == 0 || hd % 2 != 0 || hd as usize > MAX_HEAD_DIM || p.n_head_kv == 0 || p.n_head % p.n_head_kv != 0 {
+        if hd == 0 || !hd.is_multiple_of(2) || hd as usize > MAX_HEAD_DIM || p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
             return Err(VkError::Unsupported(format!("window attention with head dim {hd}, {} heads over {} kv heads", p.n_head, p.n_head_kv)));
         }
         if !tile.fits(hd, self.gpu.info.shared_memory, self.gpu.info.max_workgroup_invocations) {
