@@ -7,6 +7,7 @@
 //! [`kernels`] (push-constant blocks and dispatch recording of each operation), [`home`]
 //! (the residency plan, the token command and `resin_core::Home`).
 
+pub mod attn_window;
 pub mod buffers;
 pub mod device;
 pub mod gemm;

@@ -1,0 +1,250 @@
+//! The prefill-window attention (`attn_window_*`, src/attn_window.rs) against an f64 oracle and
+//! against the decode kernel (`Recorder::attention`, one piece) on the same window.
+//!
+//! Bar (per head of a row, each element): (2 ds + (keys + hd + 32) u) * max|v| with
+//! ds = (hd + 4) u * max_j sum_i |q_i k_ji| * scale. ds bounds a score's error (the f32 dot
+//! product and the scale); exp turns a score error into a relative error of that key's weight,
+//! and the weights' normalisation cancels the common part, hence 2 ds; the rest is the f32
+//! sums over keys (keys u relative to sum |w v| <= l max|v|), the rescales of the online
+//! softmax (one per key tile, a few u each) and exp's ulps. It is the decode kernel's bar
+//! (tests/kernels.rs). K/V values are exact as stored (f16-rounded for the f16 mirror, full
+//! f32 values for the f32 mirror), so the oracle reads exactly what the device reads. Against
+//! the decode kernel the bar is 2x (each is within the bar of the oracle).
+
+mod common;
+
+use common::*;
+use resin_core::KvCodec;
+use resin_vulkan::attn_window::WindowTile;
+use resin_vulkan::buffers::f32_bytes;
+use resin_vulkan::kernels::*;
+
+/// A window: segments (region, first position, rows), in order.
+struct Case {
+    n_head: usize,
+    n_head_kv: usize,
+    hd: usize,
+    segs: Vec<(usize, usize, usize)>,
+}
+
+struct Setup {
+    rows: usize,
+    q_dim: usize,
+    meta: Vec<RowMeta>,
+    q: Vec<f32>,
+    kvals: Vec<f32>,
+    vvals: Vec<f32>,
+    n_ctx: usize,
+    kv_dim: usize,
+}
+
+fn setup(c: &Case, codec: KvCodec, seed: u64) -> Setup {
+    let (kv_dim, q_dim) = (c.n_head_kv * c.hd, c.n_head * c.hd);
+    let regions = c.segs.iter().map(|s| s.0).max().unwrap() + 1;
+    let n_ctx = c.segs.iter().map(|s| s.1 + s.2).max().unwrap() + 3;
+    let mut rng = Rng(seed);
+    let round = |v: Vec<f32>| -> Vec<f32> {
+        if codec == KvCodec::F16 {
+            v.iter().map(|&a| half::f16::from_f32(a).to_f32()).collect()
+        } else {
+            v
+        }
+    };
+    let kvals = round(rng.vec(regions * n_ctx * kv_dim, 2.0));
+    let vvals = round(rng.vec(regions * n_ctx * kv_dim, 2.0));
+    let mut meta = Vec::new();
+    for &(reg, start, len) in &c.segs {
+        for i in 0..len {
+            let pos = (start + i) as u32;
+            meta.push(RowMeta { token: 0, pos, kv_base: (reg * n_ctx * kv_dim) as u32, keys: pos + 1 });
+        }
+    }
+    let rows = meta.len();
+    let q = rng.vec(rows * q_dim, 1.0);
+    Setup { rows, q_dim, meta, q, kvals, vvals, n_ctx, kv_dim }
+}
+
+/// f64 softmax attention of every row and head, with the bar of each element.
+fn oracle(c: &Case, s: &Setup, scale: f32) -> (Vec<f64>, Vec<f64>) {
+    let hd = c.hd;
+    let mut want = vec![0f64; s.rows * s.q_dim];
+    let mut bar = vec![0f64; s.rows * s.q_dim];
+    for (r, m) in s.meta.iter().enumerate() {
+        let keys = m.keys as usize;
+        for hh in 0..c.n_head {
+            let g = hh / (c.n_head / c.n_head_kv);
+            let qh = &s.q[r * s.q_dim + hh * hd..r * s.q_dim + (hh + 1) * hd];
+            let base = m.kv_base as usize + g * hd;
+            let mut sc = vec![0f64; keys];
+            let mut ds = 0f64;
+            for (j, sj) in sc.iter_mut().enumerate() {
+                let kr = &s.kvals[base + j * s.kv_dim..base + j * s.kv_dim + hd];
+                *sj = qh.iter().zip(kr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale as f64;
+                ds = f64::max(ds, (hd as f64 + 4.0) * U * qh.iter().zip(kr).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum::<f64>() * scale as f64);
+            }
+            let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
+            let l: f64 = w.iter().sum();
+            let mut acc = vec![0f64; hd];
+            let mut vmax = 0f64;
+            for (j, wj) in w.iter().enumerate() {
+                let vr = &s.vvals[base + j * s.kv_dim..base + j * s.kv_dim + hd];
+                for d in 0..hd {
+                    acc[d] += wj * vr[d] as f64;
+                    vmax = vmax.max((vr[d] as f64).abs());
+                }
+            }
+            for d in 0..hd {
+                want[r * s.q_dim + hh * hd + d] = acc[d] / l;
+                bar[r * s.q_dim + hh * hd + d] = (2.0 * ds + (keys as f64 + hd as f64 + 32.0) * U) * vmax + 1e-30;
+            }
+        }
+    }
+    (want, bar)
+}
+
+const TAIL: usize = 64;
+
+/// Runs the case for each tile (None: the device's pick) and the decode kernel; checks all.
+/// Returns the worst err/bar seen against the oracle.
+fn run_case(h: &mut Harness, what: &str, c: &Case, tiles: &[Option<WindowTile>], decode: bool, seed: u64) -> f64 {
+    let mut worst = 0f64;
+    for codec in [KvCodec::F16, KvCodec::F32] {
+        let s = setup(c, codec, seed);
+        let bytes = |v: &[f32]| -> Vec<u8> {
+            if codec == KvCodec::F16 { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() } else { f32_bytes(v) }
+        };
+        let (mk, mv) = (h.buf_bytes(&bytes(&s.kvals)), h.buf_bytes(&bytes(&s.vvals)));
+        let mb = h.buf_bytes(&RowMeta::words(&s.meta));
+        let qb = h.buf_f32(&s.q);
+        let scale = 1.0 / (c.hd as f32).sqrt();
+        let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale };
+        let t0 = std::time::Instant::now();
+        let (want, bar) = oracle(c, &s, scale);
+        let t_oracle = t0.elapsed();
+        let n = s.rows * s.q_dim;
+        let mut firsts = Vec::new();
+        for tile in tiles {
+            let ob = h.poisoned(n + TAIL);
+            let t0 = std::time::Instant::now();
+            h.run(|rec| match tile {
+                Some(t) => rec.attention_window_tile(*t, codec, s.rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&ob).into(), p),
+                None => rec.attention_window(codec, s.rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&ob).into(), p),
+            });
+            let dt = t0.elapsed();
+            let all = ob.read_f32(0, n + TAIL).unwrap();
+            assert!(all[n..].iter().all(|x| x.to_bits() == POISON), "{what}: written past the window's rows");
+            let got = all[..n].to_vec();
+            let r = check(&format!("{what} {codec:?} tile {tile:?}"), &got, &want, &bar).unwrap();
+            eprintln!("{what} {codec:?} tile {tile:?}: {} rows, worst err/bar {r:.4}, device {dt:.2?} (oracle {t_oracle:.2?})", s.rows);
+            worst = worst.max(r);
+            firsts.push(got);
+        }
+        // Negative control (perturbed oracle): one row 1% off must fail.
+        let mut wrong = want.clone();
+        let r = s.rows / 2;
+        wrong[r * s.q_dim..(r + 1) * s.q_dim].iter_mut().for_each(|x| *x *= 1.01);
+        assert!(check("control", &firsts[0], &wrong, &bar).is_err(), "{what}: a perturbed oracle passed");
+        if decode {
+            let part = h.poisoned(attn_part_len(s.rows, c.n_head, c.hd, 1));
+            let ob = h.poisoned(n);
+            let t0 = std::time::Instant::now();
+            h.run(|rec| rec.attention(codec, s.rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&ob).into(), p));
+            let dt = t0.elapsed();
+            let dec = ob.read_f32(0, n).unwrap();
+            let dec64: Vec<f64> = dec.iter().map(|&x| x as f64).collect();
+            let bar2: Vec<f64> = bar.iter().map(|b| 2.0 * b).collect();
+            let r = check(&format!("{what} {codec:?} window vs decode"), &firsts[0], &dec64, &bar2).unwrap();
+            let same = firsts[0].iter().zip(&dec).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
+            eprintln!("{what} {codec:?}: window vs decode kernel worst err/(2 bar) {r:.4}, {same} of {n} bit-equal (decode kernel {dt:.2?})");
+        }
+    }
+    worst
+}
+
+fn default_and(extra: &[(u32, u32)]) -> Vec<Option<WindowTile>> {
+    std::iter::once(None).chain(extra.iter().map(|&(br, bc)| Some(WindowTile { br, bc }))).collect()
+}
+
+#[test]
+fn one_segment_from_position_0() {
+    let Some(mut h) = Harness::new() else { return };
+    let c = Case { n_head: 8, n_head_kv: 2, hd: 64, segs: vec![(0, 0, 512)] };
+    run_case(&mut h, "512 rows at 0, hd 64, gqa 8/2", &c, &default_and(&[]), true, 1);
+}
+
+#[test]
+fn continuation_at_position_1000() {
+    let Some(mut h) = Harness::new() else { return };
+    let c = Case { n_head: 8, n_head_kv: 2, hd: 128, segs: vec![(1, 1000, 120)] };
+    run_case(&mut h, "120 rows at 1000, hd 128, gqa 8/2", &c, &default_and(&[(16, 32)]), true, 2);
+}
+
+#[test]
+fn three_segments_unaligned() {
+    // Three regions, boundaries at rows 37 and 237 (not multiples of any tile's rows); the
+    // second segment continues at position 300, the third at 17.
+    let Some(mut h) = Harness::new() else { return };
+    let segs = vec![(2, 0, 37), (0, 300, 200), (1, 17, 91)];
+    for hd in [64usize, 128] {
+        let c = Case { n_head: 8, n_head_kv: 2, hd, segs: segs.clone() };
+        run_case(&mut h, &format!("segments 37/200/91, hd {hd}"), &c, &default_and(&[(8, 8), (32, 16)]), true, 3 + hd as u64);
+    }
+    // Many boundaries inside one tile (one row a region, then the same region again), and a
+    // head dim of 256 with no GQA.
+    let c = Case { n_head: 2, n_head_kv: 2, hd: 256, segs: vec![(0, 5, 3), (1, 0, 1), (2, 40, 2), (0, 8, 4), (3, 2, 7), (1, 1, 20)] };
+    run_case(&mut h, "6 segments in a tile, hd 256", &c, &default_and(&[(4, 4)]), true, 9);
+}
+
+#[test]
+fn wrong_region_fails() {
+    // Negative control on the device side: one row given another region's kv_base must fail.
+    let Some(mut h) = Harness::new() else { return };
+    let c = Case { n_head: 4, n_head_kv: 2, hd: 64, segs: vec![(0, 0, 40), (1, 10, 30)] };
+    let codec = KvCodec::F16;
+    let s = setup(&c, codec, 5);
+    let scale = 1.0 / (c.hd as f32).sqrt();
+    let (want, bar) = oracle(&c, &s, scale);
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() };
+    let (mk, mv) = (h.buf_bytes(&bytes(&s.kvals)), h.buf_bytes(&bytes(&s.vvals)));
+    let qb = h.buf_f32(&s.q);
+    let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale };
+    let n = s.rows * s.q_dim;
+    for bad in [false, true] {
+        let mut meta = s.meta.clone();
+        if bad {
+            meta[45].kv_base = s.meta[0].kv_base; // row 45 is in region 1
+        }
+        let mb = h.buf_bytes(&RowMeta::words(&meta));
+        let ob = h.poisoned(n);
+        h.run(|rec| rec.attention_window(codec, s.rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&ob).into(), p));
+        let got = ob.read_f32(0, n).unwrap();
+        let res = check("wrong region", &got, &want, &bar);
+        assert_eq!(res.is_err(), bad, "{res:?}");
+    }
+    let _ = s.n_ctx;
+}
+
+#[test]
+fn tile_pick() {
+    // Every pick fits (shared memory within the device's limit and the 48 KiB cap, the
+    // accumulators within the threads, the threads within the device's limit).
+    for shared in [16 * 1024u32, 32 * 1024, 48 * 1024, 64 * 1024] {
+        for max_wg in [128u32, 256, 1024] {
+            for hd in (2..=256).step_by(2) {
+                let t = WindowTile::pick(hd, shared, max_wg).unwrap();
+                assert!(t.fits(hd, shared, max_wg) && t.shared_bytes(hd) <= shared.min(48 * 1024) && t.wg(hd) <= max_wg, "{hd} {shared} {t:?}");
+            }
+        }
+    }
+    let t = |br, bc| Some(WindowTile { br, bc });
+    // lavapipe: 32 KiB, 1024 threads; an H200: 48 KiB, 1024 threads.
+    assert_eq!(WindowTile::pick(64, 32 * 1024, 1024), t(32, 32));
+    assert_eq!(WindowTile::pick(128, 32 * 1024, 1024), t(32, 16));
+    assert_eq!(WindowTile::pick(128, 48 * 1024, 1024), t(32, 32));
+    assert_eq!(WindowTile::pick(128, 48 * 1024, 128), t(16, 32));
+    assert_eq!(WindowTile::pick(256, 32 * 1024, 1024), t(16, 8));
+    assert_eq!(WindowTile { br: 32, bc: 32 }.wg(64), 128);
+    assert_eq!(WindowTile { br: 32, bc: 32 }.wg(128), 256);
+}
+
