@@ -135,6 +135,10 @@ pub struct Plan {
     pub out_rows: usize,
 }
 
+/// Windows of at least this many rows take the tiled (flash) attention; fewer rows the
+/// decode kernel, whose key pieces spread a short window over more workgroups.
+const WINDOW_ATTN_MIN_ROWS: usize = 16;
+
 /// Rows x key pieces the attention partials hold: a window's rows in one piece each, or a
 /// step's rows in `attn_pieces` each.
 const PART_ROWS: usize = PF_WINDOW;
@@ -686,7 +690,12 @@ fn record_pass(
             // A window landing no logits: its last layer only stores K/V.
             return Ok(());
         }
-        rec.attention(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.part).into(), (&s.att).into(), ap)?;
+        if shape.narrow.is_some() && n >= WINDOW_ATTN_MIN_ROWS {
+            // Flash-attention tiles: each K/V tile read once for a tile of query rows.
+            rec.attention_window(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.att).into(), ap)?;
+        } else {
+            rec.attention(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.part).into(), (&s.att).into(), ap)?;
+        }
         rec.barrier();
         mark(&mut clock, cmd, "attention", l);
         if let (true, Some(keep)) = (last, shape.narrow) {
