@@ -10,6 +10,7 @@
 pub mod buffers;
 pub mod device;
 pub mod gemm;
+pub mod gemv_dot;
 pub mod home;
 pub mod kernels;
 pub mod pipelines;
