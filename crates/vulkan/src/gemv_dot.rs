@@ -38,7 +38,7 @@ impl QPack {
         if block != 32 && block != 256 {
             return Err(VkError::Unsupported(format!("packed activation blocks of {block}")));
         }
-        if count == 0 || count % block != 0 {
+        if count == 0 || !count.is_multiple_of(block) {
             return Err(VkError::Unsupported(format!("{count} packed activations in blocks of {block}")));
         }
         Ok(QPack { block, count })
@@ -169,7 +169,7 @@ impl Recorder<'_> {
         if layout.block != block {
             return Err(VkError::Unsupported(format!("{ty} reads activations packed in blocks of {block}, not {}", layout.block)));
         }
-        if !(1..=8).contains(&n) || p.cols % block != 0 || p.x_stride % block != 0 || (n - 1) * p.x_stride + p.cols > layout.count {
+        if !(1..=8).contains(&n) || !p.cols.is_multiple_of(block) || !p.x_stride.is_multiple_of(block) || (n - 1) * p.x_stride + p.cols > layout.count {
             return Err(VkError::Unsupported(format!(
                 "a dot GEMV of {n} columns over {} values a row at stride {} ({} packed values)",
                 p.cols, p.x_stride, layout.count

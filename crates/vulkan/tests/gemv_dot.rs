@@ -305,3 +305,51 @@ fn gemv_dot_refusals() {
     .unwrap();
     assert!(errs.iter().all(|e| *e), "{errs:?}");
 }
+
+/// Wall time of 100 one-row GEMVs in one submission over a weight matrix larger than the
+/// H200's L2 (random bytes: timing only), the subgroup tier (f32 activations) against the dot
+/// tier both ways (the packing is timed apart). `cargo test --release --test gemv_dot -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn gemv_dot_speed() {
+    let Some(mut h) = Harness::new() else { return };
+    if !dot_ok(&h.gpu.info) {
+        return;
+    }
+    let reps = 100u32;
+    for (ty, rows, cols) in [(GgmlType::Q8_0, 32768usize, 4096usize), (GgmlType::Q4_K, 32768, 8192), (GgmlType::Q6_K, 32768, 8192)] {
+        let bb = ty.block_bytes();
+        let row_bytes = cols / (if resin_vulkan::kernels::act_block(ty) == Some(32) { 32 } else { 256 }) * bb;
+        let mut rng = Rng(9);
+        let mut wbytes: Vec<u8> = (0..rows * row_bytes / 8).flat_map(|_| rng.next_u64().to_le_bytes()).collect();
+        // Finite f16 scales are not needed for timing, but keep NaNs out of the way anyway.
+        wbytes.iter_mut().skip(1).step_by(2).for_each(|b| *b &= 0x3B);
+        let wbuf = h.buf_bytes(&wbytes);
+        let xs = rng.vec(cols, 1.0);
+        let (xr, words, layout) = round_and_pack(&mut h, &xs, resin_vulkan::kernels::act_block(ty).unwrap());
+        let xrb = h.buf_f32(&xr);
+        let pk = h.buf_bytes(&resin_vulkan::buffers::u32_bytes(&words));
+        let xb = h.buf_f32(&xs);
+        let y = h.poisoned(rows);
+        let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+        let int_dot = h.gpu.info.int_dot;
+        let mut time = |name: &str, f: &mut dyn FnMut(&mut resin_vulkan::kernels::Recorder<'_>) -> Result<(), resin_vulkan::VkError>| {
+            h.run(|rec| f(rec)); // pipelines made, caches warm
+            let t = std::time::Instant::now();
+            h.run(|rec| {
+                for _ in 0..reps {
+                    f(rec)?;
+                }
+                Ok(())
+            });
+            let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+            eprintln!("{ty} {rows}x{cols} {name}: {us:.1} us a GEMV, {:.0} GB/s of weights", wbytes.len() as f64 / us / 1e3);
+        };
+        time("subgroup f32 x", &mut |rec| rec.gemv_tier(GemvTier::Subgroup, ty, 1, (&wbuf).into(), (&xrb).into(), (&y).into(), p));
+        time("dot bitfieldExtract", &mut |rec| rec.gemv_dot_tier(DotTier::Emulated, ty, 1, (&wbuf).into(), (&pk).into(), (&y).into(), p, layout));
+        if int_dot {
+            time("dot OpSDot", &mut |rec| rec.gemv_dot_tier(DotTier::Hardware, ty, 1, (&wbuf).into(), (&pk).into(), (&y).into(), p, layout));
+        }
+        time("qpack alone", &mut |rec| rec.qpack(layout, (&xb).into(), (&pk).into()));
+    }
+}
