@@ -11,6 +11,7 @@ pub mod attn_window;
 pub mod buffers;
 pub mod device;
 pub mod gemm;
+pub mod gemv_dot;
 pub mod home;
 pub mod kernels;
 pub mod pipelines;

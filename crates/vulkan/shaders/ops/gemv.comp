@@ -9,21 +9,31 @@
 //   l, l + S, l + 2S, ... (load8, S = gl_SubgroupSize), so a subgroup's loads are neighbouring
 //   bytes; each lane sums its products in a fixed order, then subgroupAdd. Subgroups
 //   beyond RPW (a device running narrower subgroups than it reports) take rows in turn.
-// In both, each column's sum runs in the same order whatever NCOLS is, so an N-row result
+// - TIER_DOT (int8 dot product; src/gemv_dot.rs): TIER_SG's shape, but x is the packed int8
+//   activations of qact.comp's QPACK form (quants, block scales d_x, int sums of each 32 or
+//   16 quants) and lane l takes 32-value units l, l + S, ...: per unit the weight quants are
+//   packed as int8 (dot_load), an exact integer dot with the activation quants, then the
+//   float part (dot_term), a fixed-order sum per lane, subgroupAdd. DOT_HW uses OpSDot
+//   (SPV_KHR_integer_dot_product through GL_EXT_spirv_intrinsics: glslang 13.1.1 has no
+//   GL_EXT_integer_dot_product); without it the same integer math by bitfieldExtract.
+// In all, each column's sum runs in the same order whatever NCOLS is, so an N-row result
 // equals the row run alone.
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
 // constant, 1..8).
 #version 450
 #extension GL_GOOGLE_include_directive : require
-#ifdef TIER_SG
+#if defined(TIER_SG) || defined(TIER_DOT)
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+#ifdef DOT_HW
+#extension GL_EXT_spirv_intrinsics : require
 #endif
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
 layout(constant_id = 1) const uint NCOLS_SC = 1;
-#ifdef TIER_SG
+#if defined(TIER_SG) || defined(TIER_DOT)
 layout(constant_id = 2) const uint RPW = 4;
 #endif
 #ifdef FORM_ONE
@@ -34,7 +44,11 @@ layout(constant_id = 2) const uint RPW = 4;
 #define NMAX 8u
 
 layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
+#ifdef TIER_DOT
+layout(std430, set = 0, binding = 1) readonly buffer X { uint xp[]; };
+#else
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
+#endif
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
 
 layout(push_constant) uniform Push {
@@ -44,9 +58,16 @@ layout(push_constant) uniform Push {
     uint x_stride;
     uint y_stride;
     uint y_off;
+#ifdef TIER_DOT
+    uint d_off;  // word offset of the d_x floats in xp
+    uint s_off;  // word offset of the int sums in xp
+#endif
 } p;
 
 #include "formats.glsl"
+#ifdef TIER_DOT
+#include "dotfmt.glsl"
+#endif
 
 #ifdef TIER_SG
 void main() {
@@ -69,6 +90,33 @@ void main() {
                 precise float s = 0.0;
                 for (uint l = 0u; l < 8u; l++) s += v[l] * x[xo + l];
                 acc[c] += s;
+            }
+        }
+        for (uint c = 0u; c < NCOLS; c++) {
+            float t = subgroupAdd(acc[c]);
+            if (lane == 0u) y[c * p.y_stride + p.y_off + row] = t;
+        }
+    }
+}
+#elif defined(TIER_DOT)
+void main() {
+    uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint lane = gl_SubgroupInvocationID;
+    uint units = p.cols / 32u;
+    uint qw[8];
+    vec2 wf;
+    ivec2 wi;
+    for (uint k = gl_SubgroupID; k < RPW; k += gl_NumSubgroups) {
+        uint row = wg * RPW + k;
+        if (row >= p.rows) break;
+        uint row_off = row * p.row_bytes;
+        precise float acc[NMAX];
+        for (uint c = 0u; c < NMAX; c++) acc[c] = 0.0;
+        for (uint u = lane; u < units; u += gl_SubgroupSize) {
+            dot_load(row_off, u, qw, wf, wi);
+            for (uint c = 0u; c < NCOLS; c++) {
+                precise float t = dot_term(qw, wf, wi, c * p.x_stride + u * 32u);
+                acc[c] += t;
             }
         }
         for (uint c = 0u; c < NCOLS; c++) {

@@ -5,6 +5,13 @@
 // A workgroup takes 256 chunks of 8 values (2048 values, whole blocks): each thread finds its
 // chunk's amax, a block's amax is the max of its chunks' (in shared memory), each thread
 // rounds its own chunk.
+// QPACK (the int8 dot GEMV's input, src/gemv_dot.rs): the same rounding, written packed into
+// one uint buffer for `count` values:
+//   words [0, count/4): the quants q as int8, 4 a word (value 4i+k in byte k of word i);
+//   words [count/4, count/4 + count/QBLOCK): d of each block (f32 bits, the same d as above);
+//   words [s_off, s_off + count/SUMG), s_off = count/4 + count/QBLOCK: the sum of the int
+//   quants of each SUMG values (int32; SUMG = 32 for QBLOCK 32, 16 for QBLOCK 256).
+// float(q) * d of the packed form is qact's output bit for bit.
 #version 450
 
 #define CH 8u
@@ -12,7 +19,13 @@
 layout(local_size_x = 256) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
+#ifdef QPACK
+layout(std430, set = 0, binding = 1) writeonly buffer Y { uint P[]; };
+#define SUMG (QBLOCK == 256u ? 16u : 32u)
+shared int ps[WGQ];
+#else
 layout(std430, set = 0, binding = 1) writeonly buffer Y { float y[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint count;
@@ -30,6 +43,38 @@ void main() {
     }
     pm[t] = amax;
     barrier();
+#ifdef QPACK
+    // No early return: a second barrier follows.
+    bool live = o < p.count;
+    int qsum = 0;
+    if (live) {
+        uint per = QBLOCK / CH;
+        uint t0 = (t / per) * per;
+        float bmax = 0.0;
+        for (uint j = t0; j < t0 + per; j++) bmax = max(bmax, pm[j]);
+        float d = bmax / 127.0;
+        float id = bmax > 0.0 ? 127.0 / bmax : 0.0;
+        uint wd[2] = uint[2](0u, 0u);
+        for (uint i = 0u; i < CH; i++) {
+            precise float q = roundEven(x[o + i] * id);
+            int qi = int(q);
+            qsum += qi;
+            wd[i >> 2] |= (uint(qi) & 0xFFu) << ((i & 3u) * 8u);
+        }
+        P[o >> 2] = wd[0];
+        P[(o >> 2) + 1u] = wd[1];
+        if (t == t0) P[(p.count >> 2) + o / QBLOCK] = floatBitsToUint(d);
+    }
+    ps[t] = qsum;
+    barrier();
+    uint gper = SUMG / CH;
+    if (live && (t % gper) == 0u) {
+        int s = 0;
+        for (uint j = 0u; j < gper; j++) s += ps[t + j];
+        P[(p.count >> 2) + p.count / QBLOCK + o / SUMG] = uint(s);
+    }
+}
+#else
     if (o >= p.count) return;
     uint per = QBLOCK / CH;
     uint t0 = (t / per) * per;
@@ -43,3 +88,4 @@ void main() {
         y[o + i] = v;
     }
 }
+#endif

@@ -1,0 +1,162 @@
+// The int8 dot GEMV's side of the block formats (gemv.comp TIER_DOT). Each format defines
+//   XBLOCK (values a d_x: 32 or 256), XSUMG (values an int sum: 32 or 16),
+//   void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi)
+// the weight quants of 32-value unit u as int8, 4 a word (value 4j+k in byte k of qw[j]),
+// with the unit's float (wf) and integer (wi) parameters, and
+//   float dot_term(uint qw[8], vec2 wf, ivec2 wi, uint xo)
+// the unit's contribution against the packed activations of values xo .. xo+31 (xp, d_off,
+// s_off: qact.comp QPACK). The integer sums are exact; the float part follows the CPU home's
+// pair_tile / k_tile: (d_w * d_x) * float(isum) (+ (m_w * d_x) * float(sum_x) for Q4_1);
+// K-quants (d_x * d) * float(sc * isum) - (d_x * dmin) * float(mn * sum_x).
+// Quants stored unsigned (0..15, 0..31, 0..63) are valid signed int8 too; their offset
+// (8, 16, 32) is taken off with the activation sums: sum (q - o) a = dot(q, a) - o * sum a.
+#ifndef RESIN_DOTFMT_GLSL
+#define RESIN_DOTFMT_GLSL
+
+#if defined(FMT_Q8_0) || defined(FMT_Q4_0) || defined(FMT_Q4_1) || defined(FMT_Q5_0)
+#define XBLOCK 32u
+#define XSUMG 32u
+#else
+#define XBLOCK 256u
+#define XSUMG 16u
+#endif
+
+#ifdef DOT_HW
+// OpSDot (4450) with PackedVectorFormat4x8Bit (0): capabilities DotProductInput4x8BitPacked
+// (6018) and DotProduct (6019).
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6018, 6019], id = 4450)
+int sdot4x8(uint a, uint b, spirv_literal int fmt);
+int dot4(uint a, uint b) { return sdot4x8(a, b, 0); }
+#else
+int dot4(uint a, uint b) {
+    int ia = int(a), ib = int(b);
+    return bitfieldExtract(ia, 0, 8) * bitfieldExtract(ib, 0, 8) + bitfieldExtract(ia, 8, 8) * bitfieldExtract(ib, 8, 8)
+        + bitfieldExtract(ia, 16, 8) * bitfieldExtract(ib, 16, 8) + bitfieldExtract(ia, 24, 8) * bitfieldExtract(ib, 24, 8);
+}
+#endif
+
+// Activation quant words of values xo .. xo + 31 dotted with qw[lo .. lo + n).
+int dot_words(uint qw[8], uint xo, uint lo, uint n) {
+    int s = 0;
+    uint xw = xo >> 2;
+    for (uint j = lo; j < lo + n; j++) s += dot4(qw[j], xp[xw + j]);
+    return s;
+}
+float x_d(uint xo) { return uintBitsToFloat(xp[p.d_off + xo / XBLOCK]); }
+int x_sum(uint xo) { return int(xp[p.s_off + xo / XSUMG]); }
+
+// Bits 0..3 of h as bit 4 of each of four bytes.
+uint spread4(uint h) {
+    return (((h & 1u) | ((h & 2u) << 7) | ((h & 4u) << 14) | ((h & 8u) << 21)) << 4);
+}
+
+#if defined(FMT_Q8_0) || defined(FMT_Q4_0) || defined(FMT_Q4_1) || defined(FMT_Q5_0)
+void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
+    uint b = row_off + u * BLOCK_BYTES;
+    wf = vec2(rd_f16(b), 0.0);
+    wi = ivec2(0);
+#if defined(FMT_Q8_0)
+    for (uint j = 0u; j < 8u; j++) qw[j] = rd_u32(b + 2u + 4u * j);
+#elif defined(FMT_Q4_0)
+    for (uint j = 0u; j < 4u; j++) {
+        uint w = rd_u32(b + 2u + 4u * j);
+        qw[j] = w & 0x0F0F0F0Fu;
+        qw[j + 4u] = (w >> 4) & 0x0F0F0F0Fu;
+    }
+#elif defined(FMT_Q4_1)
+    wf.y = rd_f16(b + 2u);
+    for (uint j = 0u; j < 4u; j++) {
+        uint w = rd_u32(b + 4u + 4u * j);
+        qw[j] = w & 0x0F0F0F0Fu;
+        qw[j + 4u] = (w >> 4) & 0x0F0F0F0Fu;
+    }
+#else
+    // Q5_0: value i's fifth bit is bit i of qh.
+    uint qh = rd_u32(b + 2u);
+    for (uint j = 0u; j < 4u; j++) {
+        uint w = rd_u32(b + 6u + 4u * j);
+        qw[j] = (w & 0x0F0F0F0Fu) | spread4(qh >> (4u * j));
+        qw[j + 4u] = ((w >> 4) & 0x0F0F0F0Fu) | spread4(qh >> (16u + 4u * j));
+    }
+#endif
+}
+float dot_term(uint qw[8], vec2 wf, ivec2 wi, uint xo) {
+    float dx = x_d(xo);
+    int isum = dot_words(qw, xo, 0u, 8u);
+#if defined(FMT_Q4_0)
+    isum -= 8 * x_sum(xo);
+#elif defined(FMT_Q5_0)
+    isum -= 16 * x_sum(xo);
+#endif
+    precise float dd = wf.x * dx;
+    precise float t = dd * float(isum);
+#if defined(FMT_Q4_1)
+    precise float md = wf.y * dx;
+    precise float tm = md * float(x_sum(xo));
+    t = t + tm;
+#endif
+    return t;
+}
+#elif defined(FMT_Q4_K) || defined(FMT_Q5_K)
+// wf = (d, dmin), wi = (sc, mn) of the unit's 32 values (ggml's get_scale_min_k4).
+void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
+    uint b = row_off + (u >> 3) * BLOCK_BYTES;
+    uint s = u & 7u;
+    uint pair = s >> 1;
+    uint shift = (s & 1u) * 4u;
+    wf = vec2(rd_f16(b), rd_f16(b + 2u));
+    uint sc, mn;
+    scale_min_k4(b, s, sc, mn);
+    wi = ivec2(int(sc), int(mn));
+    for (uint j = 0u; j < 8u; j++) {
+        uint w = (WDATA[(b + QS_OFF + 32u * pair + 4u * j) >> 2] >> shift) & 0x0F0F0F0Fu;
+#if defined(FMT_Q5_K)
+        w |= ((WDATA[(b + QH_OFF + 4u * j) >> 2] >> s) & 0x01010101u) << 4;
+#endif
+        qw[j] = w;
+    }
+}
+float dot_term(uint qw[8], vec2 wf, ivec2 wi, uint xo) {
+    float dx = x_d(xo);
+    int isum = wi.x * dot_words(qw, xo, 0u, 8u);
+    int msum = wi.y * (x_sum(xo) + x_sum(xo + 16u));
+    precise float a = dx * wf.x;
+    precise float b = dx * wf.y;
+    precise float ta = a * float(isum);
+    precise float tb = b * float(msum);
+    precise float t = ta - tb;
+    return t;
+}
+#elif defined(FMT_Q6_K)
+// Quants 0..63 (real quant + 32); wi = the two signed scales of the unit's 16-value halves.
+void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
+    uint b = row_off + (u >> 3) * BLOCK_BYTES;
+    uint s = u & 7u;
+    uint n = s >> 2;
+    uint g = s & 3u;
+    wf = vec2(rd_f16(b + 208u), 0.0);
+    uint sb = b + 192u + 8u * n + 2u * g;
+    wi = ivec2(bitfieldExtract(int(rd_u8(sb)), 0, 8), bitfieldExtract(int(rd_u8(sb + 1u)), 0, 8));
+    uint ql = b + 64u * n + (g & 1u) * 32u;
+    uint qh = b + 128u + 32u * n;
+    uint lshift = (g >> 1) * 4u;
+    for (uint j = 0u; j < 8u; j++) {
+        uint lo = (rd_u32(ql + 4u * j) >> lshift) & 0x0F0F0F0Fu;
+        uint hi = ((rd_u32(qh + 4u * j) >> (2u * g)) & 0x03030303u) << 4;
+        qw[j] = lo | hi;
+    }
+}
+float dot_term(uint qw[8], vec2 wf, ivec2 wi, uint xo) {
+    float dx = x_d(xo);
+    int i0 = dot_words(qw, xo, 0u, 4u) - 32 * x_sum(xo);
+    int i1 = dot_words(qw, xo, 4u, 4u) - 32 * x_sum(xo + 16u);
+    int isum = wi.x * i0 + wi.y * i1;
+    precise float a = dx * wf.x;
+    precise float t = a * float(isum);
+    return t;
+}
+#else
+#error "the int8 dot GEMV has no kernel for this format"
+#endif
+
+#endif
