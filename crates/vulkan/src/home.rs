@@ -28,6 +28,7 @@ use resin_model::{LayerNames, ModelConfig};
 
 use crate::buffers::{f32_bytes, Buffer, Commands, Fence, Location};
 use crate::device::Gpu;
+use crate::gemv_dot::{dot_format, QPack};
 use crate::kernels::*;
 use crate::pipelines::{Bind, Descriptors, Pipelines};
 use crate::VkError;
@@ -119,8 +120,14 @@ struct Scratch {
     /// Activations rounded through 8-bit blocks of 32 and 256 values (see `act_block`).
     xq32: Buffer,
     xq256: Buffer,
+    /// Token passes' activations packed as int8 blocks for the dot GEMV (see gemv_dot.rs).
+    xp32: Buffer,
+    xp256: Buffer,
     /// Whether `prep` rounds activations (VulkanOptions::q8_activations).
     q8: bool,
+    /// Whether token passes take the int8 dot GEMV (q8 activations on a device that runs it;
+    /// `RESIN_VK_GEMV=portable|subgroup` keeps the float GEMV tiers).
+    dot: bool,
 }
 
 /// What the plan decided, in bytes, before anything was uploaded.
@@ -153,7 +160,7 @@ fn attn_pieces(rows: usize) -> u32 {
 fn scratch_bytes(cfg: &ModelConfig, out_rows: usize) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
-    let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1);
+    let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
     ((PF_WINDOW * per_row + out + attn_part_len(PART_ROWS, cfg.n_head, cfg.head_dim, 1)) * 4) as u64
 }
 
@@ -552,9 +559,27 @@ impl Scratch {
             ids: host(out_rows)?,
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
+            xp32: Buffer::new(gpu, packed_bytes(cfg, 32), Location::Device)?,
+            xp256: Buffer::new(gpu, packed_bytes(cfg, 256), Location::Device)?,
             q8,
+            dot: q8 && crate::gemv_dot::dot_ok(&gpu.info) && !matches!(std::env::var("RESIN_VK_GEMV").as_deref(), Ok("portable" | "subgroup")),
         })
     }
+}
+
+/// Bytes of the packed activations of NROW_MAX rows of the widest input, blocks of `block`.
+fn packed_bytes(cfg: &ModelConfig, block: u32) -> u64 {
+    let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
+    let count = (NROW_MAX * widest.next_multiple_of(block as usize)) as u32;
+    QPack::new(block, count).map(|q| q.bytes()).unwrap_or(4)
+}
+
+/// The activation block of `m` when an `n`-row pass runs it through the int8 dot GEMV.
+fn dot_block(m: &Mat, n: usize, s: &Scratch) -> Option<u32> {
+    if !s.dot || n > NROW_MAX || dot_format(m.ty).is_none() {
+        return None;
+    }
+    act_block(m.ty).filter(|&b| m.cols % b as usize == 0)
 }
 
 /// Which 8-bit activation roundings (blocks of 32, of 256) the matrices `ms` read.
@@ -568,8 +593,15 @@ fn act_blocks(ms: &[&Mat], s: &Scratch) -> [bool; 2] {
 fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s: &Scratch) -> Result<(), VkError> {
     let cols = ms[0].cols;
     let blocks = act_blocks(ms, s);
-    for (want, block, y) in [(blocks[0], 32u32, &s.xq32), (blocks[1], 256, &s.xq256)] {
-        if want {
+    for (want, block, y, xp) in [(blocks[0], 32u32, &s.xq32, &s.xp32), (blocks[1], 256, &s.xq256, &s.xp256)] {
+        if !want {
+            continue;
+        }
+        // Packed for the dot GEMV where it reads them, rounded as f32 for the others.
+        if ms.iter().any(|m| dot_block(m, n, s) == Some(block)) {
+            rec.qpack(QPack::new(block, (n * cols) as u32)?, x.into(), xp.into())?;
+        }
+        if ms.iter().any(|m| act_block(m.ty) == Some(block) && dot_block(m, n, s).is_none()) {
             rec.qact(block, (n * cols) as u32, x.into(), y.into())?;
         }
     }
@@ -585,6 +617,12 @@ fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s: &Scratch) 
 fn norm_for(rec: &mut Recorder<'_>, rows: usize, x: &Buffer, add: Option<&Buffer>, w: &Buffer, out: &Buffer, ms: &[&Mat], s: &Scratch, p: NormPush) -> Result<(), VkError> {
     let [b32, b256] = act_blocks(ms, s);
     let add = add.map(Bind::from);
+    if ms.iter().any(|m| dot_block(m, rows, s).is_some()) {
+        // The dot GEMV reads packed activations: norm, then pack (prep).
+        rec.rmsnorm(rows as u32, x.into(), add, w.into(), out.into(), p)?;
+        rec.barrier();
+        return prep(rec, rows, out, ms, s);
+    }
     if b32 || b256 {
         let q32 = b32.then(|| Bind::from(&s.xq32));
         let q256 = b256.then(|| Bind::from(&s.xq256));
@@ -607,7 +645,10 @@ fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, y: &Buffer, y_strid
     };
     for (buf, r0, nr) in &m.parts {
         let p = GemvPush { rows: *nr as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: *r0 as u32 };
-        if n <= NROW_MAX {
+        if let Some(block) = dot_block(m, n, s) {
+            let xp = if block == 32 { &s.xp32 } else { &s.xp256 };
+            rec.gemv_dot(m.ty, n as u32, buf.into(), xp.into(), y.into(), p, QPack::new(block, (n * m.cols) as u32)?)?;
+        } else if n <= NROW_MAX {
             rec.gemv(m.ty, n as u32, buf.into(), xin.into(), y.into(), p)?;
         } else {
             rec.gemm(m.ty, n as u32, buf.into(), xin.into(), y.into(), p)?;
