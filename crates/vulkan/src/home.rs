@@ -617,8 +617,17 @@ fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s: &Scratch) 
 fn norm_for(rec: &mut Recorder<'_>, rows: usize, x: &Buffer, add: Option<&Buffer>, w: &Buffer, out: &Buffer, ms: &[&Mat], s: &Scratch, p: NormPush) -> Result<(), VkError> {
     let [b32, b256] = act_blocks(ms, s);
     let add = add.map(Bind::from);
-    if ms.iter().any(|m| dot_block(m, rows, s).is_some()) {
-        // The dot GEMV reads packed activations: norm, then pack (prep).
+    let dots: Vec<Option<u32>> = ms.iter().map(|m| dot_block(m, rows, s)).collect();
+    if dots.iter().all(|d| d.is_some()) {
+        // Every matrix takes the dot GEMV: norm and pack in one dispatch.
+        let p32 = dots.contains(&Some(32)).then(|| Bind::from(&s.xp32));
+        let p256 = dots.contains(&Some(256)).then(|| Bind::from(&s.xp256));
+        rec.rmsnorm_p(rows as u32, x.into(), add, w.into(), out.into(), p32, p256, p)?;
+        rec.barrier();
+        return Ok(());
+    }
+    if dots.iter().any(|d| d.is_some()) {
+        // Mixed: norm, then pack and round what each matrix reads (prep).
         rec.rmsnorm(rows as u32, x.into(), add, w.into(), out.into(), p)?;
         rec.barrier();
         return prep(rec, rows, out, ms, s);
@@ -773,7 +782,7 @@ fn record_pass(
     mm(rec, m, out, &s.xn, &s.logits, cfg.vocab, s)?;
     rec.barrier();
     mark(&mut clock, cmd, "classifier", 0);
-    rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.ids).into())?;
+    rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.part).into(), (&s.ids).into())?;
     let bytes = (m * cfg.vocab * 4) as u64;
     // SAFETY: the command buffer is recording; both buffers hold out_rows logits rows (m <= out_rows).
     unsafe { rec.gpu.device.cmd_copy_buffer(rec.cmd, s.logits.buffer, s.logits_host.buffer, &[ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bytes }]) };

@@ -17,6 +17,9 @@ pub const WG: u32 = 64;
 /// Workgroup size of the RMS norms: one workgroup a row, so a step of few rows needs wide ones.
 pub const NORM_WG: u32 = 256;
 
+/// Workgroups a row of the argmax's first stage (shaders/ops/argmax.comp SLICES).
+pub const ARGMAX_SLICES: u32 = 64;
+
 /// Words per row of the metadata block (see shaders/common/meta.glsl).
 pub const META_WORDS: usize = 4;
 
@@ -82,6 +85,17 @@ pub struct NormPush {
 }
 const _: () = assert!(std::mem::size_of::<NormPush>() == 8);
 impl Push for NormPush {}
+
+/// The norm's push block when it also packs: `count` = rows * n, the packed layout's size.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NormPackPush {
+    pub n: u32,
+    pub eps: f32,
+    pub count: u32,
+}
+const _: () = assert!(std::mem::size_of::<NormPackPush>() == 12);
+impl Push for NormPackPush {}
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -313,6 +327,38 @@ impl Recorder<'_> {
         self.run(name, &[NORM_WG, mask], &[x, a, w, out, q32.unwrap_or(out), q256.unwrap_or(out)], &p.bytes(), [rows, 1, 1])
     }
 
+    /// [`Recorder::rmsnorm`] that also writes `out` packed for the int8 dot GEMV (blocks of 32
+    /// into `p32`, of 256 into `p256`, each when Some), bit for bit what [`Recorder::qpack`]
+    /// over `out` would write with `count` = rows * p.n, in the same dispatch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rmsnorm_p(
+        &mut self,
+        rows: u32,
+        x: Bind<'_>,
+        add: Option<Bind<'_>>,
+        w: Bind<'_>,
+        out: Bind<'_>,
+        p32: Option<Bind<'_>>,
+        p256: Option<Bind<'_>>,
+        p: NormPush,
+    ) -> Result<(), VkError> {
+        let (name, a) = match add {
+            Some(a) => ("rmsnorm_add_p", a),
+            None => ("rmsnorm_p", x),
+        };
+        let mask = u32::from(p32.is_some()) | (u32::from(p256.is_some()) << 1);
+        if p.n > 16384 {
+            return Err(VkError::Unsupported(format!("a fused norm and packing of {} values a row (at most 16384)", p.n)));
+        }
+        for (q, b) in [(p32, 32), (p256, 256)] {
+            if q.is_some() && !p.n.is_multiple_of(b) {
+                return Err(VkError::Unsupported(format!("packing {} values a row in blocks of {b}", p.n)));
+            }
+        }
+        let push = NormPackPush { n: p.n, eps: p.eps, count: rows * p.n };
+        self.run(name, &[NORM_WG, mask], &[x, a, w, out, p32.unwrap_or(out), p256.unwrap_or(out)], &push.bytes(), [rows, 1, 1])
+    }
+
     /// g <- silu(g) * u over `count` values.
     pub fn swiglu(&mut self, count: u32, g: Bind<'_>, u: Bind<'_>) -> Result<(), VkError> {
         self.run("swiglu", &[], &[g, u], &CountPush { count }.bytes(), grid(count.div_ceil(256)))
@@ -372,8 +418,12 @@ impl Recorder<'_> {
     }
 
     /// ids[r] = argmax of logits row r (n values a row).
-    pub fn argmax(&mut self, rows: u32, n: u32, logits: Bind<'_>, ids: Bind<'_>) -> Result<(), VkError> {
-        self.run("argmax", &[], &[logits, ids], &CountPush { count: n }.bytes(), [rows, 1, 1])
+    /// `part` holds ARGMAX_SLICES (value, index) pairs a row between the two stages.
+    pub fn argmax(&mut self, rows: u32, n: u32, logits: Bind<'_>, part: Bind<'_>, ids: Bind<'_>) -> Result<(), VkError> {
+        let push = CountPush { count: n }.bytes();
+        self.run("argmax_part", &[], &[logits, part, ids], &push, [rows, ARGMAX_SLICES, 1])?;
+        self.barrier();
+        self.run("argmax", &[], &[logits, part, ids], &push, [rows, 1, 1])
     }
 }
 

@@ -339,6 +339,63 @@ fn rmsnorm_with_fused_rounding_equals_rmsnorm_then_qact() {
 }
 
 #[test]
+fn rmsnorm_with_fused_packing_equals_rmsnorm_then_qpack() {
+    // rmsnorm_p writes out and the int8 dot GEMV's packed activations (quants, block scales,
+    // group sums over the pass's rows * n values) in one dispatch: every word must equal
+    // rmsnorm (+ fused add) followed by qpack32 / qpack256 over its output.
+    use resin_vulkan::gemv_dot::QPack;
+    let Some(mut h) = Harness::new() else { return };
+    let (rows, n) = (3usize, 768usize);
+    let count = (rows * n) as u32;
+    let mut rng = Rng(0xfa11);
+    let x0 = rng.vec(rows * n, 2.0);
+    let add = rng.vec(rows * n, 1.0);
+    let w = rng.vec(n, 1.5);
+    let p = NormPush { n: n as u32, eps: 1e-5 };
+    let (ab, wb) = (h.buf_f32(&add), h.buf_f32(&w));
+    let (l32, l256) = (QPack::new(32, count).unwrap(), QPack::new(256, count).unwrap());
+    for fused_add in [false, true] {
+        for (m32, m256) in [(true, true), (true, false), (false, true)] {
+            let (xr, outr) = (h.buf_f32(&x0), h.poisoned(rows * n));
+            let (r32, r256) = (h.poisoned(l32.words() as usize), h.poisoned(l256.words() as usize));
+            h.run(|rec| {
+                rec.rmsnorm(rows as u32, (&xr).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outr).into(), p)?;
+                rec.barrier();
+                rec.qpack(l32, (&outr).into(), (&r32).into())?;
+                rec.qpack(l256, (&outr).into(), (&r256).into())
+            });
+            let (xf, outf) = (h.buf_f32(&x0), h.poisoned(rows * n));
+            let (f32b, f256b) = (h.poisoned(l32.words() as usize), h.poisoned(l256.words() as usize));
+            h.run(|rec| {
+                let p32 = m32.then(|| (&f32b).into());
+                let p256 = m256.then(|| (&f256b).into());
+                rec.rmsnorm_p(rows as u32, (&xf).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outf).into(), p32, p256, p)
+            });
+            let what = format!("rmsnorm_p add={fused_add} p32={m32} p256={m256}");
+            let rd = |b: &Buffer, n: usize| b.read_u32(0, n).unwrap();
+            assert_eq!(rd(&xf, rows * n), rd(&xr, rows * n), "{what}: x");
+            assert_eq!(rd(&outf, rows * n), rd(&outr, rows * n), "{what}: out");
+            for (on, got, want, l) in [(m32, &f32b, &r32, l32), (m256, &f256b, &r256, l256)] {
+                let (g, r) = (rd(got, l.words() as usize), rd(want, l.words() as usize));
+                if on {
+                    assert!(r.iter().all(|&v| v != POISON), "{what}: the reference left a word unwritten");
+                    assert_eq!(g, r, "{what}: packed words");
+                } else {
+                    assert!(g.iter().all(|&v| v == POISON), "{what}: an unasked packing was written");
+                }
+            }
+        }
+    }
+    // Control: packing the input instead of the norm's output gives other words.
+    let (xb, fb, pb) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(l32.words() as usize));
+    let xr = h.buf_f32(&x0);
+    let pr = h.poisoned(l32.words() as usize);
+    h.run(|rec| rec.rmsnorm_p(rows as u32, (&xb).into(), None, (&wb).into(), (&fb).into(), Some((&pb).into()), None, p));
+    h.run(|rec| rec.qpack(l32, (&xr).into(), (&pr).into()));
+    assert_ne!(pb.read_u32(0, l32.words() as usize).unwrap(), pr.read_u32(0, l32.words() as usize).unwrap(), "control");
+}
+
+#[test]
 fn swiglu_matches() {
     // Bar: (32 + 4|g|) u |ref|: Vulkan's exp is within 3 + 2|x| ulp, then a division and a
     // product.
@@ -372,7 +429,8 @@ fn argmax_rows_with_ties() {
     let lb = h.buf_f32(&l);
     let mut ib = Buffer::new(&h.gpu, (rows * 4) as u64, Location::Device).unwrap();
     ib.fill_u32(u32::MAX).unwrap();
-    h.run(|rec| rec.argmax(rows as u32, n as u32, (&lb).into(), (&ib).into()));
+    let part = h.poisoned(rows * ARGMAX_SLICES as usize * 2);
+    h.run(|rec| rec.argmax(rows as u32, n as u32, (&lb).into(), (&part).into(), (&ib).into()));
     let got = ib.read_u32(0, rows).unwrap();
     assert_eq!(got, vec![7, n as u32 - 1, 12_345]);
     // Control: the planted maxima are where the check looks (a wrong id would differ).

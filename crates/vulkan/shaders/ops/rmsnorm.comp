@@ -14,8 +14,15 @@ layout(constant_id = 0) const uint WG = 256;
 #define CH 8u
 #ifdef QACT
 layout(constant_id = 1) const uint QMASK = 3;
+#ifdef QPACK
+// Packed for the int8 dot GEMV (qact.comp QPACK's layout over the pass's `count` values).
+layout(std430, set = 0, binding = 4) writeonly buffer P32 { uint p32[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer P256 { uint p256[]; };
+shared int ps[2048];
+#else
 layout(std430, set = 0, binding = 4) writeonly buffer Q32 { float q32[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer Q256 { float q256[]; };
+#endif
 #define MAXCH 2048u   // chunks a row: n <= 16384 (checked on the host)
 shared float pm[MAXCH];
 #endif
@@ -27,6 +34,9 @@ layout(std430, set = 0, binding = 3) writeonly buffer Out { float outv[]; };
 layout(push_constant) uniform Push {
     uint n;
     float eps;
+#ifdef QPACK
+    uint count;   // values of the whole pass (rows * n): the packed layout's offsets
+#endif
 } p;
 
 shared float red[256];
@@ -78,13 +88,51 @@ void main() {
             for (uint j = c0; j < c0 + per; j++) amax = max(amax, pm[j]);
             float d = amax / 127.0;
             float id = amax > 0.0 ? 127.0 / amax : 0.0;
+#ifdef QPACK
+            uint wd[2] = uint[2](0u, 0u);
+            int qsum = 0;
+            for (uint i = 0u; i < CH; i++) {
+                precise float o = (x[base + c * CH + i] * scale) * w[c * CH + i];
+                precise float q = roundEven(o * id);
+                int qi = int(q);
+                qsum += qi;
+                wd[i >> 2] |= (uint(qi) & 0xFFu) << ((i & 3u) * 8u);
+            }
+            uint g = base + c * CH;   // the chunk's first value in the pass
+            if (k == 0u) {
+                p32[g >> 2] = wd[0];
+                p32[(g >> 2) + 1u] = wd[1];
+                if (c == c0) p32[(p.count >> 2) + g / qb] = floatBitsToUint(d);
+            } else {
+                p256[g >> 2] = wd[0];
+                p256[(g >> 2) + 1u] = wd[1];
+                if (c == c0) p256[(p.count >> 2) + g / qb] = floatBitsToUint(d);
+            }
+            ps[c] = qsum;
+#else
             for (uint i = c * CH; i < c * CH + CH; i++) {
                 precise float o = (x[base + i] * scale) * w[i];
                 precise float q = roundEven(o * id);
                 precise float v = q * d;
                 if (k == 0u) q32[base + i] = v; else q256[base + i] = v;
             }
+#endif
         }
+#ifdef QPACK
+        // The int sum of each group of sumg values (32 for blocks of 32, 16 for 256).
+        barrier();
+        uint sumg = qb == 256u ? 16u : 32u;
+        uint gper = sumg / CH;
+        for (uint c = t; c < nch; c += WG) {
+            if (c % gper != 0u) continue;
+            int sum = 0;
+            for (uint j = c; j < c + gper; j++) sum += ps[j];
+            uint g = base + c * CH;
+            uint at = (p.count >> 2) + p.count / qb + g / sumg;
+            if (k == 0u) p32[at] = uint(sum); else p256[at] = uint(sum);
+        }
+        barrier();
+#endif
     }
 #endif
 }
