@@ -99,7 +99,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     let mut model = args.model.clone();
     // Room for the run and for the warm-up (64 prompt rows, 4 steps).
-    model.ctx = Some(model.ctx.unwrap_or(0).max(args.prompt_tokens.max(64) + args.gen_tokens.max(4) + 1));
+    model.ctx = Some(model.ctx.unwrap_or(0).max(args.prompt_tokens.max(64) + args.gen_tokens.max(resin_core::NROW_MAX) + 1));
     let loaded = model.load(1)?;
     let file_bytes = loaded.file.file_len();
     let mut home = loaded.home;
@@ -136,7 +136,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         let window = home.profile_window(&Segment { region, start: 0, tokens: &prompt })?;
         let row = Row { region, token: prompt[0], pos: prompt.len() as u32 };
         let step = home.profile_step(&[row])?;
-        json!({ "window": profile_json(window), "step": profile_json(step) })
+        // An N-row step: NROW_MAX rows (one region's next positions, as the peel runs them).
+        let rows: Vec<Row> = (0..resin_core::NROW_MAX).map(|i| Row { region, token: prompt[i % prompt.len()], pos: (prompt.len() + i) as u32 }).collect();
+        let step_n = if rows.last().is_some_and(|r| (r.pos as usize) < home.spec().n_ctx) { home.profile_step(&rows)? } else { None };
+        json!({ "window": profile_json(window), "step": profile_json(step), "step_nrow": profile_json(step_n) })
     } else {
         serde_json::Value::Null
     };
@@ -163,6 +166,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     if args.profile {
         text += &profile_text(&format!("prefill window of {} rows", prompt.len().min(resin_core::PF_WINDOW)), &out["profile"]["window"]);
         text += &profile_text("token step (1 row)", &out["profile"]["step"]);
+        text += &profile_text(&format!("token step ({} rows)", resin_core::NROW_MAX), &out["profile"]["step_nrow"]);
     }
     print_result(&args.format, &out, &format!(
         "{text}{} on {} ({} threads, {}): pp{} {:.1} t/s, tg{} {:.1} t/s (median of {})",
