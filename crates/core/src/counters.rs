@@ -12,6 +12,10 @@ pub struct Counters {
     pub peel_steps: AtomicU64,
     pub prompt_tokens_prefilled: AtomicU64,
     pub decode_rows: AtomicU64,
+    /// Parked sessions whose K/V rows were copied to host memory when their region was reused.
+    pub sessions_saved_to_host: AtomicU64,
+    /// Sessions whose K/V rows came back from host memory instead of being prefilled again.
+    pub sessions_restored_from_host: AtomicU64,
     declines: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -43,6 +47,8 @@ impl Counters {
             ("peel_steps", g(&self.peel_steps)),
             ("prompt_tokens_prefilled", g(&self.prompt_tokens_prefilled)),
             ("decode_rows", g(&self.decode_rows)),
+            ("sessions_saved_to_host", g(&self.sessions_saved_to_host)),
+            ("sessions_restored_from_host", g(&self.sessions_restored_from_host)),
         ]
     }
 }

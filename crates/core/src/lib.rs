@@ -117,6 +117,8 @@ pub enum HomeError {
     BadRowCount { got: usize, max: usize },
     #[error("empty prefill segment for region {0:?}")]
     EmptySegment(RegionId),
+    #[error("a saved K/V snapshot does not fit: {0}")]
+    BadSnapshot(String),
     #[error("{0}")]
     Unsupported(String),
     #[error("device error: {0}")]
@@ -137,6 +139,14 @@ pub trait Home: Send {
 
     /// The counters this home updates (shared with the engine and the server's /metrics).
     fn counters(&self) -> &std::sync::Arc<Counters>;
+
+    /// The K/V rows `0..rows` of `region`, every layer, as bytes in this home's layout: what a
+    /// host-cached session keeps while its region serves another session.
+    fn save_region(&mut self, region: RegionId, rows: usize) -> Result<Vec<u8>>;
+
+    /// Write the first `rows` rows of a snapshot `save_region` made (of at least `rows` rows,
+    /// on a home of the same model and codec) into rows `0..rows` of `region`.
+    fn load_region(&mut self, region: RegionId, rows: usize, snapshot: &[u8]) -> Result<()>;
 
     /// One token command over `rows` (written as a step would) with the device time of each
     /// stage, `(op.layer, microseconds)` in order; None where the home has no such clock.
@@ -180,6 +190,21 @@ pub fn check_segments(spec: &HomeSpec, segments: &[Segment<'_>]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The checks of `save_region` / `load_region`: the region exists, `rows` fit the context, and
+/// (for a load) the snapshot holds a whole number of rows of `row_bytes` bytes, at least `rows`.
+/// Returns the snapshot's row count (0 for a save).
+pub fn check_snapshot(spec: &HomeSpec, region: RegionId, rows: usize, row_bytes: usize, snapshot: Option<&[u8]>) -> Result<usize> {
+    check_region(spec, region)?;
+    if rows > spec.n_ctx {
+        return Err(HomeError::ContextFull { pos: rows.saturating_sub(1), n_ctx: spec.n_ctx });
+    }
+    let Some(b) = snapshot else { return Ok(0) };
+    if row_bytes == 0 || b.len() % row_bytes != 0 || b.len() / row_bytes < rows || b.len() / row_bytes > spec.n_ctx {
+        return Err(HomeError::BadSnapshot(format!("{} bytes are not {rows}..={} rows of {row_bytes} bytes", b.len(), spec.n_ctx)));
+    }
+    Ok(b.len() / row_bytes)
 }
 
 fn check_region(spec: &HomeSpec, r: RegionId) -> Result<()> {

@@ -26,11 +26,14 @@ pub struct RegionTable {
     clock: u64,
 }
 
-/// A region handed to a session, and how many of its rows already match the prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A region handed to a session, how many of its rows already match the prompt, and the
+/// tokens of the parked history it displaced (empty unless a parked region was reused: the
+/// caller may save those rows to host memory before anything overwrites them).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
     pub region: RegionId,
     pub reused: usize,
+    pub evicted: Vec<u32>,
 }
 
 impl RegionTable {
@@ -56,13 +59,29 @@ impl RegionTable {
     /// At least one prompt token is always left to prefill (its logits are needed), so `reused`
     /// is at most `prompt.len() - 1`.
     pub fn claim(&mut self, prompt: &[u32]) -> Option<Claim> {
+        self.claim_with(prompt, true)
+    }
+
+    /// The longest prefix of `prompt` a parked region holds (what `claim` would adopt).
+    pub fn best_parked(&self, prompt: &[u32]) -> usize {
+        let cap = prompt.len().saturating_sub(1);
+        self.slots.iter().filter(|s| s.state == State::Parked).map(|s| common_prefix(&s.tokens, prompt).min(cap)).max().unwrap_or(0)
+    }
+
+    /// A region without adopting any parked history: a free one, else the least recently used
+    /// parked one (reported in `evicted`). For a session restored from host memory.
+    pub fn claim_empty(&mut self) -> Option<Claim> {
+        self.claim_with(&[], false)
+    }
+
+    fn claim_with(&mut self, prompt: &[u32], adopt: bool) -> Option<Claim> {
         self.clock += 1;
         let cap = prompt.len().saturating_sub(1);
         let best = self
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.state == State::Parked)
+            .filter(|(_, s)| adopt && s.state == State::Parked)
             .map(|(i, s)| (i, common_prefix(&s.tokens, prompt).min(cap)))
             .filter(|&(_, n)| n > 0)
             .max_by_key(|&(i, n)| (n, self.slots[i].last_used));
@@ -82,10 +101,11 @@ impl RegionTable {
             }
         };
         let s = &mut self.slots[idx];
+        let evicted = if reused == 0 && s.state == State::Parked { std::mem::take(&mut s.tokens) } else { Vec::new() };
         s.state = State::Pinned;
         s.tokens.truncate(reused);
         s.last_used = self.clock;
-        Some(Claim { region: RegionId(idx as u32), reused })
+        Some(Claim { region: RegionId(idx as u32), reused, evicted })
     }
 
     /// Record that the region now holds K/V rows for `tokens` (positions 0..len).
@@ -139,7 +159,7 @@ mod tests {
         t.set_tokens(a.region, &[1, 2, 3, 4]);
         t.park(a.region);
         let b = t.claim(&[1, 2, 3, 4, 5, 6]).unwrap();
-        assert_eq!(b, Claim { region: a.region, reused: 4 });
+        assert_eq!(b, Claim { region: a.region, reused: 4, evicted: vec![] });
         t.set_tokens(b.region, &[1, 2, 3, 4, 5, 6]);
         t.park(b.region);
         // The same prompt again: every row matches, but the last token must still run.
@@ -159,9 +179,22 @@ mod tests {
         t.park(a.region);
         t.park(b.region);
         let c = t.claim(&[9]).unwrap();
-        assert_eq!(c, Claim { region: a.region, reused: 0 });
+        assert_eq!(c, Claim { region: a.region, reused: 0, evicted: vec![1] }, "the LRU parked history is reported");
         assert!(t.tokens(c.region).is_empty());
         t.free(c.region);
         assert_eq!(t.claim(&[8]).unwrap().region, a.region, "free regions go before parked ones");
+    }
+
+    #[test]
+    fn claim_empty_never_adopts_and_reports_what_it_displaces() {
+        let mut t = RegionTable::new(1);
+        let a = t.claim(&[1, 2, 3]).unwrap();
+        t.set_tokens(a.region, &[1, 2, 3]);
+        t.park(a.region);
+        assert_eq!(t.best_parked(&[1, 2, 3, 4]), 3);
+        let b = t.claim_empty().unwrap();
+        assert_eq!(b, Claim { region: a.region, reused: 0, evicted: vec![1, 2, 3] });
+        assert_eq!(t.best_parked(&[1, 2, 3, 4]), 0);
+        assert_eq!(t.claim_empty(), None, "the only region is pinned");
     }
 }

@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use resin_core::{check_rows, check_segments, count_window, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, PF_WINDOW};
+use resin_core::{check_rows, check_segments, check_snapshot, count_window, RegionId, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, PF_WINDOW};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
 
@@ -124,5 +124,16 @@ impl Home for CpuHome {
 
     fn counters(&self) -> &Arc<Counters> {
         &self.counters
+    }
+
+    fn save_region(&mut self, region: RegionId, rows: usize) -> resin_core::Result<Vec<u8>> {
+        check_snapshot(&self.spec, region, rows, self.kv.row_bytes(), None)?;
+        Ok(self.kv.save(region.0 as usize, rows))
+    }
+
+    fn load_region(&mut self, region: RegionId, rows: usize, snapshot: &[u8]) -> resin_core::Result<()> {
+        let saved = check_snapshot(&self.spec, region, rows, self.kv.row_bytes(), Some(snapshot))?;
+        self.kv.load(region.0 as usize, rows, saved, snapshot);
+        Ok(())
     }
 }

@@ -69,6 +69,63 @@ impl KvCache {
         ((region * self.n_layer + layer) * self.n_ctx + pos) * self.kv_dim
     }
 
+    /// Bytes of one position's K and V rows over every layer (a snapshot's row).
+    pub fn row_bytes(&self) -> usize {
+        2 * self.n_layer * self.codec.bytes_for(self.kv_dim)
+    }
+
+    /// Byte range of positions `0..rows` of (region, layer) in one side's store.
+    fn span(&self, region: usize, layer: usize, rows: usize) -> std::ops::Range<usize> {
+        let i = self.index(region, layer, 0);
+        let n = rows * self.kv_dim;
+        match self.codec {
+            KvCodec::F16 => 2 * i..2 * (i + n),
+            KvCodec::F32 => 4 * i..4 * (i + n),
+            KvCodec::Q8_0 => i / 32 * 34..(i + n) / 32 * 34,
+        }
+    }
+
+    /// Positions `0..rows` of `region`, every layer: `[layer][K rows | V rows]`, in the codec's bytes.
+    pub fn save(&self, region: usize, rows: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(rows * self.row_bytes());
+        for layer in 0..self.n_layer {
+            let r = self.span(region, layer, rows);
+            for store in [&self.k, &self.v] {
+                match store {
+                    Store::F16(b) => out.extend(b[r.start / 2..r.end / 2].iter().flat_map(|x| x.to_le_bytes())),
+                    Store::F32(b) => out.extend(b[r.start / 4..r.end / 4].iter().flat_map(|x| x.to_le_bytes())),
+                    Store::Q8(b) => out.extend_from_slice(&b[r.clone()]),
+                }
+            }
+        }
+        out
+    }
+
+    /// Write the first `rows` positions of a snapshot of `saved` positions into `region`.
+    pub fn load(&mut self, region: usize, rows: usize, saved: usize, snap: &[u8]) {
+        let side = saved * self.codec.bytes_for(self.kv_dim);
+        for layer in 0..self.n_layer {
+            let r = self.span(region, layer, rows);
+            let base = layer * 2 * side;
+            for (k, store) in [&mut self.k, &mut self.v].into_iter().enumerate() {
+                let src = &snap[base + k * side..base + k * side + r.len()];
+                match store {
+                    Store::F16(b) => {
+                        for (d, c) in b[r.start / 2..r.end / 2].iter_mut().zip(src.chunks_exact(2)) {
+                            *d = u16::from_le_bytes([c[0], c[1]]);
+                        }
+                    }
+                    Store::F32(b) => {
+                        for (d, c) in b[r.start / 4..r.end / 4].iter_mut().zip(src.chunks_exact(4)) {
+                            *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                        }
+                    }
+                    Store::Q8(b) => b[r.clone()].copy_from_slice(src),
+                }
+            }
+        }
+    }
+
     /// Store one position's K and V rows (kv_dim values each).
     pub fn store(&mut self, region: usize, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let i = self.index(region, layer, pos);

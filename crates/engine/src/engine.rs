@@ -3,11 +3,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use resin_core::regions::RegionTable;
+use resin_core::regions::{Claim, RegionTable};
 use resin_core::{Counters, Home, RegionId, Row, Segment, NROW_MAX, PF_WINDOW};
 use resin_model::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc as tmpsc;
 
+use crate::host_cache::HostCache;
 use crate::sampling::{Sampler, SamplingParams};
 use crate::stop::{StopMatcher, StopOutcome};
 
@@ -103,11 +104,14 @@ pub struct EngineConfig {
     /// Sessions whose prompts may share one prefill window (segments); 1 prefills one session
     /// at a time (the comparison `resin bench --streams N --max-segments 1` makes).
     pub max_segments: usize,
+    /// Bytes of host memory for sessions whose region was reused (their K/V rows, restored when
+    /// their conversation continues); 0 keeps none.
+    pub host_cache_bytes: usize,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 128, max_segments: usize::MAX }
+        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 128, max_segments: usize::MAX, host_cache_bytes: 1 << 30 }
     }
 }
 
@@ -143,6 +147,7 @@ impl Engine {
         let counters = home.counters().clone();
         let sched = Scheduler {
             regions: RegionTable::new(spec.regions),
+            host: HostCache::new(config.host_cache_bytes),
             home,
             tokenizer,
             config: config.clone(),
@@ -236,6 +241,7 @@ struct Scheduler {
     config: EngineConfig,
     stats: Arc<EngineStats>,
     regions: RegionTable,
+    host: HostCache,
     queue: VecDeque<(Box<GenRequest>, tmpsc::UnboundedSender<GenEvent>, Instant)>,
     streams: Vec<Stream>,
     next_id: u64,
@@ -310,7 +316,24 @@ impl Scheduler {
 
     fn admit(&mut self) {
         while let Some((req, _, _)) = self.queue.front() {
-            let Some(claim) = self.regions.claim(&req.prompt) else { break };
+            // A history in host memory that matches more of the prompt than any parked region
+            // comes back into a region of its own; else the usual claim (adopt, free, LRU).
+            let parked = self.regions.best_parked(&req.prompt);
+            let from_host = self.host.best(&req.prompt).filter(|&(_, n)| n > parked);
+            let claim = if from_host.is_some() { self.regions.claim_empty() } else { self.regions.claim(&req.prompt) };
+            let Some(mut claim) = claim else { break };
+            self.save_to_host(&claim);
+            if let Some((i, n)) = from_host {
+                let (tokens, snapshot) = self.host.take(i);
+                match self.home.load_region(claim.region, n, &snapshot) {
+                    Ok(()) => {
+                        self.regions.set_tokens(claim.region, &tokens[..n]);
+                        claim.reused = n;
+                        Counters::add(&self.home.counters().sessions_restored_from_host, 1);
+                    }
+                    Err(e) => tracing::warn!("restoring a session from host memory failed ({e}); prefilling it instead"),
+                }
+            }
             let (req, tx, submitted) = self.queue.pop_front().expect("front exists");
             self.stats.queued.fetch_sub(1, Ordering::Relaxed);
             let stop_ids = req.stop_ids.clone().unwrap_or_else(|| self.tokenizer.stop_ids());
@@ -332,6 +355,21 @@ impl Scheduler {
                 first_token: None,
                 id: self.next_id,
             });
+        }
+    }
+
+    /// Copy a displaced parked history's K/V rows to host memory before its region is reused.
+    fn save_to_host(&mut self, claim: &Claim) {
+        if claim.evicted.is_empty() || !self.host.enabled() {
+            return;
+        }
+        match self.home.save_region(claim.region, claim.evicted.len()) {
+            Ok(snapshot) => {
+                if self.host.insert(claim.evicted.clone(), snapshot) {
+                    Counters::add(&self.home.counters().sessions_saved_to_host, 1);
+                }
+            }
+            Err(e) => tracing::warn!("saving a parked session to host memory failed: {e}"),
         }
     }
 

@@ -2,6 +2,7 @@
 //! stop conditions, prefix reuse and streaming. It drives any [`resin_core::Home`].
 
 mod engine;
+mod host_cache;
 mod sampling;
 mod stop;
 
@@ -9,5 +10,6 @@ pub use engine::{
     balanced_groups, Engine, EngineConfig, EngineStats, Finish, FinishReason, GenEvent, GenHandle, GenRequest,
     LogitsConstraint, SubmitError,
 };
+pub use host_cache::HostCache;
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
 pub use stop::{StopMatcher, StopOutcome};

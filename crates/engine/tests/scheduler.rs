@@ -198,3 +198,39 @@ fn max_segments_one_prefills_one_session_a_window_with_the_same_tokens() {
     // arrived in one tick; they are submitted back to back, so at least two share one).
     assert!(seg_together >= 1, "segments: prompts arriving together share a window");
 }
+
+#[test]
+fn a_session_displaced_to_host_memory_comes_back_for_its_next_turn() {
+    let m = model();
+    // One region: the second conversation takes it from the first, whose rows go to host memory.
+    let e = engine(&m, 1, EngineConfig::default());
+    let first = m.tok.encode("The three primary colors are", false, false).unwrap();
+    let (out1, _) = collect(e.submit(request(first.clone(), 8)).unwrap());
+    let other = m.tok.encode("Write a haiku about rain.", false, false).unwrap();
+    collect(e.submit(request(other, 4)).unwrap());
+    let c = e.counters();
+    assert_eq!(c.sessions_saved_to_host.load(Ordering::Relaxed), 1, "the parked first conversation was saved");
+    // The first conversation's next turn: restored from host memory, only the suffix prefilled.
+    let mut second = first.clone();
+    second.extend(&out1);
+    second.extend(m.tok.encode(" and the three secondary colors are", false, false).unwrap());
+    let before = c.prompt_tokens_prefilled.load(Ordering::Relaxed);
+    let (out2, f2) = collect(e.submit(request(second.clone(), 8)).unwrap());
+    let prefilled = c.prompt_tokens_prefilled.load(Ordering::Relaxed) - before;
+    let held = first.len() + out1.len() - 1;
+    assert_eq!(c.sessions_restored_from_host.load(Ordering::Relaxed), 1);
+    assert_eq!(f2.reused_tokens, held, "the restored rows are reused");
+    assert_eq!(prefilled as usize, second.len() - held, "only the new suffix is prefilled");
+    // The haiku's history was displaced in turn (saved), and the output equals a fresh session.
+    assert_eq!(c.sessions_saved_to_host.load(Ordering::Relaxed), 2);
+    let fresh = engine(&m, 1, EngineConfig::default());
+    let (out_fresh, _) = collect(fresh.submit(request(second.clone(), 8)).unwrap());
+    assert_eq!(out2, out_fresh, "a restored session continues exactly as a fresh one on the whole transcript");
+    // Control: with no host memory the first conversation is prefilled again from scratch.
+    let off = engine(&m, 1, EngineConfig { host_cache_bytes: 0, ..EngineConfig::default() });
+    collect(off.submit(request(first.clone(), 8)).unwrap());
+    collect(off.submit(request(m.tok.encode("Write a haiku about rain.", false, false).unwrap(), 4)).unwrap());
+    let (_, f_off) = collect(off.submit(request(second, 8)).unwrap());
+    assert_eq!(f_off.reused_tokens, 0);
+    assert_eq!(off.counters().sessions_restored_from_host.load(Ordering::Relaxed), 0);
+}

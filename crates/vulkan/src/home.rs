@@ -22,7 +22,7 @@
 
 use std::sync::Arc;
 
-use resin_core::{check_rows, check_segments, count_window, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, NROW_MAX, PF_WINDOW};
+use resin_core::{check_rows, check_segments, check_snapshot, count_window, RegionId, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, NROW_MAX, PF_WINDOW};
 use resin_gguf::{formats, GgmlType, GgufFile};
 use resin_model::{LayerNames, ModelConfig};
 
@@ -330,6 +330,12 @@ impl VulkanHome {
 
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// (bytes of one position over every layer's K and V, bytes of one position of one side).
+    fn snapshot_row_bytes(&self) -> (usize, usize) {
+        let side_row = self.spec.codec.bytes_for(self.cfg.kv_dim());
+        (2 * self.cfg.n_layer * side_row, side_row)
     }
 
     pub fn device(&self) -> &Arc<Gpu> {
@@ -845,6 +851,34 @@ impl Home for VulkanHome {
 
     fn profile_step(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<(String, f64)>>> {
         VulkanHome::profile_step(self, rows)
+    }
+
+    /// Layout `[layer][K rows | V rows]` in the mirror's codec (f16 or f32), as the CPU home's.
+    fn save_region(&mut self, region: RegionId, rows: usize) -> resin_core::Result<Vec<u8>> {
+        let (row_bytes, side_row) = self.snapshot_row_bytes();
+        check_snapshot(&self.spec, region, rows, row_bytes, None)?;
+        let base = region.0 as u64 * (self.plan.n_ctx * side_row) as u64;
+        let side = rows * side_row;
+        let mut out = vec![0u8; rows * row_bytes];
+        for (l, ly) in self.layers.iter().enumerate() {
+            let at = l * 2 * side;
+            ly.mk.read(base, &mut out[at..at + side]).map_err(HomeError::from)?;
+            ly.mv.read(base, &mut out[at + side..at + 2 * side]).map_err(HomeError::from)?;
+        }
+        Ok(out)
+    }
+
+    fn load_region(&mut self, region: RegionId, rows: usize, snapshot: &[u8]) -> resin_core::Result<()> {
+        let (row_bytes, side_row) = self.snapshot_row_bytes();
+        let saved = check_snapshot(&self.spec, region, rows, row_bytes, Some(snapshot))?;
+        let base = region.0 as u64 * (self.plan.n_ctx * side_row) as u64;
+        let (side, len) = (saved * side_row, rows * side_row);
+        for (l, ly) in self.layers.iter_mut().enumerate() {
+            let at = l * 2 * side;
+            ly.mk.write(base, &snapshot[at..at + len]).map_err(HomeError::from)?;
+            ly.mv.write(base, &snapshot[at + side..at + side + len]).map_err(HomeError::from)?;
+        }
+        Ok(())
     }
 
     fn profile_window(&mut self, segment: &Segment<'_>) -> resin_core::Result<Option<Vec<(String, f64)>>> {

@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// Serve continuations of at most 8 tokens through the token command (the peel).
     #[arg(long = "no-prefill-peel", action = clap::ArgAction::SetFalse)]
     pub prefill_peel: bool,
+    /// MiB of host memory for sessions whose region another session took (their K/V rows come
+    /// back when the conversation continues); 0 keeps none.
+    #[arg(long, default_value_t = 1024)]
+    pub host_cache_mib: usize,
     /// The model id clients see (default: the file name without .gguf).
     #[arg(long)]
     pub name: Option<String>,
@@ -40,7 +44,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let id = args.name.clone().unwrap_or_else(|| {
         loaded.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
     });
-    let engine_cfg = EngineConfig { max_queue: args.max_queue, prefill_peel: args.prefill_peel, ..EngineConfig::default() };
+    let engine_cfg = EngineConfig { max_queue: args.max_queue, prefill_peel: args.prefill_peel, host_cache_bytes: args.host_cache_mib << 20, ..EngineConfig::default() };
     let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), engine_cfg);
     let cfg = ServerConfig {
         host: args.host,
