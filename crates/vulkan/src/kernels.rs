@@ -299,21 +299,24 @@ impl Recorder<'_> {
     /// `q32` and of 256 values to `q256` (each when Some), bit for bit what [`Recorder::qact`]
     /// over `out` would write, in the same dispatch. `p.n` must be a multiple of each block.
     #[allow(clippy::too_many_arguments)]
-    pub fn rmsnorm_q(
-        &mut self,
-        rows: u32,
-        x: Bind<'_>,
-        add: Option<Bind<'_>>,
-        w: Bind<'_>,
-        out: Bind<'_>,
-        q32: Option<Bind<'_>>,
-        q256: Option<Bind<'_>>,
-        p: NormPush,
-    ) -> Result<(), VkError> {
-        let (name, a) = match add {
-            Some(a) => ("rmsnorm_add_q", a),
-            None => ("rmsnorm_q", x),
-        };
+    pub fn rmsnorm_q(&mut self, rows: u32, x: Bind<'_>, add: Option<Bind<'_>>, w: Bind<'_>, out: Bind<'_>, q32: Option<Bind<'_>>, q256: Option<Bind<'_>>, p: NormPush) -> Result<(), VkError> {
+        self.norm_rounded(false, rows, [x, w, out], add, [q32, q256], p)
+    }
+
+    /// [`Recorder::rmsnorm`] that also writes `out` packed for the int8 dot GEMV (blocks of 32
+    /// into `p32`, of 256 into `p256`, each when Some), bit for bit what [`Recorder::qpack`]
+    /// over `out` would write with `count` = rows * p.n, in the same dispatch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rmsnorm_p(&mut self, rows: u32, x: Bind<'_>, add: Option<Bind<'_>>, w: Bind<'_>, out: Bind<'_>, p32: Option<Bind<'_>>, p256: Option<Bind<'_>>, p: NormPush) -> Result<(), VkError> {
+        self.norm_rounded(true, rows, [x, w, out], add, [p32, p256], p)
+    }
+
+    /// The norm with its output rounded (`packed` false: f32 values) or packed (true) through
+    /// the blocks of 32 and 256 asked for.
+    fn norm_rounded(&mut self, packed: bool, rows: u32, [x, w, out]: [Bind<'_>; 3], add: Option<Bind<'_>>, [q32, q256]: [Option<Bind<'_>>; 2], p: NormPush) -> Result<(), VkError> {
+        let base = if add.is_some() { "rmsnorm_add" } else { "rmsnorm" };
+        let name = format!("{base}_{}", if packed { "p" } else { "q" });
+        let a = add.unwrap_or(x);
         let mask = u32::from(q32.is_some()) | (u32::from(q256.is_some()) << 1);
         if p.n > 16384 {
             return Err(VkError::Unsupported(format!("a fused norm and rounding of {} values a row (at most 16384)", p.n)));
@@ -323,40 +326,9 @@ impl Recorder<'_> {
                 return Err(VkError::Unsupported(format!("rounding {} values a row in blocks of {b}", p.n)));
             }
         }
+        let push = if packed { NormPackPush { n: p.n, eps: p.eps, count: rows * p.n }.bytes() } else { p.bytes() };
         // An unused rounded output binds `out` (never written through that binding).
-        self.run(name, &[NORM_WG, mask], &[x, a, w, out, q32.unwrap_or(out), q256.unwrap_or(out)], &p.bytes(), [rows, 1, 1])
-    }
-
-    /// [`Recorder::rmsnorm`] that also writes `out` packed for the int8 dot GEMV (blocks of 32
-    /// into `p32`, of 256 into `p256`, each when Some), bit for bit what [`Recorder::qpack`]
-    /// over `out` would write with `count` = rows * p.n, in the same dispatch.
-    #[allow(clippy::too_many_arguments)]
-    pub fn rmsnorm_p(
-        &mut self,
-        rows: u32,
-        x: Bind<'_>,
-        add: Option<Bind<'_>>,
-        w: Bind<'_>,
-        out: Bind<'_>,
-        p32: Option<Bind<'_>>,
-        p256: Option<Bind<'_>>,
-        p: NormPush,
-    ) -> Result<(), VkError> {
-        let (name, a) = match add {
-            Some(a) => ("rmsnorm_add_p", a),
-            None => ("rmsnorm_p", x),
-        };
-        let mask = u32::from(p32.is_some()) | (u32::from(p256.is_some()) << 1);
-        if p.n > 16384 {
-            return Err(VkError::Unsupported(format!("a fused norm and packing of {} values a row (at most 16384)", p.n)));
-        }
-        for (q, b) in [(p32, 32), (p256, 256)] {
-            if q.is_some() && !p.n.is_multiple_of(b) {
-                return Err(VkError::Unsupported(format!("packing {} values a row in blocks of {b}", p.n)));
-            }
-        }
-        let push = NormPackPush { n: p.n, eps: p.eps, count: rows * p.n };
-        self.run(name, &[NORM_WG, mask], &[x, a, w, out, p32.unwrap_or(out), p256.unwrap_or(out)], &push.bytes(), [rows, 1, 1])
+        self.run(&name, &[NORM_WG, mask], &[x, a, w, out, q32.unwrap_or(out), q256.unwrap_or(out)], &push, [rows, 1, 1])
     }
 
     /// g <- silu(g) * u over `count` values.

@@ -23,35 +23,6 @@ use resin_vulkan::gemm::*;
 use resin_vulkan::kernels::{GemvPush, Recorder};
 use resin_vulkan::pipelines::{Bind, VARIANTS};
 
-const FORMATS: [GgmlType; 9] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q8_0,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
-
-/// One activation row's y = W x in f64 and each element's bar (the GEMV's, tests/kernels.rs).
-fn oracle(wq: &[f32], x: &[f32], rows: usize, cols: usize) -> (Vec<f64>, Vec<f64>) {
-    let mut y = vec![0f64; rows];
-    let mut bar = vec![0f64; rows];
-    for r in 0..rows {
-        let (mut s, mut a) = (0f64, 0f64);
-        for j in 0..cols {
-            let t = wq[r * cols + j] as f64 * x[j] as f64;
-            s += t;
-            a += t.abs();
-        }
-        y[r] = s;
-        bar[r] = (cols as f64 + 8.0) * U * a + 1e-30;
-    }
-    (y, bar)
-}
-
 const NS: [usize; 6] = [1, 9, 63, 64, 65, 200];
 const NMAX: usize = 200;
 
@@ -81,7 +52,7 @@ fn gemm_every_format_edges_strides_and_gemv_agreement() {
                 xflat[c * xs_stride..c * xs_stride + cols].copy_from_slice(r);
             }
             let xbuf = h.buf_f32(&xflat);
-            let want: Vec<(Vec<f64>, Vec<f64>)> = xrows.iter().map(|x| oracle(&wq, x, rows, cols)).collect();
+            let want: Vec<(Vec<f64>, Vec<f64>)> = xrows.iter().map(|x| gemv_oracle(&wq, x, rows, cols)).collect();
             let (ys, yo) = (rows + 5, 3usize);
             let mut last = Vec::new();
             for n in NS {
@@ -156,7 +127,7 @@ fn gemm_classifier_sized_rows() {
     h.run(|rec| rec.gemm_in(GemmTier::Tiled, GgmlType::Q8_0, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
     let got = ybuf.read_f32(0, n * rows).unwrap();
     for c in 0..n {
-        let (want, bar) = oracle(&wq, &x[c * cols..(c + 1) * cols], rows, cols);
+        let (want, bar) = gemv_oracle(&wq, &x[c * cols..(c + 1) * cols], rows, cols);
         check(&format!("gemm 151936 rows, row {c}"), &got[c * rows..(c + 1) * rows], &want, &bar).unwrap();
     }
 }
@@ -217,7 +188,7 @@ fn gemm_coopmat_tier_where_offered() {
             let got = ybuf.read_f32(0, len).unwrap();
             let mut written = vec![false; len];
             for c in 0..n {
-                let (want, mut bar) = oracle(&wq, &xs[c * cols..(c + 1) * cols], rows, cols);
+                let (want, mut bar) = gemv_oracle(&wq, &xs[c * cols..(c + 1) * cols], rows, cols);
                 for r in 0..rows {
                     let a = bar[r] / ((cols as f64 + 8.0) * U);
                     bar[r] += (2.0 * U16 + U16 * U16) * a + cols as f64 * 4.0 * 2f64.powi(-25);

@@ -11,37 +11,6 @@ use resin_vulkan::buffers::{f32_bytes, Buffer, Location};
 use resin_vulkan::kernels::*;
 use resin_vulkan::pipelines::Bind;
 
-const FORMATS: [GgmlType; 9] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q8_0,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
-
-/// y = W x in f64 from the reference dequantization, and the bar of each element:
-/// (cols + 8) * u * sum_j |w_ij x_j|: any f32 summation order of `cols` products is within
-/// gamma_cols of the exact sum, plus a few roundings of the in-kernel dequantization.
-fn gemv_oracle(wq: &[f32], x: &[f32], rows: usize, cols: usize) -> (Vec<f64>, Vec<f64>) {
-    let mut y = vec![0f64; rows];
-    let mut bar = vec![0f64; rows];
-    for r in 0..rows {
-        let (mut s, mut a) = (0f64, 0f64);
-        for j in 0..cols {
-            let t = wq[r * cols + j] as f64 * x[j] as f64;
-            s += t;
-            a += t.abs();
-        }
-        y[r] = s;
-        bar[r] = (cols as f64 + 8.0) * U * a + 1e-30;
-    }
-    (y, bar)
-}
-
 /// The GEMV tiers this device runs (the portable one always; the subgroup one when the device
 /// has subgroup arithmetic, else a SKIP line).
 fn gemv_tiers(h: &Harness) -> Vec<GemvTier> {

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::{argmax, rel_l2};
+
 use std::sync::Arc;
 
 use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment};
@@ -24,22 +26,6 @@ fn homes_with(name: &str, n_ctx: usize, regions: usize, q8_activations: bool) ->
     let cpu = CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap();
     let vk = VulkanHome::on(gpu, file, cfg, &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None }, Arc::new(Counters::default())).unwrap();
     Some((cpu, vk))
-}
-
-fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den).sqrt()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 const PROMPT: [u32; 12] = [1, 9690, 2683, 314, 253, 1691, 282, 2476, 28, 357, 4073, 30];

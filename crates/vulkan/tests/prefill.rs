@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::{argmax, bits_equal, rel_l2};
+
 use std::sync::Arc;
 
 use resin_core::{Counters, Home, KvCodec, Logits, RegionId, Row, Segment};
@@ -42,26 +44,6 @@ fn vulkan(m: &Model, n_ctx: usize, regions: usize) -> Option<(VulkanHome, Arc<Co
 fn cpu(m: &Model, n_ctx: usize, regions: usize) -> CpuHome {
     let opts = CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None };
     CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap()
-}
-
-fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den).sqrt()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-fn bits_equal(a: &[f32], b: &[f32]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 /// A counting prompt of at least `n` tokens (wide top-2 margins: greedy cannot flip on

@@ -114,3 +114,50 @@ pub fn check(what: &str, got: &[f32], want: &[f64], bar: &[f64]) -> Result<f64, 
     }
     Ok(worst.1)
 }
+
+/// The weight formats every GEMV/GEMM tier serves.
+pub const FORMATS: [resin_gguf::GgmlType; 9] = {
+    use resin_gguf::GgmlType::*;
+    [F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K]
+};
+
+/// y = W x in f64 from the reference dequantization, and the bar of each element:
+/// (cols + 8) * u * sum_j |w_ij x_j|: any f32 summation order of `cols` products is within
+/// gamma_cols of the exact sum, plus a few roundings of the in-kernel dequantization.
+pub fn gemv_oracle(wq: &[f32], x: &[f32], rows: usize, cols: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut y = vec![0f64; rows];
+    let mut bar = vec![0f64; rows];
+    for r in 0..rows {
+        let (mut s, mut a) = (0f64, 0f64);
+        for j in 0..cols {
+            let t = wq[r * cols + j] as f64 * x[j] as f64;
+            s += t;
+            a += t.abs();
+        }
+        y[r] = s;
+        bar[r] = (cols as f64 + 8.0) * U * a + 1e-30;
+    }
+    (y, bar)
+}
+
+/// Relative L2 distance of `a` from `b`.
+pub fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den).sqrt()
+}
+
+/// The index of the largest value (the first of equals).
+pub fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+pub fn bits_equal(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
