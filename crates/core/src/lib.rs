@@ -93,6 +93,18 @@ impl Logits {
     }
 }
 
+/// The greedy choice: the first index of the largest logit (NaN never wins; 0 when every
+/// logit is NaN). The Vulkan home's on-device argmax follows the same rule.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in logits.iter().enumerate() {
+        if !v.is_nan() && best.is_none_or(|(_, b)| v > b) {
+            best = Some((i, v));
+        }
+    }
+    best.map_or(0, |(i, _)| i as u32)
+}
+
 /// What a home was built to serve.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HomeSpec {
@@ -139,6 +151,13 @@ pub trait Home: Send {
 
     /// The counters this home updates (shared with the engine and the server's /metrics).
     fn counters(&self) -> &std::sync::Arc<Counters>;
+
+    /// As `step`, for rows sampled greedily: each row's argmax id (the first index of its
+    /// largest logit), read back instead of the logits where the home computes it on the
+    /// device. None where the home has no such path (the caller takes `step` and its argmax).
+    fn step_greedy(&mut self, _rows: &[Row]) -> Result<Option<Vec<u32>>> {
+        Ok(None)
+    }
 
     /// The K/V rows `0..rows` of `region`, every layer, as bytes in this home's layout: what a
     /// host-cached session keeps while its region serves another session.
@@ -219,4 +238,15 @@ fn check_token(spec: &HomeSpec, token: u32) -> Result<()> {
         return Err(HomeError::BadToken { token, vocab: spec.vocab });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn argmax_takes_the_first_largest_and_skips_nan() {
+        assert_eq!(super::argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(super::argmax(&[f32::NAN, 0.5, 0.7]), 2);
+        assert_eq!(super::argmax(&[f32::NAN, f32::NAN]), 0);
+        assert_eq!(super::argmax(&[f32::NEG_INFINITY, -1e30]), 1);
+    }
 }

@@ -126,6 +126,12 @@ impl Home for CpuHome {
         &self.counters
     }
 
+    /// The argmax of each row's logits (computed here; the logits never leave the home).
+    fn step_greedy(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<u32>>> {
+        let l = self.step(rows)?;
+        Ok(Some((0..l.rows()).map(|i| resin_core::argmax(l.row(i))).collect()))
+    }
+
     fn save_region(&mut self, region: RegionId, rows: usize) -> resin_core::Result<Vec<u8>> {
         check_snapshot(&self.spec, region, rows, self.kv.row_bytes(), None)?;
         Ok(self.kv.save(region.0 as usize, rows))

@@ -392,6 +392,27 @@ impl Scheduler {
                     Row { region: s.region, token: next, pos: s.fed.len() as u32 }
                 })
                 .collect();
+            // Streams that sample plain greedy need only each row's argmax id: homes that
+            // compute it on the device read back four bytes a row instead of the logits.
+            if members.iter().all(|&i| self.streams[i].argmax_only()) {
+                match self.home.step_greedy(&rows) {
+                    Ok(Some(ids)) => {
+                        for (j, &i) in members.iter().enumerate() {
+                            let s = &mut self.streams[i];
+                            s.fed.push(rows[j].token);
+                            if let After::Finish(r) = s.emit(ids[j], &self.tokenizer, self.home.spec().n_ctx) {
+                                done.push((i, Ok(r)));
+                            }
+                        }
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        done.extend(members.iter().map(|&i| (i, Err(e.to_string()))));
+                        continue;
+                    }
+                }
+            }
             match self.home.step(&rows) {
                 Ok(logits) => {
                     for (j, &i) in members.iter().enumerate() {
@@ -544,6 +565,17 @@ impl Stream {
             c.mask(logits);
         }
         let t = self.sampler.sample(logits, &self.fed);
+        self.emit(t, tok, n_ctx)
+    }
+
+    /// Whether this stream's next token is the plain argmax of the logits (no constraint, no
+    /// penalties, greedy).
+    fn argmax_only(&self) -> bool {
+        self.req.constraint.is_none() && self.sampler.is_plain_greedy()
+    }
+
+    /// Emit sampled token `t` (stop ids, stop strings, the constraint, limits).
+    fn emit(&mut self, t: u32, tok: &Tokenizer, n_ctx: usize) -> After {
         self.generated += 1;
         if self.first_token.is_none() {
             self.first_token = Some(Instant::now());

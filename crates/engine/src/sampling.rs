@@ -101,16 +101,7 @@ impl Rng {
     }
 }
 
-/// Index of the largest logit (the first one on ties).
-pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
+pub use resin_core::argmax;
 
 /// A sampler for one stream.
 #[derive(Debug, Clone)]
@@ -134,6 +125,13 @@ impl Sampler {
     }
 
     /// Apply the penalties to `logits` given the tokens generated (and prompted) so far.
+    /// Whether a sample is just the argmax of the raw logits (greedy, no penalties): then a
+    /// home's on-device argmax id can stand in for the logits.
+    pub fn is_plain_greedy(&self) -> bool {
+        let p = &self.params;
+        p.is_greedy() && p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0
+    }
+
     pub fn apply_penalties(&self, logits: &mut [f32], history: &[u32]) {
         let p = &self.params;
         if p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 {

@@ -428,6 +428,12 @@ impl VulkanHome {
 
     /// Run the token command over `rows` (already checked); returns the logits rows.
     fn run_rows(&mut self, rows: &[(u32, u32, u32)]) -> Result<Vec<f32>, VkError> {
+        self.submit_rows(rows)?;
+        self.scratch.logits_host.read_f32(0, rows.len() * self.cfg.vocab)
+    }
+
+    /// Run the token command over `rows` (already checked), recording it on first use.
+    fn submit_rows(&mut self, rows: &[(u32, u32, u32)]) -> Result<(), VkError> {
         let n = rows.len();
         if self.commands[n - 1].is_none() {
             let c = self.record(n)?;
@@ -435,8 +441,7 @@ impl VulkanHome {
         }
         self.write_meta(rows)?;
         let cmd = self.commands[n - 1].as_ref().map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))?;
-        self.fence.submit_wait(cmd)?;
-        self.scratch.logits_host.read_f32(0, n * self.cfg.vocab)
+        self.fence.submit_wait(cmd)
     }
 }
 
@@ -847,6 +852,19 @@ impl Home for VulkanHome {
 
     fn counters(&self) -> &Arc<Counters> {
         &self.counters
+    }
+
+    /// The on-device argmax ids: four bytes a row come back instead of the logits.
+    fn step_greedy(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<u32>>> {
+        check_rows(&self.spec, rows)?;
+        let r: Vec<(u32, u32, u32)> = rows.iter().map(|r| (r.region.0, r.pos, r.token)).collect();
+        self.submit_rows(&r).map_err(HomeError::from)?;
+        let ids = self.scratch.ids.read_u32(0, rows.len()).map_err(HomeError::from)?;
+        Counters::add(&self.counters.decode_rows, rows.len() as u64);
+        if rows.len() > 1 {
+            Counters::add(&self.counters.nrow_steps, 1);
+        }
+        Ok(Some(ids))
     }
 
     fn profile_step(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<(String, f64)>>> {

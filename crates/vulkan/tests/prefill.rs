@@ -212,3 +212,23 @@ fn a_region_saved_to_host_and_loaded_into_another_continues_the_same() {
     assert!(vk.load_region(RegionId(1), 41, &snap).is_err(), "more rows than the snapshot holds");
     assert!(vk.save_region(RegionId(9), 4).is_err(), "no such region");
 }
+
+#[test]
+fn greedy_steps_read_back_the_device_argmax_of_the_same_logits() {
+    let m = model();
+    let Some((mut vk, counters)) = vulkan(&m, 64, 3) else { return };
+    let prompt = counting(&m.tok, 12);
+    for r in 0..3 {
+        vk.prefill(&[Segment { region: RegionId(r), start: 0, tokens: &prompt[..4 + 2 * r as usize] }]).unwrap();
+    }
+    let rows: Vec<Row> = (0..3).map(|r| Row { region: RegionId(r), token: prompt[4 + 2 * r as usize], pos: 4 + 2 * r }).collect();
+    let l = vk.step(&rows).unwrap();
+    let before = counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed);
+    // The same rows again (rewriting the same K/V rows with the same values).
+    let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
+    let want: Vec<u32> = (0..3).map(|i| argmax(l.row(i))).collect();
+    assert_eq!(ids, want, "the device's argmax of the same logits");
+    assert_eq!(counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed) - before, 3);
+    // Control: the rows' ids differ from each other (three different contexts).
+    assert!(want[0] != want[1] || want[1] != want[2]);
+}
