@@ -530,6 +530,10 @@ impl Scheduler {
     /// Send the final events and park (or free, on error) the regions; remove the streams.
     fn finish(&mut self, mut done: Vec<(usize, Result<FinishReason, String>)>) {
         done.sort_by_key(|d| std::cmp::Reverse(d.0));
+        done.dedup_by_key(|d| d.0);
+        // The live count drops before any Done goes out, so a client that saw Done never
+        // reads a stale count.
+        self.stats.active.store(self.streams.len().saturating_sub(done.len()), Ordering::Relaxed);
         for (i, outcome) in done {
             let mut s = self.streams.swap_remove(i);
             match outcome {
