@@ -24,6 +24,14 @@ impl Counters {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Count a token step of `rows` rows (an N-row step when more than one).
+    pub fn count_step(&self, rows: usize) {
+        Counters::add(&self.decode_rows, rows as u64);
+        if rows > 1 {
+            Counters::add(&self.nrow_steps, 1);
+        }
+    }
+
     /// Count a decline; returns true the first time this reason is seen (log it then, once).
     pub fn decline(&self, reason: &str) -> bool {
         let mut d = self.declines.lock().unwrap_or_else(|e| e.into_inner());

@@ -115,10 +115,7 @@ impl Home for CpuHome {
         let pass: Vec<PassRow> = rows.iter().map(|r| (r.region.0 as usize, r.pos, r.token)).collect();
         let all: Vec<usize> = (0..rows.len()).collect();
         let data = self.run_pass(&pass, &all)?;
-        Counters::add(&self.counters.decode_rows, rows.len() as u64);
-        if rows.len() > 1 {
-            Counters::add(&self.counters.nrow_steps, 1);
-        }
+        self.counters.count_step(rows.len());
         Ok(Logits { vocab: self.spec.vocab, data })
     }
 

@@ -8,7 +8,7 @@
 
 use resin_core::KvCodec;
 
-use crate::kernels::{AttnPush, Push, Recorder, MAX_HEAD_DIM};
+use crate::kernels::{codec_name, AttnPush, Push, Recorder, MAX_HEAD_DIM};
 use crate::pipelines::Bind;
 use crate::VkError;
 
@@ -115,11 +115,7 @@ impl Recorder<'_> {
         out: Bind<'_>,
         p: AttnPush,
     ) -> Result<(), VkError> {
-        let c = match codec {
-            KvCodec::F16 => "f16",
-            KvCodec::F32 => "f32",
-            KvCodec::Q8_0 => return Err(VkError::Unsupported("the q8_0 K/V mirror has no Vulkan kernels yet".into())),
-        };
+        let c = codec_name(codec)?;
         let hd = p.head_dim;
         if hd == 0 || !hd.is_multiple_of(2) || hd as usize > MAX_HEAD_DIM || p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
             return Err(VkError::Unsupported(format!("window attention with head dim {hd}, {} heads over {} kv heads", p.n_head, p.n_head_kv)));

@@ -349,12 +349,22 @@ impl VulkanHome {
 
     /// Record the token command for `n` rows (once per n).
     fn record(&mut self, n: usize) -> Result<TokenCommand, VkError> {
+        self.record_shape(false, PassShape { n, narrow: None }, None)
+    }
+
+    /// Record one pass of `shape` into a command buffer of its own (`one_time`: submitted
+    /// once), with a timestamp after every stage when `clock` is given.
+    fn record_shape(&mut self, one_time: bool, shape: PassShape<'_>, mut clock: Option<&mut StageClock<'_>>) -> Result<TokenCommand, VkError> {
         let cmds = Commands::new(&self.gpu)?;
         let mut desc = Descriptors::new(&self.gpu);
         let mut res = Ok(());
-        cmds.record(false, |cmd| {
+        cmds.record(one_time, |cmd| {
+            if let Some(c) = clock.as_deref_mut() {
+                c.ts.reset(cmd);
+                c.mark(cmd, "start");
+            }
             let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
-            res = record_pass(&mut rec, PassShape { n, narrow: None }, &self.cfg, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, None);
+            res = record_pass(&mut rec, shape, &self.cfg, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, clock);
         })?;
         res?;
         Ok(TokenCommand { cmds, _desc: desc })
@@ -365,7 +375,7 @@ impl VulkanHome {
     /// written as a normal step would. None when the device has no timestamps.
     pub fn profile_step(&mut self, rows: &[Row]) -> Result<Option<Vec<(String, f64)>>, HomeError> {
         check_rows(&self.spec, rows)?;
-        let r: Vec<(u32, u32, u32)> = rows.iter().map(|r| (r.region.0, r.pos, r.token)).collect();
+        let r = triples(rows);
         Ok(self.profile_pass(&r, None)?)
     }
 
@@ -381,19 +391,9 @@ impl VulkanHome {
     fn profile_pass(&mut self, rows: &[(u32, u32, u32)], narrow: Option<&[u32]>) -> Result<Option<Vec<(String, f64)>>, VkError> {
         let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (12 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
         self.write_meta(rows)?;
-        let cmds = Commands::new(&self.gpu)?;
-        let mut desc = Descriptors::new(&self.gpu);
         let mut clock = StageClock { ts: &ts, labels: Vec::new() };
-        let mut res = Ok(());
-        cmds.record(true, |cmd| {
-            ts.reset(cmd);
-            clock.mark(cmd, "start");
-            let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
-            let shape = PassShape { n: rows.len(), narrow };
-            res = record_pass(&mut rec, shape, &self.cfg, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, Some(&mut clock));
-        })?;
-        res?;
-        self.fence.submit_wait(cmds.cmd)?;
+        let c = self.record_shape(true, PassShape { n: rows.len(), narrow }, Some(&mut clock))?;
+        self.fence.submit_wait(c.cmds.cmd)?;
         let labels = clock.labels;
         let t = ts.read(labels.len() as u32)?;
         Ok(Some(labels.iter().enumerate().skip(1).map(|(i, l)| (l.clone(), (t[i] - t[i - 1]) / 1e3)).collect()))
@@ -410,16 +410,8 @@ impl VulkanHome {
     /// submitted; returns the logits of the rows in `keep`.
     fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
         self.write_meta(rows)?;
-        let cmds = Commands::new(&self.gpu)?;
-        let mut desc = Descriptors::new(&self.gpu);
-        let mut res = Ok(());
-        cmds.record(true, |cmd| {
-            let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
-            let shape = PassShape { n: rows.len(), narrow: Some(keep) };
-            res = record_pass(&mut rec, shape, &self.cfg, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, None);
-        })?;
-        res?;
-        self.fence.submit_wait(cmds.cmd)?;
+        let c = self.record_shape(true, PassShape { n: rows.len(), narrow: Some(keep) }, None)?;
+        self.fence.submit_wait(c.cmds.cmd)?;
         if keep.is_empty() {
             return Ok(Vec::new());
         }
@@ -443,6 +435,11 @@ impl VulkanHome {
         let cmd = self.commands[n - 1].as_ref().map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))?;
         self.fence.submit_wait(cmd)
     }
+}
+
+/// A step's rows as the (region, position, token) triples the passes take.
+fn triples(rows: &[Row]) -> Vec<(u32, u32, u32)> {
+    rows.iter().map(|r| (r.region.0, r.pos, r.token)).collect()
 }
 
 /// Upload a matrix in parts of whole rows that each fit the device's storage range.
@@ -841,12 +838,9 @@ impl Home for VulkanHome {
 
     fn step(&mut self, rows: &[Row]) -> resin_core::Result<Logits> {
         check_rows(&self.spec, rows)?;
-        let r: Vec<(u32, u32, u32)> = rows.iter().map(|r| (r.region.0, r.pos, r.token)).collect();
+        let r = triples(rows);
         let data = self.run_rows(&r).map_err(HomeError::from)?;
-        Counters::add(&self.counters.decode_rows, rows.len() as u64);
-        if rows.len() > 1 {
-            Counters::add(&self.counters.nrow_steps, 1);
-        }
+        self.counters.count_step(rows.len());
         Ok(Logits { vocab: self.spec.vocab, data })
     }
 
@@ -857,13 +851,10 @@ impl Home for VulkanHome {
     /// The on-device argmax ids: four bytes a row come back instead of the logits.
     fn step_greedy(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<u32>>> {
         check_rows(&self.spec, rows)?;
-        let r: Vec<(u32, u32, u32)> = rows.iter().map(|r| (r.region.0, r.pos, r.token)).collect();
+        let r = triples(rows);
         self.submit_rows(&r).map_err(HomeError::from)?;
         let ids = self.scratch.ids.read_u32(0, rows.len()).map_err(HomeError::from)?;
-        Counters::add(&self.counters.decode_rows, rows.len() as u64);
-        if rows.len() > 1 {
-            Counters::add(&self.counters.nrow_steps, 1);
-        }
+        self.counters.count_step(rows.len());
         Ok(Some(ids))
     }
 

@@ -404,7 +404,8 @@ pub fn attn_part_len(rows: usize, n_head: usize, head_dim: usize, n_pieces: usiz
     rows * n_head * n_pieces * (head_dim + 2)
 }
 
-fn codec_name(codec: KvCodec) -> Result<&'static str, VkError> {
+/// The shader suffix of a K/V mirror codec (the q8_0 mirror has no kernels: a decline).
+pub(crate) fn codec_name(codec: KvCodec) -> Result<&'static str, VkError> {
     match codec {
         KvCodec::F16 => Ok("f16"),
         KvCodec::F32 => Ok("f32"),
