@@ -122,6 +122,19 @@ pub fn dot_format(ty: GgmlType) -> Option<&'static str> {
     }
 }
 
+/// Weight rows a subgroup takes together in an `n`-row pass over a matrix of `rows` rows (each
+/// activation unit is loaded once for all of them; the results do not depend on it). More
+/// rows a subgroup cut the activation loads (n of them a weight unit) but leave fewer
+/// subgroups to keep the memory busy: the most of 1, 2, 4 that leaves at least 4096 subgroups
+/// for one row, 1024 for N rows (measured on the H200: BENCHMARKS.md). `RESIN_VK_DOT_ROWS`
+/// (1..=4) overrides it.
+pub fn dot_rows(n: u32, rows: u32) -> u32 {
+    static ROWS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let set = *ROWS.get_or_init(|| std::env::var("RESIN_VK_DOT_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| (1..=4).contains(r)));
+    let want = if n == 1 { 4096 } else { 1024 };
+    set.unwrap_or_else(|| [4, 2].into_iter().find(|&r| rows / r >= want).unwrap_or(1))
+}
+
 /// Whether the device runs the dot tier at all (the subgroup GEMV's requirements).
 pub fn dot_ok(info: &DeviceInfo) -> bool {
     info.subgroup_ops.contains(&"arithmetic") && info.subgroup_size >= 4 && info.subgroup_size <= info.max_workgroup_invocations
@@ -147,12 +160,13 @@ impl Recorder<'_> {
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_dot(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, xp: Bind<'_>, y: Bind<'_>, p: GemvPush, layout: QPack) -> Result<(), VkError> {
         let tier = DotTier::for_device(&self.gpu.info);
-        self.gemv_dot_tier(tier, ty, n, w, xp, y, p, layout)
+        self.gemv_dot_tier(tier, None, ty, n, w, xp, y, p, layout)
     }
 
-    /// [`Recorder::gemv_dot`] with a chosen way of taking the integer dot products.
+    /// [`Recorder::gemv_dot`] with a chosen way of taking the integer dot products and,
+    /// where given, a chosen number of rows a subgroup (1..=4, else [`dot_rows`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_dot_tier(&mut self, tier: DotTier, ty: GgmlType, n: u32, w: Bind<'_>, xp: Bind<'_>, y: Bind<'_>, p: GemvPush, layout: QPack) -> Result<(), VkError> {
+    pub fn gemv_dot_tier(&mut self, tier: DotTier, rows_per_subgroup: Option<u32>, ty: GgmlType, n: u32, w: Bind<'_>, xp: Bind<'_>, y: Bind<'_>, p: GemvPush, layout: QPack) -> Result<(), VkError> {
         let f = dot_format(ty).ok_or_else(|| VkError::Unsupported(format!("no int8 dot GEMV for {ty}")))?;
         let info = &self.gpu.info;
         if !dot_ok(info) {
@@ -180,7 +194,12 @@ impl Recorder<'_> {
             DotTier::Emulated => "",
             DotTier::Hardware => "x",
         };
-        let (wg, rows) = GemvTier::subgroup_shape(info);
+        let (wg, subgroups) = GemvTier::subgroup_shape(info);
+        let sgr = match rows_per_subgroup {
+            Some(r @ 1..=4) => r,
+            Some(r) => return Err(VkError::Unsupported(format!("{r} rows a subgroup in the dot GEMV (1..=4)"))),
+            None => dot_rows(n, p.rows),
+        };
         let dp = GemvDotPush {
             rows: p.rows,
             cols: p.cols,
@@ -191,6 +210,6 @@ impl Recorder<'_> {
             d_off: layout.d_off(),
             s_off: layout.s_off(),
         };
-        self.run(&format!("gemv_dot{x}_{f}{form}"), &[wg, n, rows], &[w, xp, y], &dp.bytes(), grid(p.rows.div_ceil(rows)))
+        self.run(&format!("gemv_dot{x}_{f}{form}"), &[wg, n, subgroups, sgr], &[w, xp, y], &dp.bytes(), grid(p.rows.div_ceil(subgroups * sgr)))
     }
 }

@@ -192,19 +192,22 @@ fn gemv_dot_format(ty: GgmlType) {
             let one_row: Vec<Vec<f32>> = (0..8)
                 .map(|c| {
                     let yb = h.poisoned(rows);
-                    h.run(|rec| rec.gemv_dot_tier(tier, ty, 1, (&wbuf).into(), (&alone[c].0).into(), (&yb).into(), p, alone[c].1));
+                    h.run(|rec| rec.gemv_dot_tier(tier, Some(1), ty, 1, (&wbuf).into(), (&alone[c].0).into(), (&yb).into(), p, alone[c].1));
                     yb.read_f32(0, rows).unwrap()
                 })
                 .collect();
             let mut all = Vec::new();
             for n in 1..=8usize {
                 let ybuf = h.poisoned(8 * rows);
-                h.run(|rec| rec.gemv_dot_tier(tier, ty, n as u32, (&wbuf).into(), (&pk).into(), (&ybuf).into(), p, layout));
+                // 1..4 rows a subgroup across n (the one-row runs take 1): the rows taken
+                // together must not change a bit.
+                let sgr = 1 + (n as u32 % 4);
+                h.run(|rec| rec.gemv_dot_tier(tier, Some(sgr), ty, n as u32, (&wbuf).into(), (&pk).into(), (&ybuf).into(), p, layout));
                 let got = ybuf.read_f32(0, 8 * rows).unwrap();
                 for c in 0..n {
                     let g = &got[c * rows..(c + 1) * rows];
                     let (want, bar) = &oracles[c];
-                    let what = format!("gemv_dot {tier:?} {ty} {rows}x{cols} n={n} col {c}");
+                    let what = format!("gemv_dot {tier:?} {ty} {rows}x{cols} n={n} ({sgr} rows a subgroup) col {c}");
                     worst = worst.max(check(&what, g, want, bar).unwrap());
                     let same = g.iter().zip(&one_row[c]).all(|(a, b)| a.to_bits() == b.to_bits());
                     assert!(same, "{what}: differs from the one-row form run alone");
@@ -300,6 +303,7 @@ fn gemv_dot_refusals() {
         errs.push(rec.gemv_dot(GgmlType::F16, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
         errs.push(rec.gemv_dot(GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, QPack::new(32, 512).unwrap()).is_err());
         errs.push(rec.gemv_dot(GgmlType::Q4_K, 9, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
+        errs.push(rec.gemv_dot_tier(DotTier::Emulated, Some(5), GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
         errs.push(rec.gemv_dot(GgmlType::Q4_K, 3, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
     })
     .unwrap();
@@ -317,7 +321,14 @@ fn gemv_dot_speed() {
         return;
     }
     let reps = 100u32;
-    for (ty, rows, cols) in [(GgmlType::Q8_0, 32768usize, 4096usize), (GgmlType::Q4_K, 32768, 8192), (GgmlType::Q6_K, 32768, 8192)] {
+    // The big shapes outrun the L2; 8192x2048 and 2048x8192 are the 1B model's gate and down.
+    for (ty, rows, cols) in [
+        (GgmlType::Q8_0, 32768usize, 4096usize),
+        (GgmlType::Q8_0, 8192, 2048),
+        (GgmlType::Q8_0, 2048, 8192),
+        (GgmlType::Q4_K, 32768, 8192),
+        (GgmlType::Q6_K, 32768, 8192),
+    ] {
         let bb = ty.block_bytes();
         let row_bytes = cols / (if resin_vulkan::kernels::act_block(ty) == Some(32) { 32 } else { 256 }) * bb;
         let mut rng = Rng(9);
@@ -331,14 +342,19 @@ fn gemv_dot_speed() {
         let pk = h.buf_bytes(&resin_vulkan::buffers::u32_bytes(&words));
         let xb = h.buf_f32(&xs);
         let y = h.poisoned(rows);
+        let (_, words8, layout8) = round_and_pack(&mut h, &rng.vec(8 * cols, 1.0), resin_vulkan::kernels::act_block(ty).unwrap());
+        let pk8 = h.buf_bytes(&resin_vulkan::buffers::u32_bytes(&words8));
+        let y8 = h.poisoned(8 * rows);
         let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
         let int_dot = h.gpu.info.int_dot;
         let mut time = |name: &str, f: &mut dyn FnMut(&mut resin_vulkan::kernels::Recorder<'_>) -> Result<(), resin_vulkan::VkError>| {
             h.run(|rec| f(rec)); // pipelines made, caches warm
             let t = std::time::Instant::now();
+            // A barrier after each, as in a token command: latency, not overlapped throughput.
             h.run(|rec| {
                 for _ in 0..reps {
                     f(rec)?;
+                    rec.barrier();
                 }
                 Ok(())
             });
@@ -346,10 +362,11 @@ fn gemv_dot_speed() {
             eprintln!("{ty} {rows}x{cols} {name}: {us:.1} us a GEMV, {:.0} GB/s of weights", wbytes.len() as f64 / us / 1e3);
         };
         time("subgroup f32 x", &mut |rec| rec.gemv_tier(GemvTier::Subgroup, ty, 1, (&wbuf).into(), (&xrb).into(), (&y).into(), p));
-        time("dot bitfieldExtract", &mut |rec| rec.gemv_dot_tier(DotTier::Emulated, ty, 1, (&wbuf).into(), (&pk).into(), (&y).into(), p, layout));
+        time("dot bitfieldExtract", &mut |rec| rec.gemv_dot_tier(DotTier::Emulated, None, ty, 1, (&wbuf).into(), (&pk).into(), (&y).into(), p, layout));
         if int_dot {
-            time("dot OpSDot", &mut |rec| rec.gemv_dot_tier(DotTier::Hardware, ty, 1, (&wbuf).into(), (&pk).into(), (&y).into(), p, layout));
+            time("dot OpSDot", &mut |rec| rec.gemv_dot_tier(DotTier::Hardware, None, ty, 1, (&wbuf).into(), (&pk).into(), (&y).into(), p, layout));
         }
+        time("dot, 8 rows", &mut |rec| rec.gemv_dot(ty, 8, (&wbuf).into(), (&pk8).into(), (&y8).into(), p, layout8));
         time("qpack alone", &mut |rec| rec.qpack(layout, (&xb).into(), (&pk).into()));
     }
 }

@@ -3,9 +3,9 @@
 //   void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi)
 // the weight quants of 32-value unit u as int8, 4 a word (value 4j+k in byte k of qw[j]),
 // with the unit's float (wf) and integer (wi) parameters, and
-//   float dot_term(uint qw[8], vec2 wf, ivec2 wi, uint xo)
-// the unit's contribution against the packed activations of values xo .. xo+31 (xp, d_off,
-// s_off: qact.comp QPACK). The integer sums are exact; the float part follows the CPU home's
+//   float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x)
+// the unit's contribution against its packed activations (x_unit: xp, d_off, s_off, of
+// qact.comp QPACK). The integer sums are exact; the float part follows the CPU home's
 // pair_tile / k_tile: (d_w * d_x) * float(isum) (+ (m_w * d_x) * float(sum_x) for Q4_1);
 // K-quants (d_x * d) * float(sc * isum) - (d_x * dmin) * float(mn * sum_x).
 // Quants stored unsigned (0..15, 0..31, 0..63) are valid signed int8 too; their offset
@@ -35,15 +35,30 @@ int dot4(uint a, uint b) {
 }
 #endif
 
-// Activation quant words of values xo .. xo + 31 dotted with qw[lo .. lo + n).
-int dot_words(uint qw[8], uint xo, uint lo, uint n) {
-    int s = 0;
+// The packed activations of one 32-value unit: its quant words, its block's d and the int
+// sums of its values (s0: the first XSUMG, s1: the next 16 where XSUMG is 16). Loaded once
+// and dotted with the weight rows a subgroup takes together.
+struct XUnit {
+    uint q[8];
+    float d;
+    int s0;
+    int s1;
+};
+XUnit x_unit(uint xo) {
+    XUnit x;
     uint xw = xo >> 2;
-    for (uint j = lo; j < lo + n; j++) s += dot4(qw[j], xp[xw + j]);
+    for (uint j = 0u; j < 8u; j++) x.q[j] = xp[xw + j];
+    x.d = uintBitsToFloat(xp[p.d_off + xo / XBLOCK]);
+    x.s0 = int(xp[p.s_off + xo / XSUMG]);
+    x.s1 = XSUMG == 16u ? int(xp[p.s_off + xo / XSUMG + 1u]) : 0;
+    return x;
+}
+// The unit's activation quant words lo .. lo + n dotted with qw[lo .. lo + n).
+int dot_words(uint qw[8], XUnit x, uint lo, uint n) {
+    int s = 0;
+    for (uint j = lo; j < lo + n; j++) s += dot4(qw[j], x.q[j]);
     return s;
 }
-float x_d(uint xo) { return uintBitsToFloat(xp[p.d_off + xo / XBLOCK]); }
-int x_sum(uint xo) { return int(xp[p.s_off + xo / XSUMG]); }
 
 // Bits 0..3 of h as bit 4 of each of four bytes.
 uint spread4(uint h) {
@@ -80,19 +95,19 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
     }
 #endif
 }
-float dot_term(uint qw[8], vec2 wf, ivec2 wi, uint xo) {
-    float dx = x_d(xo);
-    int isum = dot_words(qw, xo, 0u, 8u);
+float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
+    float dx = x.d;
+    int isum = dot_words(qw, x, 0u, 8u);
 #if defined(FMT_Q4_0)
-    isum -= 8 * x_sum(xo);
+    isum -= 8 * x.s0;
 #elif defined(FMT_Q5_0)
-    isum -= 16 * x_sum(xo);
+    isum -= 16 * x.s0;
 #endif
     precise float dd = wf.x * dx;
     precise float t = dd * float(isum);
 #if defined(FMT_Q4_1)
     precise float md = wf.y * dx;
-    precise float tm = md * float(x_sum(xo));
+    precise float tm = md * float(x.s0);
     t = t + tm;
 #endif
     return t;
@@ -116,10 +131,10 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
         qw[j] = w;
     }
 }
-float dot_term(uint qw[8], vec2 wf, ivec2 wi, uint xo) {
-    float dx = x_d(xo);
-    int isum = wi.x * dot_words(qw, xo, 0u, 8u);
-    int msum = wi.y * (x_sum(xo) + x_sum(xo + 16u));
+float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
+    float dx = x.d;
+    int isum = wi.x * dot_words(qw, x, 0u, 8u);
+    int msum = wi.y * (x.s0 + x.s1);
     precise float a = dx * wf.x;
     precise float b = dx * wf.y;
     precise float ta = a * float(isum);
@@ -146,10 +161,10 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
         qw[j] = lo | hi;
     }
 }
-float dot_term(uint qw[8], vec2 wf, ivec2 wi, uint xo) {
-    float dx = x_d(xo);
-    int i0 = dot_words(qw, xo, 0u, 4u) - 32 * x_sum(xo);
-    int i1 = dot_words(qw, xo, 4u, 4u) - 32 * x_sum(xo + 16u);
+float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
+    float dx = x.d;
+    int i0 = dot_words(qw, x, 0u, 4u) - 32 * x.s0;
+    int i1 = dot_words(qw, x, 4u, 4u) - 32 * x.s1;
     int isum = wi.x * i0 + wi.y * i1;
     precise float a = dx * wf.x;
     precise float t = a * float(isum);

@@ -11,9 +11,10 @@
 //   beyond RPW (a device running narrower subgroups than it reports) take rows in turn.
 // - TIER_DOT (int8 dot product; src/gemv_dot.rs): TIER_SG's shape, but x is the packed int8
 //   activations of qact.comp's QPACK form (quants, block scales d_x, int sums of each 32 or
-//   16 quants) and lane l takes 32-value units l, l + S, ...: per unit the weight quants are
-//   packed as int8 (dot_load), an exact integer dot with the activation quants, then the
-//   float part (dot_term), a fixed-order sum per lane, subgroupAdd. DOT_HW uses OpSDot
+//   16 quants) and lane l takes 32-value units l, l + S, ... of SGR neighbouring rows: per
+//   unit the weight quants are packed as int8 (dot_load), the unit's activations loaded
+//   once for the SGR rows (x_unit), an exact integer dot with the activation quants, then
+//   the float part (dot_term), a fixed-order sum per lane and row, subgroupAdd. DOT_HW uses OpSDot
 //   (SPV_KHR_integer_dot_product through GL_EXT_spirv_intrinsics: glslang 13.1.1 has no
 //   GL_EXT_integer_dot_product); without it the same integer math by bitfieldExtract.
 // In all, each column's sum runs in the same order whatever NCOLS is, so an N-row result
@@ -35,6 +36,11 @@ layout(constant_id = 0) const uint WG = 64;
 layout(constant_id = 1) const uint NCOLS_SC = 1;
 #if defined(TIER_SG) || defined(TIER_DOT)
 layout(constant_id = 2) const uint RPW = 4;
+#endif
+#ifdef TIER_DOT
+// Rows a subgroup takes together (1..SGR_MAX); a workgroup takes RPW x SGR rows.
+layout(constant_id = 3) const uint SGR = 1;
+#define SGR_MAX 4u
 #endif
 #ifdef FORM_ONE
 #define NCOLS 1u
@@ -103,25 +109,37 @@ void main() {
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint lane = gl_SubgroupInvocationID;
     uint units = p.cols / 32u;
-    uint qw[8];
-    vec2 wf;
-    ivec2 wi;
+    uint qw[SGR_MAX][8];
+    vec2 wf[SGR_MAX];
+    ivec2 wi[SGR_MAX];
+    // Subgroup k takes SGR neighbouring rows together: each activation unit is loaded once
+    // for all of them (an N-row pass reads N units a weight unit).
     for (uint k = gl_SubgroupID; k < RPW; k += gl_NumSubgroups) {
-        uint row = wg * RPW + k;
-        if (row >= p.rows) break;
-        uint row_off = row * p.row_bytes;
-        precise float acc[NMAX];
-        for (uint c = 0u; c < NMAX; c++) acc[c] = 0.0;
+        uint row0 = (wg * RPW + k) * SGR;
+        if (row0 >= p.rows) break;
+        uint nr = min(SGR, p.rows - row0);
+        precise float acc[SGR_MAX][NMAX];
+        for (uint r = 0u; r < SGR_MAX; r++)
+            for (uint c = 0u; c < NMAX; c++) acc[r][c] = 0.0;
         for (uint u = lane; u < units; u += gl_SubgroupSize) {
-            dot_load(row_off, u, qw, wf, wi);
+            for (uint r = 0u; r < SGR_MAX; r++)
+                if (r < nr) dot_load((row0 + r) * p.row_bytes, u, qw[r], wf[r], wi[r]);
             for (uint c = 0u; c < NCOLS; c++) {
-                precise float t = dot_term(qw, wf, wi, c * p.x_stride + u * 32u);
-                acc[c] += t;
+                XUnit x = x_unit(c * p.x_stride + u * 32u);
+                for (uint r = 0u; r < SGR_MAX; r++) {
+                    if (r < nr) {
+                        precise float t = dot_term(qw[r], wf[r], wi[r], x);
+                        acc[r][c] += t;
+                    }
+                }
             }
         }
-        for (uint c = 0u; c < NCOLS; c++) {
-            float t = subgroupAdd(acc[c]);
-            if (lane == 0u) y[c * p.y_stride + p.y_off + row] = t;
+        for (uint r = 0u; r < SGR_MAX; r++) {
+            if (r >= nr) break;
+            for (uint c = 0u; c < NCOLS; c++) {
+                float t = subgroupAdd(acc[r][c]);
+                if (lane == 0u) y[c * p.y_stride + p.y_off + row0 + r] = t;
+            }
         }
     }
 }
