@@ -299,24 +299,28 @@ pub fn submit_once(gpu: &Arc<Gpu>, f: impl FnOnce(vk::CommandBuffer)) -> Result<
     Fence::new(gpu)?.submit_wait(c.cmd)
 }
 
-/// A compute-to-compute (and transfer-to-compute) memory barrier: writes before it are
-/// visible to reads after it.
+/// A compute-to-compute memory barrier: shader writes before it are visible to shader reads
+/// and writes after it. The token command's layers use only this one (a barrier that also
+/// waits on the transfer stage costs more on some drivers).
 pub fn barrier(gpu: &Gpu, cmd: vk::CommandBuffer) {
-    let mb = [vk::MemoryBarrier::default()
-        .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-        .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_READ)];
+    stage_barrier(gpu, cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+}
+
+/// A barrier between compute and transfer commands either way (copies of results, gathers).
+pub fn transfer_barrier(gpu: &Gpu, cmd: vk::CommandBuffer) {
+    stage_barrier(
+        gpu,
+        cmd,
+        vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+        vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE,
+        vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_READ,
+    );
+}
+
+fn stage_barrier(gpu: &Gpu, cmd: vk::CommandBuffer, stages: vk::PipelineStageFlags, src: vk::AccessFlags, dst: vk::AccessFlags) {
+    let mb = [vk::MemoryBarrier::default().src_access_mask(src).dst_access_mask(dst)];
     // SAFETY: cmd is recording.
-    unsafe {
-        gpu.device.cmd_pipeline_barrier(
-            cmd,
-            vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-            vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-            vk::DependencyFlags::empty(),
-            &mb,
-            &[],
-            &[],
-        )
-    };
+    unsafe { gpu.device.cmd_pipeline_barrier(cmd, stages, stages, vk::DependencyFlags::empty(), &mb, &[], &[]) };
 }
 
 /// A timestamp query pool for profiling: `write(cmd, i)` between dispatches, `read()` after

@@ -754,7 +754,11 @@ fn record_pass(
         } else {
             rec.attention(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.part).into(), (&s.att).into(), ap)?;
         }
-        rec.barrier();
+        if last && shape.narrow.is_some() {
+            rec.transfer_barrier(); // the gathers below copy
+        } else {
+            rec.barrier();
+        }
         mark(&mut clock, cmd, "attention", l);
         if let (true, Some(keep)) = (last, shape.narrow) {
             if keep.len() > s.out_rows {
@@ -762,7 +766,7 @@ fn record_pass(
             }
             gather(rec, &s.x, &s.xg, d, keep);
             gather(rec, &s.att, &s.ag, cfg.q_dim(), keep);
-            rec.barrier();
+            rec.transfer_barrier();
             // x already holds the previous layers' sum (the attention norm added it in place).
             (x, att, m) = (&s.xg, &s.ag, keep.len());
         }
@@ -788,7 +792,7 @@ fn record_pass(
     let out = output.unwrap_or(embd);
     norm_for(rec, m, x, Some(&s.down), output_norm, &s.xn, &[out], s, norm)?;
     mm(rec, m, out, &s.xn, &s.logits, cfg.vocab, s)?;
-    rec.barrier();
+    rec.transfer_barrier(); // the logits are copied to the host below
     mark(&mut clock, cmd, "classifier", 0);
     rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.part).into(), (&s.ids).into())?;
     let bytes = (m * cfg.vocab * 4) as u64;

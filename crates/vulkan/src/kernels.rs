@@ -5,7 +5,7 @@ use ash::vk;
 use resin_gguf::GgmlType;
 use resin_model::RopeStyle;
 
-use crate::buffers::barrier;
+use crate::buffers::{barrier, transfer_barrier};
 use crate::device::{DeviceInfo, Gpu};
 use crate::pipelines::{Bind, Descriptors, Pipelines};
 use crate::VkError;
@@ -237,9 +237,14 @@ impl Recorder<'_> {
         Ok(())
     }
 
-    /// Make writes so far visible to what follows.
+    /// Make shader writes so far visible to the shaders that follow.
     pub fn barrier(&self) {
         barrier(self.gpu, self.cmd);
+    }
+
+    /// [`Recorder::barrier`] that also orders copies (before and after it) with shaders.
+    pub fn transfer_barrier(&self) {
+        transfer_barrier(self.gpu, self.cmd);
     }
 
     /// y[c][y_off + r] = W[r] . x[c] for c < n (1..=8): the one-row form at n = 1, the N-row
