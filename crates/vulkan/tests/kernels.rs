@@ -213,46 +213,48 @@ fn rmsnorm_plain_and_fused_add() {
     // Bar: (n/2 + 16) u |ref|: the sum of squares is within gamma_n (relative), the square
     // root halves it; division, sqrt and two products add a few ulps.
     let Some(mut h) = Harness::new() else { return };
-    let (rows, n) = (3usize, 576usize);
-    let mut rng = Rng(3);
-    let x = rng.vec(rows * n, 3.0);
-    let a = rng.vec(rows * n, 1.0);
-    let w = rng.vec(n, 1.5);
-    let eps = 1e-5f32;
-    for fused in [false, true] {
-        let xb = h.buf_f32(&x);
-        let ab = h.buf_f32(&a);
-        let wb = h.buf_f32(&w);
-        let ob = h.poisoned(rows * n);
-        h.run(|rec| {
-            let add = if fused { Some(Bind::from(&ab)) } else { None };
-            rec.rmsnorm(rows as u32, (&xb).into(), add, (&wb).into(), (&ob).into(), NormPush { n: n as u32, eps })
-        });
-        let xs: Vec<f32> = if fused { x.iter().zip(&a).map(|(p, q)| p + q).collect() } else { x.clone() };
-        let mut want = vec![0f64; rows * n];
-        for r in 0..rows {
-            let row = &xs[r * n..(r + 1) * n];
-            let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
-            let scale = 1.0 / (ss / n as f64 + eps as f64).sqrt();
-            for i in 0..n {
-                want[r * n + i] = row[i] as f64 * scale * w[i] as f64;
+    // 579: a partial last chunk; 8200: past the chunks a thread keeps in registers.
+    for (rows, n) in [(3usize, 579usize), (2, 8200)] {
+        let mut rng = Rng(3);
+        let x = rng.vec(rows * n, 3.0);
+        let a = rng.vec(rows * n, 1.0);
+        let w = rng.vec(n, 1.5);
+        let eps = 1e-5f32;
+        for fused in [false, true] {
+            let xb = h.buf_f32(&x);
+            let ab = h.buf_f32(&a);
+            let wb = h.buf_f32(&w);
+            let ob = h.poisoned(rows * n);
+            h.run(|rec| {
+                let add = if fused { Some(Bind::from(&ab)) } else { None };
+                rec.rmsnorm(rows as u32, (&xb).into(), add, (&wb).into(), (&ob).into(), NormPush { n: n as u32, eps })
+            });
+            let xs: Vec<f32> = if fused { x.iter().zip(&a).map(|(p, q)| p + q).collect() } else { x.clone() };
+            let mut want = vec![0f64; rows * n];
+            for r in 0..rows {
+                let row = &xs[r * n..(r + 1) * n];
+                let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
+                let scale = 1.0 / (ss / n as f64 + eps as f64).sqrt();
+                for i in 0..n {
+                    want[r * n + i] = row[i] as f64 * scale * w[i] as f64;
+                }
             }
+            let bar: Vec<f64> = want.iter().map(|v| (n as f64 / 2.0 + 16.0) * U * v.abs() + 1e-30).collect();
+            let got = ob.read_f32(0, rows * n).unwrap();
+            check(&format!("rmsnorm fused={fused}"), &got, &want, &bar).unwrap();
+            // The residual sum is written back exactly (one IEEE addition).
+            let xg = xb.read_f32(0, rows * n).unwrap();
+            assert!(xg.iter().zip(&xs).all(|(p, q)| p.to_bits() == q.to_bits()), "residual write-back");
+            // Control: the norm without the fused add (or with it, for the plain form) must fail.
+            let other: Vec<f32> = if fused { x.clone() } else { x.iter().zip(&a).map(|(p, q)| p + q).collect() };
+            let wrong: Vec<f64> = (0..rows * n).map(|i| {
+                let r = i / n;
+                let row = &other[r * n..(r + 1) * n];
+                let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
+                row[i % n] as f64 / (ss / n as f64 + eps as f64).sqrt() * w[i % n] as f64
+            }).collect();
+            assert!(check("control", &got, &wrong, &bar).is_err());
         }
-        let bar: Vec<f64> = want.iter().map(|v| (n as f64 / 2.0 + 16.0) * U * v.abs() + 1e-30).collect();
-        let got = ob.read_f32(0, rows * n).unwrap();
-        check(&format!("rmsnorm fused={fused}"), &got, &want, &bar).unwrap();
-        // The residual sum is written back exactly (one IEEE addition).
-        let xg = xb.read_f32(0, rows * n).unwrap();
-        assert!(xg.iter().zip(&xs).all(|(p, q)| p.to_bits() == q.to_bits()), "residual write-back");
-        // Control: the norm without the fused add (or with it, for the plain form) must fail.
-        let other: Vec<f32> = if fused { x.clone() } else { x.iter().zip(&a).map(|(p, q)| p + q).collect() };
-        let wrong: Vec<f64> = (0..rows * n).map(|i| {
-            let r = i / n;
-            let row = &other[r * n..(r + 1) * n];
-            let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
-            row[i % n] as f64 / (ss / n as f64 + eps as f64).sqrt() * w[i % n] as f64
-        }).collect();
-        assert!(check("control", &got, &wrong, &bar).is_err());
     }
 }
 
@@ -261,47 +263,49 @@ fn rmsnorm_with_fused_rounding_equals_rmsnorm_then_qact() {
     // rmsnorm_q writes out and its 8-bit-block roundings in one dispatch: every value must be
     // bit-equal to rmsnorm (+ fused add) followed by qact32 / qact256 over its output.
     let Some(mut h) = Harness::new() else { return };
-    let (rows, n) = (3usize, 768usize);
-    let mut rng = Rng(0xf05e);
-    let x0 = rng.vec(rows * n, 2.0);
-    let add = rng.vec(rows * n, 1.0);
-    let w = rng.vec(n, 1.5);
-    let p = NormPush { n: n as u32, eps: 1e-5 };
-    let (ab, wb) = (h.buf_f32(&add), h.buf_f32(&w));
-    for fused_add in [false, true] {
-        for (m32, m256) in [(true, true), (true, false), (false, true)] {
-            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
-            // Reference: the separate kernels.
-            let (xr, outr, r32, r256) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(rows * n), h.poisoned(rows * n));
-            h.run(|rec| {
-                rec.rmsnorm(rows as u32, (&xr).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outr).into(), p)?;
-                rec.barrier();
-                rec.qact(32, (rows * n) as u32, (&outr).into(), (&r32).into())?;
-                rec.qact(256, (rows * n) as u32, (&outr).into(), (&r256).into())
-            });
-            // Fused.
-            let (xf, outf, f32b, f256b) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(rows * n), h.poisoned(rows * n));
-            h.run(|rec| {
-                let q32 = m32.then(|| (&f32b).into());
-                let q256 = m256.then(|| (&f256b).into());
-                rec.rmsnorm_q(rows as u32, (&xf).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outf).into(), q32, q256, p)
-            });
-            let what = format!("rmsnorm_q add={fused_add} q32={m32} q256={m256}");
-            let rd = |b: &Buffer| b.read_f32(0, rows * n).unwrap();
-            assert_eq!(bits(&rd(&xf)), bits(&rd(&xr)), "{what}: x");
-            assert_eq!(bits(&rd(&outf)), bits(&rd(&outr)), "{what}: out");
-            for (on, got, want) in [(m32, &f32b, &r32), (m256, &f256b, &r256)] {
-                let g = rd(got);
-                if on {
-                    assert!(g.iter().all(|v| v.is_finite()), "{what}: a rounded value not written");
-                    assert_eq!(bits(&g), bits(&rd(want)), "{what}: rounded values");
-                } else {
-                    assert!(g.iter().all(|v| v.to_bits() == POISON), "{what}: an unasked rounding was written");
+    // 9216: past the chunks a thread keeps in registers.
+    for (rows, n) in [(3usize, 768usize), (2, 9216)] {
+        let mut rng = Rng(0xf05e);
+        let x0 = rng.vec(rows * n, 2.0);
+        let add = rng.vec(rows * n, 1.0);
+        let w = rng.vec(n, 1.5);
+        let p = NormPush { n: n as u32, eps: 1e-5 };
+        let (ab, wb) = (h.buf_f32(&add), h.buf_f32(&w));
+        for fused_add in [false, true] {
+            for (m32, m256) in [(true, true), (true, false), (false, true)] {
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+                // Reference: the separate kernels.
+                let (xr, outr, r32, r256) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(rows * n), h.poisoned(rows * n));
+                h.run(|rec| {
+                    rec.rmsnorm(rows as u32, (&xr).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outr).into(), p)?;
+                    rec.barrier();
+                    rec.qact(32, (rows * n) as u32, (&outr).into(), (&r32).into())?;
+                    rec.qact(256, (rows * n) as u32, (&outr).into(), (&r256).into())
+                });
+                // Fused.
+                let (xf, outf, f32b, f256b) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(rows * n), h.poisoned(rows * n));
+                h.run(|rec| {
+                    let q32 = m32.then(|| (&f32b).into());
+                    let q256 = m256.then(|| (&f256b).into());
+                    rec.rmsnorm_q(rows as u32, (&xf).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outf).into(), q32, q256, p)
+                });
+                let what = format!("rmsnorm_q add={fused_add} q32={m32} q256={m256}");
+                let rd = |b: &Buffer| b.read_f32(0, rows * n).unwrap();
+                assert_eq!(bits(&rd(&xf)), bits(&rd(&xr)), "{what}: x");
+                assert_eq!(bits(&rd(&outf)), bits(&rd(&outr)), "{what}: out");
+                for (on, got, want) in [(m32, &f32b, &r32), (m256, &f256b, &r256)] {
+                    let g = rd(got);
+                    if on {
+                        assert!(g.iter().all(|v| v.is_finite()), "{what}: a rounded value not written");
+                        assert_eq!(bits(&g), bits(&rd(want)), "{what}: rounded values");
+                    } else {
+                        assert!(g.iter().all(|v| v.to_bits() == POISON), "{what}: an unasked rounding was written");
+                    }
                 }
-            }
-            // Control: the rounded values differ from the unrounded output (rounding happened).
-            if m32 {
-                assert_ne!(bits(&rd(&f32b)), bits(&rd(&outf)), "{what}: control");
+                // Control: the rounded values differ from the unrounded output (rounding happened).
+                if m32 {
+                    assert_ne!(bits(&rd(&f32b)), bits(&rd(&outf)), "{what}: control");
+                }
             }
         }
     }
@@ -314,54 +318,56 @@ fn rmsnorm_with_fused_packing_equals_rmsnorm_then_qpack() {
     // rmsnorm (+ fused add) followed by qpack32 / qpack256 over its output.
     use resin_vulkan::gemv_dot::QPack;
     let Some(mut h) = Harness::new() else { return };
-    let (rows, n) = (3usize, 768usize);
-    let count = (rows * n) as u32;
-    let mut rng = Rng(0xfa11);
-    let x0 = rng.vec(rows * n, 2.0);
-    let add = rng.vec(rows * n, 1.0);
-    let w = rng.vec(n, 1.5);
-    let p = NormPush { n: n as u32, eps: 1e-5 };
-    let (ab, wb) = (h.buf_f32(&add), h.buf_f32(&w));
-    let (l32, l256) = (QPack::new(32, count).unwrap(), QPack::new(256, count).unwrap());
-    for fused_add in [false, true] {
-        for (m32, m256) in [(true, true), (true, false), (false, true)] {
-            let (xr, outr) = (h.buf_f32(&x0), h.poisoned(rows * n));
-            let (r32, r256) = (h.poisoned(l32.words() as usize), h.poisoned(l256.words() as usize));
-            h.run(|rec| {
-                rec.rmsnorm(rows as u32, (&xr).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outr).into(), p)?;
-                rec.barrier();
-                rec.qpack(l32, (&outr).into(), (&r32).into())?;
-                rec.qpack(l256, (&outr).into(), (&r256).into())
-            });
-            let (xf, outf) = (h.buf_f32(&x0), h.poisoned(rows * n));
-            let (f32b, f256b) = (h.poisoned(l32.words() as usize), h.poisoned(l256.words() as usize));
-            h.run(|rec| {
-                let p32 = m32.then(|| (&f32b).into());
-                let p256 = m256.then(|| (&f256b).into());
-                rec.rmsnorm_p(rows as u32, (&xf).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outf).into(), p32, p256, p)
-            });
-            let what = format!("rmsnorm_p add={fused_add} p32={m32} p256={m256}");
-            let rd = |b: &Buffer, n: usize| b.read_u32(0, n).unwrap();
-            assert_eq!(rd(&xf, rows * n), rd(&xr, rows * n), "{what}: x");
-            assert_eq!(rd(&outf, rows * n), rd(&outr, rows * n), "{what}: out");
-            for (on, got, want, l) in [(m32, &f32b, &r32, l32), (m256, &f256b, &r256, l256)] {
-                let (g, r) = (rd(got, l.words() as usize), rd(want, l.words() as usize));
-                if on {
-                    assert!(r.iter().all(|&v| v != POISON), "{what}: the reference left a word unwritten");
-                    assert_eq!(g, r, "{what}: packed words");
-                } else {
-                    assert!(g.iter().all(|&v| v == POISON), "{what}: an unasked packing was written");
+    // 9216: past the chunks a thread keeps in registers.
+    for (rows, n) in [(3usize, 768usize), (2, 9216)] {
+        let count = (rows * n) as u32;
+        let mut rng = Rng(0xfa11);
+        let x0 = rng.vec(rows * n, 2.0);
+        let add = rng.vec(rows * n, 1.0);
+        let w = rng.vec(n, 1.5);
+        let p = NormPush { n: n as u32, eps: 1e-5 };
+        let (ab, wb) = (h.buf_f32(&add), h.buf_f32(&w));
+        let (l32, l256) = (QPack::new(32, count).unwrap(), QPack::new(256, count).unwrap());
+        for fused_add in [false, true] {
+            for (m32, m256) in [(true, true), (true, false), (false, true)] {
+                let (xr, outr) = (h.buf_f32(&x0), h.poisoned(rows * n));
+                let (r32, r256) = (h.poisoned(l32.words() as usize), h.poisoned(l256.words() as usize));
+                h.run(|rec| {
+                    rec.rmsnorm(rows as u32, (&xr).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outr).into(), p)?;
+                    rec.barrier();
+                    rec.qpack(l32, (&outr).into(), (&r32).into())?;
+                    rec.qpack(l256, (&outr).into(), (&r256).into())
+                });
+                let (xf, outf) = (h.buf_f32(&x0), h.poisoned(rows * n));
+                let (f32b, f256b) = (h.poisoned(l32.words() as usize), h.poisoned(l256.words() as usize));
+                h.run(|rec| {
+                    let p32 = m32.then(|| (&f32b).into());
+                    let p256 = m256.then(|| (&f256b).into());
+                    rec.rmsnorm_p(rows as u32, (&xf).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outf).into(), p32, p256, p)
+                });
+                let what = format!("rmsnorm_p add={fused_add} p32={m32} p256={m256}");
+                let rd = |b: &Buffer, n: usize| b.read_u32(0, n).unwrap();
+                assert_eq!(rd(&xf, rows * n), rd(&xr, rows * n), "{what}: x");
+                assert_eq!(rd(&outf, rows * n), rd(&outr, rows * n), "{what}: out");
+                for (on, got, want, l) in [(m32, &f32b, &r32, l32), (m256, &f256b, &r256, l256)] {
+                    let (g, r) = (rd(got, l.words() as usize), rd(want, l.words() as usize));
+                    if on {
+                        assert!(r.iter().all(|&v| v != POISON), "{what}: the reference left a word unwritten");
+                        assert_eq!(g, r, "{what}: packed words");
+                    } else {
+                        assert!(g.iter().all(|&v| v == POISON), "{what}: an unasked packing was written");
+                    }
                 }
             }
         }
+        // Control: packing the input instead of the norm's output gives other words.
+        let (xb, fb, pb) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(l32.words() as usize));
+        let xr = h.buf_f32(&x0);
+        let pr = h.poisoned(l32.words() as usize);
+        h.run(|rec| rec.rmsnorm_p(rows as u32, (&xb).into(), None, (&wb).into(), (&fb).into(), Some((&pb).into()), None, p));
+        h.run(|rec| rec.qpack(l32, (&xr).into(), (&pr).into()));
+        assert_ne!(pb.read_u32(0, l32.words() as usize).unwrap(), pr.read_u32(0, l32.words() as usize).unwrap(), "control");
     }
-    // Control: packing the input instead of the norm's output gives other words.
-    let (xb, fb, pb) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(l32.words() as usize));
-    let xr = h.buf_f32(&x0);
-    let pr = h.poisoned(l32.words() as usize);
-    h.run(|rec| rec.rmsnorm_p(rows as u32, (&xb).into(), None, (&wb).into(), (&fb).into(), Some((&pb).into()), None, p));
-    h.run(|rec| rec.qpack(l32, (&xr).into(), (&pr).into()));
-    assert_ne!(pb.read_u32(0, l32.words() as usize).unwrap(), pr.read_u32(0, l32.words() as usize).unwrap(), "control");
 }
 
 #[test]
