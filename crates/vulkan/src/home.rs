@@ -481,7 +481,7 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
     if opts.codec == KvCodec::Q8_0 {
         return Err(decline(counters, "vulkan: the q8_0 K/V mirror has no kernels yet".into()));
     }
-    if cfg.head_dim > MAX_HEAD_DIM || cfg.head_dim % 2 != 0 {
+    if cfg.head_dim > MAX_HEAD_DIM || !cfg.head_dim.is_multiple_of(2) {
         return Err(decline(counters, format!("vulkan: head dimension {} (kernels take even sizes up to {MAX_HEAD_DIM})", cfg.head_dim)));
     }
     let mut names = vec![resin_model::TOKEN_EMBD.to_string()];
@@ -503,7 +503,7 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
             return Err(decline(counters, format!("vulkan: {name} rows of {cols} values (kernels take multiples of 32)")));
         }
         let row_bytes = t.size as usize / rows.max(1);
-        if row_bytes as u64 > gpu.info.max_storage_range || row_bytes % 2 != 0 {
+        if row_bytes as u64 > gpu.info.max_storage_range || !row_bytes.is_multiple_of(2) {
             return Err(decline(counters, format!("vulkan: {name} rows of {row_bytes} bytes")));
         }
         weights += t.size;
@@ -587,7 +587,7 @@ fn dot_block(m: &Mat, n: usize, s: &Scratch) -> Option<u32> {
     if !s.dot || n > NROW_MAX || dot_format(m.ty).is_none() {
         return None;
     }
-    act_block(m.ty).filter(|&b| m.cols % b as usize == 0)
+    act_block(m.ty).filter(|&b| m.cols.is_multiple_of(b as usize))
 }
 
 /// Which 8-bit activation roundings (blocks of 32, of 256) the matrices `ms` read.
@@ -616,6 +616,27 @@ fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s: &Scratch) 
     if blocks.iter().any(|&b| b) {
         rec.barrier();
     }
+    Ok(())
+}
+
+/// gate <- silu(gate) * up as the input of `down`, then a barrier. Where `down` reads rounded or
+/// packed activations, one dispatch writes them straight from gate and up (what swiglu then
+/// `prep` would write; gate itself keeps the gate projection, which nothing reads after).
+fn swiglu_for(rec: &mut Recorder<'_>, n: usize, down: &Mat, s: &Scratch) -> Result<(), VkError> {
+    let count = (n * down.cols) as u32;
+    let (g, u) = ((&s.gate).into(), (&s.up).into());
+    let [b32, b256] = act_blocks(&[down], s);
+    if b32 || b256 {
+        let (block, xq, xp) = if b32 { (32, &s.xq32, &s.xp32) } else { (256, &s.xq256, &s.xp256) };
+        if dot_block(down, n, s) == Some(block) {
+            rec.swiglu_p(QPack::new(block, count)?, g, u, xp.into())?;
+        } else {
+            rec.swiglu_q(block, count, g, u, xq.into())?;
+        }
+    } else {
+        rec.swiglu(count, g, u)?;
+    }
+    rec.barrier();
     Ok(())
 }
 
@@ -652,12 +673,12 @@ fn norm_for(rec: &mut Recorder<'_>, rows: usize, x: &Buffer, add: Option<&Buffer
 }
 
 /// y[c][..] = M x[c] for the n rows, one dispatch per part; quantized formats read the
-/// rounded activations `prep` wrote. Up to NROW_MAX rows take the GEMV (one-row or N-row
+/// rounded activations `prep` (or a norm or swiglu fused with it) wrote. Up to NROW_MAX rows take the GEMV (one-row or N-row
 /// form); more (a prefill window) the GEMM.
 fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, y: &Buffer, y_stride: usize, s: &Scratch) -> Result<(), VkError> {
     let xin = match act_block(m.ty).filter(|_| s.q8) {
-        Some(32) if m.cols % 32 == 0 => &s.xq32,
-        Some(256) if m.cols % 256 == 0 => &s.xq256,
+        Some(32) if m.cols.is_multiple_of(32) => &s.xq32,
+        Some(256) if m.cols.is_multiple_of(256) => &s.xq256,
         _ => x,
     };
     for (buf, r0, nr) in &m.parts {
@@ -780,10 +801,8 @@ fn record_pass(
         mm(rec, m, &ly.up, &s.xn, &s.up, cfg.n_ff, s)?;
         rec.barrier();
         mark(&mut clock, cmd, "gate_up", l);
-        rec.swiglu((m * cfg.n_ff) as u32, (&s.gate).into(), (&s.up).into())?;
-        rec.barrier();
+        swiglu_for(rec, m, &ly.down, s)?;
         mark(&mut clock, cmd, "swiglu", l);
-        prep(rec, m, &s.gate, &[&ly.down], s)?;
         mm(rec, m, &ly.down, &s.gate, &s.down, d, s)?;
         rec.barrier();
         mark(&mut clock, cmd, "down", l);

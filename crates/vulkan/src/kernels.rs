@@ -7,6 +7,7 @@ use resin_model::RopeStyle;
 
 use crate::buffers::{barrier, transfer_barrier};
 use crate::device::{DeviceInfo, Gpu};
+use crate::gemv_dot::QPack;
 use crate::pipelines::{Bind, Descriptors, Pipelines};
 use crate::VkError;
 use resin_core::KvCodec;
@@ -264,7 +265,7 @@ impl Recorder<'_> {
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_tier(&mut self, tier: GemvTier, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush) -> Result<(), VkError> {
         let f = format_name(ty).ok_or_else(|| VkError::Unsupported(format!("no GEMV kernel for {ty}")))?;
-        if !(1..=8).contains(&n) || p.cols % 32 != 0 {
+        if !(1..=8).contains(&n) || !p.cols.is_multiple_of(32) {
             return Err(VkError::Unsupported(format!("GEMV of {n} columns over {} values a row", p.cols)));
         }
         let form = if n == 1 { "" } else { "_nrow" };
@@ -341,6 +342,31 @@ impl Recorder<'_> {
         self.run("swiglu", &[], &[g, u], &CountPush { count }.bytes(), grid(count.div_ceil(256)))
     }
 
+    /// y = silu(g) * u rounded through 8-bit blocks of `block` values (32 or 256), `count`
+    /// values: bit for bit [`Recorder::swiglu`] then [`Recorder::qact`], in one dispatch (g is
+    /// left as it was).
+    pub fn swiglu_q(&mut self, block: u32, count: u32, g: Bind<'_>, u: Bind<'_>, y: Bind<'_>) -> Result<(), VkError> {
+        let name = match block {
+            32 => "swiglu_q32",
+            256 => "swiglu_q256",
+            _ => return Err(VkError::Unsupported(format!("activation blocks of {block}"))),
+        };
+        if !count.is_multiple_of(block) {
+            return Err(VkError::Unsupported(format!("{count} activations in blocks of {block}")));
+        }
+        self.run(name, &[], &[g, u, y], &CountPush { count }.bytes(), grid(count.div_ceil(2048)))
+    }
+
+    /// silu(g) * u packed for the int8 dot GEMV (`layout.count` values into `out`): bit for bit
+    /// [`Recorder::swiglu`] then [`Recorder::qpack`], in one dispatch (g is left as it was).
+    pub fn swiglu_p(&mut self, layout: QPack, g: Bind<'_>, u: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
+        let name = if layout.block == 32 { "swiglu_p32" } else { "swiglu_p256" };
+        if out.range < layout.bytes() {
+            return Err(VkError::OutOfRange(format!("{} bytes for a packed layout of {}", out.range, layout.bytes())));
+        }
+        self.run(name, &[], &[g, u, out], &CountPush { count: layout.count }.bytes(), grid(layout.count.div_ceil(2048)))
+    }
+
     /// Rope-and-store for `rows` rows (see shaders/ops/rope_store.comp).
     #[allow(clippy::too_many_arguments)]
     pub fn rope_store(
@@ -387,7 +413,7 @@ impl Recorder<'_> {
             256 => "qact256",
             _ => return Err(VkError::Unsupported(format!("activation blocks of {block}"))),
         };
-        if count % block != 0 {
+        if !count.is_multiple_of(block) {
             return Err(VkError::Unsupported(format!("{count} activations in blocks of {block}")));
         }
         // A workgroup rounds 2048 values (whole blocks of either size).

@@ -391,6 +391,56 @@ fn swiglu_matches() {
 }
 
 #[test]
+fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
+    // swiglu_q / swiglu_p round silu(g) * u in one dispatch: every value (word) must be
+    // bit-equal to swiglu followed by qact / qpack over its output, and g left as it was.
+    use resin_vulkan::gemv_dot::QPack;
+    let Some(mut h) = Harness::new() else { return };
+    // Not a multiple of a workgroup's 2048 values; one block of 256 with u = 0 (amax 0).
+    let n = 3 * 1536usize;
+    let mut rng = Rng(0x5e1);
+    let g = rng.vec(n, 8.0);
+    let mut u = rng.vec(n, 2.0);
+    u[512..768].iter_mut().for_each(|v| *v = 0.0);
+    let bits = |b: &Buffer, k: usize| b.read_u32(0, k).unwrap();
+    let ub = h.buf_f32(&u);
+    for block in [32u32, 256] {
+        let l = QPack::new(block, n as u32).unwrap();
+        let w = l.words() as usize;
+        // Reference: swiglu in place, then the rounding and the packing of its output.
+        let gr = h.buf_f32(&g);
+        let (rq, rp) = (h.poisoned(n), h.poisoned(w));
+        h.run(|rec| {
+            rec.swiglu(n as u32, (&gr).into(), (&ub).into())?;
+            rec.barrier();
+            rec.qact(block, n as u32, (&gr).into(), (&rq).into())?;
+            rec.qpack(l, (&gr).into(), (&rp).into())
+        });
+        // Fused.
+        let gf = h.buf_f32(&g);
+        let (fq, fp) = (h.poisoned(n), h.poisoned(w));
+        h.run(|rec| {
+            rec.swiglu_q(block, n as u32, (&gf).into(), (&ub).into(), (&fq).into())?;
+            rec.swiglu_p(l, (&gf).into(), (&ub).into(), (&fp).into())
+        });
+        let (want_q, want_p) = (bits(&rq, n), bits(&rp, w));
+        assert!(want_q.iter().chain(&want_p).all(|&v| v != POISON), "block {block}: the reference left a value unwritten");
+        assert_eq!(bits(&fq, n), want_q, "block {block}: rounded values");
+        assert_eq!(bits(&fp, w), want_p, "block {block}: packed words");
+        assert_eq!(gf.read_f32(0, n).unwrap(), g, "block {block}: g was written");
+        // Control: the same kernels with g and u swapped give other values and words.
+        let (cq, cp) = (h.poisoned(n), h.poisoned(w));
+        let gs = h.buf_f32(&g);
+        h.run(|rec| {
+            rec.swiglu_q(block, n as u32, (&ub).into(), (&gs).into(), (&cq).into())?;
+            rec.swiglu_p(l, (&ub).into(), (&gs).into(), (&cp).into())
+        });
+        assert_ne!(bits(&cq, n), want_q, "block {block}: control (rounded)");
+        assert_ne!(bits(&cp, w), want_p, "block {block}: control (packed)");
+    }
+}
+
+#[test]
 fn argmax_rows_with_ties() {
     let Some(mut h) = Harness::new() else { return };
     let (rows, n) = (3usize, 49_999usize);

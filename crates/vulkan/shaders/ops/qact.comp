@@ -12,19 +12,28 @@
 //   words [s_off, s_off + count/SUMG), s_off = count/4 + count/QBLOCK: the sum of the int
 //   quants of each SUMG values (int32; SUMG = 32 for QBLOCK 32, 16 for QBLOCK 256).
 // float(q) * d of the packed form is qact's output bit for bit.
+// SWIGLU: the values rounded are silu(g) * u of two inputs (swiglu.comp's arithmetic, bit for
+// bit), so the FFN's product needs no dispatch and barrier of its own before the down matrix.
 #version 450
 
 #define CH 8u
 #define WGQ 256u
 layout(local_size_x = 256) in;
 
+#ifdef SWIGLU
+layout(std430, set = 0, binding = 0) readonly buffer G { float g[]; };
+layout(std430, set = 0, binding = 1) readonly buffer U { float u[]; };
+#define OUT_BINDING 2
+#else
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
+#define OUT_BINDING 1
+#endif
 #ifdef QPACK
-layout(std430, set = 0, binding = 1) writeonly buffer Y { uint P[]; };
+layout(std430, set = 0, binding = OUT_BINDING) writeonly buffer Y { uint P[]; };
 #define SUMG (QBLOCK == 256u ? 16u : 32u)
 shared int ps[WGQ];
 #else
-layout(std430, set = 0, binding = 1) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = OUT_BINDING) writeonly buffer Y { float y[]; };
 #endif
 
 layout(push_constant) uniform Push {
@@ -38,8 +47,18 @@ void main() {
     uint t = gl_LocalInvocationID.x;
     uint o = (wg * WGQ + t) * CH;
     float amax = 0.0;
+    float xv[CH];
     if (o < p.count) {
-        for (uint i = 0u; i < CH; i++) amax = max(amax, abs(x[o + i]));
+        for (uint i = 0u; i < CH; i++) {
+#ifdef SWIGLU
+            float a = g[o + i];
+            precise float v = a / (1.0 + exp(-a)) * u[o + i];
+#else
+            float v = x[o + i];
+#endif
+            xv[i] = v;
+            amax = max(amax, abs(v));
+        }
     }
     pm[t] = amax;
     barrier();
@@ -56,7 +75,7 @@ void main() {
         float id = bmax > 0.0 ? 127.0 / bmax : 0.0;
         uint wd[2] = uint[2](0u, 0u);
         for (uint i = 0u; i < CH; i++) {
-            precise float q = roundEven(x[o + i] * id);
+            precise float q = roundEven(xv[i] * id);
             int qi = int(q);
             qsum += qi;
             wd[i >> 2] |= (uint(qi) & 0xFFu) << ((i & 3u) * 8u);
@@ -83,7 +102,7 @@ void main() {
     float d = bmax / 127.0;
     float id = bmax > 0.0 ? 127.0 / bmax : 0.0;
     for (uint i = 0u; i < CH; i++) {
-        precise float q = roundEven(x[o + i] * id);
+        precise float q = roundEven(xv[i] * id);
         precise float v = q * d;
         y[o + i] = v;
     }
