@@ -732,3 +732,37 @@ fn activation_rounding_matches_the_cpu_blocks() {
         assert!(check("control", &got, &wrong, &bar).is_err());
     }
 }
+
+/// The fixed cost of a dispatch and a barrier against a norm's: 200 of each chained by
+/// barriers in one submission (a swiglu of 64 values, a 2048-value norm with its residual add
+/// and packing, a qpack of 2048 values), timed on the host. For the per-stage profile's small
+/// stages. `cargo test --release --test kernels -- --ignored --nocapture dispatch_floor`.
+#[test]
+#[ignore]
+fn dispatch_floor() {
+    use resin_vulkan::gemv_dot::QPack;
+    let Some(mut h) = Harness::new() else { return };
+    let n = 2048usize;
+    let mut rng = Rng(5);
+    let (x, a, w) = (h.buf_f32(&rng.vec(n, 1.0)), h.buf_f32(&rng.vec(n, 1.0)), h.buf_f32(&rng.vec(n, 1.0)));
+    let (o, p) = (h.poisoned(n), h.poisoned(2 * n));
+    let g = h.buf_f32(&rng.vec(64, 1.0));
+    let layout = QPack::new(32, n as u32).unwrap();
+    let reps = 200;
+    let mut time = |name: &str, f: &mut dyn FnMut(&mut resin_vulkan::kernels::Recorder<'_>) -> Result<(), resin_vulkan::VkError>| {
+        h.run(|rec| f(rec));
+        let t = std::time::Instant::now();
+        h.run(|rec| {
+            for _ in 0..reps {
+                f(rec)?;
+                rec.barrier();
+            }
+            Ok(())
+        });
+        eprintln!("{name}: {:.2} us a dispatch and barrier", t.elapsed().as_secs_f64() * 1e6 / reps as f64);
+    };
+    time("swiglu of 64 values", &mut |rec| rec.swiglu(64, (&g).into(), (&g).into()));
+    time("rmsnorm_add_p of 2048", &mut |rec| rec.rmsnorm_p(1, (&x).into(), Some((&a).into()), (&w).into(), (&o).into(), Some((&p).into()), None, NormPush { n: n as u32, eps: 1e-5 }));
+    time("rmsnorm of 2048", &mut |rec| rec.rmsnorm(1, (&x).into(), None, (&w).into(), (&o).into(), NormPush { n: n as u32, eps: 1e-5 }));
+    time("qpack of 2048", &mut |rec| rec.qpack(layout, (&x).into(), (&p).into()));
+}
