@@ -91,6 +91,37 @@ pub struct GemvDotPush {
 const _: () = assert!(std::mem::size_of::<GemvDotPush>() == 32);
 impl Push for GemvDotPush {}
 
+/// The RMS norm a dot GEMV's last workgroup runs over its output ([`Recorder::gemv_dot_norm`]):
+/// `x += y; out = x / rms(x) * w`, packed into p32 / p256 (the layouts of the pass's
+/// rows x n values). `done` is a zeroed word the workgroups count themselves in (the last one
+/// sets it back to 0).
+pub struct FusedNorm<'a> {
+    pub x: Bind<'a>,
+    pub w: Bind<'a>,
+    pub out: Bind<'a>,
+    pub p32: Option<Bind<'a>>,
+    pub p256: Option<Bind<'a>>,
+    pub done: Bind<'a>,
+    pub eps: f32,
+}
+
+/// Whether a GEMV of `rows` output rows can run the norm in its last workgroup: the norm's
+/// threads must divide its 256 virtual ones and a row fit the kernel's 4096 values.
+pub fn fused_norm_ok(info: &DeviceInfo, rows: u32) -> bool {
+    let (wg, _) = GemvTier::subgroup_shape(info);
+    dot_ok(info) && 256 % wg == 0 && rows <= 4096 && rows.is_multiple_of(8)
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct GemvDotNormPush {
+    gemv: GemvDotPush,
+    eps: f32,
+    count: u32,
+}
+const _: () = assert!(std::mem::size_of::<GemvDotNormPush>() == 40);
+impl Push for GemvDotNormPush {}
+
 /// How the integer dot products are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DotTier {
@@ -167,6 +198,22 @@ impl Recorder<'_> {
     /// where given, a chosen number of rows a subgroup (1..=4, else [`dot_rows`]).
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_dot_tier(&mut self, tier: DotTier, rows_per_subgroup: Option<u32>, ty: GgmlType, n: u32, w: Bind<'_>, xp: Bind<'_>, y: Bind<'_>, p: GemvPush, layout: QPack) -> Result<(), VkError> {
+        self.dot_dispatch(tier, rows_per_subgroup, ty, n, [w, xp, y], p, layout, None)
+    }
+
+    /// [`Recorder::gemv_dot`] whose last workgroup to finish then runs `norm` over y (the
+    /// residual add: `x += y`, the norm of x packed for the next dot GEMVs), what
+    /// [`Recorder::rmsnorm_p`] after a barrier would write, bit for bit, without the dispatch
+    /// and barrier between them. y must be n whole rows (`y_stride` = `rows`, `y_off` 0);
+    /// see [`fused_norm_ok`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_dot_norm(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, xp: Bind<'_>, y: Bind<'_>, p: GemvPush, layout: QPack, norm: FusedNorm<'_>) -> Result<(), VkError> {
+        let tier = DotTier::for_device(&self.gpu.info);
+        self.dot_dispatch(tier, None, ty, n, [w, xp, y], p, layout, Some(norm))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn dot_dispatch(&mut self, tier: DotTier, rows_per_subgroup: Option<u32>, ty: GgmlType, n: u32, [w, xp, y]: [Bind<'_>; 3], p: GemvPush, layout: QPack, norm: Option<FusedNorm<'_>>) -> Result<(), VkError> {
         let f = dot_format(ty).ok_or_else(|| VkError::Unsupported(format!("no int8 dot GEMV for {ty}")))?;
         let info = &self.gpu.info;
         if !dot_ok(info) {
@@ -210,6 +257,21 @@ impl Recorder<'_> {
             d_off: layout.d_off(),
             s_off: layout.s_off(),
         };
-        self.run(&format!("gemv_dot{x}_{f}{form}"), &[wg, n, subgroups, sgr], &[w, xp, y], &dp.bytes(), grid(p.rows.div_ceil(subgroups * sgr)))
+        let groups = grid(p.rows.div_ceil(subgroups * sgr));
+        let Some(nm) = norm else {
+            return self.run(&format!("gemv_dot{x}_{f}{form}"), &[wg, n, subgroups, sgr], &[w, xp, y], &dp.bytes(), groups);
+        };
+        if !fused_norm_ok(info, p.rows) || p.y_stride != p.rows || p.y_off != 0 {
+            return Err(VkError::Unsupported(format!("a norm fused into a dot GEMV of {} rows (stride {}, offset {})", p.rows, p.y_stride, p.y_off)));
+        }
+        for (q, b) in [(&nm.p32, 32), (&nm.p256, 256)] {
+            if q.is_some() && !p.rows.is_multiple_of(b) {
+                return Err(VkError::Unsupported(format!("packing {} values a row in blocks of {b}", p.rows)));
+            }
+        }
+        let mask = u32::from(nm.p32.is_some()) | (u32::from(nm.p256.is_some()) << 1);
+        let np = GemvDotNormPush { gemv: dp, eps: nm.eps, count: n * p.rows };
+        let binds = [w, xp, y, nm.x, nm.w, nm.out, nm.p32.unwrap_or(nm.out), nm.p256.unwrap_or(nm.out), nm.done];
+        self.run(&format!("gemv_dot{x}_{f}{form}_norm"), &[wg, n, subgroups, sgr, mask], &binds, &np.bytes(), groups)
     }
 }

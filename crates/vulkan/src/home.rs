@@ -28,7 +28,7 @@ use resin_model::{LayerNames, ModelConfig};
 
 use crate::buffers::{f32_bytes, Buffer, Commands, Fence, Location};
 use crate::device::Gpu;
-use crate::gemv_dot::{dot_format, QPack};
+use crate::gemv_dot::{dot_format, fused_norm_ok, FusedNorm, QPack};
 use crate::kernels::*;
 use crate::pipelines::{Bind, Descriptors, Pipelines};
 use crate::VkError;
@@ -128,6 +128,11 @@ struct Scratch {
     /// Whether token passes take the int8 dot GEMV (q8 activations on a device that runs it;
     /// `RESIN_VK_GEMV=portable|subgroup` keeps the float GEMV tiers).
     dot: bool,
+    /// Whether the norms after attn_out and down run in those GEMVs' last workgroup
+    /// (`mm_then_norm`; `RESIN_VK_FUSE_NORM=0` keeps them apart, for comparison).
+    fuse_norms: bool,
+    /// The word the fused norm's workgroups count themselves in (zero between dispatches).
+    done: Buffer,
 }
 
 /// What the plan decided, in bytes, before anything was uploaded.
@@ -571,6 +576,12 @@ impl Scratch {
             xp256: Buffer::new(gpu, packed_bytes(cfg, 256), Location::Device)?,
             q8,
             dot: q8 && crate::gemv_dot::dot_ok(&gpu.info) && !matches!(std::env::var("RESIN_VK_GEMV").as_deref(), Ok("portable" | "subgroup")),
+            fuse_norms: std::env::var("RESIN_VK_FUSE_NORM").as_deref() != Ok("0"),
+            done: {
+                let mut b = Buffer::new(gpu, 16, Location::Device)?;
+                b.fill_u32(0)?;
+                b
+            },
         })
     }
 }
@@ -672,6 +683,35 @@ fn norm_for(rec: &mut Recorder<'_>, rows: usize, x: &Buffer, add: Option<&Buffer
     Ok(())
 }
 
+/// y = M x (the packed input `prep` or `swiglu_for` wrote) for `rows` rows whose last
+/// workgroup then runs the norm that follows (x += y, xn = norm(x) * w, packed for the
+/// matrices `next`), then a barrier: one dispatch and barrier fewer than `mm` and `norm_for`.
+/// Ok(false), recording nothing, where it cannot: M not read by the dot GEMV in one part, a
+/// `next` matrix not read by it, or a norm the fused kernel does not take.
+#[allow(clippy::too_many_arguments)]
+fn mm_then_norm(rec: &mut Recorder<'_>, rows: usize, m: &Mat, y: &Buffer, x: &Buffer, w: &Buffer, next: &[&Mat], s: &Scratch, p: NormPush) -> Result<bool, VkError> {
+    let Some(block) = dot_block(m, rows, s) else { return Ok(false) };
+    let dots: Vec<Option<u32>> = next.iter().map(|n| dot_block(n, rows, s)).collect();
+    if !s.fuse_norms || m.parts.len() != 1 || dots.iter().any(|d| d.is_none()) || m.rows != p.n as usize || !fused_norm_ok(&rec.gpu.info, m.rows as u32) {
+        return Ok(false);
+    }
+    let (buf, _, nr) = &m.parts[0];
+    let xp = if block == 32 { &s.xp32 } else { &s.xp256 };
+    let gp = GemvPush { rows: *nr as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: m.rows as u32, y_off: 0 };
+    let norm = FusedNorm {
+        x: x.into(),
+        w: w.into(),
+        out: (&s.xn).into(),
+        p32: dots.contains(&Some(32)).then(|| Bind::from(&s.xp32)),
+        p256: dots.contains(&Some(256)).then(|| Bind::from(&s.xp256)),
+        done: (&s.done).into(),
+        eps: p.eps,
+    };
+    rec.gemv_dot_norm(m.ty, rows as u32, buf.into(), xp.into(), y.into(), gp, QPack::new(block, (rows * m.cols) as u32)?, norm)?;
+    rec.barrier();
+    Ok(true)
+}
+
 /// y[c][..] = M x[c] for the n rows, one dispatch per part; quantized formats read the
 /// rounded activations `prep` (or a norm or swiglu fused with it) wrote. Up to NROW_MAX rows take the GEMV (one-row or N-row
 /// form); more (a prefill window) the GEMM.
@@ -750,12 +790,18 @@ fn record_pass(
     };
     // After the last layer's attention a window keeps only the rows that need logits.
     let (mut x, mut att, mut m) = (&s.x, &s.att, n);
+    let out = output.unwrap_or(embd);
+    // Whether xn already holds the norm the next step reads (run by the last GEMV).
+    let mut normed = false;
     for (l, ly) in layers.iter().enumerate() {
         let last = l + 1 == layers.len();
-        // x += down (the previous layer's FFN), xn = norm(x) * attn_norm
-        let add = if l == 0 { None } else { Some(&s.down) };
-        norm_for(rec, n, x, add, &ly.attn_norm, &s.xn, &[&ly.q, &ly.k, &ly.v], s, norm)?;
-        mark(&mut clock, cmd, "attn_norm", l);
+        // x += down (the previous layer's FFN), xn = norm(x) * attn_norm, unless the previous
+        // layer's down GEMV ran it in its last workgroup
+        if !normed {
+            let add = if l == 0 { None } else { Some(&s.down) };
+            norm_for(rec, n, x, add, &ly.attn_norm, &s.xn, &[&ly.q, &ly.k, &ly.v], s, norm)?;
+            mark(&mut clock, cmd, "attn_norm", l);
+        }
         mm(rec, n, &ly.q, &s.xn, &s.q, cfg.q_dim(), s)?;
         mm(rec, n, &ly.k, &s.xn, &s.k, cfg.kv_dim(), s)?;
         mm(rec, n, &ly.v, &s.xn, &s.v, cfg.kv_dim(), s)?;
@@ -792,24 +838,38 @@ fn record_pass(
             (x, att, m) = (&s.xg, &s.ag, keep.len());
         }
         prep(rec, m, att, &[&ly.attn_out], s)?;
-        mm(rec, m, &ly.attn_out, att, &s.o, d, s)?;
-        rec.barrier();
-        mark(&mut clock, cmd, "attn_out", l);
-        norm_for(rec, m, x, Some(&s.o), &ly.ffn_norm, &s.xn, &[&ly.gate, &ly.up], s, norm)?;
-        mark(&mut clock, cmd, "ffn_norm", l);
+        // x += o, xn = norm(x) * ffn_norm
+        if !mm_then_norm(rec, m, &ly.attn_out, &s.o, x, &ly.ffn_norm, &[&ly.gate, &ly.up], s, norm)? {
+            mm(rec, m, &ly.attn_out, att, &s.o, d, s)?;
+            rec.barrier();
+            mark(&mut clock, cmd, "attn_out", l);
+            norm_for(rec, m, x, Some(&s.o), &ly.ffn_norm, &s.xn, &[&ly.gate, &ly.up], s, norm)?;
+            mark(&mut clock, cmd, "ffn_norm", l);
+        } else {
+            mark(&mut clock, cmd, "attn_out+ffn_norm", l);
+        }
         mm(rec, m, &ly.gate, &s.xn, &s.gate, cfg.n_ff, s)?;
         mm(rec, m, &ly.up, &s.xn, &s.up, cfg.n_ff, s)?;
         rec.barrier();
         mark(&mut clock, cmd, "gate_up", l);
         swiglu_for(rec, m, &ly.down, s)?;
         mark(&mut clock, cmd, "swiglu", l);
-        mm(rec, m, &ly.down, &s.gate, &s.down, d, s)?;
-        rec.barrier();
-        mark(&mut clock, cmd, "down", l);
+        // x += down, xn = norm(x) * (the next layer's attention norm, or the output norm)
+        let (next_w, next_ms) = match layers.get(l + 1) {
+            Some(n1) => (&n1.attn_norm, [&n1.q, &n1.k, &n1.v].to_vec()),
+            None => (output_norm, vec![out]),
+        };
+        normed = mm_then_norm(rec, m, &ly.down, &s.down, x, next_w, &next_ms, s, norm)?;
+        if !normed {
+            mm(rec, m, &ly.down, &s.gate, &s.down, d, s)?;
+            rec.barrier();
+        }
+        mark(&mut clock, cmd, if normed { "down+norm" } else { "down" }, l);
     }
     let mr = m as u32;
-    let out = output.unwrap_or(embd);
-    norm_for(rec, m, x, Some(&s.down), output_norm, &s.xn, &[out], s, norm)?;
+    if !normed {
+        norm_for(rec, m, x, Some(&s.down), output_norm, &s.xn, &[out], s, norm)?;
+    }
     mm(rec, m, out, &s.xn, &s.logits, cfg.vocab, s)?;
     rec.transfer_barrier(); // the logits are copied to the host below
     mark(&mut clock, cmd, "classifier", 0);

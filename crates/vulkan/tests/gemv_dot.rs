@@ -370,3 +370,92 @@ fn gemv_dot_speed() {
         time("qpack alone", &mut |rec| rec.qpack(layout, (&xb).into(), (&pk).into()));
     }
 }
+
+/// The dot GEMV with the next norm run by its last workgroup (`gemv_dot_norm`) writes what
+/// the GEMV, a barrier and `rmsnorm_p` (with the residual add) write, bit for bit: y, the
+/// residual x, the norm's output and both packed layouts, for 1..8 rows and two formats. Two
+/// fused dispatches chained in one submission check that the finished-workgroup count is
+/// set back to 0. Control: the GEMV alone leaves the norm's outputs unwritten.
+#[test]
+fn gemv_dot_with_fused_norm_equals_gemv_then_norm() {
+    use resin_vulkan::gemv_dot::{fused_norm_ok, FusedNorm};
+    use resin_vulkan::kernels::NormPush;
+    let Some(mut h) = Harness::new() else { return };
+    if !fused_norm_ok(&h.gpu.info, 768) {
+        eprintln!("SKIP: the device's GEMV workgroup does not divide the norm's 256 threads");
+        return;
+    }
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+    let mut rng = Rng(0x0f05);
+    for (ty, rows, cols) in [(GgmlType::Q8_0, 768usize, 512usize), (GgmlType::Q4_K, 256, 1024)] {
+        let block = resin_vulkan::kernels::act_block(ty).unwrap();
+        let wbytes = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
+        let row_bytes = wbytes.len() / rows;
+        let wbuf = h.buf_bytes(&wbytes);
+        let nw = h.buf_f32(&rng.vec(rows, 1.5));
+        for n in [1usize, 3, 8] {
+            let (_, words, layout) = round_and_pack(&mut h, &rng.vec(n * cols, 2.0), block);
+            let xp = h.buf_bytes(&resin_vulkan::buffers::u32_bytes(&words));
+            let x0 = rng.vec(n * rows, 3.0);
+            let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+            let (l32, l256) = (QPack::new(32, (n * rows) as u32).unwrap(), QPack::new(256, (n * rows) as u32).unwrap());
+            let eps = 1e-5f32;
+            // Reference: the GEMV, a barrier, the norm; twice (the second over the first's x).
+            let (yr, xr, or) = (h.poisoned(n * rows), h.buf_f32(&x0), h.poisoned(n * rows));
+            let (r32, r256) = (poisoned_words(&h, l32.words() as usize), poisoned_words(&h, l256.words() as usize));
+            h.run(|rec| {
+                for _ in 0..2 {
+                    rec.gemv_dot(ty, n as u32, (&wbuf).into(), (&xp).into(), (&yr).into(), p, layout)?;
+                    rec.barrier();
+                    rec.rmsnorm_p(n as u32, (&xr).into(), Some((&yr).into()), (&nw).into(), (&or).into(), Some((&r32).into()), Some((&r256).into()), NormPush { n: rows as u32, eps })?;
+                    rec.barrier();
+                }
+                Ok(())
+            });
+            // Fused.
+            let (yf, xf, of) = (h.poisoned(n * rows), h.buf_f32(&x0), h.poisoned(n * rows));
+            let (f32w, f256w) = (poisoned_words(&h, l32.words() as usize), poisoned_words(&h, l256.words() as usize));
+            let mut done = Buffer::new(&h.gpu, 16, Location::Device).unwrap();
+            done.fill_u32(0).unwrap();
+            h.run(|rec| {
+                for _ in 0..2 {
+                    let norm = FusedNorm { x: (&xf).into(), w: (&nw).into(), out: (&of).into(), p32: Some((&f32w).into()), p256: Some((&f256w).into()), done: (&done).into(), eps };
+                    rec.gemv_dot_norm(ty, n as u32, (&wbuf).into(), (&xp).into(), (&yf).into(), p, layout, norm)?;
+                    rec.barrier();
+                }
+                Ok(())
+            });
+            let what = format!("{ty} {rows}x{cols} n={n}");
+            let rd = |b: &Buffer| b.read_f32(0, n * rows).unwrap();
+            let rw = |b: &Buffer, w: u32| b.read_f32(0, w as usize).unwrap();
+            assert_eq!(bits(&rd(&yf)), bits(&rd(&yr)), "{what}: y");
+            assert_eq!(bits(&rd(&xf)), bits(&rd(&xr)), "{what}: residual x");
+            assert_eq!(bits(&rd(&of)), bits(&rd(&or)), "{what}: norm output");
+            assert!(rd(&of).iter().all(|v| v.is_finite()), "{what}: norm output unwritten");
+            assert_eq!(bits(&rw(&f32w, l32.words())), bits(&rw(&r32, l32.words())), "{what}: packed 32");
+            assert_eq!(bits(&rw(&f256w, l256.words())), bits(&rw(&r256, l256.words())), "{what}: packed 256");
+            assert_eq!(done.read_f32(0, 1).unwrap()[0].to_bits(), 0, "{what}: the count is set back to 0");
+        }
+        // Control: the fused norm with other weights must not match the reference's bits
+        // (the comparison sees the norm's output at all).
+        let (y, x, o) = (h.poisoned(rows), h.buf_f32(&vec![1.0; rows]), h.poisoned(rows));
+        let (yr, xr, or) = (h.poisoned(rows), h.buf_f32(&vec![1.0; rows]), h.poisoned(rows));
+        let other = h.buf_f32(&rng.vec(rows, 1.5));
+        let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+        let (_, words, layout) = round_and_pack(&mut h, &rng.vec(cols, 2.0), block);
+        let xp = h.buf_bytes(&resin_vulkan::buffers::u32_bytes(&words));
+        let l32 = QPack::new(32, rows as u32).unwrap();
+        let (pk, pr) = (poisoned_words(&h, l32.words() as usize), poisoned_words(&h, l32.words() as usize));
+        let mut done = Buffer::new(&h.gpu, 16, Location::Device).unwrap();
+        done.fill_u32(0).unwrap();
+        h.run(|rec| {
+            let norm = FusedNorm { x: (&x).into(), w: (&other).into(), out: (&o).into(), p32: Some((&pk).into()), p256: None, done: (&done).into(), eps: 1e-5 };
+            rec.gemv_dot_norm(ty, 1, (&wbuf).into(), (&xp).into(), (&y).into(), p, layout, norm)?;
+            rec.gemv_dot(ty, 1, (&wbuf).into(), (&xp).into(), (&yr).into(), p, layout)?;
+            rec.barrier();
+            rec.rmsnorm_p(1, (&xr).into(), Some((&yr).into()), (&nw).into(), (&or).into(), Some((&pr).into()), None, NormPush { n: rows as u32, eps: 1e-5 })
+        });
+        assert_eq!(bits(&x.read_f32(0, rows).unwrap()), bits(&xr.read_f32(0, rows).unwrap()), "control: the residual add is the same");
+        assert_ne!(bits(&o.read_f32(0, rows).unwrap()), bits(&or.read_f32(0, rows).unwrap()), "control: other norm weights must differ");
+    }
+}

@@ -17,6 +17,9 @@
 //   the float part (dot_term), a fixed-order sum per lane and row, subgroupAdd. DOT_HW uses OpSDot
 //   (SPV_KHR_integer_dot_product through GL_EXT_spirv_intrinsics: glslang 13.1.1 has no
 //   GL_EXT_integer_dot_product); without it the same integer math by bitfieldExtract.
+// FUSE_NORM (TIER_DOT): the last workgroup to finish also runs the RMS norm that follows (the
+// residual add of y, common/norm.glsl, packed for the next dot GEMVs), bit for bit what
+// rmsnorm.comp would write after a barrier.
 // In all, each column's sum runs in the same order whatever NCOLS is, so an N-row result
 // equals the row run alone.
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
@@ -55,7 +58,26 @@ layout(std430, set = 0, binding = 1) readonly buffer X { uint xp[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 #endif
+#ifdef FUSE_NORM
+// Read back by the last workgroup (the norm's residual add): coherent.
+layout(std430, set = 0, binding = 2) coherent buffer Y { float y[]; };
+layout(std430, set = 0, binding = 3) buffer NX { float nx[]; };
+layout(std430, set = 0, binding = 4) readonly buffer NW { float nw[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer NO { float nout[]; };
+layout(std430, set = 0, binding = 6) writeonly buffer NP32 { uint np32[]; };
+layout(std430, set = 0, binding = 7) writeonly buffer NP256 { uint np256[]; };
+// Workgroups finished, reset to 0 by the last one.
+layout(std430, set = 0, binding = 8) coherent buffer Done { uint done_wgs[]; };
+layout(constant_id = 4) const uint QMASK = 3;
+#define nadd y
+#define NORM_MAXCH 512u   // chunks a row: n <= 4096 (checked on the host)
+shared float red[256];
+shared float pm[NORM_MAXCH];
+shared int ps[NORM_MAXCH];
+shared bool last_wg;
+#else
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -68,11 +90,18 @@ layout(push_constant) uniform Push {
     uint d_off;  // word offset of the d_x floats in xp
     uint s_off;  // word offset of the int sums in xp
 #endif
+#ifdef FUSE_NORM
+    float eps;
+    uint count;  // values of the pass (NCOLS * rows): the packed layout's offsets
+#endif
 } p;
 
 #include "formats.glsl"
 #ifdef TIER_DOT
 #include "dotfmt.glsl"
+#endif
+#ifdef FUSE_NORM
+#include "norm.glsl"
 #endif
 
 #ifdef TIER_SG
@@ -142,6 +171,18 @@ void main() {
             }
         }
     }
+#ifdef FUSE_NORM
+    // The workgroup that finishes last runs the next norm over y, the residual add (y_stride
+    // = rows, y_off = 0: checked on the host): one dispatch and barrier fewer a norm.
+    memoryBarrierBuffer();
+    barrier();
+    if (gl_LocalInvocationIndex == 0u) last_wg = atomicAdd(done_wgs[0], 1u) == gl_NumWorkGroups.x * gl_NumWorkGroups.y - 1u;
+    barrier();
+    if (!last_wg) return;
+    memoryBarrierBuffer();
+    for (uint c = 0u; c < NCOLS; c++) norm_row(c, gl_LocalInvocationIndex, p.rows, p.eps, p.count);
+    if (gl_LocalInvocationIndex == 0u) done_wgs[0] = 0u;
+#endif
 }
 #else
 shared float red[NMAX * 256];
