@@ -146,14 +146,16 @@ pub struct Plan {
 /// decode kernel, whose key pieces spread a short window over more workgroups.
 const WINDOW_ATTN_MIN_ROWS: usize = 16;
 
-/// Rows x key pieces the attention partials hold: a window's rows in one piece each, or a
-/// step's rows in `attn_pieces` each.
+/// Rows x key pieces the attention partials hold: the decode attention's rows (fewer than
+/// WINDOW_ATTN_MIN_ROWS) in ATTN_SLOTS pieces each.
 const PART_ROWS: usize = PF_WINDOW;
+const _: () = assert!((WINDOW_ATTN_MIN_ROWS - 1) * ATTN_SLOTS as usize <= PART_ROWS && NROW_MAX * ATTN_SLOTS as usize <= PART_ROWS);
 
-/// Key pieces of the attention for a pass of `rows` rows: the split follows the rows, so a
-/// step of few rows still spreads its keys over many workgroups (rows x pieces <= 64).
+/// Workgroups a row and head of the decode attention for a pass of `rows` rows: the split
+/// follows the rows, so a step of few rows still spreads its keys over many workgroups
+/// (rows x workgroups <= 64). The pieces themselves follow each row's key count alone.
 fn attn_pieces(rows: usize) -> u32 {
-    (64 / rows.max(1)).clamp(1, 32) as u32
+    (64 / rows.max(1)).clamp(1, ATTN_SLOTS as usize) as u32
 }
 
 /// Bytes of the scratch (a PF_WINDOW-row window plus `out_rows` logits rows), rope table aside.
@@ -673,8 +675,8 @@ fn norm_for(rec: &mut Recorder<'_>, rows: usize, x: &Buffer, add: Option<&Buffer
 }
 
 /// y[c][..] = M x[c] for the n rows, one dispatch per part; quantized formats read the
-/// rounded activations `prep` (or a norm or swiglu fused with it) wrote. Up to NROW_MAX rows take the GEMV (one-row or N-row
-/// form); more (a prefill window) the GEMM.
+/// rounded activations `prep` (or a norm or swiglu fused with it) wrote. Up to NROW_MAX rows
+/// take the GEMV (one-row or N-row form); more (a prefill window) the GEMM.
 fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, y: &Buffer, y_stride: usize, s: &Scratch) -> Result<(), VkError> {
     let xin = match act_block(m.ty).filter(|_| s.q8) {
         Some(32) if m.cols.is_multiple_of(32) => &s.xq32,

@@ -138,10 +138,17 @@ impl Push for AttnPush {}
 pub struct CombinePush {
     pub n_head: u32,
     pub head_dim: u32,
-    pub n_pieces: u32,
 }
-const _: () = assert!(std::mem::size_of::<CombinePush>() == 12);
+const _: () = assert!(std::mem::size_of::<CombinePush>() == 8);
 impl Push for CombinePush {}
+
+/// Partials a row and head of the decode attention holds (shaders/common/meta.glsl
+/// ATTN_SLOTS): a row's keys go in at most this many pieces, of whole chunks of
+/// [`ATTN_CHUNK`] keys, sized from its key count alone.
+pub const ATTN_SLOTS: u32 = 32;
+/// Keys a workgroup of the decode attention scores at once (meta.glsl ATTN_CHUNK, its [`WG`]).
+pub const ATTN_CHUNK: u32 = 64;
+const _: () = assert!(ATTN_CHUNK == WG);
 
 /// The shader name suffix of a weight format the GEMV and embedding kernels read, or None
 /// when this home has no kernel for it (a decline).
@@ -380,7 +387,10 @@ impl Recorder<'_> {
         self.run(&format!("rope_{s}_{c}"), &[WG], &[q, k, v, bias, norm, table, meta, mk, mv], &p.bytes(), [p.n_head + p.n_head_kv, rows, 1])
     }
 
-    /// Decode attention in `p.n_pieces` key pieces, then the combine (with a barrier between).
+    /// Decode attention, then the combine (with a barrier between): each row's keys in pieces
+    /// sized from its key count alone (see [`ATTN_SLOTS`]), `p.n_pieces` (1..=ATTN_SLOTS)
+    /// workgroups a row and head taking them; `part` holds [`attn_part_len`]`(rows, n_head,
+    /// head_dim, ATTN_SLOTS)` floats. A row's result does not depend on `rows` or `n_pieces`.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &mut self,
@@ -395,10 +405,17 @@ impl Recorder<'_> {
         p: AttnPush,
     ) -> Result<(), VkError> {
         let c = codec_name(codec)?;
+        if !(1..=ATTN_SLOTS).contains(&p.n_pieces) || p.head_dim as usize > MAX_HEAD_DIM || !p.head_dim.is_multiple_of(2) {
+            return Err(VkError::Unsupported(format!("decode attention of {} workgroups a head over head_dim {}", p.n_pieces, p.head_dim)));
+        }
+        let need = attn_part_len(rows as usize, p.n_head as usize, p.head_dim as usize, ATTN_SLOTS as usize) as u64 * 4;
+        if part.range < need {
+            return Err(VkError::OutOfRange(format!("{} bytes of attention partials for {rows} rows (need {need})", part.range)));
+        }
         self.run(&format!("attn_{c}"), &[WG], &[q, mk, mv, meta, part], &p.bytes(), [p.n_head, p.n_pieces, rows])?;
         self.barrier();
-        let cp = CombinePush { n_head: p.n_head, head_dim: p.head_dim, n_pieces: p.n_pieces };
-        self.run("attn_combine", &[WG], &[part, out], &cp.bytes(), [p.n_head, rows, 1])
+        let cp = CombinePush { n_head: p.n_head, head_dim: p.head_dim };
+        self.run("attn_combine", &[WG], &[part, meta, out], &cp.bytes(), [p.n_head, rows, 1])
     }
 
     /// y = x rounded through 8-bit blocks of `block` values (32 or 256), `count` values.
