@@ -642,6 +642,24 @@ fn swiglu_for(rec: &mut Recorder<'_>, n: usize, down: &Mat, s: &Scratch) -> Resu
     Ok(())
 }
 
+/// The rounding of the decode attention's output for `attn_out` (n rows) that its combine can
+/// write itself (what `prep` would write after it), or None where `prep` must.
+fn attn_round<'a>(attn_out: &Mat, n: usize, cfg: &ModelConfig, s: &'a Scratch) -> Result<Option<AttnRound<'a>>, VkError> {
+    let [b32, b256] = act_blocks(&[attn_out], s);
+    if !(b32 || b256) {
+        return Ok(None);
+    }
+    let (block, xq, xp) = if b32 { (32, &s.xq32, &s.xp32) } else { (256, &s.xq256, &s.xp256) };
+    if attn_round_heads(block, cfg.head_dim as u32, cfg.n_head as u32).is_none() {
+        return Ok(None);
+    }
+    Ok(Some(if dot_block(attn_out, n, s) == Some(block) {
+        AttnRound::Packed { layout: QPack::new(block, (n * attn_out.cols) as u32)?, out: xp.into() }
+    } else {
+        AttnRound::Rounded { block, y: xq.into() }
+    }))
+}
+
 /// out = rmsnorm(x (+= add)) * w, and in the same dispatch its rounding through the 8-bit
 /// blocks the matrices `ms` read (what `prep` would do after it); then a barrier.
 #[allow(clippy::too_many_arguments)]
@@ -771,11 +789,15 @@ fn record_pass(
             // A window landing no logits: its last layer only stores K/V.
             return Ok(());
         }
+        let mut rounded = false;
         if shape.narrow.is_some() && n >= WINDOW_ATTN_MIN_ROWS {
             // Flash-attention tiles: each K/V tile read once for a tile of query rows.
             rec.attention_window(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.att).into(), ap)?;
         } else {
-            rec.attention(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.part).into(), (&s.att).into(), ap)?;
+            // The combine rounds its output for attn_out itself, unless rows are gathered after.
+            let round = if last && shape.narrow.is_some() { None } else { attn_round(&ly.attn_out, n, cfg, s)? };
+            rounded = round.is_some();
+            rec.attention_round(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.part).into(), (&s.att).into(), round, ap)?;
         }
         rec.barrier();
         mark(&mut clock, cmd, "attention", l);
@@ -789,7 +811,9 @@ fn record_pass(
             // x already holds the previous layers' sum (the attention norm added it in place).
             (x, att, m) = (&s.xg, &s.ag, keep.len());
         }
-        prep(rec, m, att, &[&ly.attn_out], s)?;
+        if !rounded {
+            prep(rec, m, att, &[&ly.attn_out], s)?;
+        }
         mm(rec, m, &ly.attn_out, att, &s.o, d, s)?;
         rec.barrier();
         mark(&mut clock, cmd, "attn_out", l);

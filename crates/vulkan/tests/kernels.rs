@@ -715,6 +715,73 @@ fn decode_attention_other_head_dims() {
 }
 
 #[test]
+fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
+    // attention_round's combine writes its output and that output rounded (f32) or packed for
+    // the next matrix: every value and word must equal attention, then qact / qpack over its
+    // output. Blocks of 32 within a head, and of 256 over 4, 2 or 1 heads.
+    use resin_vulkan::gemv_dot::QPack;
+    let Some(mut h) = Harness::new() else { return };
+    let codec = resin_core::KvCodec::F16;
+    let n_ctx = 200usize;
+    let rr = [(3usize, 0usize), (200, 1), (70, 0)];
+    let rows = rr.len();
+    for (n_head, n_head_kv, hd) in [(8usize, 2usize, 64usize), (6, 2, 128), (2, 1, 256)] {
+        let (kv_dim, q_dim) = (n_head_kv * hd, n_head * hd);
+        let count = rows * q_dim;
+        let mut rng = Rng(0xa77 + hd as u64);
+        let elems = 2 * n_ctx * kv_dim;
+        let f16s = |v: Vec<f32>| -> Vec<u8> { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() };
+        let (mk, mv) = (h.buf_bytes(&f16s(rng.vec(elems, 2.0))), h.buf_bytes(&f16s(rng.vec(elems, 2.0))));
+        let meta: Vec<RowMeta> = rr.iter().map(|&(keys, reg)| RowMeta { token: 0, pos: keys as u32 - 1, kv_base: (reg * n_ctx * kv_dim) as u32, keys: keys as u32 }).collect();
+        let (mb, qb) = (h.buf_bytes(&RowMeta::words(&meta)), h.buf_f32(&rng.vec(count, 1.0)));
+        let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: 4, scale: 0.125 };
+        let part = h.poisoned(attn_part_len(rows, n_head, hd, ATTN_SLOTS as usize));
+        let bits = |b: &Buffer, k: usize| b.read_u32(0, k).unwrap();
+        // Reference: the plain combine, then the separate rounding and packing of each block size.
+        let outr = h.poisoned(count);
+        h.run(|rec| rec.attention(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&outr).into(), p));
+        let want_out = bits(&outr, count);
+        for block in [32u32, 256] {
+            let what = format!("hd {hd} x {n_head} heads, block {block}");
+            let heads = attn_round_heads(block, hd as u32, n_head as u32).unwrap();
+            assert_eq!(heads, (block / hd as u32).max(1), "{what}: heads a workgroup");
+            let l = QPack::new(block, count as u32).unwrap();
+            let w = l.words() as usize;
+            let (rq, rp) = (h.poisoned(count), h.poisoned(w));
+            h.run(|rec| {
+                rec.qact(block, count as u32, (&outr).into(), (&rq).into())?;
+                rec.qpack(l, (&outr).into(), (&rp).into())
+            });
+            let (want_q, want_p) = (bits(&rq, count), bits(&rp, w));
+            assert!(want_q.iter().chain(&want_p).all(|&v| v != POISON), "{what}: the reference left a value unwritten");
+            // Fused: rounded f32, then packed.
+            let (oq, fq, op, fp) = (h.poisoned(count), h.poisoned(count), h.poisoned(count), h.poisoned(w));
+            h.run(|rec| {
+                let round = Some(AttnRound::Rounded { block, y: (&fq).into() });
+                rec.attention_round(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&oq).into(), round, p)?;
+                rec.barrier();
+                let round = Some(AttnRound::Packed { layout: l, out: (&fp).into() });
+                rec.attention_round(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&op).into(), round, p)
+            });
+            assert_eq!(bits(&oq, count), want_out, "{what}: output (rounding form)");
+            assert_eq!(bits(&op, count), want_out, "{what}: output (packing form)");
+            assert_eq!(bits(&fq, count), want_q, "{what}: rounded values");
+            assert_eq!(bits(&fp, w), want_p, "{what}: packed words");
+            // Control: the other block size's rounding of the same output differs.
+            let (cq, other) = (h.poisoned(count), 288 - block);
+            h.run(|rec| rec.qact(other, count as u32, (&outr).into(), (&cq).into()));
+            assert_ne!(bits(&cq, count), want_q, "{what}: control");
+        }
+    }
+    // Shapes a combine cannot round whole blocks of: left to qact / qpack.
+    assert_eq!(attn_round_heads(256, 80, 8), None, "head_dim 80, blocks of 256");
+    assert_eq!(attn_round_heads(256, 64, 9), None, "9 heads in groups of 4");
+    assert_eq!(attn_round_heads(256, 16, 64), None, "16 heads a workgroup");
+    assert_eq!(attn_round_heads(32, 80, 8), None, "head_dim 80, blocks of 32");
+    assert_eq!(attn_round_heads(32, 96, 8), Some(1));
+}
+
+#[test]
 fn activation_rounding_matches_the_cpu_blocks() {
     // The CPU home's rounding (acts.rs): d = amax / 127, q = round_ties_even(x * (127 / amax)).
     // Bar: a value may land one step d away where the device's division rounds differently
