@@ -151,14 +151,16 @@ pub struct Plan {
 /// decode kernel, whose key pieces spread a short window over more workgroups.
 const WINDOW_ATTN_MIN_ROWS: usize = 16;
 
-/// Rows x key pieces the attention partials hold: a window's rows in one piece each, or a
-/// step's rows in `attn_pieces` each.
+/// Rows x key pieces the attention partials hold: the decode attention's rows (fewer than
+/// WINDOW_ATTN_MIN_ROWS) in ATTN_SLOTS pieces each.
 const PART_ROWS: usize = PF_WINDOW;
+const _: () = assert!((WINDOW_ATTN_MIN_ROWS - 1) * ATTN_SLOTS as usize <= PART_ROWS && NROW_MAX * ATTN_SLOTS as usize <= PART_ROWS);
 
-/// Key pieces of the attention for a pass of `rows` rows: the split follows the rows, so a
-/// step of few rows still spreads its keys over many workgroups (rows x pieces <= 64).
+/// Workgroups a row and head of the decode attention for a pass of `rows` rows: the split
+/// follows the rows, so a step of few rows still spreads its keys over many workgroups
+/// (rows x workgroups <= 64). The pieces themselves follow each row's key count alone.
 fn attn_pieces(rows: usize) -> u32 {
-    (64 / rows.max(1)).clamp(1, 32) as u32
+    (64 / rows.max(1)).clamp(1, ATTN_SLOTS as usize) as u32
 }
 
 /// Bytes of the scratch (a PF_WINDOW-row window plus `out_rows` logits rows), rope table aside.
@@ -651,6 +653,24 @@ fn swiglu_for(rec: &mut Recorder<'_>, n: usize, down: &Mat, s: &Scratch) -> Resu
     Ok(())
 }
 
+/// The rounding of the decode attention's output for `attn_out` (n rows) that its combine can
+/// write itself (what `prep` would write after it), or None where `prep` must.
+fn attn_round<'a>(attn_out: &Mat, n: usize, cfg: &ModelConfig, s: &'a Scratch) -> Result<Option<AttnRound<'a>>, VkError> {
+    let [b32, b256] = act_blocks(&[attn_out], s);
+    if !(b32 || b256) {
+        return Ok(None);
+    }
+    let (block, xq, xp) = if b32 { (32, &s.xq32, &s.xp32) } else { (256, &s.xq256, &s.xp256) };
+    if attn_round_heads(block, cfg.head_dim as u32, cfg.n_head as u32).is_none() {
+        return Ok(None);
+    }
+    Ok(Some(if dot_block(attn_out, n, s) == Some(block) {
+        AttnRound::Packed { layout: QPack::new(block, (n * attn_out.cols) as u32)?, out: xp.into() }
+    } else {
+        AttnRound::Rounded { block, y: xq.into() }
+    }))
+}
+
 /// out = rmsnorm(x (+= add)) * w, and in the same dispatch its rounding through the 8-bit
 /// blocks the matrices `ms` read (what `prep` would do after it); then a barrier.
 #[allow(clippy::too_many_arguments)]
@@ -713,8 +733,8 @@ fn mm_then_norm(rec: &mut Recorder<'_>, rows: usize, m: &Mat, y: &Buffer, x: &Bu
 }
 
 /// y[c][..] = M x[c] for the n rows, one dispatch per part; quantized formats read the
-/// rounded activations `prep` (or a norm or swiglu fused with it) wrote. Up to NROW_MAX rows take the GEMV (one-row or N-row
-/// form); more (a prefill window) the GEMM.
+/// rounded activations `prep` (or a norm or swiglu fused with it) wrote. Up to NROW_MAX rows
+/// take the GEMV (one-row or N-row form); more (a prefill window) the GEMM.
 fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, y: &Buffer, y_stride: usize, s: &Scratch) -> Result<(), VkError> {
     let xin = match act_block(m.ty).filter(|_| s.q8) {
         Some(32) if m.cols.is_multiple_of(32) => &s.xq32,
@@ -815,11 +835,15 @@ fn record_pass(
             // A window landing no logits: its last layer only stores K/V.
             return Ok(());
         }
+        let mut rounded = false;
         if shape.narrow.is_some() && n >= WINDOW_ATTN_MIN_ROWS {
             // Flash-attention tiles: each K/V tile read once for a tile of query rows.
             rec.attention_window(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.att).into(), ap)?;
         } else {
-            rec.attention(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.part).into(), (&s.att).into(), ap)?;
+            // The combine rounds its output for attn_out itself, unless rows are gathered after.
+            let round = if last && shape.narrow.is_some() { None } else { attn_round(&ly.attn_out, n, cfg, s)? };
+            rounded = round.is_some();
+            rec.attention_round(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.part).into(), (&s.att).into(), round, ap)?;
         }
         if last && shape.narrow.is_some() {
             rec.transfer_barrier(); // the gathers below copy
@@ -837,7 +861,9 @@ fn record_pass(
             // x already holds the previous layers' sum (the attention norm added it in place).
             (x, att, m) = (&s.xg, &s.ag, keep.len());
         }
-        prep(rec, m, att, &[&ly.attn_out], s)?;
+        if !rounded {
+            prep(rec, m, att, &[&ly.attn_out], s)?;
+        }
         // x += o, xn = norm(x) * ffn_norm
         if !mm_then_norm(rec, m, &ly.attn_out, &s.o, x, &ly.ffn_norm, &[&ly.gate, &ly.up], s, norm)? {
             mm(rec, m, &ly.attn_out, att, &s.o, d, s)?;

@@ -138,10 +138,47 @@ impl Push for AttnPush {}
 pub struct CombinePush {
     pub n_head: u32,
     pub head_dim: u32,
-    pub n_pieces: u32,
+    /// Heads a workgroup (1 unless it rounds its output).
+    pub heads: u32,
+    /// rows * n_head * head_dim: the packed layout's size (when it packs).
+    pub count: u32,
 }
-const _: () = assert!(std::mem::size_of::<CombinePush>() == 12);
+const _: () = assert!(std::mem::size_of::<CombinePush>() == 16);
 impl Push for CombinePush {}
+
+/// What the decode attention's combine writes besides its f32 output: that output rounded
+/// through 8-bit blocks for the matrix that reads it, bit for bit what [`Recorder::qact`]
+/// (`Rounded`, into `y`) or [`Recorder::qpack`] (`Packed`, into `out`) would write after it.
+#[derive(Clone, Copy)]
+pub enum AttnRound<'a> {
+    Rounded { block: u32, y: Bind<'a> },
+    Packed { layout: QPack, out: Bind<'a> },
+}
+
+/// Heads a combine workgroup covers to round its output in blocks of `block` (32 or 256):
+/// whole blocks a workgroup (`head_dim` a multiple of the block, or the block a multiple of
+/// `head_dim` and of at most 8 heads that divide `n_head`). None: round after, with qact/qpack.
+pub fn attn_round_heads(block: u32, head_dim: u32, n_head: u32) -> Option<u32> {
+    if block != 32 && block != 256 || head_dim == 0 {
+        return None;
+    }
+    let g = if head_dim.is_multiple_of(block) {
+        1
+    } else if block.is_multiple_of(head_dim) {
+        block / head_dim
+    } else {
+        return None;
+    };
+    (g <= 8 && n_head.is_multiple_of(g) && g * head_dim <= WG * 8).then_some(g)
+}
+
+/// Partials a row and head of the decode attention holds (shaders/common/meta.glsl
+/// ATTN_SLOTS): a row's keys go in at most this many pieces, of whole chunks of
+/// [`ATTN_CHUNK`] keys, sized from its key count alone.
+pub const ATTN_SLOTS: u32 = 32;
+/// Keys a workgroup of the decode attention scores at once (meta.glsl ATTN_CHUNK, its [`WG`]).
+pub const ATTN_CHUNK: u32 = 64;
+const _: () = assert!(ATTN_CHUNK == WG);
 
 /// The shader name suffix of a weight format the GEMV and embedding kernels read, or None
 /// when this home has no kernel for it (a decline).
@@ -385,7 +422,10 @@ impl Recorder<'_> {
         self.run(&format!("rope_{s}_{c}"), &[WG], &[q, k, v, bias, norm, table, meta, mk, mv], &p.bytes(), [p.n_head + p.n_head_kv, rows, 1])
     }
 
-    /// Decode attention in `p.n_pieces` key pieces, then the combine (with a barrier between).
+    /// Decode attention, then the combine (with a barrier between): each row's keys in pieces
+    /// sized from its key count alone (see [`ATTN_SLOTS`]), `p.n_pieces` (1..=ATTN_SLOTS)
+    /// workgroups a row and head taking them; `part` holds [`attn_part_len`]`(rows, n_head,
+    /// head_dim, ATTN_SLOTS)` floats. A row's result does not depend on `rows` or `n_pieces`.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &mut self,
@@ -399,11 +439,55 @@ impl Recorder<'_> {
         out: Bind<'_>,
         p: AttnPush,
     ) -> Result<(), VkError> {
+        self.attention_round(codec, rows, q, mk, mv, meta, part, out, None, p)
+    }
+
+    /// [`Recorder::attention`] whose combine also writes its output rounded as `round` asks
+    /// (see [`AttnRound`]; the block must pass [`attn_round_heads`]), in the same dispatch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_round(
+        &mut self,
+        codec: KvCodec,
+        rows: u32,
+        q: Bind<'_>,
+        mk: Bind<'_>,
+        mv: Bind<'_>,
+        meta: Bind<'_>,
+        part: Bind<'_>,
+        out: Bind<'_>,
+        round: Option<AttnRound<'_>>,
+        p: AttnPush,
+    ) -> Result<(), VkError> {
         let c = codec_name(codec)?;
+        if !(1..=ATTN_SLOTS).contains(&p.n_pieces) || p.head_dim as usize > MAX_HEAD_DIM || !p.head_dim.is_multiple_of(2) {
+            return Err(VkError::Unsupported(format!("decode attention of {} workgroups a head over head_dim {}", p.n_pieces, p.head_dim)));
+        }
+        let need = attn_part_len(rows as usize, p.n_head as usize, p.head_dim as usize, ATTN_SLOTS as usize) as u64 * 4;
+        if part.range < need {
+            return Err(VkError::OutOfRange(format!("{} bytes of attention partials for {rows} rows (need {need})", part.range)));
+        }
         self.run(&format!("attn_{c}"), &[WG], &[q, mk, mv, meta, part], &p.bytes(), [p.n_head, p.n_pieces, rows])?;
         self.barrier();
-        let cp = CombinePush { n_head: p.n_head, head_dim: p.head_dim, n_pieces: p.n_pieces };
-        self.run("attn_combine", &[WG], &[part, out], &cp.bytes(), [p.n_head, rows, 1])
+        let count = rows * p.n_head * p.head_dim;
+        let (name, block, y) = match round {
+            None => return self.run("attn_combine", &[WG], &[part, meta, out], &CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads: 1, count }.bytes(), [p.n_head, rows, 1]),
+            Some(AttnRound::Rounded { block, y }) => {
+                if y.range < count as u64 * 4 {
+                    return Err(VkError::OutOfRange(format!("{} bytes for {count} rounded attention outputs", y.range)));
+                }
+                ("attn_combine_q", block, y)
+            }
+            Some(AttnRound::Packed { layout, out: y }) => {
+                if layout.count != count || y.range < layout.bytes() {
+                    return Err(VkError::OutOfRange(format!("a packed layout of {} values in {} bytes for {count} attention outputs", layout.count, y.range)));
+                }
+                ("attn_combine_p", layout.block, y)
+            }
+        };
+        let heads = attn_round_heads(block, p.head_dim, p.n_head)
+            .ok_or_else(|| VkError::Unsupported(format!("the combine rounding {} heads of {} values in blocks of {block}", p.n_head, p.head_dim)))?;
+        let cp = CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads, count };
+        self.run(name, &[WG, block], &[part, meta, out, y], &cp.bytes(), [p.n_head / heads, rows, 1])
     }
 
     /// y = x rounded through 8-bit blocks of `block` values (32 or 256), `count` values.

@@ -146,7 +146,7 @@ fn run_case(h: &mut Harness, what: &str, c: &Case, tiles: &[Option<WindowTile>],
         wrong[r * s.q_dim..(r + 1) * s.q_dim].iter_mut().for_each(|x| *x *= 1.01);
         assert!(check("control", &firsts[0], &wrong, &bar).is_err(), "{what}: a perturbed oracle passed");
         if decode {
-            let part = h.poisoned(attn_part_len(s.rows, c.n_head, c.hd, 1));
+            let part = h.poisoned(attn_part_len(s.rows, c.n_head, c.hd, ATTN_SLOTS as usize));
             let ob = h.poisoned(n);
             let t0 = std::time::Instant::now();
             h.run(|rec| rec.attention(codec, s.rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&ob).into(), p));

@@ -615,16 +615,15 @@ fn rope_and_store_norm_neox_bias_qknorm_passthrough() {
     }
 }
 
-#[test]
-fn decode_attention_pieces_and_combine() {
+/// Decode attention over rows `rr` of (keys, region) against the f64 oracle, for several
+/// workgroup counts a head; every count, and each row run alone, must give the same bits.
+fn decode_attention_case(h: &mut Harness, n_head: usize, n_head_kv: usize, hd: usize, n_ctx: usize, rr: &[(usize, usize)], seed: u64) {
     // Oracle: softmax(q.k * scale) v in f64 over the same (f16 or f32) mirror values.
     // Bar a head dim: (2 ds + (keys + hd + 32) u) * max|v|, where ds = (hd + 4) u
     // sum_i |q_i k_i| * scale bounds a score's error (exp turns it into a relative error
     // of the weight), the rest the sums and exp's ulps.
-    let Some(mut h) = Harness::new() else { return };
-    let (n_head, n_head_kv, hd, n_ctx) = (6usize, 2usize, 64usize, 300usize);
     let (kv_dim, q_dim) = (n_head_kv * hd, n_head * hd);
-    let mut rng = Rng(33);
+    let mut rng = Rng(seed);
     for codec in [resin_core::KvCodec::F16, resin_core::KvCodec::F32] {
         let regions = 2usize;
         let elems = regions * n_ctx * kv_dim;
@@ -634,13 +633,9 @@ fn decode_attention_pieces_and_combine() {
             if codec == resin_core::KvCodec::F16 { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() } else { f32_bytes(v) }
         };
         let (mk, mv) = (h.buf_bytes(&bytes(&kvals)), h.buf_bytes(&bytes(&vvals)));
-        // rows: (keys, region)
-        let rr = [(1usize, 0usize), (300, 1), (77, 0), (129, 1)];
         let rows = rr.len();
         let meta: Vec<RowMeta> = rr.iter().map(|&(keys, reg)| RowMeta { token: 0, pos: keys as u32 - 1, kv_base: (reg * n_ctx * kv_dim) as u32, keys: keys as u32 }).collect();
-        let mb = h.buf_bytes(&RowMeta::words(&meta));
         let q = rng.vec(rows * q_dim, 1.0);
-        let qb = h.buf_f32(&q);
         let scale = 1.0 / (hd as f32).sqrt();
         // Oracle.
         let mut want = vec![0f64; rows * q_dim];
@@ -675,14 +670,21 @@ fn decode_attention_pieces_and_combine() {
                 }
             }
         }
-        for pieces in [1usize, 3, 4, 8] {
-            let part = h.poisoned(attn_part_len(rows, n_head, hd, pieces));
-            let ob = h.poisoned(rows * q_dim);
-            let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces as u32, scale };
-            h.run(|rec| rec.attention(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&ob).into(), p));
-            let got = ob.read_f32(0, rows * q_dim).unwrap();
-            check(&format!("attention {codec:?} pieces {pieces}"), &got, &want, &bar).unwrap();
-            // Control: one key fewer for row 2 must fail.
+        let run = |h: &mut Harness, meta: &[RowMeta], q: &[f32], pieces: u32| -> Vec<f32> {
+            let n = meta.len();
+            let (mb, qb) = (h.buf_bytes(&RowMeta::words(meta)), h.buf_f32(q));
+            let part = h.poisoned(attn_part_len(n, n_head, hd, ATTN_SLOTS as usize));
+            let ob = h.poisoned(n * q_dim);
+            let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale };
+            h.run(|rec| rec.attention(codec, n as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&ob).into(), p));
+            ob.read_f32(0, n * q_dim).unwrap()
+        };
+        let first = run(h, &meta, &q, 1);
+        for pieces in [1u32, 3, 4, 8, 32] {
+            let got = run(h, &meta, &q, pieces);
+            check(&format!("attention hd {hd} {codec:?} pieces {pieces}"), &got, &want, &bar).unwrap();
+            assert!(bits_equal(&got, &first), "attention hd {hd} {codec:?}: {pieces} workgroups a head differ from 1");
+            // Control: row 2's output 1% off must fail.
             if pieces == 1 {
                 let mut wrong = want.clone();
                 let r = 2;
@@ -692,7 +694,97 @@ fn decode_attention_pieces_and_combine() {
                 assert!(check("control", &got, &wrong, &bar).is_err());
             }
         }
+        // Each row alone, in a 1-row command (32 workgroups a head), gives its bits in the batch.
+        for (r, m) in meta.iter().enumerate() {
+            let alone = run(h, std::slice::from_ref(m), &q[r * q_dim..(r + 1) * q_dim], 32);
+            assert!(bits_equal(&alone, &first[r * q_dim..(r + 1) * q_dim]), "attention hd {hd} {codec:?}: row {r} alone differs");
+        }
     }
+}
+
+#[test]
+fn decode_attention_pieces_and_combine() {
+    // Keys of one chunk, several chunks, and past ATTN_SLOTS chunks (pieces of 128 keys).
+    let Some(mut h) = Harness::new() else { return };
+    let rr = [(1usize, 0usize), (300, 1), (77, 0), (129, 1), (2100, 0), (64, 1)];
+    decode_attention_case(&mut h, 6, 2, 64, 2200, &rr, 33);
+}
+
+#[test]
+fn decode_attention_other_head_dims() {
+    // Dims past a batch of 32 (80), two dims a thread (128), four (256), no grouping.
+    let Some(mut h) = Harness::new() else { return };
+    let rr = [(5usize, 1usize), (200, 0), (65, 1)];
+    for (n_head, n_head_kv, hd) in [(4usize, 4usize, 80usize), (4, 2, 128), (2, 1, 256)] {
+        decode_attention_case(&mut h, n_head, n_head_kv, hd, 256, &rr, 34 + hd as u64);
+    }
+}
+
+#[test]
+fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
+    // attention_round's combine writes its output and that output rounded (f32) or packed for
+    // the next matrix: every value and word must equal attention, then qact / qpack over its
+    // output. Blocks of 32 within a head, and of 256 over 4, 2 or 1 heads.
+    use resin_vulkan::gemv_dot::QPack;
+    let Some(mut h) = Harness::new() else { return };
+    let codec = resin_core::KvCodec::F16;
+    let n_ctx = 200usize;
+    let rr = [(3usize, 0usize), (200, 1), (70, 0)];
+    let rows = rr.len();
+    for (n_head, n_head_kv, hd) in [(8usize, 2usize, 64usize), (6, 2, 128), (2, 1, 256)] {
+        let (kv_dim, q_dim) = (n_head_kv * hd, n_head * hd);
+        let count = rows * q_dim;
+        let mut rng = Rng(0xa77 + hd as u64);
+        let elems = 2 * n_ctx * kv_dim;
+        let f16s = |v: Vec<f32>| -> Vec<u8> { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() };
+        let (mk, mv) = (h.buf_bytes(&f16s(rng.vec(elems, 2.0))), h.buf_bytes(&f16s(rng.vec(elems, 2.0))));
+        let meta: Vec<RowMeta> = rr.iter().map(|&(keys, reg)| RowMeta { token: 0, pos: keys as u32 - 1, kv_base: (reg * n_ctx * kv_dim) as u32, keys: keys as u32 }).collect();
+        let (mb, qb) = (h.buf_bytes(&RowMeta::words(&meta)), h.buf_f32(&rng.vec(count, 1.0)));
+        let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: 4, scale: 0.125 };
+        let part = h.poisoned(attn_part_len(rows, n_head, hd, ATTN_SLOTS as usize));
+        let bits = |b: &Buffer, k: usize| b.read_u32(0, k).unwrap();
+        // Reference: the plain combine, then the separate rounding and packing of each block size.
+        let outr = h.poisoned(count);
+        h.run(|rec| rec.attention(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&outr).into(), p));
+        let want_out = bits(&outr, count);
+        for block in [32u32, 256] {
+            let what = format!("hd {hd} x {n_head} heads, block {block}");
+            let heads = attn_round_heads(block, hd as u32, n_head as u32).unwrap();
+            assert_eq!(heads, (block / hd as u32).max(1), "{what}: heads a workgroup");
+            let l = QPack::new(block, count as u32).unwrap();
+            let w = l.words() as usize;
+            let (rq, rp) = (h.poisoned(count), h.poisoned(w));
+            h.run(|rec| {
+                rec.qact(block, count as u32, (&outr).into(), (&rq).into())?;
+                rec.qpack(l, (&outr).into(), (&rp).into())
+            });
+            let (want_q, want_p) = (bits(&rq, count), bits(&rp, w));
+            assert!(want_q.iter().chain(&want_p).all(|&v| v != POISON), "{what}: the reference left a value unwritten");
+            // Fused: rounded f32, then packed.
+            let (oq, fq, op, fp) = (h.poisoned(count), h.poisoned(count), h.poisoned(count), h.poisoned(w));
+            h.run(|rec| {
+                let round = Some(AttnRound::Rounded { block, y: (&fq).into() });
+                rec.attention_round(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&oq).into(), round, p)?;
+                rec.barrier();
+                let round = Some(AttnRound::Packed { layout: l, out: (&fp).into() });
+                rec.attention_round(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&op).into(), round, p)
+            });
+            assert_eq!(bits(&oq, count), want_out, "{what}: output (rounding form)");
+            assert_eq!(bits(&op, count), want_out, "{what}: output (packing form)");
+            assert_eq!(bits(&fq, count), want_q, "{what}: rounded values");
+            assert_eq!(bits(&fp, w), want_p, "{what}: packed words");
+            // Control: the other block size's rounding of the same output differs.
+            let (cq, other) = (h.poisoned(count), 288 - block);
+            h.run(|rec| rec.qact(other, count as u32, (&outr).into(), (&cq).into()));
+            assert_ne!(bits(&cq, count), want_q, "{what}: control");
+        }
+    }
+    // Shapes a combine cannot round whole blocks of: left to qact / qpack.
+    assert_eq!(attn_round_heads(256, 80, 8), None, "head_dim 80, blocks of 256");
+    assert_eq!(attn_round_heads(256, 64, 9), None, "9 heads in groups of 4");
+    assert_eq!(attn_round_heads(256, 16, 64), None, "16 heads a workgroup");
+    assert_eq!(attn_round_heads(32, 80, 8), None, "head_dim 80, blocks of 32");
+    assert_eq!(attn_round_heads(32, 96, 8), Some(1));
 }
 
 #[test]

@@ -7,4 +7,13 @@
 #define META_KV_BASE 2u   // element offset of the row's region in each layer's mirror buffer
 #define META_KEYS 3u      // keys the row attends to (pos + 1)
 #define META_WORDS 4u
+
+// Decode attention splits a row's keys into pieces of a size decided by its key count alone
+// (so a row's result does not depend on the rows beside it): whole chunks of ATTN_CHUNK keys,
+// at most ATTN_SLOTS pieces (kernels::ATTN_SLOTS partials a row and head).
+#define ATTN_CHUNK 64u
+#define ATTN_SLOTS 32u
+uint attn_piece_keys(uint keys) {
+    return ATTN_CHUNK * ((keys + ATTN_CHUNK * ATTN_SLOTS - 1u) / (ATTN_CHUNK * ATTN_SLOTS));
+}
 #endif

@@ -1,13 +1,20 @@
-// Decode attention, split over keys: workgroup (head, piece, row) takes its piece of the
-// keys 0..keys(row) of the row's region (each piece ceil(keys / n_pieces) keys) and writes a
-// partial result: the running max m, the sum l of exp(s - m) and acc = sum exp(s - m) v.
-// attn_combine merges the pieces. Scores are q.k * scale over head_dim, keys and values read
-// from the layer's mirror buffers (f16 pairs, or KV_F32).
+// Decode attention, split over keys: a row's keys 0..keys(row) of its region are cut into
+// pieces of attn_piece_keys(keys) keys (meta.glsl: at least one chunk, at most ATTN_SLOTS
+// pieces, from the key count alone), so a piece beyond the keys costs nothing and a row's
+// result is the same whatever rows and n_pieces the command has. Workgroup (head, slot, row)
+// takes pieces slot, slot + n_pieces, ... and writes each one's partial: the running max m,
+// the sum l of exp(s - m) and acc = sum exp(s - m) v. attn_combine merges the pieces.
+// Scores are q.k * scale over head_dim, keys and values read from the layer's mirror buffers
+// (f16 pairs, or KV_F32). A chunk of WG keys: one key's score a thread, then each thread
+// accumulates its dims over the chunk; loads go out in batches so their latencies overlap.
+// Within a chunk the arithmetic is the CPU home's (attention.rs: ops::dot's order, the weights
+// summed in key order, the values by fused multiply-adds), so up to 64 keys differ from the
+// oracle by exp's ulps alone: fewer flips of the 8-bit roundings downstream.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 0) const uint WG = 64;
+layout(constant_id = 0) const uint WG = 64;   // == ATTN_CHUNK (checked on the host)
 
 layout(std430, set = 0, binding = 0) readonly buffer Q { float q[]; };
 #ifdef KV_F32
@@ -18,7 +25,7 @@ layout(std430, set = 0, binding = 1) readonly buffer MK { uint mk[]; };
 layout(std430, set = 0, binding = 2) readonly buffer MV { uint mv[]; };
 #endif
 layout(std430, set = 0, binding = 3) readonly buffer Meta { uint meta[]; };
-// Partials: [row][head][piece] -> (m, l) and acc[head_dim].
+// Partials: [row][head][ATTN_SLOTS] -> (m, l) and acc[head_dim].
 layout(std430, set = 0, binding = 4) writeonly buffer Part { float part[]; };
 
 layout(push_constant) uniform Push {
@@ -32,21 +39,78 @@ layout(push_constant) uniform Push {
 #include "meta.glsl"
 
 shared float qs[256];
-shared float sc[256];
+shared float sc[256];   // the chunk's scores
+shared float pe[256];   // the chunk's exp(s - max) (0 past the keys)
 
 #define MAXD 4u   // dims a thread accumulates: head_dim <= MAXD * WG
+#define VB 16u    // values a dim loads at once
 
 float kval(uint e) {
 #ifdef KV_F32
     return mk[e];
 #else
-    return unpackHalf2x16(mk[e >> 1]).x;
+    return unpackHalf2x16(mk[e >> 1] >> ((e & 1u) * 16u)).x;
 #endif
+}
+
+float vval(uint e) {
+#ifdef KV_F32
+    return mv[e];
+#else
+    return unpackHalf2x16(mv[e >> 1] >> ((e & 1u) * 16u)).x;
+#endif
+}
+
+// 16 lanes of the dot product: acc[k] += q[i + k] * kk[k] (fused).
+void lanes(inout float acc[16], uint i, float kk[16]) {
+    for (uint k = 0u; k < 16u; k++) acc[k] = fma(qs[i + k], kk[k], acc[k]);
+}
+
+// Key dims i..i+16 of the key row at element e (even: rows and heads start at even elements).
+float[16] key16(uint e, uint i) {
+    float kk[16];
+#ifdef KV_F32
+    for (uint k = 0u; k < 16u; k++) kk[k] = mk[e + i + k];
+#else
+    for (uint k = 0u; k < 8u; k++) {
+        vec2 w = unpackHalf2x16(mk[((e + i) >> 1) + k]);
+        kk[2u * k] = w.x;
+        kk[2u * k + 1u] = w.y;
+    }
+#endif
+    return kk;
+}
+
+// q . k in the CPU home's order (ops::dot): 16 lanes of fused multiply-adds over the dims, its
+// reduction tree, then the dims past a multiple of 16 one by one. Loads go out 32 dims at once.
+float score(uint e, uint hd) {
+    float acc[16];
+    for (uint k = 0u; k < 16u; k++) acc[k] = 0.0;
+    uint i = 0u;
+    for (; i + 32u <= hd; i += 32u) {
+        float k0[16] = key16(e, i);
+        float k1[16] = key16(e, i + 16u);
+        lanes(acc, i, k0);
+        lanes(acc, i + 16u, k1);
+    }
+    if (i + 16u <= hd) {
+        lanes(acc, i, key16(e, i));
+        i += 16u;
+    }
+    precise float t0 = acc[0] + acc[8], t1 = acc[1] + acc[9], t2 = acc[2] + acc[10], t3 = acc[3] + acc[11];
+    precise float t4 = acc[4] + acc[12], t5 = acc[5] + acc[13], t6 = acc[6] + acc[14], t7 = acc[7] + acc[15];
+    precise float u0 = t0 + t4, u1 = t1 + t5, u2 = t2 + t6, u3 = t3 + t7;
+    precise float sum = (u0 + u2) + (u1 + u3);
+    for (; i < hd; i++) {
+        precise float pr = qs[i] * kval(e + i);
+        sum = sum + pr;
+    }
+    return sum;
 }
 
 void main() {
     uint h = gl_WorkGroupID.x;
-    uint piece = gl_WorkGroupID.y;
+    uint slot = gl_WorkGroupID.y;
     uint r = gl_WorkGroupID.z;
     uint t = gl_LocalInvocationID.x;
     uint hd = p.head_dim;
@@ -54,71 +118,61 @@ void main() {
     uint g = h / (p.n_head / p.n_head_kv);
     uint keys = meta[r * META_WORDS + META_KEYS];
     uint base = meta[r * META_WORDS + META_KV_BASE] + g * hd;
-    uint per = (keys + p.n_pieces - 1u) / p.n_pieces;
-    uint k0 = min(piece * per, keys);
-    uint k1 = min(k0 + per, keys);
+    uint per = attn_piece_keys(keys);
+    uint npc = (keys + per - 1u) / per;
+    // The whole workgroup leaves together, before any barrier.
+    if (slot >= npc) return;
 
     for (uint i = t; i < hd; i += WG) qs[i] = q[(r * p.n_head + h) * hd + i];
     barrier();
 
-    float m = -1.0 / 0.0;
-    float l = 0.0;
-    float acc[MAXD];
-    for (uint d = 0u; d < MAXD; d++) acc[d] = 0.0;
+    for (uint pc = slot; pc < npc; pc += p.n_pieces) {
+        uint k0 = pc * per;
+        uint k1 = min(k0 + per, keys);
+        float m = -1.0 / 0.0;
+        float l = 0.0;
+        float acc[MAXD];
+        for (uint d = 0u; d < MAXD; d++) acc[d] = 0.0;
 
-    for (uint c0 = k0; c0 < k1; c0 += WG) {
-        uint j = c0 + t;
-        float s = -1.0 / 0.0;
-        if (j < k1) {
-            uint e = base + j * kv_dim;
-            float dot = 0.0;
-#ifdef KV_F32
-            for (uint i = 0u; i < hd; i++) dot += qs[i] * mk[e + i];
-#else
-            for (uint i = 0u; i < hd; i += 2u) {
-                vec2 kk = unpackHalf2x16(mk[(e + i) >> 1]);
-                dot += qs[i] * kk.x + qs[i + 1u] * kk.y;
+        for (uint c0 = k0; c0 < k1; c0 += WG) {
+            uint cn = min(WG, k1 - c0);
+            float s = -1.0 / 0.0;
+            if (t < cn) s = score(base + (c0 + t) * kv_dim, hd) * p.scale;
+            sc[t] = s;
+            // Also: every thread is done reading the previous chunk's pe.
+            barrier();
+            float cmax = m;
+            for (uint i = 0u; i < WG; i++) cmax = max(cmax, sc[i]);
+            float rescale = exp(m - cmax);
+            pe[t] = t < cn ? exp(s - cmax) : 0.0;
+            barrier();
+            float psum = 0.0;
+            for (uint i = 0u; i < WG; i++) psum += pe[i];
+            l = l * rescale + psum;
+            for (uint d = 0u; d < MAXD; d++) {
+                uint dim = t + d * WG;
+                if (dim >= hd) break;
+                float a = acc[d] * rescale;
+                uint e0 = base + c0 * kv_dim + dim;
+                uint i = 0u;
+                for (; i + VB <= cn; i += VB) {
+                    float vv[VB];
+                    for (uint k = 0u; k < VB; k++) vv[k] = vval(e0 + (i + k) * kv_dim);
+                    for (uint k = 0u; k < VB; k++) a = fma(pe[i + k], vv[k], a);
+                }
+                for (; i < cn; i++) a = fma(pe[i], vval(e0 + i * kv_dim), a);
+                acc[d] = a;
             }
-#endif
-            s = dot * p.scale;
+            m = cmax;
         }
-        sc[t] = s;
-        barrier();
-        uint cn = min(WG, k1 - c0);
-        float cmax = m;
-        for (uint i = 0u; i < cn; i++) cmax = max(cmax, sc[i]);
-        float rescale = exp(m - cmax);
-        barrier();
-        if (t < cn) sc[t] = exp(sc[t] - cmax);
-        barrier();
-        float psum = 0.0;
-        for (uint i = 0u; i < cn; i++) psum += sc[i];
-        l = l * rescale + psum;
+        uint ob = ((r * p.n_head + h) * ATTN_SLOTS + pc) * (hd + 2u);
+        if (t == 0u) {
+            part[ob] = m;
+            part[ob + 1u] = l;
+        }
         for (uint d = 0u; d < MAXD; d++) {
             uint dim = t + d * WG;
-            if (dim >= hd) break;
-            float a = acc[d] * rescale;
-            for (uint i = 0u; i < cn; i++) {
-                uint e = base + (c0 + i) * kv_dim + dim;
-#ifdef KV_F32
-                a += sc[i] * mv[e];
-#else
-                a += sc[i] * unpackHalf2x16(mv[e >> 1] >> ((e & 1u) * 16u)).x;
-#endif
-            }
-            acc[d] = a;
+            if (dim < hd) part[ob + 2u + dim] = acc[d];
         }
-        m = cmax;
-        barrier();
-    }
-    uint slot = (r * p.n_head + h) * p.n_pieces + piece;
-    uint ob = slot * (hd + 2u);
-    if (t == 0u) {
-        part[ob] = m;
-        part[ob + 1u] = l;
-    }
-    for (uint d = 0u; d < MAXD; d++) {
-        uint dim = t + d * WG;
-        if (dim < hd) part[ob + 2u + dim] = acc[d];
     }
 }

@@ -1,38 +1,134 @@
-// Merge the key pieces of decode attention: out = sum_p acc_p e^(m_p - M) / sum_p l_p e^(m_p - M).
-// Workgroup (head, row).
+// Merge the key pieces of decode attention: out = sum_p acc_p e^(m_p - M) / sum_p l_p e^(m_p - M)
+// over the row's pieces (as many as attn.comp cut its keys into; each holds a key).
+// Workgroup (head group, row): p.heads heads of a row, one thread a head for the weights.
+// QACT: also write out rounded through 8-bit blocks of QB values (qact.comp's arithmetic,
+// bit for bit) for the matrix that reads it, so the rounding needs no dispatch and barrier of
+// its own: to y as f32, or with QPACK packed for the int8 dot GEMV (qact.comp QPACK's layout
+// over the pass's `count` values). The host makes a group whole blocks (heads * head_dim a
+// multiple of QB, at most WG * CH values), each thread rounding one chunk of CH values.
 #version 450
+#extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
+layout(constant_id = 1) const uint QB = 32;
 
 layout(std430, set = 0, binding = 0) readonly buffer Part { float part[]; };
-layout(std430, set = 0, binding = 1) writeonly buffer Out { float outv[]; };
+layout(std430, set = 0, binding = 1) readonly buffer Meta { uint meta[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Out { float outv[]; };
+#ifdef QPACK
+layout(std430, set = 0, binding = 3) writeonly buffer Packed { uint pk[]; };
+#elif defined(QACT)
+layout(std430, set = 0, binding = 3) writeonly buffer Rounded { float y[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint n_head;
     uint head_dim;
-    uint n_pieces;
+    uint heads;   // heads a workgroup (1 without QACT)
+    uint count;   // values of the pass (rows * n_head * head_dim): the packed layout's offsets
 } p;
 
+#include "meta.glsl"
+
+#define CH 8u
+#define MAXG 8u   // heads a workgroup
+shared float wp[MAXG * ATTN_SLOTS];   // e^(m_p - M) of each head's pieces
+shared float lh[MAXG];                // each head's merged l
+#ifdef QACT
+shared float pm[256];   // each chunk's amax (WG <= 256)
+#ifdef QPACK
+shared int ps[256];     // each chunk's quant sum
+#define SUMG (QB == 256u ? 16u : 32u)
+#endif
+#endif
+
+// Value d of head hh of the group over its npc pieces from partial slot `first` (the same
+// operations in every form, fused multiply-adds spelled out).
+float merged(uint first, uint npc, uint hh, uint d, uint hd) {
+    float a = 0.0;
+    for (uint i = 0u; i < npc; i++) a = fma(part[(first + i) * (hd + 2u) + 2u + d], wp[hh * ATTN_SLOTS + i], a);
+    return a / lh[hh];
+}
+
 void main() {
-    uint h = gl_WorkGroupID.x;
     uint r = gl_WorkGroupID.y;
     uint t = gl_LocalInvocationID.x;
     uint hd = p.head_dim;
-    uint first = (r * p.n_head + h) * p.n_pieces;
-    float mx = -1.0 / 0.0;
-    for (uint i = 0u; i < p.n_pieces; i++) mx = max(mx, part[(first + i) * (hd + 2u)]);
-    float l = 0.0;
-    for (uint i = 0u; i < p.n_pieces; i++) {
-        uint ob = (first + i) * (hd + 2u);
-        if (part[ob + 1u] > 0.0) l += part[ob + 1u] * exp(part[ob] - mx);
-    }
-    for (uint d = t; d < hd; d += WG) {
-        float a = 0.0;
-        for (uint i = 0u; i < p.n_pieces; i++) {
-            uint ob = (first + i) * (hd + 2u);
-            if (part[ob + 1u] > 0.0) a += part[ob + 2u + d] * exp(part[ob] - mx);
+    uint h0 = gl_WorkGroupID.x * p.heads;
+    uint keys = meta[r * META_WORDS + META_KEYS];
+    uint npc = (keys + attn_piece_keys(keys) - 1u) / attn_piece_keys(keys);
+    uint first0 = (r * p.n_head + h0) * ATTN_SLOTS;
+    if (t < p.heads) {
+        uint first = first0 + t * ATTN_SLOTS;
+        float mx = -1.0 / 0.0;
+        for (uint i = 0u; i < npc; i++) mx = max(mx, part[(first + i) * (hd + 2u)]);
+        float l = 0.0;
+        for (uint i = 0u; i < npc; i++) {
+            float w = exp(part[(first + i) * (hd + 2u)] - mx);
+            wp[t * ATTN_SLOTS + i] = w;
+            l = fma(part[(first + i) * (hd + 2u) + 1u], w, l);
         }
-        outv[(r * p.n_head + h) * hd + d] = a / l;
+        lh[t] = l;
     }
+    barrier();
+    uint o0 = (r * p.n_head + h0) * hd;   // the group's first value in the pass
+    uint span = p.heads * hd;
+#ifndef QACT
+    for (uint j = t; j < span; j += WG) outv[o0 + j] = merged(first0 + (j / hd) * ATTN_SLOTS, npc, j / hd, j % hd, hd);
+#else
+    uint o = t * CH;   // this thread's chunk of the group's values
+    bool live = o < span;
+    float v[CH];
+    float amax = 0.0;
+    if (live) {
+        for (uint k = 0u; k < CH; k++) {
+            uint j = o + k;
+            v[k] = merged(first0 + (j / hd) * ATTN_SLOTS, npc, j / hd, j % hd, hd);
+            outv[o0 + j] = v[k];
+            amax = max(amax, abs(v[k]));
+        }
+    }
+    pm[t] = amax;
+    barrier();
+    uint cper = QB / CH;
+    uint t0 = (t / cper) * cper;
+    int qsum = 0;
+    if (live) {
+        float bmax = 0.0;
+        for (uint j = t0; j < t0 + cper; j++) bmax = max(bmax, pm[j]);
+        float d = bmax / 127.0;
+        float id = bmax > 0.0 ? 127.0 / bmax : 0.0;
+        uint gi = o0 + o;   // the chunk's first value in the pass
+#ifdef QPACK
+        uint wd[2] = uint[2](0u, 0u);
+        for (uint k = 0u; k < CH; k++) {
+            precise float q = roundEven(v[k] * id);
+            int qi = int(q);
+            qsum += qi;
+            wd[k >> 2] |= (uint(qi) & 0xFFu) << ((k & 3u) * 8u);
+        }
+        pk[gi >> 2] = wd[0];
+        pk[(gi >> 2) + 1u] = wd[1];
+        if (t == t0) pk[(p.count >> 2) + gi / QB] = floatBitsToUint(d);
+#else
+        for (uint k = 0u; k < CH; k++) {
+            precise float q = roundEven(v[k] * id);
+            precise float rv = q * d;
+            y[gi + k] = rv;
+        }
+#endif
+    }
+#ifdef QPACK
+    // The int sum of each SUMG values.
+    ps[t] = qsum;
+    barrier();
+    uint gper = SUMG / CH;
+    if (live && (t % gper) == 0u) {
+        int s = 0;
+        for (uint j = 0u; j < gper; j++) s += ps[t + j];
+        pk[(p.count >> 2) + p.count / QB + (o0 + o) / SUMG] = uint(s);
+    }
+#endif
+#endif
 }
