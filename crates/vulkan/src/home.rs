@@ -129,7 +129,9 @@ struct Scratch {
     /// `RESIN_VK_GEMV=portable|subgroup` keeps the float GEMV tiers).
     dot: bool,
     /// Whether the norms after attn_out and down run in those GEMVs' last workgroup
-    /// (`mm_then_norm`; `RESIN_VK_FUSE_NORM=0` keeps them apart, for comparison).
+    /// (`mm_then_norm`). Off unless `RESIN_VK_FUSE_NORM=1`: on the H200 it saved nothing at
+    /// one row (the norm's own latency, not the dispatch between, is what it costs) and lost
+    /// at eight (one workgroup runs the eight rows' norms in turn): BENCHMARKS.md.
     fuse_norms: bool,
     /// The word the fused norm's workgroups count themselves in (zero between dispatches).
     done: Buffer,
@@ -578,7 +580,7 @@ impl Scratch {
             xp256: Buffer::new(gpu, packed_bytes(cfg, 256), Location::Device)?,
             q8,
             dot: q8 && crate::gemv_dot::dot_ok(&gpu.info) && !matches!(std::env::var("RESIN_VK_GEMV").as_deref(), Ok("portable" | "subgroup")),
-            fuse_norms: std::env::var("RESIN_VK_FUSE_NORM").as_deref() != Ok("0"),
+            fuse_norms: std::env::var("RESIN_VK_FUSE_NORM").as_deref() == Ok("1"),
             done: {
                 let mut b = Buffer::new(gpu, 16, Location::Device)?;
                 b.fill_u32(0)?;
