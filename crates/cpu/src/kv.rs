@@ -36,7 +36,7 @@ pub enum Side {
 
 impl KvCache {
     pub fn new(codec: KvCodec, regions: usize, n_layer: usize, n_ctx: usize, kv_dim: usize, head_dim: usize) -> Result<Self, CpuError> {
-        if codec == KvCodec::Q8_0 && head_dim % 32 != 0 {
+        if codec == KvCodec::Q8_0 && !head_dim.is_multiple_of(32) {
             return Err(CpuError::Model(format!("the q8_0 K/V codec needs a head dimension that is a multiple of 32, not {head_dim}")));
         }
         let n = regions
@@ -149,6 +149,7 @@ impl KvCache {
     }
 
     /// Read dims `lo..lo + out_dim` of positions `0..n` of one side into `out` ([n][out_dim]).
+    #[allow(clippy::too_many_arguments)]
     pub fn read(&self, side: Side, region: usize, layer: usize, n: usize, lo: usize, out_dim: usize, out: &mut [f32]) {
         let store = match side {
             Side::K => &self.k,

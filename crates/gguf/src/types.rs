@@ -81,7 +81,7 @@ impl GgmlType {
     /// Bytes for `n` values, or None when `n` is not a whole number of blocks (or overflows).
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let bl = self.block_len() as u64;
-        if n % bl != 0 {
+        if !n.is_multiple_of(bl) {
             return None;
         }
         (n / bl).checked_mul(self.block_bytes() as u64)

@@ -49,7 +49,7 @@ impl GgufWriter {
         if dims.is_empty()
             || dims.len() > crate::MAX_DIMS
             || dims.contains(&0)
-            || dims[0] % ty.block_len() as u64 != 0
+            || !dims[0].is_multiple_of(ty.block_len() as u64)
         {
             return Err(GgufError::BadTensor { name, problem: format!("cannot store shape {dims:?} as {ty}") });
         }

@@ -155,7 +155,7 @@ impl ModelConfig {
         }
         let rope_base = f.get_f64(&format!("{a}.rope.freq_base"))?.unwrap_or(10_000.0) as f32;
         let rms_eps = f.get_f64(&format!("{a}.attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5) as f32;
-        if !(rope_base > 0.0 && rope_base.is_finite()) || !(rms_eps > 0.0 && rms_eps < 1.0) {
+        if !(rope_base > 0.0 && rope_base.is_finite() && rms_eps > 0.0 && rms_eps < 1.0) {
             return Err(inv("rope.freq_base must be positive and layer_norm_rms_epsilon in (0, 1)"));
         }
         let emb = tensor(f, TOKEN_EMBD)?;

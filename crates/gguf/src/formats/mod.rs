@@ -55,7 +55,7 @@ pub unsafe trait Block: Copy + 'static {
 /// Views bytes as blocks without copying; None unless `bytes` is whole blocks.
 pub fn as_blocks<B: Block>(bytes: &[u8]) -> Option<&[B]> {
     let size = std::mem::size_of::<B>();
-    if bytes.len() % size != 0 {
+    if !bytes.len().is_multiple_of(size) {
         return None;
     }
     // SAFETY: B has alignment 1, no padding and every bit pattern is valid (trait contract);
@@ -66,7 +66,7 @@ pub fn as_blocks<B: Block>(bytes: &[u8]) -> Option<&[B]> {
 /// Mutable form of [`as_blocks`].
 pub fn as_blocks_mut<B: Block>(bytes: &mut [u8]) -> Option<&mut [B]> {
     let size = std::mem::size_of::<B>();
-    if bytes.len() % size != 0 {
+    if !bytes.len().is_multiple_of(size) {
         return None;
     }
     // SAFETY: as in as_blocks; the borrow is unique.
@@ -78,7 +78,7 @@ pub fn as_blocks_mut<B: Block>(bytes: &mut [u8]) -> Option<&mut [B]> {
 /// Checks that `n` values are whole blocks of `ty` stored in `bytes` bytes.
 fn check(ty: GgmlType, n: usize, bytes: usize) -> Result<()> {
     let bl = ty.block_len();
-    if n % bl != 0 {
+    if !n.is_multiple_of(bl) {
         return Err(GgufError::PartialBlock {
             ty,
             len: n,
@@ -139,7 +139,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 /// Quantize `src` (length a multiple of the block length) into a new byte vector.
 pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>> {
     let bl = ty.block_len();
-    if src.len() % bl != 0 {
+    if !src.len().is_multiple_of(bl) {
         return Err(GgufError::PartialBlock {
             ty,
             len: src.len(),
