@@ -348,17 +348,7 @@ fn gemv_dot_speed() {
         let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
         let int_dot = h.gpu.info.int_dot;
         let mut time = |name: &str, f: &mut dyn FnMut(&mut resin_vulkan::kernels::Recorder<'_>) -> Result<(), resin_vulkan::VkError>| {
-            h.run(|rec| f(rec)); // pipelines made, caches warm
-            let t = std::time::Instant::now();
-            // A barrier after each, as in a token command: latency, not overlapped throughput.
-            h.run(|rec| {
-                for _ in 0..reps {
-                    f(rec)?;
-                    rec.barrier();
-                }
-                Ok(())
-            });
-            let us = t.elapsed().as_secs_f64() * 1e6 / reps as f64;
+            let us = h.time_chained(reps, f);
             eprintln!("{ty} {rows}x{cols} {name}: {us:.1} us a GEMV, {:.0} GB/s of weights", wbytes.len() as f64 / us / 1e3);
         };
         time("subgroup f32 x", &mut |rec| rec.gemv_tier(GemvTier::Subgroup, ty, 1, (&wbuf).into(), (&xrb).into(), (&y).into(), p));

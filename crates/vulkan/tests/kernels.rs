@@ -842,16 +842,7 @@ fn dispatch_floor() {
     let layout = QPack::new(32, n as u32).unwrap();
     let reps = 200;
     let mut time = |name: &str, f: &mut dyn FnMut(&mut resin_vulkan::kernels::Recorder<'_>) -> Result<(), resin_vulkan::VkError>| {
-        h.run(|rec| f(rec));
-        let t = std::time::Instant::now();
-        h.run(|rec| {
-            for _ in 0..reps {
-                f(rec)?;
-                rec.barrier();
-            }
-            Ok(())
-        });
-        eprintln!("{name}: {:.2} us a dispatch and barrier", t.elapsed().as_secs_f64() * 1e6 / reps as f64);
+        eprintln!("{name}: {:.2} us a dispatch and barrier", h.time_chained(reps, f));
     };
     time("swiglu of 64 values", &mut |rec| rec.swiglu(64, (&g).into(), (&g).into()));
     time("rmsnorm_add_p of 2048", &mut |rec| rec.rmsnorm_p(1, (&x).into(), Some((&a).into()), (&w).into(), (&o).into(), Some((&p).into()), None, NormPush { n: n as u32, eps: 1e-5 }));

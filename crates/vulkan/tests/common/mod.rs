@@ -70,6 +70,23 @@ impl Harness {
         .unwrap();
         res.unwrap();
     }
+
+    /// Microseconds a run of `f` takes when `reps` of them are chained by barriers in one
+    /// submission (as in a token command: latency, not overlapped throughput), after one
+    /// run that makes the pipelines and warms the caches. For the ignored speed tests.
+    #[allow(dead_code)]
+    pub fn time_chained(&mut self, reps: u32, f: &mut dyn FnMut(&mut Recorder<'_>) -> Result<(), resin_vulkan::VkError>) -> f64 {
+        self.run(|rec| f(rec));
+        let t = std::time::Instant::now();
+        self.run(|rec| {
+            for _ in 0..reps {
+                f(rec)?;
+                rec.barrier();
+            }
+            Ok(())
+        });
+        t.elapsed().as_secs_f64() * 1e6 / reps as f64
+    }
 }
 
 /// xorshift64*: deterministic test data.
