@@ -1,30 +1,36 @@
 #!/bin/bash
-# The comparison in one short lease (under 10 minutes, one `device` call), for when the device
-# budget cannot hold scripts/bench_gpu.sh's full peer build: resin first (bench pp512/tg128
-# with the per-stage profile, 8 and 64 streams) on `resin synth` files, then llama.cpp's CUDA
-# build (llama-bench and llama-batched-bench only, no server) built and run on the SAME files,
-# each step cut by `timeout` so the call ends in time. Run from the repo root on the device
-# machine with the kit in .kit (see scripts/bench_gpu.sh):  bash scripts/bench_gpu_lease.sh
-# Results land in $OUT/l and $OUT/final.tgz.
+# The comparison in one short lease (LEASE_S seconds, default 480: one `device` call), for when
+# the device budget cannot hold scripts/bench_gpu.sh's full peer build. resin runs (bench
+# pp512/tg128 with the per-stage profile; 8 and 64 streams) on `resin synth` files while
+# llama.cpp's CUDA build (llama-bench and llama-batched-bench only, niced, 12 jobs) compiles
+# beside it; then the peer runs on the SAME files. Each step is cut by `timeout` so the call
+# ends in time. From the repo root on the device machine, the kit in .kit (scripts/bench_gpu.sh):
+#   bash scripts/bench_gpu_lease.sh        results in $OUT/l and $OUT/final.tgz
 S=$SECONDS; W=/tmp/w; K=.kit; O=$OUT/l; mkdir -p $O $W
+L=${LEASE_S:-480}
+left() { local t=$(($1 - (SECONDS - S))); [ $t -lt 1 ] && t=1; echo $t; }
 bash $K/peer.sh $K $W gl >/dev/null
 OUT=$O bash scripts/bench_gpu.sh $K $W synth > $O/synth.txt 2>&1
+C="-G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_SERVER=OFF"
+( cmake -S $W/llama.cpp -B $W/bc $C -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > $O/cmake.log 2>&1 &&
+  timeout $(left $((L - 90))) nice -n 19 cmake --build $W/bc -j 12 --target llama-bench llama-batched-bench > $O/build.log 2>&1 ) &
+B=$!
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
   $K/resin bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --reps 3 --profile --format json 2> $O/resin-$m.log > $O/resin-$m.json
-  for n in 8 64; do $K/resin bench --model $W/$m.gguf --gpu vulkan --streams $n --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/streams-$m-$n.log > $O/streams-$m-$n.json; done
+  echo "$m: $(head -c 330 $O/resin-$m.json | tail -c 200)"
+  for n in 8 64; do
+    $K/resin bench --model $W/$m.gguf --gpu vulkan --streams $n --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/streams-$m-$n.log > $O/streams-$m-$n.json
+    echo "$m streams $n: $(grep -o '"decode_tps":[0-9.]*' $O/streams-$m-$n.json)"
+  done
 done
-echo "ours done at $((SECONDS-S)) s"
-tar xzf $K/llama.cpp-src.tgz -C $W 2>/dev/null
-C="-G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_SERVER=OFF"
-cmake -S $W/llama.cpp -B $W/bc $C -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > $O/cmake.log 2>&1
-timeout $((560-(SECONDS-S))) cmake --build $W/bc -j 16 --target llama-bench llama-batched-bench > $O/build.log 2>&1 || { echo "peer build cut at $((SECONDS-S)) s"; tail -3 $O/build.log; }
-echo "peer built at $((SECONDS-S)) s"
+echo "ours done at $((SECONDS - S)) s"
+wait $B || { echo "peer build cut or failed at $((SECONDS - S)) s"; tail -3 $O/build.log; }
+echo "peer built at $((SECONDS - S)) s"
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
-  timeout $((585-(SECONDS-S))) $W/bc/bin/llama-bench -m $W/$m.gguf -p 512 -n 128 -r 3 -fa 1 -o md 2>&1 | grep -E "^\||error" | tee -a $O/peer-cuda-bench.md
+  timeout $(left $((L - 45))) $W/bc/bin/llama-bench -m $W/$m.gguf -p 512 -n 128 -r 3 -fa 1 -o md 2>&1 | grep -E "^\||error" | tee -a $O/peer-cuda-bench.md
 done
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
-  timeout $((590-(SECONDS-S))) $W/bc/bin/llama-batched-bench -m $W/$m.gguf -c 40000 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,8,64 -fa on 2>&1 | grep -E "^\||error" | tee -a $O/peer-cuda-batched.md
+  timeout $(left $((L - 10))) $W/bc/bin/llama-batched-bench -m $W/$m.gguf -c 40000 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,8,64 -fa on 2>&1 | grep -E "^\||error" | tee -a $O/peer-cuda-batched.md
 done
-echo "end at $((SECONDS-S)) s"
-for f in $O/resin-*.json $O/streams-*.json; do echo "$f: $(head -c 600 $f)"; done
+echo "end at $((SECONDS - S)) s"
 tar czf $OUT/final.tgz -C $OUT l
