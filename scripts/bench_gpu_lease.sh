@@ -17,7 +17,7 @@ C="-G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXA
 B=$!
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
   $K/resin bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --reps 3 --profile --format json 2> $O/resin-$m.log > $O/resin-$m.json
-  echo "$m: $(head -c 330 $O/resin-$m.json | tail -c 200)"
+  echo "$m: $(grep -o -E '"(pp_tps|tg_tps)":[0-9.]*' $O/resin-$m.json | tr "\n" " ")"
   for n in 8 64; do
     $K/resin bench --model $W/$m.gguf --gpu vulkan --streams $n --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/streams-$m-$n.log > $O/streams-$m-$n.json
     echo "$m streams $n: $(grep -o '"decode_tps":[0-9.]*' $O/streams-$m-$n.json)"
