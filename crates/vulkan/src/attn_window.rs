@@ -115,7 +115,7 @@ impl Recorder<'_> {
         out: Bind<'_>,
         p: AttnPush,
     ) -> Result<(), VkError> {
-        let c = codec_name(codec)?;
+        let c = codec_name(codec, p.head_dim)?;
         let hd = p.head_dim;
         if hd == 0 || !hd.is_multiple_of(2) || hd as usize > MAX_HEAD_DIM || p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
             return Err(VkError::Unsupported(format!("window attention with head dim {hd}, {} heads over {} kv heads", p.n_head, p.n_head_kv)));

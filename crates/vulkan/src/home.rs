@@ -17,8 +17,12 @@
 //! segments' last rows (gathered) run attention-out, the FFN and the classifier, and a window
 //! that lands no logits stops once its last layer's K/V are stored.
 //!
-//! Not yet here: the q8_0 mirror (declined), grouped steps (the engine groups), int8 dot
-//! products.
+//! The mirror's codec is f16, f32 or q8_0 (ggml's 34-byte blocks of 32 values, quantized on the
+//! device bit for bit as the CPU home's; head dims that are not a multiple of 32 are declined).
+//! Snapshots (`save_region`) are the CPU home's layout in each codec: either home loads the
+//! other's.
+//!
+//! Not yet here: grouped steps (the engine groups), int8 dot products.
 
 use std::sync::Arc;
 
@@ -268,8 +272,7 @@ impl VulkanHome {
                 tracing::info!("vulkan upload {}% ({} of {} MiB)", tenth * 10, done >> 20, total >> 20);
             }
         };
-        let ebytes = if opts.codec == KvCodec::F32 { 4 } else { 2 };
-        let mirror_bytes = (opts.regions * plan.n_ctx * cfg.kv_dim() * ebytes) as u64;
+        let mirror_bytes = (opts.regions * plan.n_ctx) as u64 * opts.codec.bytes_for(cfg.kv_dim()) as u64;
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for l in 0..cfg.n_layer {
             let n = LayerNames::new(l);
@@ -487,11 +490,11 @@ pub fn rope_table(n_ctx: usize, rope_dims: usize, base: f32) -> Vec<f32> {
 
 /// Decide what goes where, before uploading anything; decline what this home does not serve.
 fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counters: &Counters) -> Result<Plan, VkError> {
-    if opts.codec == KvCodec::Q8_0 {
-        return Err(decline(counters, "vulkan: the q8_0 K/V mirror has no kernels yet".into()));
-    }
     if cfg.head_dim > MAX_HEAD_DIM || !cfg.head_dim.is_multiple_of(2) {
         return Err(decline(counters, format!("vulkan: head dimension {} (kernels take even sizes up to {MAX_HEAD_DIM})", cfg.head_dim)));
+    }
+    if opts.codec == KvCodec::Q8_0 && !cfg.head_dim.is_multiple_of(32) {
+        return Err(decline(counters, format!("vulkan: the q8_0 K/V mirror needs a head dimension that is a multiple of 32, not {}", cfg.head_dim)));
     }
     let mut names = vec![resin_model::TOKEN_EMBD.to_string()];
     if !cfg.tied_output {
@@ -517,7 +520,8 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
         }
         weights += t.size;
     }
-    let ebytes = if opts.codec == KvCodec::F32 { 4u64 } else { 2 };
+    // Bytes of one position of one layer's side in the codec (q8_0: 34 a block of 32).
+    let side_row = opts.codec.bytes_for(cfg.kv_dim()) as u64;
     let kv_dim = cfg.kv_dim() as u64;
     let out_rows = NROW_MAX.max(opts.regions);
     let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(cfg, out_rows) + (n_ctx * cfg.rope_dims * 4) as u64 };
@@ -532,7 +536,7 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
     };
     let mut n_ctx = opts.n_ctx.unwrap_or(cfg.ctx_train.min(4096)).max(1);
     loop {
-        let layer_side = opts.regions as u64 * n_ctx as u64 * kv_dim * ebytes;
+        let layer_side = opts.regions as u64 * n_ctx as u64 * side_row;
         let mirror = 2 * cfg.n_layer as u64 * layer_side;
         let scratch = scratch_for(n_ctx);
         let fits_range = layer_side <= gpu.info.max_storage_range && opts.regions as u64 * n_ctx as u64 * kv_dim < u32::MAX as u64;
@@ -973,7 +977,8 @@ impl Home for VulkanHome {
         VulkanHome::profile_step(self, rows)
     }
 
-    /// Layout `[layer][K rows | V rows]` in the mirror's codec (f16 or f32), as the CPU home's.
+    /// Layout `[layer][K rows | V rows]` in the mirror's codec (f16, f32 or q8_0 blocks), as the
+    /// CPU home's.
     fn save_region(&mut self, region: RegionId, rows: usize) -> resin_core::Result<Vec<u8>> {
         let (row_bytes, side_row) = self.snapshot_row_bytes();
         check_snapshot(&self.spec, region, rows, row_bytes, None)?;

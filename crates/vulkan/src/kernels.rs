@@ -418,7 +418,7 @@ impl Recorder<'_> {
             RopeStyle::Norm => "norm",
             RopeStyle::Neox => "neox",
         };
-        let c = codec_name(codec)?;
+        let c = codec_name(codec, p.head_dim)?;
         self.run(&format!("rope_{s}_{c}"), &[WG], &[q, k, v, bias, norm, table, meta, mk, mv], &p.bytes(), [p.n_head + p.n_head_kv, rows, 1])
     }
 
@@ -458,7 +458,7 @@ impl Recorder<'_> {
         round: Option<AttnRound<'_>>,
         p: AttnPush,
     ) -> Result<(), VkError> {
-        let c = codec_name(codec)?;
+        let c = codec_name(codec, p.head_dim)?;
         if !(1..=ATTN_SLOTS).contains(&p.n_pieces) || p.head_dim as usize > MAX_HEAD_DIM || !p.head_dim.is_multiple_of(2) {
             return Err(VkError::Unsupported(format!("decode attention of {} workgroups a head over head_dim {}", p.n_pieces, p.head_dim)));
         }
@@ -519,11 +519,14 @@ pub fn attn_part_len(rows: usize, n_head: usize, head_dim: usize, n_pieces: usiz
     rows * n_head * n_pieces * (head_dim + 2)
 }
 
-/// The shader suffix of a K/V mirror codec (the q8_0 mirror has no kernels: a decline).
-pub(crate) fn codec_name(codec: KvCodec) -> Result<&'static str, VkError> {
+/// The shader suffix of a K/V mirror codec for heads of `head_dim` values (the q8_0 mirror
+/// stores whole 32-value blocks a head, so its head dim must be a multiple of 32, as the CPU
+/// home's). Mirror element `e` of a q8_0 mirror is in block `e / 32` at byte `e / 32 * 34`.
+pub(crate) fn codec_name(codec: KvCodec, head_dim: u32) -> Result<&'static str, VkError> {
     match codec {
         KvCodec::F16 => Ok("f16"),
         KvCodec::F32 => Ok("f32"),
-        KvCodec::Q8_0 => Err(VkError::Unsupported("the q8_0 K/V mirror has no Vulkan kernels yet".into())),
+        KvCodec::Q8_0 if head_dim.is_multiple_of(32) => Ok("q8"),
+        KvCodec::Q8_0 => Err(VkError::Unsupported(format!("the q8_0 K/V mirror needs a head dimension that is a multiple of 32, not {head_dim}"))),
     }
 }

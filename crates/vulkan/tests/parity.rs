@@ -184,14 +184,16 @@ fn declines_are_counted_once_with_their_reason() {
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let counters = Arc::new(Counters::default());
     let opts = VulkanOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::Q8_0, q8_activations: true, progress: None };
+    // The q8_0 mirror stores whole 32-value blocks a head: a head dim of 48 (the model's
+    // config edited; the plan declines before anything is read with it) is declined.
+    let odd = ModelConfig { head_dim: 48, ..cfg.clone() };
     for _ in 0..2 {
-        let e = VulkanHome::on(gpu.clone(), file.clone(), cfg.clone(), &opts, counters.clone()).err().expect("the q8_0 mirror is declined");
+        let e = VulkanHome::on(gpu.clone(), file.clone(), odd.clone(), &opts, counters.clone()).err().expect("the q8_0 mirror at head dim 48 is declined");
         assert!(e.to_string().contains("q8_0 K/V mirror"), "{e}");
     }
     let d = counters.declines();
-    assert_eq!(d.get("vulkan: the q8_0 K/V mirror has no kernels yet"), Some(&2), "{d:?}");
-    // Control: the f16 mirror is served (no new decline reason).
-    let opts = VulkanOptions { codec: KvCodec::F16, ..opts };
+    assert_eq!(d.get("vulkan: the q8_0 K/V mirror needs a head dimension that is a multiple of 32, not 48"), Some(&2), "{d:?}");
+    // Control: the q8_0 mirror at the model's head dim (64) is served (no new decline reason).
     let home = VulkanHome::on(gpu, file, cfg, &opts, counters.clone()).unwrap();
     assert_eq!(counters.declines().len(), 1);
     assert_eq!(home.plan().n_ctx, 64);

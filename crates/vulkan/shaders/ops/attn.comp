@@ -5,7 +5,7 @@
 // takes pieces slot, slot + n_pieces, ... and writes each one's partial: the running max m,
 // the sum l of exp(s - m) and acc = sum exp(s - m) v. attn_combine merges the pieces.
 // Scores are q.k * scale over head_dim, keys and values read from the layer's mirror buffers
-// (f16 pairs, or KV_F32). A chunk of WG keys: one key's score a thread, then each thread
+// (f16 pairs, KV_F32, or KV_Q8: q8_0 blocks read back as d * q in f32, as the CPU home's). A chunk of WG keys: one key's score a thread, then each thread
 // accumulates its dims over the chunk; loads go out in batches so their latencies overlap.
 // Within a chunk the arithmetic is the CPU home's (attention.rs: ops::dot's order, the weights
 // summed in key order, the values by fused multiply-adds), so up to 64 keys differ from the
@@ -20,6 +20,9 @@ layout(std430, set = 0, binding = 0) readonly buffer Q { float q[]; };
 #ifdef KV_F32
 layout(std430, set = 0, binding = 1) readonly buffer MK { float mk[]; };
 layout(std430, set = 0, binding = 2) readonly buffer MV { float mv[]; };
+#elif defined(KV_Q8)
+layout(std430, set = 0, binding = 1) readonly buffer MK { uint mk[]; };
+layout(std430, set = 0, binding = 2) readonly buffer MV { uint mv[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer MK { uint mk[]; };
 layout(std430, set = 0, binding = 2) readonly buffer MV { uint mv[]; };
@@ -37,6 +40,11 @@ layout(push_constant) uniform Push {
 } p;
 
 #include "meta.glsl"
+#ifdef KV_Q8
+#include "kvq8.glsl"
+Q8_READER(q8k, mk)
+Q8_READER(q8v, mv)
+#endif
 
 shared float qs[256];
 shared float sc[256];   // the chunk's scores
@@ -48,6 +56,8 @@ shared float pe[256];   // the chunk's exp(s - max) (0 past the keys)
 float kval(uint e) {
 #ifdef KV_F32
     return mk[e];
+#elif defined(KV_Q8)
+    return q8k(e);
 #else
     return unpackHalf2x16(mk[e >> 1] >> ((e & 1u) * 16u)).x;
 #endif
@@ -56,6 +66,8 @@ float kval(uint e) {
 float vval(uint e) {
 #ifdef KV_F32
     return mv[e];
+#elif defined(KV_Q8)
+    return q8v(e);
 #else
     return unpackHalf2x16(mv[e >> 1] >> ((e & 1u) * 16u)).x;
 #endif
@@ -71,6 +83,14 @@ float[16] key16(uint e, uint i) {
     float kk[16];
 #ifdef KV_F32
     for (uint k = 0u; k < 16u; k++) kk[k] = mk[e + i + k];
+#elif defined(KV_Q8)
+    // 16 dims of one block (e + i is a multiple of 16): its scale, then four words of quants.
+    float d = q8k_d(e + i);
+    uint o = q8_qbyte(e + i);
+    for (uint k = 0u; k < 4u; k++) {
+        uint w = q8k_w32(o + 4u * k);
+        for (uint b = 0u; b < 4u; b++) kk[4u * k + b] = q8_value(d, q8_sbyte(w, b));
+    }
 #else
     for (uint k = 0u; k < 8u; k++) {
         vec2 w = unpackHalf2x16(mk[((e + i) >> 1) + k]);

@@ -20,6 +20,10 @@ layout(std430, set = 0, binding = 0) readonly buffer Q { float q[]; };
 #ifdef KV_F32
 layout(std430, set = 0, binding = 1) readonly buffer MK { float mk[]; };
 layout(std430, set = 0, binding = 2) readonly buffer MV { float mv[]; };
+#elif defined(KV_Q8)
+// q8_0 blocks (common/kvq8.glsl), read back as d * q in f32.
+layout(std430, set = 0, binding = 1) readonly buffer MK { uint mk[]; };
+layout(std430, set = 0, binding = 2) readonly buffer MV { uint mv[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer MK { uint mk[]; };
 layout(std430, set = 0, binding = 2) readonly buffer MV { uint mv[]; };
@@ -36,6 +40,11 @@ layout(push_constant) uniform Push {
 } p;
 
 #include "meta.glsl"
+#ifdef KV_Q8
+#include "kvq8.glsl"
+Q8_READER(q8_mk, mk)
+Q8_READER(q8_mv, mv)
+#endif
 
 const uint QS = HD + 1u;   // padded row stride of the q and k/v tiles (no bank conflicts)
 shared float qs[BR * QS];
@@ -61,6 +70,13 @@ shared uint gkeys;
         uint c = i / HD, d = i - c * HD;                                \
         uint j = c0 + c;                                                \
         kv[c * QS + d] = j < kmax ? buf[base + j * kv_dim + d] : 0.0;   \
+    }
+#elif defined(KV_Q8)
+#define LOAD_TILE(buf)                                                  \
+    for (uint i = t; i < BC * HD; i += WG) {                            \
+        uint c = i / HD, d = i - c * HD;                                \
+        uint j = c0 + c;                                                \
+        kv[c * QS + d] = j < kmax ? q8_##buf(base + j * kv_dim + d) : 0.0; \
     }
 #else
 #define LOAD_TILE(buf)                                                  \

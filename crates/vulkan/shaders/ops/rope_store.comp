@@ -3,7 +3,8 @@
 // layout; ROPE_NEOX: halves) with the cos/sin table row of the row's position, and
 //   q heads: write back in place;
 //   k heads: write into the mirror K row at the row's region base + pos * kv_dim (f16 clamped
-//            to the half range unless KV_F32), and copy the v head (plus bias) into the V row.
+//            to the half range unless KV_F32; KV_Q8: q8_0 blocks over the head, see below), and
+//            copy the v head (plus bias) into the V row.
 // Dims past rope_dims pass through. Workgroup (head, row): heads 0..n_head are q heads, the
 // next n_head_kv are k/v heads. One body serves the one-row and N-row forms (rows = the
 // dispatch's y size).
@@ -25,6 +26,10 @@ layout(std430, set = 0, binding = 6) readonly buffer Meta { uint meta[]; };
 #ifdef KV_F32
 layout(std430, set = 0, binding = 7) writeonly buffer MK { float mk[]; };
 layout(std430, set = 0, binding = 8) writeonly buffer MV { float mv[]; };
+#elif defined(KV_Q8)
+// Read-write: the words a head's blocks share with a neighbour's are merged by atomics.
+layout(std430, set = 0, binding = 7) buffer MK { uint mk[]; };
+layout(std430, set = 0, binding = 8) buffer MV { uint mv[]; };
 #else
 layout(std430, set = 0, binding = 7) writeonly buffer MK { uint mk[]; };
 layout(std430, set = 0, binding = 8) writeonly buffer MV { uint mv[]; };
@@ -40,10 +45,54 @@ layout(push_constant) uniform Push {
 } p;
 
 #include "meta.glsl"
+#ifdef KV_Q8
+#include "kvq8.glsl"
+#endif
 
 shared float hin[512];
 shared float hout[512];
 shared float red[256];
+#ifdef KV_Q8
+shared uint qd[32];     // f16 bits of each block's scale: K blocks, then V blocks at 16
+shared float qid[32];   // each block's inverse scale 1 / d (0 when d is 0)
+
+// Halfword hw (0 .. 17 * head_dim / 32) of the head's q8_0 blocks from the values x (shared)
+// and the scales of side `sd` (0 K, 16 V): halfword 0 of a block is d, then pairs of quants.
+#define Q8_HALF(x, sd, hw, out_)                                                      \
+    {                                                                                 \
+        uint blk = (hw) / 17u, m = (hw) - blk * 17u;                                  \
+        if (m == 0u) {                                                                \
+            out_ = qd[(sd) + blk];                                                    \
+        } else {                                                                      \
+            uint e = 32u * blk + 2u * (m - 1u);                                       \
+            float id = qid[(sd) + blk];                                               \
+            out_ = q8_quant(x[e], id) | (q8_quant(x[e + 1u], id) << 8);              \
+        }                                                                             \
+    }
+
+// Write the head's blocks (values x, scales of side sd) at byte b0 of `buf`. A block is 34
+// bytes, so a head starts or ends in the middle of a 32-bit word when its first block index is
+// odd (head_dim / 32 odd) and shares that word with another head or row, written by another
+// workgroup (or earlier). Each whole word of the head is written by one thread with a plain
+// store; the (at most two) shared words are merged by atomicAnd (clear our half) then atomicOr
+// (set it), which commute with the other writer's on the other half.
+#define Q8_STORE(buf, x, sd, b0, nhw)                                                 \
+    for (uint w = ((b0) >> 2) + t; w < ((b0) + 2u * (nhw) + 3u) >> 2; w += WG) {      \
+        int h0 = int(2u * w) - int((b0) >> 1);                                        \
+        bool lo_in = h0 >= 0 && h0 < int(nhw);                                        \
+        bool hi_in = h0 + 1 >= 0 && h0 + 1 < int(nhw);                               \
+        uint lo = 0u, hi = 0u;                                                        \
+        if (lo_in) Q8_HALF(x, sd, uint(h0), lo)                                       \
+        if (hi_in) Q8_HALF(x, sd, uint(h0 + 1), hi)                                   \
+        if (lo_in && hi_in) {                                                         \
+            buf[w] = lo | (hi << 16);                                                 \
+        } else {                                                                      \
+            uint mine = lo_in ? 0x0000FFFFu : 0xFFFF0000u;                            \
+            atomicAnd(buf[w], ~mine);                                                 \
+            atomicOr(buf[w], lo | (hi << 16));                                        \
+        }                                                                             \
+    }
+#endif
 
 float clamp_half(float x) { return clamp(x, -65504.0, 65504.0); }
 
@@ -124,6 +173,37 @@ void main() {
         }
         mv[dst + i] = a;
     }
+#elif defined(KV_Q8)
+    // The v head (plus bias) into hin (free since the rotation's barrier).
+    for (uint i = t; i < hd; i += WG) {
+        float a = v[src + i];
+        if ((p.flags & 1u) != 0u) {
+            precise float b = a + bias[vb + i];
+            a = b;
+        }
+        hin[i] = a;
+    }
+    barrier();
+    // One thread a block: amax by the CPU's fold, d = amax / 127, id = 1 / d.
+    uint nb = hd / 32u;
+    for (uint j = t; j < 2u * nb; j += WG) {
+        bool is_v = j >= nb;
+        uint blk = is_v ? j - nb : j;
+        // |x| compared as bits (the order of non-NaN floats), so no subnormal is flushed.
+        uint amax = 0u;
+        for (uint i = 0u; i < 32u; i++) {
+            uint a = floatBitsToUint(is_v ? hin[32u * blk + i] : hout[32u * blk + i]) & 0x7FFFFFFFu;
+            amax = amax > a ? amax : a;
+        }
+        float d = q8_div(uintBitsToFloat(amax), 127.0);
+        uint sd = is_v ? 16u : 0u;
+        qd[sd + blk] = q8_f16_bits(d);
+        qid[sd + blk] = floatBitsToUint(d) != 0u ? q8_div(1.0, d) : 0.0;
+    }
+    barrier();
+    uint b0 = q8_dbyte(dst);
+    Q8_STORE(mk, hout, 0u, b0, 17u * nb)
+    Q8_STORE(mv, hin, 16u, b0, 17u * nb)
 #else
     // Two halves a word, so each word is written by one thread.
     for (uint j = t; j < hd / 2u; j += WG) {
