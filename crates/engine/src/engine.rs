@@ -124,6 +124,17 @@ pub struct EngineStats {
 
 enum Command {
     Submit(Box<GenRequest>, tmpsc::UnboundedSender<GenEvent>, Instant),
+    /// Stop: queued and live streams end (their handles see the end), the home is dropped.
+    Shutdown,
+}
+
+/// Shuts the engine down when dropped (every return path of a command that started one).
+pub struct ShutdownOnDrop(pub Engine);
+
+impl Drop for ShutdownOnDrop {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
 }
 
 /// A handle to the engine thread. Cheap to clone.
@@ -136,6 +147,7 @@ pub struct Engine {
     regions: usize,
     home_kind: &'static str,
     max_queue: usize,
+    worker: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl Engine {
@@ -155,12 +167,25 @@ impl Engine {
             queue: VecDeque::new(),
             streams: Vec::new(),
             next_id: 0,
+            stop: false,
         };
-        std::thread::Builder::new()
+        let worker = std::thread::Builder::new()
             .name("resin-engine".into())
             .spawn(move || sched.run(rx))
             .expect("spawning the engine thread");
-        Engine { tx, stats, counters, n_ctx: spec.n_ctx, regions: spec.regions, home_kind: spec.kind, max_queue: config.max_queue }
+        let worker = Arc::new(std::sync::Mutex::new(Some(worker)));
+        Engine { tx, stats, counters, n_ctx: spec.n_ctx, regions: spec.regions, home_kind: spec.kind, max_queue: config.max_queue, worker }
+    }
+
+    /// Stop the engine thread and wait until it has dropped the home. Call it before the
+    /// process exits: a GPU home torn down while the process is exiting (its driver's own
+    /// exit handlers running) can crash it. Later submits fail with `SubmitError::Closed`.
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Command::Shutdown);
+        let worker = self.worker.lock().ok().and_then(|mut w| w.take());
+        if let Some(w) = worker {
+            let _ = w.join();
+        }
     }
 
     pub fn submit(&self, req: GenRequest) -> Result<GenHandle, SubmitError> {
@@ -245,6 +270,8 @@ struct Scheduler {
     queue: VecDeque<(Box<GenRequest>, tmpsc::UnboundedSender<GenEvent>, Instant)>,
     streams: Vec<Stream>,
     next_id: u64,
+    /// Set by `Command::Shutdown`: the loop returns.
+    stop: bool,
 }
 
 /// What a stream does after a sampled token.
@@ -263,6 +290,9 @@ impl Scheduler {
                     Err(_) => return,
                 }
             }
+            if self.stop {
+                return;
+            }
             loop {
                 match rx.try_recv() {
                     Ok(c) => self.command(c),
@@ -275,6 +305,9 @@ impl Scheduler {
                     }
                 }
             }
+            if self.stop {
+                return;
+            }
             self.tick();
         }
     }
@@ -282,6 +315,7 @@ impl Scheduler {
     fn command(&mut self, c: Command) {
         match c {
             Command::Submit(req, tx, t) => self.queue.push_back((req, tx, t)),
+            Command::Shutdown => self.stop = true,
         }
     }
 

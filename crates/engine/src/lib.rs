@@ -7,7 +7,7 @@ mod sampling;
 mod stop;
 
 pub use engine::{
-    balanced_groups, Engine, EngineConfig, EngineStats, Finish, FinishReason, GenEvent, GenHandle, GenRequest,
+    balanced_groups, Engine, ShutdownOnDrop, EngineConfig, EngineStats, Finish, FinishReason, GenEvent, GenHandle, GenRequest,
     LogitsConstraint, SubmitError,
 };
 pub use host_cache::HostCache;

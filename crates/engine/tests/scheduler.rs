@@ -234,3 +234,29 @@ fn a_session_displaced_to_host_memory_comes_back_for_its_next_turn() {
     assert_eq!(f_off.reused_tokens, 0);
     assert_eq!(off.counters().sessions_restored_from_host.load(Ordering::Relaxed), 0);
 }
+
+#[test]
+fn shutdown_ends_live_streams_joins_the_thread_and_refuses_later_work() {
+    let m = model();
+    let e = engine(&m, 1, EngineConfig::default());
+    let p = m.tok.encode("Count slowly:", false, false).unwrap();
+    let mut h = e.submit(request(p.clone(), 400)).unwrap();
+    while !matches!(h.blocking_next(), Some(GenEvent::Delta { .. })) {}
+    // Returns once the engine thread has ended (and dropped the home).
+    e.shutdown();
+    // The live stream ends (its channel closes) rather than hanging or running to 400.
+    let mut rest = 0;
+    while let Some(ev) = h.blocking_next() {
+        if let GenEvent::Delta { ids, .. } = ev {
+            rest += ids.len();
+        }
+    }
+    assert!(rest < 400, "the stream ran on after shutdown ({rest} more tokens)");
+    match e.submit(request(p, 4)) {
+        Err(resin_engine::SubmitError::Closed) => {}
+        Err(other) => panic!("expected Closed, got {other}"),
+        Ok(_) => panic!("expected Closed, got a stream"),
+    }
+    // A second shutdown (another clone's, or a drop guard's) is harmless.
+    e.shutdown();
+}

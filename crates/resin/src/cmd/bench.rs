@@ -263,6 +263,8 @@ fn bench_streams(args: BenchArgs) -> Result<()> {
         "max_segments": args.max_segments,
         "counters": counters_json(engine.counters()),
     });
+    // The home is dropped on the engine thread before the process exits.
+    engine.shutdown();
     print_result(&args.format, &out, &format!(
         "{} streams on {kind}: aggregate decode {decode:.1} t/s, median TTFT {ttft_p50:.3} s",
         args.streams

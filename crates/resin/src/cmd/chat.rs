@@ -28,6 +28,8 @@ pub fn chat(args: ChatArgs) -> Result<()> {
     let template = loaded.template.context("this model has no chat template (tokenizer.chat_template); use `resin run`")?;
     let tokenizer = loaded.tokenizer.clone();
     let engine = Engine::start(loaded.home, tokenizer.clone(), EngineConfig::default());
+    // The home is dropped on the engine thread before the process exits.
+    let _stop = resin_engine::ShutdownOnDrop(engine.clone());
     let mut messages = Vec::new();
     if let Some(s) = &args.system {
         messages.push(json!({"role": "system", "content": s}));

@@ -65,6 +65,8 @@ pub fn run(args: RunArgs) -> Result<()> {
     let prompt_ids = loaded.tokenizer.encode(&args.prompt, true, true)?;
     let home_kind = loaded.home.spec().kind;
     let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), EngineConfig::default());
+    // The home is dropped on the engine thread before the process exits.
+    let _stop = resin_engine::ShutdownOnDrop(engine.clone());
     let mut req = GenRequest::new(prompt_ids.clone(), args.max_tokens);
     req.params = args.sampling.params();
     let mut handle = engine.submit(req)?;

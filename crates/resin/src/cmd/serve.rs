@@ -55,5 +55,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     };
     let model = ModelInfo { id, tokenizer: loaded.tokenizer, template: loaded.template };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(resin_server::serve(engine, model, cfg))
+    let served = rt.block_on(resin_server::serve(engine.clone(), model, cfg));
+    engine.shutdown();
+    served
 }
