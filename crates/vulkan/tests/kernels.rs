@@ -213,7 +213,7 @@ fn rmsnorm_plain_and_fused_add() {
     // Bar: (n/2 + 16) u |ref|: the sum of squares is within gamma_n (relative), the square
     // root halves it; division, sqrt and two products add a few ulps.
     let Some(mut h) = Harness::new() else { return };
-    // 579: a partial last chunk; 8200: past the chunks a thread keeps in registers.
+    // 579: a partial last chunk; 8200: more chunks than the norm's 256 virtual threads.
     for (rows, n) in [(3usize, 579usize), (2, 8200)] {
         let mut rng = Rng(3);
         let x = rng.vec(rows * n, 3.0);
@@ -263,7 +263,7 @@ fn rmsnorm_with_fused_rounding_equals_rmsnorm_then_qact() {
     // rmsnorm_q writes out and its 8-bit-block roundings in one dispatch: every value must be
     // bit-equal to rmsnorm (+ fused add) followed by qact32 / qact256 over its output.
     let Some(mut h) = Harness::new() else { return };
-    // 9216: past the chunks a thread keeps in registers.
+    // 9216: more chunks than the norm's 256 virtual threads.
     for (rows, n) in [(3usize, 768usize), (2, 9216)] {
         let mut rng = Rng(0xf05e);
         let x0 = rng.vec(rows * n, 2.0);
@@ -318,7 +318,7 @@ fn rmsnorm_with_fused_packing_equals_rmsnorm_then_qpack() {
     // rmsnorm (+ fused add) followed by qpack32 / qpack256 over its output.
     use resin_vulkan::gemv_dot::QPack;
     let Some(mut h) = Harness::new() else { return };
-    // 9216: past the chunks a thread keeps in registers.
+    // 9216: more chunks than the norm's 256 virtual threads.
     for (rows, n) in [(3usize, 768usize), (2, 9216)] {
         let count = (rows * n) as u32;
         let mut rng = Rng(0xfa11);
@@ -462,20 +462,6 @@ fn argmax_rows_with_ties() {
     assert_ne!(got, vec![40_000, n as u32 - 1, 12_345]);
 }
 
-/// The CPU home's rope: angles in f64 cast to f32, rotation in f32.
-fn rope_table(n_ctx: usize, rope_dims: usize, base: f32) -> Vec<f32> {
-    let inv: Vec<f64> = (0..rope_dims / 2).map(|i| (base as f64).powf(-2.0 * i as f64 / rope_dims as f64)).collect();
-    let mut t = Vec::with_capacity(n_ctx * rope_dims);
-    for p in 0..n_ctx {
-        for f in &inv {
-            let (s, c) = (p as f64 * f).sin_cos();
-            t.push(c as f32);
-            t.push(s as f32);
-        }
-    }
-    t
-}
-
 fn f16_to_f32(h: u16) -> f32 {
     half::f16::from_bits(h).to_f32()
 }
@@ -502,7 +488,7 @@ fn rope_and_store_norm_neox_bias_qknorm_passthrough() {
         k[5] = 1e6; // clamps to 65504 in an f16 mirror
         let bias = rng.vec(q_dim + 2 * kv_dim, 0.5);
         let norm = rng.vec(2 * hd, 1.0);
-        let table = rope_table(n_ctx, rope_dims, 10000.0);
+        let table = resin_vulkan::home::rope_table(n_ctx, rope_dims, 10000.0);
         let eps = 1e-6f32;
         // rows: (pos, region base in elements); regions of n_ctx positions.
         let rm = [(7u32, 0u32), (0, (n_ctx * kv_dim) as u32), (39, (2 * n_ctx * kv_dim) as u32)];

@@ -33,20 +33,6 @@ fn dq8(b: &[u8], n: usize) -> Vec<f32> {
     out
 }
 
-/// The CPU home's rope table (as tests/kernels.rs).
-fn rope_table(n_ctx: usize, rope_dims: usize, base: f32) -> Vec<f32> {
-    let inv: Vec<f64> = (0..rope_dims / 2).map(|i| (base as f64).powf(-2.0 * i as f64 / rope_dims as f64)).collect();
-    let mut t = Vec::with_capacity(n_ctx * rope_dims);
-    for p in 0..n_ctx {
-        for f in &inv {
-            let (s, c) = (p as f64 * f).sin_cos();
-            t.push(c as f32);
-            t.push(s as f32);
-        }
-    }
-    t
-}
-
 /// The first byte where `got` and `want` differ.
 fn first_mismatch(got: &[u8], want: &[u8]) -> Option<usize> {
     if got.len() != want.len() {
@@ -117,7 +103,7 @@ fn rope_store_q8_blocks_equal_the_cpu_quantization_bit_for_bit() {
         let mirror_elems = 3 * n_ctx * kv_dim;
         let bias = rng.vec(q_dim + 2 * kv_dim, 0.5);
         let norm = rng.vec(2 * hd, 1.0);
-        let table = rope_table(n_ctx, rope_dims, 10000.0);
+        let table = resin_vulkan::home::rope_table(n_ctx, rope_dims, 10000.0);
         let p = RopePush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, rope_dims: rope_dims as u32, flags, eps: 1e-6 };
         let (bb, nb, tb) = (h.buf_f32(&bias), h.buf_f32(&norm), h.buf_f32(&table));
         let mut mk8 = Buffer::new(&h.gpu, (mirror_elems / 32 * 34) as u64, Location::Device).unwrap();
