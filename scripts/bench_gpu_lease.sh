@@ -18,10 +18,16 @@ B=$!
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
   $K/resin bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --reps 3 --profile --format json 2> $O/resin-$m.log > $O/resin-$m.json
   echo "$m: $(grep -o -E '"(pp_tps|tg_tps)":[0-9.]*' $O/resin-$m.json | tr "\n" " ")"
+  # the q8_0 K/V mirror (decode reads half the K/V bytes of f16)
+  $K/resin bench --model $W/$m.gguf --gpu vulkan --kv q8_0 --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/resin-$m-q8kv.log > $O/resin-$m-q8kv.json
+  echo "$m kv q8_0: $(grep -o -E '"(pp_tps|tg_tps)":[0-9.]*' $O/resin-$m-q8kv.json | tr "\n" " ")"
   for n in 8 64; do
     $K/resin bench --model $W/$m.gguf --gpu vulkan --streams $n --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/streams-$m-$n.log > $O/streams-$m-$n.json
-    echo "$m streams $n: $(grep -o '"decode_tps":[0-9.]*' $O/streams-$m-$n.json)"
+    echo "$m streams $n: $(grep -o -E '"(decode_tps|ttft_p50_s)":[0-9.]*' $O/streams-$m-$n.json | tr "\n" " ")"
   done
+  # TTFT of 8 prompts arriving together, one at a time (segmented is the run above)
+  $K/resin bench --model $W/$m.gguf --gpu vulkan --streams 8 --max-segments 1 --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/streams-$m-8-seg1.log > $O/streams-$m-8-seg1.json
+  echo "$m streams 8 one at a time: $(grep -o -E '"(decode_tps|ttft_p50_s)":[0-9.]*' $O/streams-$m-8-seg1.json | tr "\n" " ")"
 done
 echo "ours done at $((SECONDS - S)) s"
 wait $B || { echo "peer build cut or failed at $((SECONDS - S)) s"; tail -3 $O/build.log; }

@@ -91,36 +91,52 @@ pub struct GemvDotPush {
 const _: () = assert!(std::mem::size_of::<GemvDotPush>() == 32);
 impl Push for GemvDotPush {}
 
-/// The RMS norm a dot GEMV's last workgroup runs over its output ([`Recorder::gemv_dot_norm`]):
-/// `x += y; out = x / rms(x) * w`, packed into p32 / p256 (the layouts of the pass's
-/// rows x n values). `done` is a zeroed word the workgroups count themselves in (the last one
-/// sets it back to 0).
-pub struct FusedNorm<'a> {
+/// The RMS norm a dot GEMV's workgroups run first, each into its own shared memory, as its
+/// input ([`Recorder::gemv_dot_normin`]): the GEMV's n activation rows are
+/// `x[c] (+ add[c]) / rms * w`, packed as [`QPack`] over n x cols values. Where `x_out` is
+/// given, workgroup 0 writes the sum `x + add` there (the residual after the add; it must not
+/// be `x`, which the other workgroups read meanwhile).
+pub struct NormIn<'a> {
     pub x: Bind<'a>,
+    pub add: Option<Bind<'a>>,
     pub w: Bind<'a>,
-    pub out: Bind<'a>,
-    pub p32: Option<Bind<'a>>,
-    pub p256: Option<Bind<'a>>,
-    pub done: Bind<'a>,
+    pub x_out: Option<Bind<'a>>,
     pub eps: f32,
 }
 
-/// Whether a GEMV of `rows` output rows can run the norm in its last workgroup: the norm's
-/// threads must divide its 256 virtual ones and a row fit the kernel's 4096 values.
-pub fn fused_norm_ok(info: &DeviceInfo, rows: u32) -> bool {
+/// Words of shared memory the norm itself takes beside the packed activations (gemv.comp
+/// NORM_IN: red[256], pm[512], ps[512]).
+const NORMIN_SHARED_WORDS: u32 = 256 + 512 + 512;
+
+/// Whether a dot GEMV of `n` rows over `cols` values can take its input from a norm it runs
+/// itself ([`Recorder::gemv_dot_normin`]): the workgroup must divide the norm's 256 virtual
+/// threads, a row fit its 4096 values, and the packed rows fit the device's shared memory.
+pub fn normin_ok(info: &DeviceInfo, ty: GgmlType, n: u32, cols: u32) -> bool {
     let (wg, _) = GemvTier::subgroup_shape(info);
-    dot_ok(info) && 256 % wg == 0 && rows <= 4096 && rows.is_multiple_of(8)
+    let Some(block) = act_block(ty) else { return false };
+    let Ok(layout) = QPack::new(block, n.max(1) * cols) else { return false };
+    dot_ok(info) && dot_format(ty).is_some() && 256 % wg == 0 && cols <= 4096 && cols.is_multiple_of(block) && (layout.words() + NORMIN_SHARED_WORDS) * 4 <= info.shared_memory
+}
+
+/// The most workgroups a [`Recorder::gemv_dot_normin`] dispatch takes (each runs the norm
+/// once, then takes row groups in turn): `RESIN_VK_NORMIN_WGS`, else 16 on a CPU device
+/// (lavapipe runs the workgroups on a few cores: every norm costs) and 1024 on a GPU.
+pub fn normin_groups(info: &DeviceInfo) -> u32 {
+    static N: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let set = *N.get_or_init(|| std::env::var("RESIN_VK_NORMIN_WGS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0));
+    set.unwrap_or(if info.kind == "cpu" { 16 } else { 1024 })
 }
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-struct GemvDotNormPush {
+struct GemvDotNormInPush {
     gemv: GemvDotPush,
     eps: f32,
     count: u32,
+    flags: u32,
 }
-const _: () = assert!(std::mem::size_of::<GemvDotNormPush>() == 40);
-impl Push for GemvDotNormPush {}
+const _: () = assert!(std::mem::size_of::<GemvDotNormInPush>() == 44);
+impl Push for GemvDotNormInPush {}
 
 /// How the integer dot products are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,19 +217,25 @@ impl Recorder<'_> {
         self.dot_dispatch(tier, rows_per_subgroup, ty, n, [w, xp, y], p, layout, None)
     }
 
-    /// [`Recorder::gemv_dot`] whose last workgroup to finish then runs `norm` over y (the
-    /// residual add: `x += y`, the norm of x packed for the next dot GEMVs), what
-    /// [`Recorder::rmsnorm_p`] after a barrier would write, bit for bit, without the dispatch
-    /// and barrier between them. y must be n whole rows (`y_stride` = `rows`, `y_off` 0);
-    /// see [`fused_norm_ok`].
+    /// [`Recorder::gemv_dot`] whose input is `norm` (the RMS norm of n residual rows of
+    /// `p.cols` values), which every workgroup computes first into shared memory: bit for bit
+    /// what [`Recorder::rmsnorm_p`], a barrier and [`Recorder::gemv_dot`] compute, without the
+    /// dispatch and barrier between. The rows are contiguous (`x_stride` = `cols`); see
+    /// [`normin_ok`]. At most `groups` workgroups (None: [`normin_groups`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_dot_norm(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, xp: Bind<'_>, y: Bind<'_>, p: GemvPush, layout: QPack, norm: FusedNorm<'_>) -> Result<(), VkError> {
+    pub fn gemv_dot_normin(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, y: Bind<'_>, p: GemvPush, norm: NormIn<'_>, groups: Option<u32>) -> Result<(), VkError> {
         let tier = DotTier::for_device(&self.gpu.info);
-        self.dot_dispatch(tier, None, ty, n, [w, xp, y], p, layout, Some(norm))
+        let block = act_block(ty).unwrap_or(32);
+        let layout = QPack::new(block, n.max(1) * p.cols)?;
+        if !normin_ok(&self.gpu.info, ty, n, p.cols) || p.x_stride != p.cols {
+            return Err(VkError::Unsupported(format!("a dot GEMV of {ty} over the norm of {n} rows of {} values (stride {})", p.cols, p.x_stride)));
+        }
+        let xp = norm.x;
+        self.dot_dispatch(tier, None, ty, n, [w, xp, y], p, layout, Some((norm, groups.unwrap_or_else(|| normin_groups(&self.gpu.info)))))
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn dot_dispatch(&mut self, tier: DotTier, rows_per_subgroup: Option<u32>, ty: GgmlType, n: u32, [w, xp, y]: [Bind<'_>; 3], p: GemvPush, layout: QPack, norm: Option<FusedNorm<'_>>) -> Result<(), VkError> {
+    fn dot_dispatch(&mut self, tier: DotTier, rows_per_subgroup: Option<u32>, ty: GgmlType, n: u32, [w, xp, y]: [Bind<'_>; 3], p: GemvPush, layout: QPack, norm: Option<(NormIn<'_>, u32)>) -> Result<(), VkError> {
         let f = dot_format(ty).ok_or_else(|| VkError::Unsupported(format!("no int8 dot GEMV for {ty}")))?;
         let info = &self.gpu.info;
         if !dot_ok(info) {
@@ -257,21 +279,13 @@ impl Recorder<'_> {
             d_off: layout.d_off(),
             s_off: layout.s_off(),
         };
-        let groups = grid(p.rows.div_ceil(subgroups * sgr));
-        let Some(nm) = norm else {
-            return self.run(&format!("gemv_dot{x}_{f}{form}"), &[wg, n, subgroups, sgr], &[w, xp, y], &dp.bytes(), groups);
+        let need = p.rows.div_ceil(subgroups * sgr);
+        let Some((nm, most)) = norm else {
+            return self.run(&format!("gemv_dot{x}_{f}{form}"), &[wg, n, subgroups, sgr], &[w, xp, y], &dp.bytes(), grid(need));
         };
-        if !fused_norm_ok(info, p.rows) || p.y_stride != p.rows || p.y_off != 0 {
-            return Err(VkError::Unsupported(format!("a norm fused into a dot GEMV of {} rows (stride {}, offset {})", p.rows, p.y_stride, p.y_off)));
-        }
-        for (q, b) in [(&nm.p32, 32), (&nm.p256, 256)] {
-            if q.is_some() && !p.rows.is_multiple_of(b) {
-                return Err(VkError::Unsupported(format!("packing {} values a row in blocks of {b}", p.rows)));
-            }
-        }
-        let mask = u32::from(nm.p32.is_some()) | (u32::from(nm.p256.is_some()) << 1);
-        let np = GemvDotNormPush { gemv: dp, eps: nm.eps, count: n * p.rows };
-        let binds = [w, xp, y, nm.x, nm.w, nm.out, nm.p32.unwrap_or(nm.out), nm.p256.unwrap_or(nm.out), nm.done];
-        self.run(&format!("gemv_dot{x}_{f}{form}_norm"), &[wg, n, subgroups, sgr, mask], &binds, &np.bytes(), groups)
+        let flags = u32::from(nm.add.is_some()) | (u32::from(nm.x_out.is_some()) << 1);
+        let np = GemvDotNormInPush { gemv: dp, eps: nm.eps, count: layout.count, flags };
+        let binds = [w, nm.x, y, nm.add.unwrap_or(xp), nm.w, nm.x_out.unwrap_or(y)];
+        self.run(&format!("gemv_dot{x}_{f}{form}_normin"), &[wg, n, subgroups, sgr, layout.words()], &binds, &np.bytes(), grid(need.min(most.max(1))))
     }
 }

@@ -32,7 +32,7 @@ use resin_model::{LayerNames, ModelConfig};
 
 use crate::buffers::{f32_bytes, Buffer, Commands, Fence, Location};
 use crate::device::Gpu;
-use crate::gemv_dot::{dot_format, fused_norm_ok, FusedNorm, QPack};
+use crate::gemv_dot::{dot_format, normin_ok, NormIn, QPack};
 use crate::kernels::*;
 use crate::pipelines::{Bind, Descriptors, Pipelines};
 use crate::VkError;
@@ -132,12 +132,16 @@ struct Scratch {
     /// Whether token passes take the int8 dot GEMV (q8 activations on a device that runs it;
     /// `RESIN_VK_GEMV=portable|subgroup` keeps the float GEMV tiers).
     dot: bool,
-    /// Whether the norms after attn_out and down run in those GEMVs' last workgroup
-    /// (`mm_then_norm`). Off unless `RESIN_VK_FUSE_NORM=1`: on the H200 it saved nothing at
-    /// one row (the norm's own latency, not the dispatch between, is what it costs) and lost
-    /// at eight (one workgroup runs the eight rows' norms in turn): BENCHMARKS.md.
-    fuse_norms: bool,
-    /// The word the fused norm's workgroups count themselves in (zero between dispatches).
+    /// Whether a norm whose GEMVs all take the dot GEMV runs in those GEMVs' workgroups
+    /// (`norm_mm`; `RESIN_VK_NORM_IN=0` keeps the norm dispatch, for measuring).
+    normin: bool,
+    /// The residual sum written by such a norm (it cannot write x, which its other
+    /// workgroups read): passes alternate between x and x2 (`spare`).
+    x2: Buffer,
+    /// Whether the decode attention's last workgroup of a head group merges its pieces
+    /// (`RESIN_VK_ATTN_MERGE=0`: a combine dispatch after a barrier, for measuring), and the
+    /// words its workgroups count themselves in (zero between dispatches).
+    merge_attn: bool,
     done: Buffer,
 }
 
@@ -584,9 +588,11 @@ impl Scratch {
             xp256: Buffer::new(gpu, packed_bytes(cfg, 256), Location::Device)?,
             q8,
             dot: q8 && crate::gemv_dot::dot_ok(&gpu.info) && !matches!(std::env::var("RESIN_VK_GEMV").as_deref(), Ok("portable" | "subgroup")),
-            fuse_norms: std::env::var("RESIN_VK_FUSE_NORM").as_deref() == Ok("1"),
+            normin: std::env::var("RESIN_VK_NORM_IN").as_deref() == Ok("1"),
+            x2: dev(out_rows.max(NROW_MAX) * cfg.n_embd)?,
+            merge_attn: std::env::var("RESIN_VK_ATTN_MERGE").as_deref() != Ok("0"),
             done: {
-                let mut b = Buffer::new(gpu, 16, Location::Device)?;
+                let mut b = dev(WINDOW_ATTN_MIN_ROWS * cfg.n_head)?;
                 b.fill_u32(0)?;
                 b
             },
@@ -709,33 +715,74 @@ fn norm_for(rec: &mut Recorder<'_>, rows: usize, x: &Buffer, add: Option<&Buffer
     Ok(())
 }
 
-/// y = M x (the packed input `prep` or `swiglu_for` wrote) for `rows` rows whose last
-/// workgroup then runs the norm that follows (x += y, xn = norm(x) * w, packed for the
-/// matrices `next`), then a barrier: one dispatch and barrier fewer than `mm` and `norm_for`.
-/// Ok(false), recording nothing, where it cannot: M not read by the dot GEMV in one part, a
-/// `next` matrix not read by it, or a norm the fused kernel does not take.
-#[allow(clippy::too_many_arguments)]
-fn mm_then_norm(rec: &mut Recorder<'_>, rows: usize, m: &Mat, y: &Buffer, x: &Buffer, w: &Buffer, next: &[&Mat], s: &Scratch, p: NormPush) -> Result<bool, VkError> {
-    let Some(block) = dot_block(m, rows, s) else { return Ok(false) };
-    let dots: Vec<Option<u32>> = next.iter().map(|n| dot_block(n, rows, s)).collect();
-    if !s.fuse_norms || m.parts.len() != 1 || dots.iter().any(|d| d.is_none()) || m.rows != p.n as usize || !fused_norm_ok(&rec.gpu.info, m.rows as u32) {
-        return Ok(false);
+/// Where a pass's residual sum lives, and what is still to be added to it (the output of
+/// attn_out or down: the norm that reads the sum next adds it).
+struct Resid<'a> {
+    x: &'a Buffer,
+    add: Option<&'a Buffer>,
+}
+
+/// The buffer a norm run inside its GEMVs writes `x + add` to: x2, or x where the sum is in x2
+/// (a sum's old buffer, and a gathered one's source, are not read again).
+fn spare<'a>(s: &'a Scratch, x: &Buffer) -> &'a Buffer {
+    if std::ptr::eq(x, &s.x2) {
+        &s.x
+    } else {
+        &s.x2
     }
-    let (buf, _, nr) = &m.parts[0];
-    let xp = if block == 32 { &s.xp32 } else { &s.xp256 };
-    let gp = GemvPush { rows: *nr as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: m.rows as u32, y_off: 0 };
-    let norm = FusedNorm {
-        x: x.into(),
-        w: w.into(),
-        out: (&s.xn).into(),
-        p32: dots.contains(&Some(32)).then(|| Bind::from(&s.xp32)),
-        p256: dots.contains(&Some(256)).then(|| Bind::from(&s.xp256)),
-        done: (&s.done).into(),
-        eps: p.eps,
-    };
-    rec.gemv_dot_norm(m.ty, rows as u32, buf.into(), xp.into(), y.into(), gp, QPack::new(block, (rows * m.cols) as u32)?, norm)?;
-    rec.barrier();
-    Ok(true)
+}
+
+/// The stage labels of `norm_mm`: the norm, the GEMVs, and both where the GEMVs run the norm.
+type NormLabels = [&'static str; 3];
+
+/// y = M (rmsnorm(x + add) * w) for each (M, y, y's row stride) of `ms`, n rows; the caller
+/// puts the barrier after. Where every M takes the dot GEMV and can run the norm itself
+/// (`normin_ok`), each of its workgroups does (no norm dispatch and barrier before them; the
+/// first writes the sum to `spare` where `keep`); else the norm dispatch (the add in place,
+/// rounded or packed for the matrices: `norm_for`), then the GEMVs. Either way the sum is
+/// then all of `r.x` (unless not `keep`: nothing reads it after). Returns the label of the
+/// stage the caller marks after its barrier (the GEMVs, or the GEMVs and the norm).
+#[allow(clippy::too_many_arguments)]
+fn norm_mm<'a>(
+    rec: &mut Recorder<'_>,
+    n: usize,
+    r: &mut Resid<'a>,
+    w: &Buffer,
+    ms: &[(&Mat, &Buffer, usize)],
+    s: &'a Scratch,
+    p: NormPush,
+    keep: bool,
+    clock: &mut Option<&mut StageClock<'_>>,
+    labels: NormLabels,
+    l: usize,
+) -> Result<&'static str, VkError> {
+    let info = &rec.gpu.info;
+    let fused = s.normin && ms.iter().all(|(m, _, _)| dot_block(m, n, s).is_some() && m.cols == p.n as usize && normin_ok(info, m.ty, n as u32, m.cols as u32));
+    if !fused {
+        let mats: Vec<&Mat> = ms.iter().map(|(m, _, _)| *m).collect();
+        norm_for(rec, n, r.x, r.add, w, &s.xn, &mats, s, p)?;
+        r.add = None;
+        mark(clock, rec.cmd, labels[0], l);
+        for (m, y, stride) in ms {
+            mm(rec, n, m, &s.xn, y, *stride, s)?;
+        }
+        return Ok(labels[1]);
+    }
+    let out = r.add.filter(|_| keep).map(|_| spare(s, r.x));
+    let mut first = true;
+    for (m, y, stride) in ms {
+        for (buf, r0, nr) in &m.parts {
+            let gp = GemvPush { rows: *nr as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: *stride as u32, y_off: *r0 as u32 };
+            let norm = NormIn { x: r.x.into(), add: r.add.map(Bind::from), w: w.into(), x_out: out.filter(|_| first).map(Bind::from), eps: p.eps };
+            rec.gemv_dot_normin(m.ty, n as u32, buf.into(), (*y).into(), gp, norm, None)?;
+            first = false;
+        }
+    }
+    if let Some(o) = out {
+        r.x = o;
+    }
+    r.add = None;
+    Ok(labels[2])
 }
 
 /// y[c][..] = M x[c] for the n rows, one dispatch per part; quantized formats read the
@@ -815,24 +862,15 @@ fn record_pass(
         scale: 1.0 / (cfg.head_dim as f32).sqrt(),
     };
     // After the last layer's attention a window keeps only the rows that need logits.
-    let (mut x, mut att, mut m) = (&s.x, &s.att, n);
+    let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None }, &s.att, n);
     let out = output.unwrap_or(embd);
-    // Whether xn already holds the norm the next step reads (run by the last GEMV).
-    let mut normed = false;
     for (l, ly) in layers.iter().enumerate() {
         let last = l + 1 == layers.len();
-        // x += down (the previous layer's FFN), xn = norm(x) * attn_norm, unless the previous
-        // layer's down GEMV ran it in its last workgroup
-        if !normed {
-            let add = if l == 0 { None } else { Some(&s.down) };
-            norm_for(rec, n, x, add, &ly.attn_norm, &s.xn, &[&ly.q, &ly.k, &ly.v], s, norm)?;
-            mark(&mut clock, cmd, "attn_norm", l);
-        }
-        mm(rec, n, &ly.q, &s.xn, &s.q, cfg.q_dim(), s)?;
-        mm(rec, n, &ly.k, &s.xn, &s.k, cfg.kv_dim(), s)?;
-        mm(rec, n, &ly.v, &s.xn, &s.v, cfg.kv_dim(), s)?;
+        // x += down (the previous layer's FFN), then q, k, v of norm(x) * attn_norm
+        let qkv = [(&ly.q, &s.q, cfg.q_dim()), (&ly.k, &s.k, cfg.kv_dim()), (&ly.v, &s.v, cfg.kv_dim())];
+        let stage = norm_mm(rec, n, &mut r, &ly.attn_norm, &qkv, s, norm, true, &mut clock, ["attn_norm", "qkv", "attn_norm+qkv"], l)?;
         rec.barrier();
-        mark(&mut clock, cmd, "qkv", l);
+        mark(&mut clock, cmd, stage, l);
         let binds = [(&s.q).into(), (&s.k).into(), (&s.v).into(), (&ly.bias).into(), (&ly.qk_norm).into(), rope.into(), (&s.meta).into(), (&ly.mk).into(), (&ly.mv).into()];
         rec.rope_store(style, codec, nr, binds, rp)?;
         rec.barrier();
@@ -849,7 +887,7 @@ fn record_pass(
             // The combine rounds its output for attn_out itself, unless rows are gathered after.
             let round = if last && shape.narrow.is_some() { None } else { attn_round(&ly.attn_out, n, cfg, s)? };
             rounded = round.is_some();
-            rec.attention_round(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.part).into(), (&s.att).into(), round, ap)?;
+            rec.attention_round(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.part).into(), (&s.att).into(), round, s.merge_attn.then(|| (&s.done).into()), ap)?;
         }
         if last && shape.narrow.is_some() {
             rec.transfer_barrier(); // the gathers below copy
@@ -861,50 +899,36 @@ fn record_pass(
             if keep.len() > s.out_rows {
                 return Err(VkError::Model(format!("{} logits rows in one pass (room for {})", keep.len(), s.out_rows)));
             }
-            gather(rec, &s.x, &s.xg, d, keep);
+            // r.x holds the previous layers' whole sum (the attention norm added the rest).
+            gather(rec, r.x, &s.xg, d, keep);
             gather(rec, &s.att, &s.ag, cfg.q_dim(), keep);
             rec.transfer_barrier();
-            // x already holds the previous layers' sum (the attention norm added it in place).
-            (x, att, m) = (&s.xg, &s.ag, keep.len());
+            (r.x, att, m) = (&s.xg, &s.ag, keep.len());
         }
         if !rounded {
             prep(rec, m, att, &[&ly.attn_out], s)?;
         }
-        // x += o, xn = norm(x) * ffn_norm
-        if !mm_then_norm(rec, m, &ly.attn_out, &s.o, x, &ly.ffn_norm, &[&ly.gate, &ly.up], s, norm)? {
-            mm(rec, m, &ly.attn_out, att, &s.o, d, s)?;
-            rec.barrier();
-            mark(&mut clock, cmd, "attn_out", l);
-            norm_for(rec, m, x, Some(&s.o), &ly.ffn_norm, &s.xn, &[&ly.gate, &ly.up], s, norm)?;
-            mark(&mut clock, cmd, "ffn_norm", l);
-        } else {
-            mark(&mut clock, cmd, "attn_out+ffn_norm", l);
-        }
-        mm(rec, m, &ly.gate, &s.xn, &s.gate, cfg.n_ff, s)?;
-        mm(rec, m, &ly.up, &s.xn, &s.up, cfg.n_ff, s)?;
+        mm(rec, m, &ly.attn_out, att, &s.o, d, s)?;
         rec.barrier();
-        mark(&mut clock, cmd, "gate_up", l);
+        mark(&mut clock, cmd, "attn_out", l);
+        // x += o, then gate and up of norm(x) * ffn_norm
+        r.add = Some(&s.o);
+        let gate_up = [(&ly.gate, &s.gate, cfg.n_ff), (&ly.up, &s.up, cfg.n_ff)];
+        let stage = norm_mm(rec, m, &mut r, &ly.ffn_norm, &gate_up, s, norm, true, &mut clock, ["ffn_norm", "gate_up", "ffn_norm+gate_up"], l)?;
+        rec.barrier();
+        mark(&mut clock, cmd, stage, l);
         swiglu_for(rec, m, &ly.down, s)?;
         mark(&mut clock, cmd, "swiglu", l);
-        // x += down, xn = norm(x) * (the next layer's attention norm, or the output norm)
-        let (next_w, next_ms) = match layers.get(l + 1) {
-            Some(n1) => (&n1.attn_norm, [&n1.q, &n1.k, &n1.v].to_vec()),
-            None => (output_norm, vec![out]),
-        };
-        normed = mm_then_norm(rec, m, &ly.down, &s.down, x, next_w, &next_ms, s, norm)?;
-        if !normed {
-            mm(rec, m, &ly.down, &s.gate, &s.down, d, s)?;
-            rec.barrier();
-        }
-        mark(&mut clock, cmd, if normed { "down+norm" } else { "down" }, l);
+        mm(rec, m, &ly.down, &s.gate, &s.down, d, s)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "down", l);
+        r.add = Some(&s.down);
     }
     let mr = m as u32;
-    if !normed {
-        norm_for(rec, m, x, Some(&s.down), output_norm, &s.xn, &[out], s, norm)?;
-    }
-    mm(rec, m, out, &s.xn, &s.logits, cfg.vocab, s)?;
+    // x += down, then the classifier of norm(x) * output_norm (the sum is not read after)
+    let stage = norm_mm(rec, m, &mut r, output_norm, &[(out, &s.logits, cfg.vocab)], s, norm, false, &mut clock, ["output_norm", "classifier", "output_norm+classifier"], 0)?;
     rec.transfer_barrier(); // the logits are copied to the host below
-    mark(&mut clock, cmd, "classifier", 0);
+    mark(&mut clock, cmd, stage, 0);
     rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.part).into(), (&s.ids).into())?;
     let bytes = (m * cfg.vocab * 4) as u64;
     // SAFETY: the command buffer is recording; both buffers hold out_rows logits rows (m <= out_rows).

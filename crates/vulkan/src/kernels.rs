@@ -133,6 +133,17 @@ pub struct AttnPush {
 const _: () = assert!(std::mem::size_of::<AttnPush>() == 20);
 impl Push for AttnPush {}
 
+/// The push block of the attention that merges its own pieces (attn.comp COMBINE).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct AttnMergePush {
+    attn: AttnPush,
+    heads: u32,
+    count: u32,
+}
+const _: () = assert!(std::mem::size_of::<AttnMergePush>() == 28);
+impl Push for AttnMergePush {}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct CombinePush {
@@ -439,11 +450,14 @@ impl Recorder<'_> {
         out: Bind<'_>,
         p: AttnPush,
     ) -> Result<(), VkError> {
-        self.attention_round(codec, rows, q, mk, mv, meta, part, out, None, p)
+        self.attention_round(codec, rows, q, mk, mv, meta, part, out, None, None, p)
     }
 
     /// [`Recorder::attention`] whose combine also writes its output rounded as `round` asks
     /// (see [`AttnRound`]; the block must pass [`attn_round_heads`]), in the same dispatch.
+    /// With `done` (at least `rows * n_head` zeroed words, left zeroed) the workgroup that
+    /// finishes a row's head group last merges its pieces, in the attention's dispatch (no
+    /// combine dispatch and barrier); the same results bit for bit.
     #[allow(clippy::too_many_arguments)]
     pub fn attention_round(
         &mut self,
@@ -456,6 +470,7 @@ impl Recorder<'_> {
         part: Bind<'_>,
         out: Bind<'_>,
         round: Option<AttnRound<'_>>,
+        done: Option<Bind<'_>>,
         p: AttnPush,
     ) -> Result<(), VkError> {
         let c = codec_name(codec, p.head_dim)?;
@@ -466,11 +481,28 @@ impl Recorder<'_> {
         if part.range < need {
             return Err(VkError::OutOfRange(format!("{} bytes of attention partials for {rows} rows (need {need})", part.range)));
         }
-        self.run(&format!("attn_{c}"), &[WG], &[q, mk, mv, meta, part], &p.bytes(), [p.n_head, p.n_pieces, rows])?;
-        self.barrier();
+        if let Some(d) = done {
+            if d.range < (rows * p.n_head) as u64 * 4 {
+                return Err(VkError::OutOfRange(format!("{} bytes of attention counters for {rows} rows of {} heads", d.range, p.n_head)));
+            }
+        }
         let count = rows * p.n_head * p.head_dim;
+        if done.is_none() {
+            self.run(&format!("attn_{c}"), &[WG], &[q, mk, mv, meta, part], &p.bytes(), [p.n_head, p.n_pieces, rows])?;
+            self.barrier();
+        }
+        // The merged forms: the combine's binds after the attention's, its push after AttnPush.
+        let merged = |rec: &mut Self, form: &str, block: u32, heads: u32, y: Bind<'_>, done: Bind<'_>| {
+            let mp = AttnMergePush { attn: p, heads, count };
+            rec.run(&format!("attn_{form}_{c}"), &[WG, block], &[q, mk, mv, meta, part, out, y, done], &mp.bytes(), [p.n_head, p.n_pieces, rows])
+        };
         let (name, block, y) = match round {
-            None => return self.run("attn_combine", &[WG], &[part, meta, out], &CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads: 1, count }.bytes(), [p.n_head, rows, 1]),
+            None => {
+                if let Some(d) = done {
+                    return merged(self, "c", 32, 1, out, d);
+                }
+                return self.run("attn_combine", &[WG], &[part, meta, out], &CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads: 1, count }.bytes(), [p.n_head, rows, 1]);
+            }
             Some(AttnRound::Rounded { block, y }) => {
                 if y.range < count as u64 * 4 {
                     return Err(VkError::OutOfRange(format!("{} bytes for {count} rounded attention outputs", y.range)));
@@ -486,6 +518,10 @@ impl Recorder<'_> {
         };
         let heads = attn_round_heads(block, p.head_dim, p.n_head)
             .ok_or_else(|| VkError::Unsupported(format!("the combine rounding {} heads of {} values in blocks of {block}", p.n_head, p.head_dim)))?;
+        if let Some(d) = done {
+            let form = if name == "attn_combine_p" { "cp" } else { "cq" };
+            return merged(self, form, block, heads, y, d);
+        }
         let cp = CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads, count };
         self.run(name, &[WG, block], &[part, meta, out, y], &cp.bytes(), [p.n_head / heads, rows, 1])
     }

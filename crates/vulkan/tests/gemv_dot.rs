@@ -361,91 +361,69 @@ fn gemv_dot_speed() {
     }
 }
 
-/// The dot GEMV with the next norm run by its last workgroup (`gemv_dot_norm`) writes what
-/// the GEMV, a barrier and `rmsnorm_p` (with the residual add) write, bit for bit: y, the
-/// residual x, the norm's output and both packed layouts, for 1..8 rows and two formats. Two
-/// fused dispatches chained in one submission check that the finished-workgroup count is
-/// set back to 0. Control: the GEMV alone leaves the norm's outputs unwritten.
+/// The dot GEMV that runs its input's norm in every workgroup (`gemv_dot_normin`) writes
+/// what `rmsnorm_p` (with or without the residual add), a barrier and `gemv_dot` write, bit
+/// for bit: y, and the residual sum where asked; for 1..8 rows, blocks of 32 and 256, with
+/// the whole grid and with 3 workgroups taking the row groups in turn. Control: other norm
+/// weights must change y.
 #[test]
-fn gemv_dot_with_fused_norm_equals_gemv_then_norm() {
-    use resin_vulkan::gemv_dot::{fused_norm_ok, FusedNorm};
+fn gemv_dot_with_its_norm_inside_equals_norm_then_gemv() {
+    use resin_vulkan::gemv_dot::{normin_ok, NormIn};
     use resin_vulkan::kernels::NormPush;
     let Some(mut h) = Harness::new() else { return };
-    if !fused_norm_ok(&h.gpu.info, 768) {
-        eprintln!("SKIP: the device's GEMV workgroup does not divide the norm's 256 threads");
-        return;
-    }
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
     let mut rng = Rng(0x0f05);
-    for (ty, rows, cols) in [(GgmlType::Q8_0, 768usize, 512usize), (GgmlType::Q4_K, 256, 1024)] {
+    let mut ran = 0;
+    for (ty, rows, cols) in [(GgmlType::Q8_0, 300usize, 768usize), (GgmlType::Q4_K, 96, 1024), (GgmlType::Q6_K, 64, 512)] {
         let block = resin_vulkan::kernels::act_block(ty).unwrap();
         let wbytes = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
         let row_bytes = wbytes.len() / rows;
         let wbuf = h.buf_bytes(&wbytes);
-        let nw = h.buf_f32(&rng.vec(rows, 1.5));
-        for n in [1usize, 3, 8] {
-            let (_, words, layout) = round_and_pack(&mut h, &rng.vec(n * cols, 2.0), block);
-            let xp = h.buf_bytes(&resin_vulkan::buffers::u32_bytes(&words));
-            let x0 = rng.vec(n * rows, 3.0);
-            let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
-            let (l32, l256) = (QPack::new(32, (n * rows) as u32).unwrap(), QPack::new(256, (n * rows) as u32).unwrap());
-            let eps = 1e-5f32;
-            // Reference: the GEMV, a barrier, the norm; twice (the second over the first's x).
-            let (yr, xr, or) = (h.poisoned(n * rows), h.buf_f32(&x0), h.poisoned(n * rows));
-            let (r32, r256) = (poisoned_words(&h, l32.words() as usize), poisoned_words(&h, l256.words() as usize));
-            h.run(|rec| {
-                for _ in 0..2 {
-                    rec.gemv_dot(ty, n as u32, (&wbuf).into(), (&xp).into(), (&yr).into(), p, layout)?;
-                    rec.barrier();
-                    rec.rmsnorm_p(n as u32, (&xr).into(), Some((&yr).into()), (&nw).into(), (&or).into(), Some((&r32).into()), Some((&r256).into()), NormPush { n: rows as u32, eps })?;
-                    rec.barrier();
-                }
-                Ok(())
-            });
-            // Fused.
-            let (yf, xf, of) = (h.poisoned(n * rows), h.buf_f32(&x0), h.poisoned(n * rows));
-            let (f32w, f256w) = (poisoned_words(&h, l32.words() as usize), poisoned_words(&h, l256.words() as usize));
-            let mut done = Buffer::new(&h.gpu, 16, Location::Device).unwrap();
-            done.fill_u32(0).unwrap();
-            h.run(|rec| {
-                for _ in 0..2 {
-                    let norm = FusedNorm { x: (&xf).into(), w: (&nw).into(), out: (&of).into(), p32: Some((&f32w).into()), p256: Some((&f256w).into()), done: (&done).into(), eps };
-                    rec.gemv_dot_norm(ty, n as u32, (&wbuf).into(), (&xp).into(), (&yf).into(), p, layout, norm)?;
-                    rec.barrier();
-                }
-                Ok(())
-            });
-            let what = format!("{ty} {rows}x{cols} n={n}");
-            let rd = |b: &Buffer| b.read_f32(0, n * rows).unwrap();
-            let rw = |b: &Buffer, w: u32| b.read_f32(0, w as usize).unwrap();
-            assert_eq!(bits(&rd(&yf)), bits(&rd(&yr)), "{what}: y");
-            assert_eq!(bits(&rd(&xf)), bits(&rd(&xr)), "{what}: residual x");
-            assert_eq!(bits(&rd(&of)), bits(&rd(&or)), "{what}: norm output");
-            assert!(rd(&of).iter().all(|v| v.is_finite()), "{what}: norm output unwritten");
-            assert_eq!(bits(&rw(&f32w, l32.words())), bits(&rw(&r32, l32.words())), "{what}: packed 32");
-            assert_eq!(bits(&rw(&f256w, l256.words())), bits(&rw(&r256, l256.words())), "{what}: packed 256");
-            assert_eq!(done.read_f32(0, 1).unwrap()[0].to_bits(), 0, "{what}: the count is set back to 0");
-        }
-        // Control: the fused norm with other weights must not match the reference's bits
-        // (the comparison sees the norm's output at all).
-        let (y, x, o) = (h.poisoned(rows), h.buf_f32(&vec![1.0; rows]), h.poisoned(rows));
-        let (yr, xr, or) = (h.poisoned(rows), h.buf_f32(&vec![1.0; rows]), h.poisoned(rows));
-        let other = h.buf_f32(&rng.vec(rows, 1.5));
+        let nw = h.buf_f32(&rng.vec(cols, 1.5));
         let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
-        let (_, words, layout) = round_and_pack(&mut h, &rng.vec(cols, 2.0), block);
-        let xp = h.buf_bytes(&resin_vulkan::buffers::u32_bytes(&words));
-        let l32 = QPack::new(32, rows as u32).unwrap();
-        let (pk, pr) = (poisoned_words(&h, l32.words() as usize), poisoned_words(&h, l32.words() as usize));
-        let mut done = Buffer::new(&h.gpu, 16, Location::Device).unwrap();
-        done.fill_u32(0).unwrap();
-        h.run(|rec| {
-            let norm = FusedNorm { x: (&x).into(), w: (&other).into(), out: (&o).into(), p32: Some((&pk).into()), p256: None, done: (&done).into(), eps: 1e-5 };
-            rec.gemv_dot_norm(ty, 1, (&wbuf).into(), (&xp).into(), (&y).into(), p, layout, norm)?;
-            rec.gemv_dot(ty, 1, (&wbuf).into(), (&xp).into(), (&yr).into(), p, layout)?;
-            rec.barrier();
-            rec.rmsnorm_p(1, (&xr).into(), Some((&yr).into()), (&nw).into(), (&or).into(), Some((&pr).into()), None, NormPush { n: rows as u32, eps: 1e-5 })
-        });
-        assert_eq!(bits(&x.read_f32(0, rows).unwrap()), bits(&xr.read_f32(0, rows).unwrap()), "control: the residual add is the same");
-        assert_ne!(bits(&o.read_f32(0, rows).unwrap()), bits(&or.read_f32(0, rows).unwrap()), "control: other norm weights must differ");
+        let eps = 1e-5f32;
+        for n in [1usize, 3, 8] {
+            if !normin_ok(&h.gpu.info, ty, n as u32, cols as u32) {
+                eprintln!("SKIP {ty} n={n}: the device cannot run the norm inside the dot GEMV");
+                continue;
+            }
+            let layout = QPack::new(block, (n * cols) as u32).unwrap();
+            let (x0, a0) = (rng.vec(n * cols, 3.0), rng.vec(n * cols, 1.0));
+            for (with_add, groups) in [(true, None), (false, None), (true, Some(3u32))] {
+                // Reference: the norm (the add in place), a barrier, the GEMV.
+                let (xr, add, yr, or) = (h.buf_f32(&x0), h.buf_f32(&a0), h.poisoned(n * rows), h.poisoned(n * cols));
+                let pr = poisoned_words(&h, layout.words() as usize);
+                let (p32, p256) = if block == 32 { (Some((&pr).into()), None) } else { (None, Some((&pr).into())) };
+                h.run(|rec| {
+                    rec.rmsnorm_p(n as u32, (&xr).into(), with_add.then(|| (&add).into()), (&nw).into(), (&or).into(), p32, p256, NormPush { n: cols as u32, eps })?;
+                    rec.barrier();
+                    rec.gemv_dot(ty, n as u32, (&wbuf).into(), (&pr).into(), (&yr).into(), p, layout)
+                });
+                // The norm inside the GEMV; the sum written to xo.
+                let (xf, yf, xo) = (h.buf_f32(&x0), h.poisoned(n * rows), h.poisoned(n * cols));
+                h.run(|rec| {
+                    let norm = NormIn { x: (&xf).into(), add: with_add.then(|| (&add).into()), w: (&nw).into(), x_out: Some((&xo).into()), eps };
+                    rec.gemv_dot_normin(ty, n as u32, (&wbuf).into(), (&yf).into(), p, norm, groups)
+                });
+                let what = format!("{ty} {rows}x{cols} n={n} add={with_add} groups={groups:?}");
+                let y = yf.read_f32(0, n * rows).unwrap();
+                assert!(y.iter().all(|v| v.is_finite()), "{what}: y unwritten");
+                assert_eq!(bits(&y), bits(&yr.read_f32(0, n * rows).unwrap()), "{what}: y");
+                assert_eq!(bits(&xo.read_f32(0, n * cols).unwrap()), bits(&xr.read_f32(0, n * cols).unwrap()), "{what}: the residual sum");
+                assert_eq!(bits(&xf.read_f32(0, n * cols).unwrap()), bits(&x0), "{what}: x is read only");
+                ran += 1;
+            }
+            // Control: other norm weights must not give the reference's y.
+            let (x, yf, yr) = (h.buf_f32(&x0), h.poisoned(n * rows), h.poisoned(n * rows));
+            let other = h.buf_f32(&rng.vec(cols, 1.5));
+            h.run(|rec| {
+                let a = NormIn { x: (&x).into(), add: None, w: (&nw).into(), x_out: None, eps };
+                rec.gemv_dot_normin(ty, n as u32, (&wbuf).into(), (&yr).into(), p, a, None)?;
+                let b = NormIn { x: (&x).into(), add: None, w: (&other).into(), x_out: None, eps };
+                rec.gemv_dot_normin(ty, n as u32, (&wbuf).into(), (&yf).into(), p, b, None)
+            });
+            assert_ne!(bits(&yf.read_f32(0, n * rows).unwrap()), bits(&yr.read_f32(0, n * rows).unwrap()), "control: other norm weights must change y");
+        }
     }
+    assert!(ran > 0 || std::env::var("RESIN_REQUIRE_VULKAN").is_err(), "no norm-inside GEMV ran");
 }

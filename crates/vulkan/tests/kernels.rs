@@ -656,20 +656,35 @@ fn decode_attention_case(h: &mut Harness, n_head: usize, n_head_kv: usize, hd: u
                 }
             }
         }
-        let run = |h: &mut Harness, meta: &[RowMeta], q: &[f32], pieces: u32| -> Vec<f32> {
+        // merge: the attention's last workgroup of a head merges the pieces (twice in one
+        // submission: the counters must be back at zero after each), else a combine dispatch.
+        let run = |h: &mut Harness, meta: &[RowMeta], q: &[f32], pieces: u32, merge: bool| -> Vec<f32> {
             let n = meta.len();
             let (mb, qb) = (h.buf_bytes(&RowMeta::words(meta)), h.buf_f32(q));
             let part = h.poisoned(attn_part_len(n, n_head, hd, ATTN_SLOTS as usize));
             let ob = h.poisoned(n * q_dim);
+            let done = h.buf_f32(&vec![0.0; n * n_head]);
             let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale };
-            h.run(|rec| rec.attention(codec, n as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&ob).into(), p));
+            h.run(|rec| {
+                if !merge {
+                    return rec.attention(codec, n as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&ob).into(), p);
+                }
+                for _ in 0..2 {
+                    rec.attention_round(codec, n as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&ob).into(), None, Some((&done).into()), p)?;
+                    rec.barrier();
+                }
+                Ok(())
+            });
+            assert!(done.read_u32(0, n * n_head).unwrap().iter().all(|&c| c == 0), "the merge counters are left at zero");
             ob.read_f32(0, n * q_dim).unwrap()
         };
-        let first = run(h, &meta, &q, 1);
+        let first = run(h, &meta, &q, 1, false);
         for pieces in [1u32, 3, 4, 8, 32] {
-            let got = run(h, &meta, &q, pieces);
+            let got = run(h, &meta, &q, pieces, false);
             check(&format!("attention hd {hd} {codec:?} pieces {pieces}"), &got, &want, &bar).unwrap();
             assert!(bits_equal(&got, &first), "attention hd {hd} {codec:?}: {pieces} workgroups a head differ from 1");
+            let merged = run(h, &meta, &q, pieces, true);
+            assert!(bits_equal(&merged, &first), "attention hd {hd} {codec:?}: merged in the attention's last workgroup ({pieces} a head) differs");
             // Control: row 2's output 1% off must fail.
             if pieces == 1 {
                 let mut wrong = want.clone();
@@ -682,7 +697,7 @@ fn decode_attention_case(h: &mut Harness, n_head: usize, n_head_kv: usize, hd: u
         }
         // Each row alone, in a 1-row command (32 workgroups a head), gives its bits in the batch.
         for (r, m) in meta.iter().enumerate() {
-            let alone = run(h, std::slice::from_ref(m), &q[r * q_dim..(r + 1) * q_dim], 32);
+            let alone = run(h, std::slice::from_ref(m), &q[r * q_dim..(r + 1) * q_dim], 32, true);
             assert!(bits_equal(&alone, &first[r * q_dim..(r + 1) * q_dim]), "attention hd {hd} {codec:?}: row {r} alone differs");
         }
     }
@@ -746,19 +761,26 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
             });
             let (want_q, want_p) = (bits(&rq, count), bits(&rp, w));
             assert!(want_q.iter().chain(&want_p).all(|&v| v != POISON), "{what}: the reference left a value unwritten");
-            // Fused: rounded f32, then packed.
-            let (oq, fq, op, fp) = (h.poisoned(count), h.poisoned(count), h.poisoned(count), h.poisoned(w));
-            h.run(|rec| {
-                let round = Some(AttnRound::Rounded { block, y: (&fq).into() });
-                rec.attention_round(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&oq).into(), round, p)?;
-                rec.barrier();
-                let round = Some(AttnRound::Packed { layout: l, out: (&fp).into() });
-                rec.attention_round(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&op).into(), round, p)
-            });
-            assert_eq!(bits(&oq, count), want_out, "{what}: output (rounding form)");
-            assert_eq!(bits(&op, count), want_out, "{what}: output (packing form)");
-            assert_eq!(bits(&fq, count), want_q, "{what}: rounded values");
-            assert_eq!(bits(&fp, w), want_p, "{what}: packed words");
+            // Fused: rounded f32, then packed; by a combine dispatch, then merged in the
+            // attention's last workgroup of a head group.
+            for merge in [false, true] {
+                let what = format!("{what}, merged {merge}");
+                let done = h.buf_f32(&vec![0.0; rows * n_head]);
+                let (oq, fq, op, fp) = (h.poisoned(count), h.poisoned(count), h.poisoned(count), h.poisoned(w));
+                h.run(|rec| {
+                    let d = merge.then(|| (&done).into());
+                    let round = Some(AttnRound::Rounded { block, y: (&fq).into() });
+                    rec.attention_round(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&oq).into(), round, d, p)?;
+                    rec.barrier();
+                    let round = Some(AttnRound::Packed { layout: l, out: (&fp).into() });
+                    rec.attention_round(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&op).into(), round, d, p)
+                });
+                assert_eq!(bits(&oq, count), want_out, "{what}: output (rounding form)");
+                assert_eq!(bits(&op, count), want_out, "{what}: output (packing form)");
+                assert_eq!(bits(&fq, count), want_q, "{what}: rounded values");
+                assert_eq!(bits(&fp, w), want_p, "{what}: packed words");
+                assert!(bits(&done, rows * n_head).iter().all(|&c| c == 0), "{what}: the merge counters are left at zero");
+            }
             // Control: the other block size's rounding of the same output differs.
             let (cq, other) = (h.poisoned(count), 288 - block);
             h.run(|rec| rec.qact(other, count as u32, (&outr).into(), (&cq).into()));

@@ -3,7 +3,8 @@
 // pieces, from the key count alone), so a piece beyond the keys costs nothing and a row's
 // result is the same whatever rows and n_pieces the command has. Workgroup (head, slot, row)
 // takes pieces slot, slot + n_pieces, ... and writes each one's partial: the running max m,
-// the sum l of exp(s - m) and acc = sum exp(s - m) v. attn_combine merges the pieces.
+// the sum l of exp(s - m) and acc = sum exp(s - m) v. attn_combine merges the pieces, or with
+// COMBINE (QACT, QPACK: its rounded forms) the workgroup that finishes a head group last.
 // Scores are q.k * scale over head_dim, keys and values read from the layer's mirror buffers
 // (f16 pairs, KV_F32, or KV_Q8: q8_0 blocks read back as d * q in f32, as the CPU home's). A chunk of WG keys: one key's score a thread, then each thread
 // accumulates its dims over the chunk; loads go out in batches so their latencies overlap.
@@ -29,7 +30,21 @@ layout(std430, set = 0, binding = 2) readonly buffer MV { uint mv[]; };
 #endif
 layout(std430, set = 0, binding = 3) readonly buffer Meta { uint meta[]; };
 // Partials: [row][head][ATTN_SLOTS] -> (m, l) and acc[head_dim].
+#ifdef COMBINE
+// Read back by the workgroup that merges them (common/combine.glsl): coherent.
+layout(std430, set = 0, binding = 4) coherent buffer Part { float part[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer Out { float outv[]; };
+#ifdef QPACK
+layout(std430, set = 0, binding = 6) writeonly buffer Packed { uint pk[]; };
+#elif defined(QACT)
+layout(std430, set = 0, binding = 6) writeonly buffer Rounded { float y[]; };
+#endif
+// Workgroups finished, a row and head group (zero between dispatches: the last sets it back).
+layout(std430, set = 0, binding = 7) coherent buffer Done { uint done_wgs[]; };
+layout(constant_id = 1) const uint QB = 32;
+#else
 layout(std430, set = 0, binding = 4) writeonly buffer Part { float part[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint n_head;
@@ -37,9 +52,17 @@ layout(push_constant) uniform Push {
     uint head_dim;
     uint n_pieces;
     float scale;
+#ifdef COMBINE
+    uint heads;   // heads a merge (1 without QACT)
+    uint count;   // values of the pass (rows * n_head * head_dim): the packed layout's offsets
+#endif
 } p;
 
 #include "meta.glsl"
+#ifdef COMBINE
+#include "combine.glsl"
+shared bool last_wg;
+#endif
 #ifdef KV_Q8
 #include "kvq8.glsl"
 Q8_READER(q8k, mk)
@@ -195,4 +218,18 @@ void main() {
             if (dim < hd) part[ob + 2u + dim] = acc[d];
         }
     }
+#ifdef COMBINE
+    // The workgroup that finishes its head group's pieces last merges them: no dispatch and
+    // barrier for the combine. Every workgroup of the group with a piece counts itself.
+    memoryBarrierBuffer();
+    barrier();
+    uint groups = p.n_head / p.heads;
+    uint at = r * groups + h / p.heads;
+    if (t == 0u) last_wg = atomicAdd(done_wgs[at], 1u) == p.heads * min(p.n_pieces, npc) - 1u;
+    barrier();
+    if (!last_wg) return;
+    memoryBarrierBuffer();
+    combine(r, h / p.heads, t);
+    if (t == 0u) done_wgs[at] = 0u;
+#endif
 }

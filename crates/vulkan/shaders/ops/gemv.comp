@@ -17,9 +17,11 @@
 //   the float part (dot_term), a fixed-order sum per lane and row, subgroupAdd. DOT_HW uses OpSDot
 //   (SPV_KHR_integer_dot_product through GL_EXT_spirv_intrinsics: glslang 13.1.1 has no
 //   GL_EXT_integer_dot_product); without it the same integer math by bitfieldExtract.
-// FUSE_NORM (TIER_DOT): the last workgroup to finish also runs the RMS norm that follows (the
-// residual add of y, common/norm.glsl, packed for the next dot GEMVs), bit for bit what
-// rmsnorm.comp would write after a barrier.
+// NORM_IN (TIER_DOT): the GEMV's input is the RMS norm of a residual row (x + add), which
+// every workgroup first computes itself into the packed activations in shared memory
+// (common/norm.glsl, bit for bit what rmsnorm.comp QPACK writes), so the norm needs no
+// dispatch and barrier of its own; workgroup 0 also writes x + add (flags & 2). The
+// workgroups then take their rows in turn (a grid smaller than the rows: fewer norms).
 // In all, each column's sum runs in the same order whatever NCOLS is, so an N-row result
 // equals the row run alone.
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
@@ -53,29 +55,33 @@ layout(constant_id = 3) const uint SGR = 1;
 #define NMAX 8u
 
 layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
+#if defined(NORM_IN)
+layout(std430, set = 0, binding = 1) readonly buffer NX { float nx[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = 3) readonly buffer NAdd { float nadd[]; };
+layout(std430, set = 0, binding = 4) readonly buffer NW { float nw[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer NXO { float nxo[]; };
+// Words of the packed activations (gemv_dot.rs QPack over NCOLS x cols values).
+layout(constant_id = 4) const uint XPW = 1;
+shared uint xp[XPW];
+#define np32 xp
+#define np256 xp
+#define QMASK (XBLOCK == 32u ? 1u : 2u)
+#define NORM_SHARED
+#define QACT
+#define QPACK
+#define NORM_ADD ((p.flags & 1u) != 0u)
+#define NORM_WRITE ((p.flags & 2u) != 0u && gl_WorkGroupID.x == 0u && gl_WorkGroupID.y == 0u)
+#define NORM_MAXCH 512u   // chunks a row: cols <= 4096 (checked on the host)
+shared float red[256];
+shared float pm[NORM_MAXCH];
+shared int ps[NORM_MAXCH];
+#else
 #ifdef TIER_DOT
 layout(std430, set = 0, binding = 1) readonly buffer X { uint xp[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 #endif
-#ifdef FUSE_NORM
-// Read back by the last workgroup (the norm's residual add): coherent.
-layout(std430, set = 0, binding = 2) coherent buffer Y { float y[]; };
-layout(std430, set = 0, binding = 3) buffer NX { float nx[]; };
-layout(std430, set = 0, binding = 4) readonly buffer NW { float nw[]; };
-layout(std430, set = 0, binding = 5) writeonly buffer NO { float nout[]; };
-layout(std430, set = 0, binding = 6) writeonly buffer NP32 { uint np32[]; };
-layout(std430, set = 0, binding = 7) writeonly buffer NP256 { uint np256[]; };
-// Workgroups finished, reset to 0 by the last one.
-layout(std430, set = 0, binding = 8) coherent buffer Done { uint done_wgs[]; };
-layout(constant_id = 4) const uint QMASK = 3;
-#define nadd y
-#define NORM_MAXCH 512u   // chunks a row: n <= 4096 (checked on the host)
-shared float red[256];
-shared float pm[NORM_MAXCH];
-shared int ps[NORM_MAXCH];
-shared bool last_wg;
-#else
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
 #endif
 
@@ -90,9 +96,10 @@ layout(push_constant) uniform Push {
     uint d_off;  // word offset of the d_x floats in xp
     uint s_off;  // word offset of the int sums in xp
 #endif
-#ifdef FUSE_NORM
+#ifdef NORM_IN
     float eps;
-    uint count;  // values of the pass (NCOLS * rows): the packed layout's offsets
+    uint count;  // values packed (NCOLS * cols): the layout's offsets
+    uint flags;  // 1: add nadd to nx; 2: workgroup 0 writes the sum to nxo
 #endif
 } p;
 
@@ -100,7 +107,7 @@ layout(push_constant) uniform Push {
 #ifdef TIER_DOT
 #include "dotfmt.glsl"
 #endif
-#ifdef FUSE_NORM
+#ifdef NORM_IN
 #include "norm.glsl"
 #endif
 
@@ -141,48 +148,44 @@ void main() {
     uint qw[SGR_MAX][8];
     vec2 wf[SGR_MAX];
     ivec2 wi[SGR_MAX];
-    // Subgroup k takes SGR neighbouring rows together: each activation unit is loaded once
-    // for all of them (an N-row pass reads N units a weight unit).
-    for (uint k = gl_SubgroupID; k < RPW; k += gl_NumSubgroups) {
-        uint row0 = (wg * RPW + k) * SGR;
-        if (row0 >= p.rows) break;
-        uint nr = min(SGR, p.rows - row0);
-        precise float acc[SGR_MAX][NMAX];
-        for (uint r = 0u; r < SGR_MAX; r++)
-            for (uint c = 0u; c < NMAX; c++) acc[r][c] = 0.0;
-        for (uint u = lane; u < units; u += gl_SubgroupSize) {
+#ifdef NORM_IN
+    for (uint c = 0u; c < NCOLS; c++) norm_row(c, gl_LocalInvocationIndex, p.cols, p.eps, p.count);
+    barrier();
+#endif
+    // Workgroup g takes row groups g, g + groups, ... (one where the grid covers the rows).
+    uint groups = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
+    for (uint g = wg; g * RPW * SGR < p.rows; g += groups) {
+        // Subgroup k takes SGR neighbouring rows together: each activation unit is loaded once
+        // for all of them (an N-row pass reads N units a weight unit).
+        for (uint k = gl_SubgroupID; k < RPW; k += gl_NumSubgroups) {
+            uint row0 = (g * RPW + k) * SGR;
+            if (row0 >= p.rows) break;
+            uint nr = min(SGR, p.rows - row0);
+            precise float acc[SGR_MAX][NMAX];
             for (uint r = 0u; r < SGR_MAX; r++)
-                if (r < nr) dot_load((row0 + r) * p.row_bytes, u, qw[r], wf[r], wi[r]);
-            for (uint c = 0u; c < NCOLS; c++) {
-                XUnit x = x_unit(c * p.x_stride + u * 32u);
-                for (uint r = 0u; r < SGR_MAX; r++) {
-                    if (r < nr) {
-                        precise float t = dot_term(qw[r], wf[r], wi[r], x);
-                        acc[r][c] += t;
+                for (uint c = 0u; c < NMAX; c++) acc[r][c] = 0.0;
+            for (uint u = lane; u < units; u += gl_SubgroupSize) {
+                for (uint r = 0u; r < SGR_MAX; r++)
+                    if (r < nr) dot_load((row0 + r) * p.row_bytes, u, qw[r], wf[r], wi[r]);
+                for (uint c = 0u; c < NCOLS; c++) {
+                    XUnit x = x_unit(c * p.x_stride + u * 32u);
+                    for (uint r = 0u; r < SGR_MAX; r++) {
+                        if (r < nr) {
+                            precise float t = dot_term(qw[r], wf[r], wi[r], x);
+                            acc[r][c] += t;
+                        }
                     }
                 }
             }
-        }
-        for (uint r = 0u; r < SGR_MAX; r++) {
-            if (r >= nr) break;
-            for (uint c = 0u; c < NCOLS; c++) {
-                float t = subgroupAdd(acc[r][c]);
-                if (lane == 0u) y[c * p.y_stride + p.y_off + row0 + r] = t;
+            for (uint r = 0u; r < SGR_MAX; r++) {
+                if (r >= nr) break;
+                for (uint c = 0u; c < NCOLS; c++) {
+                    float t = subgroupAdd(acc[r][c]);
+                    if (lane == 0u) y[c * p.y_stride + p.y_off + row0 + r] = t;
+                }
             }
         }
     }
-#ifdef FUSE_NORM
-    // The workgroup that finishes last runs the next norm over y, the residual add (y_stride
-    // = rows, y_off = 0: checked on the host): one dispatch and barrier fewer a norm.
-    memoryBarrierBuffer();
-    barrier();
-    if (gl_LocalInvocationIndex == 0u) last_wg = atomicAdd(done_wgs[0], 1u) == gl_NumWorkGroups.x * gl_NumWorkGroups.y - 1u;
-    barrier();
-    if (!last_wg) return;
-    memoryBarrierBuffer();
-    for (uint c = 0u; c < NCOLS; c++) norm_row(c, gl_LocalInvocationIndex, p.rows, p.eps, p.count);
-    if (gl_LocalInvocationIndex == 0u) done_wgs[0] = 0u;
-#endif
 }
 #else
 shared float red[NMAX * 256];
