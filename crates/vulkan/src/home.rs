@@ -887,7 +887,7 @@ fn record_pass(
             // The combine rounds its output for attn_out itself, unless rows are gathered after.
             let round = if last && shape.narrow.is_some() { None } else { attn_round(&ly.attn_out, n, cfg, s)? };
             rounded = round.is_some();
-            rec.attention_round(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.part).into(), (&s.att).into(), round, s.merge_attn.then(|| (&s.done).into()), ap)?;
+            rec.attention_round(codec, nr, AttnBinds { q: (&s.q).into(), mk: (&ly.mk).into(), mv: (&ly.mv).into(), meta: (&s.meta).into(), part: (&s.part).into(), out: (&s.att).into() }, round, s.merge_attn.then(|| (&s.done).into()), ap)?;
         }
         if last && shape.narrow.is_some() {
             rec.transfer_barrier(); // the gathers below copy

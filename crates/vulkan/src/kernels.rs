@@ -133,6 +133,18 @@ pub struct AttnPush {
 const _: () = assert!(std::mem::size_of::<AttnPush>() == 20);
 impl Push for AttnPush {}
 
+/// What the decode attention reads and writes: the rows' queries, the layer's mirror (keys,
+/// values), the rows' metadata, the pieces' partials and the merged output.
+#[derive(Clone, Copy)]
+pub struct AttnBinds<'a> {
+    pub q: Bind<'a>,
+    pub mk: Bind<'a>,
+    pub mv: Bind<'a>,
+    pub meta: Bind<'a>,
+    pub part: Bind<'a>,
+    pub out: Bind<'a>,
+}
+
 /// The push block of the attention that merges its own pieces (attn.comp COMBINE).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -438,19 +450,8 @@ impl Recorder<'_> {
     /// workgroups a row and head taking them; `part` holds [`attn_part_len`]`(rows, n_head,
     /// head_dim, ATTN_SLOTS)` floats. A row's result does not depend on `rows` or `n_pieces`.
     #[allow(clippy::too_many_arguments)]
-    pub fn attention(
-        &mut self,
-        codec: KvCodec,
-        rows: u32,
-        q: Bind<'_>,
-        mk: Bind<'_>,
-        mv: Bind<'_>,
-        meta: Bind<'_>,
-        part: Bind<'_>,
-        out: Bind<'_>,
-        p: AttnPush,
-    ) -> Result<(), VkError> {
-        self.attention_round(codec, rows, q, mk, mv, meta, part, out, None, None, p)
+    pub fn attention(&mut self, codec: KvCodec, rows: u32, b: AttnBinds<'_>, p: AttnPush) -> Result<(), VkError> {
+        self.attention_round(codec, rows, b, None, None, p)
     }
 
     /// [`Recorder::attention`] whose combine also writes its output rounded as `round` asks
@@ -458,21 +459,8 @@ impl Recorder<'_> {
     /// With `done` (at least `rows * n_head` zeroed words, left zeroed) the workgroup that
     /// finishes a row's head group last merges its pieces, in the attention's dispatch (no
     /// combine dispatch and barrier); the same results bit for bit.
-    #[allow(clippy::too_many_arguments)]
-    pub fn attention_round(
-        &mut self,
-        codec: KvCodec,
-        rows: u32,
-        q: Bind<'_>,
-        mk: Bind<'_>,
-        mv: Bind<'_>,
-        meta: Bind<'_>,
-        part: Bind<'_>,
-        out: Bind<'_>,
-        round: Option<AttnRound<'_>>,
-        done: Option<Bind<'_>>,
-        p: AttnPush,
-    ) -> Result<(), VkError> {
+    pub fn attention_round(&mut self, codec: KvCodec, rows: u32, b: AttnBinds<'_>, round: Option<AttnRound<'_>>, done: Option<Bind<'_>>, p: AttnPush) -> Result<(), VkError> {
+        let AttnBinds { q, mk, mv, meta, part, out } = b;
         let c = codec_name(codec, p.head_dim)?;
         if !(1..=ATTN_SLOTS).contains(&p.n_pieces) || p.head_dim as usize > MAX_HEAD_DIM || !p.head_dim.is_multiple_of(2) {
             return Err(VkError::Unsupported(format!("decode attention of {} workgroups a head over head_dim {}", p.n_pieces, p.head_dim)));

@@ -149,7 +149,7 @@ fn run_case(h: &mut Harness, what: &str, c: &Case, tiles: &[Option<WindowTile>],
             let part = h.poisoned(attn_part_len(s.rows, c.n_head, c.hd, ATTN_SLOTS as usize));
             let ob = h.poisoned(n);
             let t0 = std::time::Instant::now();
-            h.run(|rec| rec.attention(codec, s.rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&ob).into(), p));
+            h.run(|rec| rec.attention(codec, s.rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() }, p));
             let dt = t0.elapsed();
             let dec = ob.read_f32(0, n).unwrap();
             let dec64: Vec<f64> = dec.iter().map(|&x| x as f64).collect();

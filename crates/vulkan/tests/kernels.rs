@@ -667,10 +667,10 @@ fn decode_attention_case(h: &mut Harness, n_head: usize, n_head_kv: usize, hd: u
             let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale };
             h.run(|rec| {
                 if !merge {
-                    return rec.attention(codec, n as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&ob).into(), p);
+                    return rec.attention(codec, n as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() }, p);
                 }
                 for _ in 0..2 {
-                    rec.attention_round(codec, n as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&ob).into(), None, Some((&done).into()), p)?;
+                    rec.attention_round(codec, n as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() }, None, Some((&done).into()), p)?;
                     rec.barrier();
                 }
                 Ok(())
@@ -746,7 +746,7 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
         let bits = |b: &Buffer, k: usize| b.read_u32(0, k).unwrap();
         // Reference: the plain combine, then the separate rounding and packing of each block size.
         let outr = h.poisoned(count);
-        h.run(|rec| rec.attention(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&outr).into(), p));
+        h.run(|rec| rec.attention(codec, rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&outr).into() }, p));
         let want_out = bits(&outr, count);
         for block in [32u32, 256] {
             let what = format!("hd {hd} x {n_head} heads, block {block}");
@@ -770,10 +770,10 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
                 h.run(|rec| {
                     let d = merge.then(|| (&done).into());
                     let round = Some(AttnRound::Rounded { block, y: (&fq).into() });
-                    rec.attention_round(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&oq).into(), round, d, p)?;
+                    rec.attention_round(codec, rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&oq).into() }, round, d, p)?;
                     rec.barrier();
                     let round = Some(AttnRound::Packed { layout: l, out: (&fp).into() });
-                    rec.attention_round(codec, rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&part).into(), (&op).into(), round, d, p)
+                    rec.attention_round(codec, rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&op).into() }, round, d, p)
                 });
                 assert_eq!(bits(&oq, count), want_out, "{what}: output (rounding form)");
                 assert_eq!(bits(&op, count), want_out, "{what}: output (packing form)");

@@ -237,7 +237,7 @@ fn attention_over_a_q8_mirror_matches_the_oracle_over_its_dequantized_values() {
             let (mk, mv) = if codec == KvCodec::Q8_0 { (&mk8, &mv8) } else { (&mk32, &mv32) };
             let part = h.poisoned(attn_part_len(n, n_head, hd, ATTN_SLOTS as usize));
             let ob = h.poisoned(n * q_dim);
-            h.run(|rec| rec.attention(codec, n as u32, (&qb).into(), mk.into(), mv.into(), (&mb).into(), (&part).into(), (&ob).into(), p(pieces)));
+            h.run(|rec| rec.attention(codec, n as u32, AttnBinds { q: (&qb).into(), mk: mk.into(), mv: mv.into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() }, p(pieces)));
             ob.read_f32(0, n * q_dim).unwrap()
         };
         let f32_ref = decode(&mut h, KvCodec::F32, 1);
@@ -292,7 +292,7 @@ fn q8_mirror_head_dims_not_a_multiple_of_32_are_refused() {
     let mut res = Ok(());
     resin_vulkan::buffers::submit_once(&gpu, |cmd| {
         let mut rec = Recorder { gpu: &gpu, pipes: &mut h.pipes, desc: &mut h.desc, cmd };
-        res = rec.attention(KvCodec::Q8_0, 1, (&b).into(), (&b).into(), (&b).into(), (&b).into(), (&b).into(), (&b).into(), p);
+        res = rec.attention(KvCodec::Q8_0, 1, AttnBinds { q: (&b).into(), mk: (&b).into(), mv: (&b).into(), meta: (&b).into(), part: (&b).into(), out: (&b).into() }, p);
     })
     .unwrap();
     let e = res.expect_err("head dim 48 over a q8_0 mirror");
