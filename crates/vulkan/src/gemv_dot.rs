@@ -182,6 +182,26 @@ pub fn dot_rows(n: u32, rows: u32) -> u32 {
     set.unwrap_or_else(|| [4, 2].into_iter().find(|&r| rows / r >= want).unwrap_or(1))
 }
 
+/// How a dot GEMV's subgroup takes its rows: `rows` neighbouring rows together (1..=4), each
+/// lane loading `unroll` units of them (1..=4, rows x unroll <= 4) before it computes. The
+/// results do not depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DotShape {
+    pub rows: u32,
+    pub unroll: u32,
+}
+
+impl DotShape {
+    /// The shape for an `n`-row pass over a matrix of `rows` rows: [`dot_rows`], and units a
+    /// lane from `RESIN_VK_DOT_UNROLL` (1..=4, cut to 4 / rows; default 1).
+    pub fn pick(n: u32, rows: u32) -> DotShape {
+        static UNROLL: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        let unroll = *UNROLL.get_or_init(|| std::env::var("RESIN_VK_DOT_UNROLL").ok().and_then(|v| v.parse().ok()).filter(|u| (1..=4).contains(u)).unwrap_or(1));
+        let r = dot_rows(n, rows);
+        DotShape { rows: r, unroll: unroll.min(4 / r).max(1) }
+    }
+}
+
 /// Whether the device runs the dot tier at all (the subgroup GEMV's requirements).
 pub fn dot_ok(info: &DeviceInfo) -> bool {
     info.subgroup_ops.contains(&"arithmetic") && info.subgroup_size >= 4 && info.subgroup_size <= info.max_workgroup_invocations
@@ -211,10 +231,10 @@ impl Recorder<'_> {
     }
 
     /// [`Recorder::gemv_dot`] with a chosen way of taking the integer dot products and,
-    /// where given, a chosen number of rows a subgroup (1..=4, else [`dot_rows`]).
+    /// where given, a chosen [`DotShape`] (else [`DotShape::pick`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_dot_tier(&mut self, tier: DotTier, rows_per_subgroup: Option<u32>, ty: GgmlType, n: u32, w: Bind<'_>, xp: Bind<'_>, y: Bind<'_>, p: GemvPush, layout: QPack) -> Result<(), VkError> {
-        self.dot_dispatch(tier, rows_per_subgroup, ty, n, [w, xp, y], p, layout, None)
+    pub fn gemv_dot_tier(&mut self, tier: DotTier, shape: Option<DotShape>, ty: GgmlType, n: u32, w: Bind<'_>, xp: Bind<'_>, y: Bind<'_>, p: GemvPush, layout: QPack) -> Result<(), VkError> {
+        self.dot_dispatch(tier, shape, ty, n, [w, xp, y], p, layout, None)
     }
 
     /// [`Recorder::gemv_dot`] whose input is `norm` (the RMS norm of n residual rows of
@@ -235,7 +255,7 @@ impl Recorder<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn dot_dispatch(&mut self, tier: DotTier, rows_per_subgroup: Option<u32>, ty: GgmlType, n: u32, [w, xp, y]: [Bind<'_>; 3], p: GemvPush, layout: QPack, norm: Option<(NormIn<'_>, u32)>) -> Result<(), VkError> {
+    fn dot_dispatch(&mut self, tier: DotTier, shape: Option<DotShape>, ty: GgmlType, n: u32, [w, xp, y]: [Bind<'_>; 3], p: GemvPush, layout: QPack, norm: Option<(NormIn<'_>, u32)>) -> Result<(), VkError> {
         let f = dot_format(ty).ok_or_else(|| VkError::Unsupported(format!("no int8 dot GEMV for {ty}")))?;
         let info = &self.gpu.info;
         if !dot_ok(info) {
@@ -264,10 +284,10 @@ impl Recorder<'_> {
             DotTier::Hardware => "x",
         };
         let (wg, subgroups) = GemvTier::subgroup_shape(info);
-        let sgr = match rows_per_subgroup {
-            Some(r @ 1..=4) => r,
-            Some(r) => return Err(VkError::Unsupported(format!("{r} rows a subgroup in the dot GEMV (1..=4)"))),
-            None => dot_rows(n, p.rows),
+        let DotShape { rows: sgr, unroll } = match shape {
+            Some(s) if (1..=4).contains(&s.rows) && (1..=4).contains(&s.unroll) && s.rows * s.unroll <= 4 => s,
+            Some(s) => return Err(VkError::Unsupported(format!("{} rows a subgroup, {} units a lane in the dot GEMV (1..=4 each, 4 in all)", s.rows, s.unroll))),
+            None => DotShape::pick(n, p.rows),
         };
         let dp = GemvDotPush {
             rows: p.rows,
@@ -281,11 +301,11 @@ impl Recorder<'_> {
         };
         let need = p.rows.div_ceil(subgroups * sgr);
         let Some((nm, most)) = norm else {
-            return self.run(&format!("gemv_dot{x}_{f}{form}"), &[wg, n, subgroups, sgr], &[w, xp, y], &dp.bytes(), grid(need));
+            return self.run(&format!("gemv_dot{x}_{f}{form}"), &[wg, n, subgroups, sgr, 0, unroll], &[w, xp, y], &dp.bytes(), grid(need));
         };
         let flags = u32::from(nm.add.is_some()) | (u32::from(nm.x_out.is_some()) << 1);
         let np = GemvDotNormInPush { gemv: dp, eps: nm.eps, count: layout.count, flags };
         let binds = [w, nm.x, y, nm.add.unwrap_or(xp), nm.w, nm.x_out.unwrap_or(y)];
-        self.run(&format!("gemv_dot{x}_{f}{form}_normin"), &[wg, n, subgroups, sgr, layout.words()], &binds, &np.bytes(), grid(need.min(most.max(1))))
+        self.run(&format!("gemv_dot{x}_{f}{form}_normin"), &[wg, n, subgroups, sgr, layout.words(), unroll], &binds, &np.bytes(), grid(need.min(most.max(1))))
     }
 }

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use resin_gguf::{formats, GgmlType};
 use resin_vulkan::buffers::{Buffer, Location};
-use resin_vulkan::gemv_dot::{dot_ok, DotTier, QPack};
+use resin_vulkan::gemv_dot::{dot_ok, DotShape, DotTier, QPack};
 use resin_vulkan::kernels::{GemvPush, GemvTier};
 
 /// A poisoned u32 buffer of `words`.
@@ -192,22 +192,30 @@ fn gemv_dot_format(ty: GgmlType) {
             let one_row: Vec<Vec<f32>> = (0..8)
                 .map(|c| {
                     let yb = h.poisoned(rows);
-                    h.run(|rec| rec.gemv_dot_tier(tier, Some(1), ty, 1, (&wbuf).into(), (&alone[c].0).into(), (&yb).into(), p, alone[c].1));
+                    h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: 1, unroll: 1 }), ty, 1, (&wbuf).into(), (&alone[c].0).into(), (&yb).into(), p, alone[c].1));
                     yb.read_f32(0, rows).unwrap()
                 })
                 .collect();
+            // Units a lane loaded together must not change a bit either.
+            for (sgr, unroll) in [(1u32, 2u32), (1, 4), (2, 2)] {
+                let yb = h.poisoned(rows);
+                h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: sgr, unroll }), ty, 1, (&wbuf).into(), (&alone[0].0).into(), (&yb).into(), p, alone[0].1));
+                let same = yb.read_f32(0, rows).unwrap().iter().zip(&one_row[0]).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "gemv_dot {tier:?} {ty} {rows}x{cols}: {sgr} rows a subgroup, {unroll} units a lane differ from 1 and 1");
+            }
             let mut all = Vec::new();
             for n in 1..=8usize {
                 let ybuf = h.poisoned(8 * rows);
                 // 1..4 rows a subgroup across n (the one-row runs take 1): the rows taken
                 // together must not change a bit.
                 let sgr = 1 + (n as u32 % 4);
-                h.run(|rec| rec.gemv_dot_tier(tier, Some(sgr), ty, n as u32, (&wbuf).into(), (&pk).into(), (&ybuf).into(), p, layout));
+                let unroll = if n > 4 { 4 / sgr } else { 1 };
+                h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: sgr, unroll }), ty, n as u32, (&wbuf).into(), (&pk).into(), (&ybuf).into(), p, layout));
                 let got = ybuf.read_f32(0, 8 * rows).unwrap();
                 for c in 0..n {
                     let g = &got[c * rows..(c + 1) * rows];
                     let (want, bar) = &oracles[c];
-                    let what = format!("gemv_dot {tier:?} {ty} {rows}x{cols} n={n} ({sgr} rows a subgroup) col {c}");
+                    let what = format!("gemv_dot {tier:?} {ty} {rows}x{cols} n={n} ({sgr} rows a subgroup, {unroll} units a lane) col {c}");
                     worst = worst.max(check(&what, g, want, bar).unwrap());
                     let same = g.iter().zip(&one_row[c]).all(|(a, b)| a.to_bits() == b.to_bits());
                     assert!(same, "{what}: differs from the one-row form run alone");
@@ -303,7 +311,8 @@ fn gemv_dot_refusals() {
         errs.push(rec.gemv_dot(GgmlType::F16, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
         errs.push(rec.gemv_dot(GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, QPack::new(32, 512).unwrap()).is_err());
         errs.push(rec.gemv_dot(GgmlType::Q4_K, 9, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
-        errs.push(rec.gemv_dot_tier(DotTier::Emulated, Some(5), GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
+        errs.push(rec.gemv_dot_tier(DotTier::Emulated, Some(DotShape { rows: 5, unroll: 1 }), GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
+        errs.push(rec.gemv_dot_tier(DotTier::Emulated, Some(DotShape { rows: 2, unroll: 4 }), GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
         errs.push(rec.gemv_dot(GgmlType::Q4_K, 3, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
     })
     .unwrap();

@@ -46,6 +46,9 @@ layout(constant_id = 2) const uint RPW = 4;
 // Rows a subgroup takes together (1..SGR_MAX); a workgroup takes RPW x SGR rows.
 layout(constant_id = 3) const uint SGR = 1;
 #define SGR_MAX 4u
+// Units a lane loads before it computes (UNR x SGR <= SGR_MAX): more bytes in flight a lane
+// where few rows a subgroup leave it few loads (a lane's units still add up in order).
+layout(constant_id = 5) const uint UNR = 1;
 #endif
 #ifdef FORM_ONE
 #define NCOLS 1u
@@ -164,15 +167,23 @@ void main() {
             precise float acc[SGR_MAX][NMAX];
             for (uint r = 0u; r < SGR_MAX; r++)
                 for (uint c = 0u; c < NMAX; c++) acc[r][c] = 0.0;
-            for (uint u = lane; u < units; u += gl_SubgroupSize) {
-                for (uint r = 0u; r < SGR_MAX; r++)
-                    if (r < nr) dot_load((row0 + r) * p.row_bytes, u, qw[r], wf[r], wi[r]);
-                for (uint c = 0u; c < NCOLS; c++) {
-                    XUnit x = x_unit(c * p.x_stride + u * 32u);
-                    for (uint r = 0u; r < SGR_MAX; r++) {
-                        if (r < nr) {
-                            precise float t = dot_term(qw[r], wf[r], wi[r], x);
-                            acc[r][c] += t;
+            for (uint u0 = lane; u0 < units; u0 += gl_SubgroupSize * UNR) {
+                // Slot k * SGR + r: unit u0 + k S of row r.
+                for (uint k = 0u; k < UNR; k++) {
+                    uint u = u0 + k * gl_SubgroupSize;
+                    for (uint r = 0u; r < SGR; r++)
+                        if (r < nr && u < units) dot_load((row0 + r) * p.row_bytes, u, qw[k * SGR + r], wf[k * SGR + r], wi[k * SGR + r]);
+                }
+                for (uint k = 0u; k < UNR; k++) {
+                    uint u = u0 + k * gl_SubgroupSize;
+                    if (u >= units) break;
+                    for (uint c = 0u; c < NCOLS; c++) {
+                        XUnit x = x_unit(c * p.x_stride + u * 32u);
+                        for (uint r = 0u; r < SGR; r++) {
+                            if (r < nr) {
+                                precise float t = dot_term(qw[k * SGR + r], wf[k * SGR + r], wi[k * SGR + r], x);
+                                acc[r][c] += t;
+                            }
                         }
                     }
                 }
