@@ -4,10 +4,12 @@
 # pp512/tg128 with the per-stage profile; 8 and 64 streams) on `resin synth` files while
 # llama.cpp's CUDA build (llama-bench and llama-batched-bench only, niced, 12 jobs) compiles
 # beside it; then the peer runs on the SAME files. Each step is cut by `timeout` so the call
-# ends in time. From the repo root on the device machine, the kit in .kit (scripts/bench_gpu.sh):
+# ends in time. From the repo root on the device machine, the kit in .kit (scripts/bench_gpu.sh;
+# RESIN_BIN names another resin binary than .kit/resin):
 #   bash scripts/bench_gpu_lease.sh        results in $OUT/l and $OUT/final.tgz
 S=$SECONDS; W=/tmp/w; K=.kit; O=$OUT/l; mkdir -p $O $W
 L=${LEASE_S:-480}
+R=${RESIN_BIN:-$K/resin}   # the resin binary measured
 left() { local t=$(($1 - (SECONDS - S))); [ $t -lt 1 ] && t=1; echo $t; }
 bash $K/peer.sh $K $W gl >/dev/null
 OUT=$O bash scripts/bench_gpu.sh $K $W synth > $O/synth.txt 2>&1
@@ -16,17 +18,17 @@ C="-G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXA
   timeout $(left $((L - 90))) nice -n 19 cmake --build $W/bc -j 12 --target llama-bench llama-batched-bench > $O/build.log 2>&1 ) &
 B=$!
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
-  $K/resin bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --reps 3 --profile --format json 2> $O/resin-$m.log > $O/resin-$m.json
+  $R bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --reps 3 --profile --format json 2> $O/resin-$m.log > $O/resin-$m.json
   echo "$m: $(grep -o -E '"(pp_tps|tg_tps)":[0-9.]*' $O/resin-$m.json | tr "\n" " ")"
   # the q8_0 K/V mirror (decode reads half the K/V bytes of f16)
-  $K/resin bench --model $W/$m.gguf --gpu vulkan --kv q8_0 --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/resin-$m-q8kv.log > $O/resin-$m-q8kv.json
+  $R bench --model $W/$m.gguf --gpu vulkan --kv q8_0 --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/resin-$m-q8kv.log > $O/resin-$m-q8kv.json
   echo "$m kv q8_0: $(grep -o -E '"(pp_tps|tg_tps)":[0-9.]*' $O/resin-$m-q8kv.json | tr "\n" " ")"
   for n in 8 64; do
-    $K/resin bench --model $W/$m.gguf --gpu vulkan --streams $n --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/streams-$m-$n.log > $O/streams-$m-$n.json
+    $R bench --model $W/$m.gguf --gpu vulkan --streams $n --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/streams-$m-$n.log > $O/streams-$m-$n.json
     echo "$m streams $n: $(grep -o -E '"(decode_tps|ttft_p50_s)":[0-9.]*' $O/streams-$m-$n.json | tr "\n" " ")"
   done
   # TTFT of 8 prompts arriving together, one at a time (segmented is the run above)
-  $K/resin bench --model $W/$m.gguf --gpu vulkan --streams 8 --max-segments 1 --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/streams-$m-8-seg1.log > $O/streams-$m-8-seg1.json
+  $R bench --model $W/$m.gguf --gpu vulkan --streams 8 --max-segments 1 --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/streams-$m-8-seg1.log > $O/streams-$m-8-seg1.json
   echo "$m streams 8 one at a time: $(grep -o -E '"(decode_tps|ttft_p50_s)":[0-9.]*' $O/streams-$m-8-seg1.json | tr "\n" " ")"
 done
 echo "ours done at $((SECONDS - S)) s"

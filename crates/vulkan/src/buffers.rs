@@ -303,14 +303,6 @@ pub fn submit_once(gpu: &Arc<Gpu>, f: impl FnOnce(vk::CommandBuffer)) -> Result<
 /// and writes after it. The token command's layers use only this one (a barrier that also
 /// waits on the transfer stage costs more on some drivers).
 pub fn barrier(gpu: &Gpu, cmd: vk::CommandBuffer) {
-    match std::env::var("RESIN_VK_BARRIER_EXPERIMENT").as_deref() {
-        Ok("none") => return,
-        Ok("exec") => {
-            unsafe { gpu.device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &[], &[], &[]) };
-            return;
-        }
-        _ => {}
-    }
     stage_barrier(gpu, cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
 }
 

@@ -24,9 +24,21 @@ pub const TILE_N: u32 = 64;
 pub const TILED_THREADS: u32 = 128;
 /// Subgroups a cooperative-matrix workgroup is sized for (one per 32x32 region of the tile).
 pub const COOPMAT_SUBGROUPS: u32 = 4;
-/// Shared memory of the cooperative-matrix tier: f16 weights and activations (64x32 each)
-/// and four 16x16 f32 staging slots.
-pub const COOPMAT_SHARED_BYTES: u32 = 2 * 64 * 32 * 2 + 4 * 16 * 16 * 4;
+/// Shared memory of the cooperative-matrix tier at `ku` 32-value units a K step: f16 weights
+/// and activations (64 rows each, padded by 8 values) and four 16x16 f32 staging slots.
+pub const fn coopmat_shared_bytes(ku: u32) -> u32 {
+    2 * 64 * (32 * ku + 8) * 2 + 4 * 16 * 16 * 4
+}
+
+/// 32-value units the cooperative-matrix tier stages a K step for a workgroup of `wg` threads:
+/// `RESIN_VK_GEMM_KU` (1, 2 or 4), else 2, cut to wg / 32 (a thread holds at most 8 weight
+/// pieces and 16 activation quads of a step in registers: gemm.comp `fetch`). The results do
+/// not depend on it.
+pub fn coopmat_k_units(wg: u32) -> u32 {
+    static KU: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let ku = *KU.get_or_init(|| std::env::var("RESIN_VK_GEMM_KU").ok().and_then(|v| v.parse().ok()).filter(|k| [1, 2, 4].contains(k)).unwrap_or(2));
+    ku.min(wg / 32).max(1)
+}
 
 /// The GEMV's push block plus the activation-row count (the shader's `Push`).
 #[repr(C)]
@@ -114,7 +126,8 @@ pub fn pick_tier(c: &GemmCaps) -> GemmTier {
         && c.subgroup_basic
         && c.subgroup_size > 0
         && wg <= c.max_workgroup_invocations
-        && COOPMAT_SHARED_BYTES <= c.shared_memory
+        && wg >= 32
+        && coopmat_shared_bytes(coopmat_k_units(wg)) <= c.shared_memory
         && c.vulkan_memory_model;
     if ok {
         GemmTier::CoopMat
@@ -172,7 +185,10 @@ impl Recorder<'_> {
                     return Err(VkError::Unsupported("cooperative-matrix GEMM: no 16x16x16 f16 x f16 -> f32 shape on this device".into()));
                 }
                 let wg = COOPMAT_SUBGROUPS * info.subgroup_size.max(1);
-                self.run(&name, &[wg], &[w, x, y], &push, groups)
+                if wg < 32 {
+                    return Err(VkError::Unsupported(format!("cooperative-matrix GEMM: workgroups of {wg} threads (32 or more)")));
+                }
+                self.run(&name, &[wg, coopmat_k_units(wg)], &[w, x, y], &push, groups)
             }
         }
     }

@@ -91,53 +91,6 @@ pub struct GemvDotPush {
 const _: () = assert!(std::mem::size_of::<GemvDotPush>() == 32);
 impl Push for GemvDotPush {}
 
-/// The RMS norm a dot GEMV's workgroups run first, each into its own shared memory, as its
-/// input ([`Recorder::gemv_dot_normin`]): the GEMV's n activation rows are
-/// `x[c] (+ add[c]) / rms * w`, packed as [`QPack`] over n x cols values. Where `x_out` is
-/// given, workgroup 0 writes the sum `x + add` there (the residual after the add; it must not
-/// be `x`, which the other workgroups read meanwhile).
-pub struct NormIn<'a> {
-    pub x: Bind<'a>,
-    pub add: Option<Bind<'a>>,
-    pub w: Bind<'a>,
-    pub x_out: Option<Bind<'a>>,
-    pub eps: f32,
-}
-
-/// Words of shared memory the norm itself takes beside the packed activations (gemv.comp
-/// NORM_IN: red[256], pm[512], ps[512]).
-const NORMIN_SHARED_WORDS: u32 = 256 + 512 + 512;
-
-/// Whether a dot GEMV of `n` rows over `cols` values can take its input from a norm it runs
-/// itself ([`Recorder::gemv_dot_normin`]): the workgroup must divide the norm's 256 virtual
-/// threads, a row fit its 4096 values, and the packed rows fit the device's shared memory.
-pub fn normin_ok(info: &DeviceInfo, ty: GgmlType, n: u32, cols: u32) -> bool {
-    let (wg, _) = GemvTier::subgroup_shape(info);
-    let Some(block) = act_block(ty) else { return false };
-    let Ok(layout) = QPack::new(block, n.max(1) * cols) else { return false };
-    dot_ok(info) && dot_format(ty).is_some() && 256 % wg == 0 && cols <= 4096 && cols.is_multiple_of(block) && (layout.words() + NORMIN_SHARED_WORDS) * 4 <= info.shared_memory
-}
-
-/// The most workgroups a [`Recorder::gemv_dot_normin`] dispatch takes (each runs the norm
-/// once, then takes row groups in turn): `RESIN_VK_NORMIN_WGS`, else 16 on a CPU device
-/// (lavapipe runs the workgroups on a few cores: every norm costs) and 1024 on a GPU.
-pub fn normin_groups(info: &DeviceInfo) -> u32 {
-    static N: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    let set = *N.get_or_init(|| std::env::var("RESIN_VK_NORMIN_WGS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0));
-    set.unwrap_or(if info.kind == "cpu" { 16 } else { 1024 })
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct GemvDotNormInPush {
-    gemv: GemvDotPush,
-    eps: f32,
-    count: u32,
-    flags: u32,
-}
-const _: () = assert!(std::mem::size_of::<GemvDotNormInPush>() == 44);
-impl Push for GemvDotNormInPush {}
-
 /// How the integer dot products are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DotTier {
@@ -182,23 +135,41 @@ pub fn dot_rows(n: u32, rows: u32) -> u32 {
     set.unwrap_or_else(|| [4, 2].into_iter().find(|&r| rows / r >= want).unwrap_or(1))
 }
 
-/// How a dot GEMV's subgroup takes its rows: `rows` neighbouring rows together (1..=4), each
-/// lane loading `unroll` units of them (1..=4, rows x unroll <= 4) before it computes. The
-/// results do not depend on it.
+/// How a dot GEMV's subgroups take their rows: `rows` neighbouring rows together (1..=4), each
+/// lane loading `unroll` units of them (1..=4, rows x unroll <= 4) before it computes, and a
+/// row's units split over `split` subgroups (1, 2 or 4) whose sums are added in order. `rows`
+/// and `unroll` do not change a bit of the results; `split` changes the order of the sum, so
+/// it is chosen from the matrix alone (a row's N-row result still equals the row run alone).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DotShape {
     pub rows: u32,
     pub unroll: u32,
+    pub split: u32,
 }
 
+/// Subgroups at work in a one-row pass below which a matrix's rows are split (`DotShape::pick`).
+const SPLIT_BELOW_SUBGROUPS: u32 = 8192;
+
 impl DotShape {
-    /// The shape for an `n`-row pass over a matrix of `rows` rows: [`dot_rows`], and units a
-    /// lane from `RESIN_VK_DOT_UNROLL` (1..=4, cut to 4 / rows; default 1).
+    /// The shape for an `n`-row pass over a matrix of `rows` rows: [`dot_rows`]; units a lane
+    /// from `RESIN_VK_DOT_UNROLL` (1..=4, cut to 4 / rows; default 1); the split from
+    /// `RESIN_VK_DOT_SPLIT` (1, 2, 4, or `auto`: the least that puts 8192 subgroups to work on
+    /// a one-row pass; default 1), whatever `n` is.
     pub fn pick(n: u32, rows: u32) -> DotShape {
         static UNROLL: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        static SPLIT: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
         let unroll = *UNROLL.get_or_init(|| std::env::var("RESIN_VK_DOT_UNROLL").ok().and_then(|v| v.parse().ok()).filter(|u| (1..=4).contains(u)).unwrap_or(1));
+        let split = *SPLIT.get_or_init(|| match std::env::var("RESIN_VK_DOT_SPLIT").as_deref() {
+            Ok("auto") => None,
+            Ok(v) => Some(v.parse().ok().filter(|k| [1, 2, 4].contains(k)).unwrap_or(1)),
+            Err(_) => Some(1),
+        });
         let r = dot_rows(n, rows);
-        DotShape { rows: r, unroll: unroll.min(4 / r).max(1) }
+        let split = split.unwrap_or_else(|| {
+            let one = rows.div_ceil(dot_rows(1, rows));
+            [1, 2, 4].into_iter().find(|&k| one * k >= SPLIT_BELOW_SUBGROUPS).unwrap_or(4)
+        });
+        DotShape { rows: r, unroll: unroll.min(4 / r).max(1), split }
     }
 }
 
@@ -234,28 +205,6 @@ impl Recorder<'_> {
     /// where given, a chosen [`DotShape`] (else [`DotShape::pick`]).
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_dot_tier(&mut self, tier: DotTier, shape: Option<DotShape>, ty: GgmlType, n: u32, w: Bind<'_>, xp: Bind<'_>, y: Bind<'_>, p: GemvPush, layout: QPack) -> Result<(), VkError> {
-        self.dot_dispatch(tier, shape, ty, n, [w, xp, y], p, layout, None)
-    }
-
-    /// [`Recorder::gemv_dot`] whose input is `norm` (the RMS norm of n residual rows of
-    /// `p.cols` values), which every workgroup computes first into shared memory: bit for bit
-    /// what [`Recorder::rmsnorm_p`], a barrier and [`Recorder::gemv_dot`] compute, without the
-    /// dispatch and barrier between. The rows are contiguous (`x_stride` = `cols`); see
-    /// [`normin_ok`]. At most `groups` workgroups (None: [`normin_groups`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemv_dot_normin(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, y: Bind<'_>, p: GemvPush, norm: NormIn<'_>, groups: Option<u32>) -> Result<(), VkError> {
-        let tier = DotTier::for_device(&self.gpu.info);
-        let block = act_block(ty).unwrap_or(32);
-        let layout = QPack::new(block, n.max(1) * p.cols)?;
-        if !normin_ok(&self.gpu.info, ty, n, p.cols) || p.x_stride != p.cols {
-            return Err(VkError::Unsupported(format!("a dot GEMV of {ty} over the norm of {n} rows of {} values (stride {})", p.cols, p.x_stride)));
-        }
-        let xp = norm.x;
-        self.dot_dispatch(tier, None, ty, n, [w, xp, y], p, layout, Some((norm, groups.unwrap_or_else(|| normin_groups(&self.gpu.info)))))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn dot_dispatch(&mut self, tier: DotTier, shape: Option<DotShape>, ty: GgmlType, n: u32, [w, xp, y]: [Bind<'_>; 3], p: GemvPush, layout: QPack, norm: Option<(NormIn<'_>, u32)>) -> Result<(), VkError> {
         let f = dot_format(ty).ok_or_else(|| VkError::Unsupported(format!("no int8 dot GEMV for {ty}")))?;
         let info = &self.gpu.info;
         if !dot_ok(info) {
@@ -284,11 +233,18 @@ impl Recorder<'_> {
             DotTier::Hardware => "x",
         };
         let (wg, subgroups) = GemvTier::subgroup_shape(info);
-        let DotShape { rows: sgr, unroll } = match shape {
-            Some(s) if (1..=4).contains(&s.rows) && (1..=4).contains(&s.unroll) && s.rows * s.unroll <= 4 => s,
-            Some(s) => return Err(VkError::Unsupported(format!("{} rows a subgroup, {} units a lane in the dot GEMV (1..=4 each, 4 in all)", s.rows, s.unroll))),
+        let DotShape { rows: sgr, unroll, split } = match shape {
+            Some(s) if (1..=4).contains(&s.rows) && (1..=4).contains(&s.unroll) && s.rows * s.unroll <= 4 && [1, 2, 4].contains(&s.split) => s,
+            Some(s) => {
+                return Err(VkError::Unsupported(format!(
+                    "{} rows a subgroup, {} units a lane, split over {} subgroups in the dot GEMV (1..=4 rows and units, 4 in all; a split of 1, 2 or 4)",
+                    s.rows, s.unroll, s.split
+                )))
+            }
             None => DotShape::pick(n, p.rows),
         };
+        // A split wider than the workgroup's subgroups (a device with few) is cut to them.
+        let split = if subgroups.is_multiple_of(split) { split } else { 1 };
         let dp = GemvDotPush {
             rows: p.rows,
             cols: p.cols,
@@ -299,13 +255,7 @@ impl Recorder<'_> {
             d_off: layout.d_off(),
             s_off: layout.s_off(),
         };
-        let need = p.rows.div_ceil(subgroups * sgr);
-        let Some((nm, most)) = norm else {
-            return self.run(&format!("gemv_dot{x}_{f}{form}"), &[wg, n, subgroups, sgr, 0, unroll], &[w, xp, y], &dp.bytes(), grid(need));
-        };
-        let flags = u32::from(nm.add.is_some()) | (u32::from(nm.x_out.is_some()) << 1);
-        let np = GemvDotNormInPush { gemv: dp, eps: nm.eps, count: layout.count, flags };
-        let binds = [w, nm.x, y, nm.add.unwrap_or(xp), nm.w, nm.x_out.unwrap_or(y)];
-        self.run(&format!("gemv_dot{x}_{f}{form}_normin"), &[wg, n, subgroups, sgr, layout.words(), unroll], &binds, &np.bytes(), grid(need.min(most.max(1))))
+        let need = p.rows.div_ceil(subgroups / split * sgr);
+        self.run(&format!("gemv_dot{x}_{f}{form}"), &[wg, n, subgroups, sgr, unroll, split], &[w, xp, y], &dp.bytes(), grid(need))
     }
 }

@@ -32,7 +32,7 @@ use resin_model::{LayerNames, ModelConfig};
 
 use crate::buffers::{f32_bytes, Buffer, Commands, Fence, Location};
 use crate::device::Gpu;
-use crate::gemv_dot::{dot_format, normin_ok, NormIn, QPack};
+use crate::gemv_dot::{dot_format, QPack};
 use crate::kernels::*;
 use crate::pipelines::{Bind, Descriptors, Pipelines};
 use crate::VkError;
@@ -132,12 +132,6 @@ struct Scratch {
     /// Whether token passes take the int8 dot GEMV (q8 activations on a device that runs it;
     /// `RESIN_VK_GEMV=portable|subgroup` keeps the float GEMV tiers).
     dot: bool,
-    /// Whether a norm whose GEMVs all take the dot GEMV runs in those GEMVs' workgroups
-    /// (`norm_mm`; `RESIN_VK_NORM_IN=0` keeps the norm dispatch, for measuring).
-    normin: bool,
-    /// The residual sum written by such a norm (it cannot write x, which its other
-    /// workgroups read): passes alternate between x and x2 (`spare`).
-    x2: Buffer,
     /// Whether the decode attention's last workgroup of a head group merges its pieces
     /// (`RESIN_VK_ATTN_MERGE=0`: a combine dispatch after a barrier, for measuring), and the
     /// words its workgroups count themselves in (zero between dispatches).
@@ -588,8 +582,6 @@ impl Scratch {
             xp256: Buffer::new(gpu, packed_bytes(cfg, 256), Location::Device)?,
             q8,
             dot: q8 && crate::gemv_dot::dot_ok(&gpu.info) && !matches!(std::env::var("RESIN_VK_GEMV").as_deref(), Ok("portable" | "subgroup")),
-            normin: std::env::var("RESIN_VK_NORM_IN").as_deref() == Ok("1"),
-            x2: dev(out_rows.max(NROW_MAX) * cfg.n_embd)?,
             merge_attn: std::env::var("RESIN_VK_ATTN_MERGE").as_deref() != Ok("0"),
             done: {
                 let mut b = dev(WINDOW_ATTN_MIN_ROWS * cfg.n_head)?;
@@ -722,67 +714,31 @@ struct Resid<'a> {
     add: Option<&'a Buffer>,
 }
 
-/// The buffer a norm run inside its GEMVs writes `x + add` to: x2, or x where the sum is in x2
-/// (a sum's old buffer, and a gathered one's source, are not read again).
-fn spare<'a>(s: &'a Scratch, x: &Buffer) -> &'a Buffer {
-    if std::ptr::eq(x, &s.x2) {
-        &s.x
-    } else {
-        &s.x2
-    }
-}
-
-/// The stage labels of `norm_mm`: the norm, the GEMVs, and both where the GEMVs run the norm.
-type NormLabels = [&'static str; 3];
-
-/// y = M (rmsnorm(x + add) * w) for each (M, y, y's row stride) of `ms`, n rows; the caller
-/// puts the barrier after. Where every M takes the dot GEMV and can run the norm itself
-/// (`normin_ok`), each of its workgroups does (no norm dispatch and barrier before them; the
-/// first writes the sum to `spare` where `keep`); else the norm dispatch (the add in place,
-/// rounded or packed for the matrices: `norm_for`), then the GEMVs. Either way the sum is
-/// then all of `r.x` (unless not `keep`: nothing reads it after). Returns the label of the
-/// stage the caller marks after its barrier (the GEMVs, or the GEMVs and the norm).
+/// y = M (rmsnorm(x + add) * w) for each (M, y, y's row stride) of `ms`, n rows: the norm
+/// dispatch (the add in place, rounded or packed for the matrices: `norm_for`, which marks
+/// `norm_label` after its barrier), then the GEMVs; the caller puts the barrier after them.
+/// The sum is then all of `r.x`.
 #[allow(clippy::too_many_arguments)]
-fn norm_mm<'a>(
+fn norm_mm(
     rec: &mut Recorder<'_>,
     n: usize,
-    r: &mut Resid<'a>,
+    r: &mut Resid<'_>,
     w: &Buffer,
     ms: &[(&Mat, &Buffer, usize)],
-    s: &'a Scratch,
+    s: &Scratch,
     p: NormPush,
-    keep: bool,
     clock: &mut Option<&mut StageClock<'_>>,
-    labels: NormLabels,
+    norm_label: &str,
     l: usize,
-) -> Result<&'static str, VkError> {
-    let info = &rec.gpu.info;
-    let fused = s.normin && ms.iter().all(|(m, _, _)| dot_block(m, n, s).is_some() && m.cols == p.n as usize && normin_ok(info, m.ty, n as u32, m.cols as u32));
-    if !fused {
-        let mats: Vec<&Mat> = ms.iter().map(|(m, _, _)| *m).collect();
-        norm_for(rec, n, r.x, r.add, w, &s.xn, &mats, s, p)?;
-        r.add = None;
-        mark(clock, rec.cmd, labels[0], l);
-        for (m, y, stride) in ms {
-            mm(rec, n, m, &s.xn, y, *stride, s)?;
-        }
-        return Ok(labels[1]);
-    }
-    let out = r.add.filter(|_| keep).map(|_| spare(s, r.x));
-    let mut first = true;
-    for (m, y, stride) in ms {
-        for (buf, r0, nr) in &m.parts {
-            let gp = GemvPush { rows: *nr as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: *stride as u32, y_off: *r0 as u32 };
-            let norm = NormIn { x: r.x.into(), add: r.add.map(Bind::from), w: w.into(), x_out: out.filter(|_| first).map(Bind::from), eps: p.eps };
-            rec.gemv_dot_normin(m.ty, n as u32, buf.into(), (*y).into(), gp, norm, None)?;
-            first = false;
-        }
-    }
-    if let Some(o) = out {
-        r.x = o;
-    }
+) -> Result<(), VkError> {
+    let mats: Vec<&Mat> = ms.iter().map(|(m, _, _)| *m).collect();
+    norm_for(rec, n, r.x, r.add, w, &s.xn, &mats, s, p)?;
     r.add = None;
-    Ok(labels[2])
+    mark(clock, rec.cmd, norm_label, l);
+    for (m, y, stride) in ms {
+        mm(rec, n, m, &s.xn, y, *stride, s)?;
+    }
+    Ok(())
 }
 
 /// y[c][..] = M x[c] for the n rows, one dispatch per part; quantized formats read the
@@ -868,9 +824,9 @@ fn record_pass(
         let last = l + 1 == layers.len();
         // x += down (the previous layer's FFN), then q, k, v of norm(x) * attn_norm
         let qkv = [(&ly.q, &s.q, cfg.q_dim()), (&ly.k, &s.k, cfg.kv_dim()), (&ly.v, &s.v, cfg.kv_dim())];
-        let stage = norm_mm(rec, n, &mut r, &ly.attn_norm, &qkv, s, norm, true, &mut clock, ["attn_norm", "qkv", "attn_norm+qkv"], l)?;
+        norm_mm(rec, n, &mut r, &ly.attn_norm, &qkv, s, norm, &mut clock, "attn_norm", l)?;
         rec.barrier();
-        mark(&mut clock, cmd, stage, l);
+        mark(&mut clock, cmd, "qkv", l);
         let binds = [(&s.q).into(), (&s.k).into(), (&s.v).into(), (&ly.bias).into(), (&ly.qk_norm).into(), rope.into(), (&s.meta).into(), (&ly.mk).into(), (&ly.mv).into()];
         rec.rope_store(style, codec, nr, binds, rp)?;
         rec.barrier();
@@ -914,9 +870,9 @@ fn record_pass(
         // x += o, then gate and up of norm(x) * ffn_norm
         r.add = Some(&s.o);
         let gate_up = [(&ly.gate, &s.gate, cfg.n_ff), (&ly.up, &s.up, cfg.n_ff)];
-        let stage = norm_mm(rec, m, &mut r, &ly.ffn_norm, &gate_up, s, norm, true, &mut clock, ["ffn_norm", "gate_up", "ffn_norm+gate_up"], l)?;
+        norm_mm(rec, m, &mut r, &ly.ffn_norm, &gate_up, s, norm, &mut clock, "ffn_norm", l)?;
         rec.barrier();
-        mark(&mut clock, cmd, stage, l);
+        mark(&mut clock, cmd, "gate_up", l);
         swiglu_for(rec, m, &ly.down, s)?;
         mark(&mut clock, cmd, "swiglu", l);
         mm(rec, m, &ly.down, &s.gate, &s.down, d, s)?;
@@ -926,9 +882,9 @@ fn record_pass(
     }
     let mr = m as u32;
     // x += down, then the classifier of norm(x) * output_norm (the sum is not read after)
-    let stage = norm_mm(rec, m, &mut r, output_norm, &[(out, &s.logits, cfg.vocab)], s, norm, false, &mut clock, ["output_norm", "classifier", "output_norm+classifier"], 0)?;
+    norm_mm(rec, m, &mut r, output_norm, &[(out, &s.logits, cfg.vocab)], s, norm, &mut clock, "output_norm", 0)?;
     rec.transfer_barrier(); // the logits are copied to the host below
-    mark(&mut clock, cmd, stage, 0);
+    mark(&mut clock, cmd, "classifier", 0);
     rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.part).into(), (&s.ids).into())?;
     let bytes = (m * cfg.vocab * 4) as u64;
     // SAFETY: the command buffer is recording; both buffers hold out_rows logits rows (m <= out_rows).

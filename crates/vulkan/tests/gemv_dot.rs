@@ -192,16 +192,42 @@ fn gemv_dot_format(ty: GgmlType) {
             let one_row: Vec<Vec<f32>> = (0..8)
                 .map(|c| {
                     let yb = h.poisoned(rows);
-                    h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: 1, unroll: 1 }), ty, 1, (&wbuf).into(), (&alone[c].0).into(), (&yb).into(), p, alone[c].1));
+                    h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: 1, unroll: 1, split: 1 }), ty, 1, (&wbuf).into(), (&alone[c].0).into(), (&yb).into(), p, alone[c].1));
                     yb.read_f32(0, rows).unwrap()
                 })
                 .collect();
             // Units a lane loaded together must not change a bit either.
             for (sgr, unroll) in [(1u32, 2u32), (1, 4), (2, 2)] {
                 let yb = h.poisoned(rows);
-                h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: sgr, unroll }), ty, 1, (&wbuf).into(), (&alone[0].0).into(), (&yb).into(), p, alone[0].1));
+                h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: sgr, unroll, split: 1 }), ty, 1, (&wbuf).into(), (&alone[0].0).into(), (&yb).into(), p, alone[0].1));
                 let same = yb.read_f32(0, rows).unwrap().iter().zip(&one_row[0]).all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "gemv_dot {tier:?} {ty} {rows}x{cols}: {sgr} rows a subgroup, {unroll} units a lane differ from 1 and 1");
+            }
+            // A row's units split over 2 or 4 subgroups: another order of the sum, so its own
+            // one-row runs, which every N-row run must equal bit for bit; all within the bar.
+            for split in [2u32, 4] {
+                let alone_split: Vec<Vec<f32>> = (0..8)
+                    .map(|c| {
+                        let yb = h.poisoned(rows);
+                        h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: 1, unroll: 1, split }), ty, 1, (&wbuf).into(), (&alone[c].0).into(), (&yb).into(), p, alone[c].1));
+                        yb.read_f32(0, rows).unwrap()
+                    })
+                    .collect();
+                for n in [1usize, 3, 8] {
+                    let ybuf = h.poisoned(8 * rows);
+                    let sgr = if n == 3 { 2 } else { 1 };
+                    h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: sgr, unroll: 2, split }), ty, n as u32, (&wbuf).into(), (&pk).into(), (&ybuf).into(), p, layout));
+                    let got = ybuf.read_f32(0, 8 * rows).unwrap();
+                    for c in 0..n {
+                        let g = &got[c * rows..(c + 1) * rows];
+                        let (want, bar) = &oracles[c];
+                        let what = format!("gemv_dot {tier:?} {ty} {rows}x{cols} n={n} split over {split} subgroups, col {c}");
+                        worst = worst.max(check(&what, g, want, bar).unwrap());
+                        let same = g.iter().zip(&alone_split[c]).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{what}: differs from the one-row form run alone");
+                    }
+                    assert!(got[n * rows..].iter().all(|v| v.to_bits() == POISON), "gemv_dot {tier:?} {ty} n={n} split {split} wrote past its columns");
+                }
             }
             let mut all = Vec::new();
             for n in 1..=8usize {
@@ -210,7 +236,7 @@ fn gemv_dot_format(ty: GgmlType) {
                 // together must not change a bit.
                 let sgr = 1 + (n as u32 % 4);
                 let unroll = if n > 4 { 4 / sgr } else { 1 };
-                h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: sgr, unroll }), ty, n as u32, (&wbuf).into(), (&pk).into(), (&ybuf).into(), p, layout));
+                h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: sgr, unroll, split: 1 }), ty, n as u32, (&wbuf).into(), (&pk).into(), (&ybuf).into(), p, layout));
                 let got = ybuf.read_f32(0, 8 * rows).unwrap();
                 for c in 0..n {
                     let g = &got[c * rows..(c + 1) * rows];
@@ -311,8 +337,9 @@ fn gemv_dot_refusals() {
         errs.push(rec.gemv_dot(GgmlType::F16, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
         errs.push(rec.gemv_dot(GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, QPack::new(32, 512).unwrap()).is_err());
         errs.push(rec.gemv_dot(GgmlType::Q4_K, 9, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
-        errs.push(rec.gemv_dot_tier(DotTier::Emulated, Some(DotShape { rows: 5, unroll: 1 }), GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
-        errs.push(rec.gemv_dot_tier(DotTier::Emulated, Some(DotShape { rows: 2, unroll: 4 }), GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
+        errs.push(rec.gemv_dot_tier(DotTier::Emulated, Some(DotShape { rows: 5, unroll: 1, split: 1 }), GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
+        errs.push(rec.gemv_dot_tier(DotTier::Emulated, Some(DotShape { rows: 2, unroll: 4, split: 1 }), GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
+        errs.push(rec.gemv_dot_tier(DotTier::Emulated, Some(DotShape { rows: 1, unroll: 1, split: 3 }), GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
         errs.push(rec.gemv_dot(GgmlType::Q4_K, 3, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
     })
     .unwrap();
@@ -370,69 +397,3 @@ fn gemv_dot_speed() {
     }
 }
 
-/// The dot GEMV that runs its input's norm in every workgroup (`gemv_dot_normin`) writes
-/// what `rmsnorm_p` (with or without the residual add), a barrier and `gemv_dot` write, bit
-/// for bit: y, and the residual sum where asked; for 1..8 rows, blocks of 32 and 256, with
-/// the whole grid and with 3 workgroups taking the row groups in turn. Control: other norm
-/// weights must change y.
-#[test]
-fn gemv_dot_with_its_norm_inside_equals_norm_then_gemv() {
-    use resin_vulkan::gemv_dot::{normin_ok, NormIn};
-    use resin_vulkan::kernels::NormPush;
-    let Some(mut h) = Harness::new() else { return };
-    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
-    let mut rng = Rng(0x0f05);
-    let mut ran = 0;
-    for (ty, rows, cols) in [(GgmlType::Q8_0, 300usize, 768usize), (GgmlType::Q4_K, 96, 1024), (GgmlType::Q6_K, 64, 512)] {
-        let block = resin_vulkan::kernels::act_block(ty).unwrap();
-        let wbytes = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
-        let row_bytes = wbytes.len() / rows;
-        let wbuf = h.buf_bytes(&wbytes);
-        let nw = h.buf_f32(&rng.vec(cols, 1.5));
-        let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
-        let eps = 1e-5f32;
-        for n in [1usize, 3, 8] {
-            if !normin_ok(&h.gpu.info, ty, n as u32, cols as u32) {
-                eprintln!("SKIP {ty} n={n}: the device cannot run the norm inside the dot GEMV");
-                continue;
-            }
-            let layout = QPack::new(block, (n * cols) as u32).unwrap();
-            let (x0, a0) = (rng.vec(n * cols, 3.0), rng.vec(n * cols, 1.0));
-            for (with_add, groups) in [(true, None), (false, None), (true, Some(3u32))] {
-                // Reference: the norm (the add in place), a barrier, the GEMV.
-                let (xr, add, yr, or) = (h.buf_f32(&x0), h.buf_f32(&a0), h.poisoned(n * rows), h.poisoned(n * cols));
-                let pr = poisoned_words(&h, layout.words() as usize);
-                let (p32, p256) = if block == 32 { (Some((&pr).into()), None) } else { (None, Some((&pr).into())) };
-                h.run(|rec| {
-                    rec.rmsnorm_p(n as u32, (&xr).into(), with_add.then(|| (&add).into()), (&nw).into(), (&or).into(), p32, p256, NormPush { n: cols as u32, eps })?;
-                    rec.barrier();
-                    rec.gemv_dot(ty, n as u32, (&wbuf).into(), (&pr).into(), (&yr).into(), p, layout)
-                });
-                // The norm inside the GEMV; the sum written to xo.
-                let (xf, yf, xo) = (h.buf_f32(&x0), h.poisoned(n * rows), h.poisoned(n * cols));
-                h.run(|rec| {
-                    let norm = NormIn { x: (&xf).into(), add: with_add.then(|| (&add).into()), w: (&nw).into(), x_out: Some((&xo).into()), eps };
-                    rec.gemv_dot_normin(ty, n as u32, (&wbuf).into(), (&yf).into(), p, norm, groups)
-                });
-                let what = format!("{ty} {rows}x{cols} n={n} add={with_add} groups={groups:?}");
-                let y = yf.read_f32(0, n * rows).unwrap();
-                assert!(y.iter().all(|v| v.is_finite()), "{what}: y unwritten");
-                assert_eq!(bits(&y), bits(&yr.read_f32(0, n * rows).unwrap()), "{what}: y");
-                assert_eq!(bits(&xo.read_f32(0, n * cols).unwrap()), bits(&xr.read_f32(0, n * cols).unwrap()), "{what}: the residual sum");
-                assert_eq!(bits(&xf.read_f32(0, n * cols).unwrap()), bits(&x0), "{what}: x is read only");
-                ran += 1;
-            }
-            // Control: other norm weights must not give the reference's y.
-            let (x, yf, yr) = (h.buf_f32(&x0), h.poisoned(n * rows), h.poisoned(n * rows));
-            let other = h.buf_f32(&rng.vec(cols, 1.5));
-            h.run(|rec| {
-                let a = NormIn { x: (&x).into(), add: None, w: (&nw).into(), x_out: None, eps };
-                rec.gemv_dot_normin(ty, n as u32, (&wbuf).into(), (&yr).into(), p, a, None)?;
-                let b = NormIn { x: (&x).into(), add: None, w: (&other).into(), x_out: None, eps };
-                rec.gemv_dot_normin(ty, n as u32, (&wbuf).into(), (&yf).into(), p, b, None)
-            });
-            assert_ne!(bits(&yf.read_f32(0, n * rows).unwrap()), bits(&yr.read_f32(0, n * rows).unwrap()), "control: other norm weights must change y");
-        }
-    }
-    assert!(ran > 0 || std::env::var("RESIN_REQUIRE_VULKAN").is_err(), "no norm-inside GEMV ran");
-}

@@ -1,18 +1,11 @@
-// The RMS norm of one row, for a workgroup of WG threads (rmsnorm.comp runs it alone, one
-// workgroup a row; gemv.comp NORM_IN runs it in every workgroup of a dot GEMV, before the
-// GEMV, into the packed activations in shared memory):
+// The RMS norm of one row, for a workgroup of WG threads (rmsnorm.comp, one workgroup a row):
 //   nx[r] += nadd[r] (written back, FUSE_ADD), nout[r] = nx[r] / rms(nx[r]) * nw
-// NORM_SHARED (gemv.comp NORM_IN): nx and nadd are read only; the row is nx[r] + nadd[r]
-// where NORM_ADD (else nx[r]), written to nxo[r] where NORM_WRITE (one workgroup: the others
-// read nx meanwhile); nout is not written; the packed output goes where np32 / np256 name
-// (the includer's shared array).
 // and with QACT its rounding through 8-bit blocks (qact.comp's arithmetic, bit for bit) to
 // nq32 / nq256 (blocks of 32 when QMASK & 1, of 256 when QMASK & 2), or with QPACK packed
 // as qact.comp QPACK's layout over the pass's `count` values into np32 / np256.
 // The sum of squares runs over NVT virtual threads (virtual thread v: chunks v, v + NVT, ...
-// in order, then a tree over the NVT sums) whatever WG is, so both kernels give the same bits.
-// A real thread takes virtual threads t, t + WG, ... (WG divides NVT) and only ever reads
-// back its own writes of nx.
+// in order, then a tree over the NVT sums) whatever WG is. A real thread takes virtual
+// threads t, t + WG, ... (WG divides NVT) and only ever reads back its own writes of nx.
 // The includer declares the buffers, WG, QMASK and the shared arrays red[NVT], pm[MAXCH]
 // and (QPACK) ps[MAXCH].
 #ifndef RESIN_NORM_GLSL
@@ -21,17 +14,6 @@
 #define NVT 256u
 #define MAXCH 2048u   // chunks a row: n <= 16384 (checked on the host)
 
-// Value i of the row being normed (after the residual add).
-float norm_x(uint i) {
-#ifdef NORM_SHARED
-    precise float a = nx[i];
-    if (NORM_ADD) a = a + nadd[i];
-    return a;
-#else
-    return nx[i];
-#endif
-}
-
 void norm_row(uint r, uint t, uint n, float eps, uint count) {
     uint base = r * n;
     uint nch = (n + CH - 1u) / CH;
@@ -39,12 +21,9 @@ void norm_row(uint r, uint t, uint n, float eps, uint count) {
         precise float ss = 0.0;
         for (uint c = v; c < nch; c += NVT) {
             for (uint i = c * CH; i < min(c * CH + CH, n); i++) {
-#if defined(FUSE_ADD)
+#ifdef FUSE_ADD
                 precise float a = nx[base + i] + nadd[base + i];
                 nx[base + i] = a;
-#elif defined(NORM_SHARED)
-                float a = norm_x(base + i);
-                if (NORM_WRITE) nxo[base + i] = a;
 #else
                 float a = nx[base + i];
 #endif
@@ -64,10 +43,8 @@ void norm_row(uint r, uint t, uint n, float eps, uint count) {
         for (uint c = v; c < nch; c += NVT) {
             float amax = 0.0;
             for (uint i = c * CH; i < min(c * CH + CH, n); i++) {
-                precise float o = (norm_x(base + i) * scale) * nw[i];
-#ifndef NORM_SHARED
+                precise float o = (nx[base + i] * scale) * nw[i];
                 nout[base + i] = o;
-#endif
                 amax = max(amax, abs(o));
             }
 #ifdef QACT
@@ -92,7 +69,7 @@ void norm_row(uint r, uint t, uint n, float eps, uint count) {
                 uint wd[2] = uint[2](0u, 0u);
                 int qsum = 0;
                 for (uint i = 0u; i < CH; i++) {
-                    precise float o = (norm_x(base + c * CH + i) * scale) * nw[c * CH + i];
+                    precise float o = (nx[base + c * CH + i] * scale) * nw[c * CH + i];
                     precise float q = roundEven(o * id);
                     int qi = int(q);
                     qsum += qi;
@@ -111,7 +88,7 @@ void norm_row(uint r, uint t, uint n, float eps, uint count) {
                 ps[c] = qsum;
 #else
                 for (uint i = c * CH; i < c * CH + CH; i++) {
-                    precise float o = (norm_x(base + i) * scale) * nw[i];
+                    precise float o = (nx[base + i] * scale) * nw[i];
                     precise float q = roundEven(o * id);
                     precise float val = q * d;
                     if (k == 0u) nq32[base + i] = val; else nq256[base + i] = val;

@@ -14,14 +14,10 @@
 //   16 quants) and lane l takes 32-value units l, l + S, ... of SGR neighbouring rows: per
 //   unit the weight quants are packed as int8 (dot_load), the unit's activations loaded
 //   once for the SGR rows (x_unit), an exact integer dot with the activation quants, then
-//   the float part (dot_term), a fixed-order sum per lane and row, subgroupAdd. DOT_HW uses OpSDot
+//   the float part (dot_term), a fixed-order sum per lane and row, subgroupAdd (with KS > 1
+//   the units of a row split over KS subgroups, their sums added in order). DOT_HW uses OpSDot
 //   (SPV_KHR_integer_dot_product through GL_EXT_spirv_intrinsics: glslang 13.1.1 has no
 //   GL_EXT_integer_dot_product); without it the same integer math by bitfieldExtract.
-// NORM_IN (TIER_DOT): the GEMV's input is the RMS norm of a residual row (x + add), which
-// every workgroup first computes itself into the packed activations in shared memory
-// (common/norm.glsl, bit for bit what rmsnorm.comp QPACK writes), so the norm needs no
-// dispatch and barrier of its own; workgroup 0 also writes x + add (flags & 2). The
-// workgroups then take their rows in turn (a grid smaller than the rows: fewer norms).
 // In all, each column's sum runs in the same order whatever NCOLS is, so an N-row result
 // equals the row run alone.
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
@@ -48,7 +44,11 @@ layout(constant_id = 3) const uint SGR = 1;
 #define SGR_MAX 4u
 // Units a lane loads before it computes (UNR x SGR <= SGR_MAX): more bytes in flight a lane
 // where few rows a subgroup leave it few loads (a lane's units still add up in order).
-layout(constant_id = 5) const uint UNR = 1;
+layout(constant_id = 4) const uint UNR = 1;
+// Subgroups a row group's units are split over (1, 2 or 4, dividing RPW): subgroup k takes
+// units of slice k % KS of row group k / KS, and the KS sums of a row are added in slice
+// order through shared memory (more subgroups at work where a matrix has few rows).
+layout(constant_id = 5) const uint KS = 1;
 #endif
 #ifdef FORM_ONE
 #define NCOLS 1u
@@ -56,37 +56,17 @@ layout(constant_id = 5) const uint UNR = 1;
 #define NCOLS NCOLS_SC
 #endif
 #define NMAX 8u
+#ifdef TIER_DOT
+shared float kpart[RPW * SGR_MAX * NMAX];   // [subgroup][row][column] slice sums (KS > 1)
+#endif
 
 layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
-#if defined(NORM_IN)
-layout(std430, set = 0, binding = 1) readonly buffer NX { float nx[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
-layout(std430, set = 0, binding = 3) readonly buffer NAdd { float nadd[]; };
-layout(std430, set = 0, binding = 4) readonly buffer NW { float nw[]; };
-layout(std430, set = 0, binding = 5) writeonly buffer NXO { float nxo[]; };
-// Words of the packed activations (gemv_dot.rs QPack over NCOLS x cols values).
-layout(constant_id = 4) const uint XPW = 1;
-shared uint xp[XPW];
-#define np32 xp
-#define np256 xp
-#define QMASK (XBLOCK == 32u ? 1u : 2u)
-#define NORM_SHARED
-#define QACT
-#define QPACK
-#define NORM_ADD ((p.flags & 1u) != 0u)
-#define NORM_WRITE ((p.flags & 2u) != 0u && gl_WorkGroupID.x == 0u && gl_WorkGroupID.y == 0u)
-#define NORM_MAXCH 512u   // chunks a row: cols <= 4096 (checked on the host)
-shared float red[256];
-shared float pm[NORM_MAXCH];
-shared int ps[NORM_MAXCH];
-#else
 #ifdef TIER_DOT
 layout(std430, set = 0, binding = 1) readonly buffer X { uint xp[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 #endif
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
-#endif
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -99,19 +79,11 @@ layout(push_constant) uniform Push {
     uint d_off;  // word offset of the d_x floats in xp
     uint s_off;  // word offset of the int sums in xp
 #endif
-#ifdef NORM_IN
-    float eps;
-    uint count;  // values packed (NCOLS * cols): the layout's offsets
-    uint flags;  // 1: add nadd to nx; 2: workgroup 0 writes the sum to nxo
-#endif
 } p;
 
 #include "formats.glsl"
 #ifdef TIER_DOT
 #include "dotfmt.glsl"
-#endif
-#ifdef NORM_IN
-#include "norm.glsl"
 #endif
 
 #ifdef TIER_SG
@@ -151,37 +123,35 @@ void main() {
     uint qw[SGR_MAX][8];
     vec2 wf[SGR_MAX];
     ivec2 wi[SGR_MAX];
-#ifdef NORM_IN
-    for (uint c = 0u; c < NCOLS; c++) norm_row(c, gl_LocalInvocationIndex, p.cols, p.eps, p.count);
-    barrier();
-#endif
     // Workgroup g takes row groups g, g + groups, ... (one where the grid covers the rows).
     uint groups = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
-    for (uint g = wg; g * RPW * SGR < p.rows; g += groups) {
+    uint rgs = RPW / KS;   // row groups a workgroup
+    uint ustep = gl_SubgroupSize * KS;
+    for (uint g = wg; g * rgs * SGR < p.rows; g += groups) {
         // Subgroup k takes SGR neighbouring rows together: each activation unit is loaded once
         // for all of them (an N-row pass reads N units a weight unit).
         for (uint k = gl_SubgroupID; k < RPW; k += gl_NumSubgroups) {
-            uint row0 = (g * RPW + k) * SGR;
+            uint row0 = (g * rgs + k / KS) * SGR;
             if (row0 >= p.rows) break;
             uint nr = min(SGR, p.rows - row0);
             precise float acc[SGR_MAX][NMAX];
             for (uint r = 0u; r < SGR_MAX; r++)
                 for (uint c = 0u; c < NMAX; c++) acc[r][c] = 0.0;
-            for (uint u0 = lane; u0 < units; u0 += gl_SubgroupSize * UNR) {
-                // Slot k * SGR + r: unit u0 + k S of row r.
-                for (uint k = 0u; k < UNR; k++) {
-                    uint u = u0 + k * gl_SubgroupSize;
+            for (uint u0 = lane + (k % KS) * gl_SubgroupSize; u0 < units; u0 += ustep * UNR) {
+                // Slot j * SGR + r: unit u0 + j * ustep of row r.
+                for (uint j = 0u; j < UNR; j++) {
+                    uint u = u0 + j * ustep;
                     for (uint r = 0u; r < SGR; r++)
-                        if (r < nr && u < units) dot_load((row0 + r) * p.row_bytes, u, qw[k * SGR + r], wf[k * SGR + r], wi[k * SGR + r]);
+                        if (r < nr && u < units) dot_load((row0 + r) * p.row_bytes, u, qw[j * SGR + r], wf[j * SGR + r], wi[j * SGR + r]);
                 }
-                for (uint k = 0u; k < UNR; k++) {
-                    uint u = u0 + k * gl_SubgroupSize;
+                for (uint j = 0u; j < UNR; j++) {
+                    uint u = u0 + j * ustep;
                     if (u >= units) break;
                     for (uint c = 0u; c < NCOLS; c++) {
                         XUnit x = x_unit(c * p.x_stride + u * 32u);
                         for (uint r = 0u; r < SGR; r++) {
                             if (r < nr) {
-                                precise float t = dot_term(qw[k * SGR + r], wf[k * SGR + r], wi[k * SGR + r], x);
+                                precise float t = dot_term(qw[j * SGR + r], wf[j * SGR + r], wi[j * SGR + r], x);
                                 acc[r][c] += t;
                             }
                         }
@@ -192,9 +162,28 @@ void main() {
                 if (r >= nr) break;
                 for (uint c = 0u; c < NCOLS; c++) {
                     float t = subgroupAdd(acc[r][c]);
-                    if (lane == 0u) y[c * p.y_stride + p.y_off + row0 + r] = t;
+                    if (lane != 0u) continue;
+                    if (KS == 1u) {
+                        y[c * p.y_stride + p.y_off + row0 + r] = t;
+                    } else {
+                        kpart[(k * SGR_MAX + r) * NMAX + c] = t;
+                    }
                 }
             }
+        }
+        if (KS > 1u) {
+            barrier();
+            for (uint e = gl_LocalInvocationIndex; e < rgs * SGR * NCOLS; e += WG) {
+                uint rg = e / (SGR * NCOLS);
+                uint r = (e / NCOLS) % SGR;
+                uint c = e % NCOLS;
+                uint row = (g * rgs + rg) * SGR + r;
+                if (row >= p.rows) continue;
+                precise float sum = 0.0;
+                for (uint sl = 0u; sl < KS; sl++) sum += kpart[((rg * KS + sl) * SGR_MAX + r) * NMAX + c];
+                y[c * p.y_stride + p.y_off + row] = sum;
+            }
+            barrier();   // kpart is read before a next row group writes it
         }
     }
 }
