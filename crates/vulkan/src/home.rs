@@ -357,6 +357,24 @@ impl VulkanHome {
         self.scratch.ids.read_u32(0, rows)
     }
 
+    /// Build, before the first request, what the first steps would otherwise build as they
+    /// go: the token commands of 1..=`rows` rows (kept, as a step would keep them) and one
+    /// prefill window's pipelines (its command recorded and dropped, never submitted). A
+    /// driver compiles each pipeline on first use, so without this the first requests of a
+    /// server pay for it in their time to first token. Returns the time it took.
+    pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
+        let t0 = std::time::Instant::now();
+        for n in 1..=rows.clamp(1, NROW_MAX) {
+            if self.commands[n - 1].is_none() {
+                let c = self.record(n)?;
+                self.commands[n - 1] = Some(c);
+            }
+        }
+        let keep = [PF_WINDOW as u32 - 1];
+        drop(self.record_shape(true, PassShape { n: PF_WINDOW, narrow: Some(&keep) }, None)?);
+        Ok(t0.elapsed())
+    }
+
     /// Record the token command for `n` rows (once per n).
     fn record(&mut self, n: usize) -> Result<TokenCommand, VkError> {
         self.record_shape(false, PassShape { n, narrow: None }, None)

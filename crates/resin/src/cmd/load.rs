@@ -107,7 +107,14 @@ impl ModelArgs {
         let opts = VulkanOptions { n_ctx: self.ctx, regions, codec: self.kv, progress: Some(progress), ..VulkanOptions::default() };
         let home = VulkanHome::on(gpu, file.clone(), cfg.clone(), &opts, counters);
         bar.finish_and_clear();
-        Ok(Box::new(home?))
+        let mut home = home?;
+        // The pipelines of every step the regions can run, built now rather than in the
+        // first requests' time to first token.
+        match home.prewarm(regions) {
+            Ok(took) => tracing::info!(ms = took.as_millis() as u64, rows = regions.min(resin_core::NROW_MAX), "pipelines ready"),
+            Err(e) => tracing::warn!("pipelines not built ahead (the first steps build them): {e}"),
+        }
+        Ok(Box::new(home))
     }
 }
 
