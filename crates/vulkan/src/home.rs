@@ -365,19 +365,20 @@ impl VulkanHome {
     pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
         let t0 = std::time::Instant::now();
         for n in 1..=rows.clamp(1, NROW_MAX) {
-            if self.commands[n - 1].is_none() {
-                let c = self.record(n)?;
-                self.commands[n - 1] = Some(c);
-            }
+            self.command(n)?;
         }
         let keep = [PF_WINDOW as u32 - 1];
         drop(self.record_shape(true, PassShape { n: PF_WINDOW, narrow: Some(&keep) }, None)?);
         Ok(t0.elapsed())
     }
 
-    /// Record the token command for `n` rows (once per n).
-    fn record(&mut self, n: usize) -> Result<TokenCommand, VkError> {
-        self.record_shape(false, PassShape { n, narrow: None }, None)
+    /// The token command for `n` rows (1..=NROW_MAX), recorded on first use and kept.
+    fn command(&mut self, n: usize) -> Result<ash::vk::CommandBuffer, VkError> {
+        if self.commands[n - 1].is_none() {
+            let c = self.record_shape(false, PassShape { n, narrow: None }, None)?;
+            self.commands[n - 1] = Some(c);
+        }
+        self.commands[n - 1].as_ref().map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
     }
 
     /// Record one pass of `shape` into a command buffer of its own (`one_time`: submitted
@@ -454,13 +455,8 @@ impl VulkanHome {
 
     /// Run the token command over `rows` (already checked), recording it on first use.
     fn submit_rows(&mut self, rows: &[(u32, u32, u32)]) -> Result<(), VkError> {
-        let n = rows.len();
-        if self.commands[n - 1].is_none() {
-            let c = self.record(n)?;
-            self.commands[n - 1] = Some(c);
-        }
+        let cmd = self.command(rows.len())?;
         self.write_meta(rows)?;
-        let cmd = self.commands[n - 1].as_ref().map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))?;
         self.fence.submit_wait(cmd)
     }
 }

@@ -156,6 +156,46 @@ fn tiers(h: &Harness) -> Vec<DotTier> {
     }
 }
 
+/// The matrix and the 8 activation columns of one case, each column packed alone, for the
+/// one-row runs.
+struct Case<'a> {
+    ty: GgmlType,
+    wbuf: &'a Buffer,
+    alone: &'a [(Buffer, QPack)],
+    p: GemvPush,
+}
+
+/// Each of the 8 columns run alone through the one-row form, its rows split over `split`
+/// subgroups.
+fn one_row_runs(h: &mut Harness, tier: DotTier, case: &Case<'_>, split: u32) -> Vec<Vec<f32>> {
+    let rows = case.p.rows as usize;
+    (0..8)
+        .map(|c| {
+            let yb = h.poisoned(rows);
+            let (xp, layout) = (&case.alone[c].0, case.alone[c].1);
+            h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: 1, unroll: 1, split }), case.ty, 1, case.wbuf.into(), xp.into(), (&yb).into(), case.p, layout));
+            yb.read_f32(0, rows).unwrap()
+        })
+        .collect()
+}
+
+/// Columns 0..n of an N-row result `got` (8 columns of `rows` long): each within its oracle's
+/// bar and bit for bit the column run alone (`one_row`), nothing written past column n.
+/// Returns the worst err/bar.
+fn check_columns(what: &str, got: &[f32], n: usize, rows: usize, oracles: &[(Vec<f64>, Vec<f64>)], one_row: &[Vec<f32>]) -> f64 {
+    let mut worst = 0f64;
+    for c in 0..n {
+        let g = &got[c * rows..(c + 1) * rows];
+        let (want, bar) = &oracles[c];
+        let what = format!("{what} col {c}");
+        worst = worst.max(check(&what, g, want, bar).unwrap());
+        let same = g.iter().zip(&one_row[c]).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{what}: differs from the one-row form run alone");
+    }
+    assert!(got[n * rows..].iter().all(|v| v.to_bits() == POISON), "{what}: wrote past its columns");
+    worst
+}
+
 fn gemv_dot_format(ty: GgmlType) {
     let Some(mut h) = Harness::new() else { return };
     if !dot_ok(&h.gpu.info) {
@@ -187,15 +227,10 @@ fn gemv_dot_format(ty: GgmlType) {
             .collect();
         let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
         let oracles: Vec<(Vec<f64>, Vec<f64>)> = (0..8).map(|c| oracle(&wq, &off, &xr[c * cols..(c + 1) * cols], rows, cols)).collect();
+        let case = Case { ty, wbuf: &wbuf, alone: &alone, p };
         let mut by_tier: Vec<Vec<u32>> = Vec::new();
         for tier in tiers(&h) {
-            let one_row: Vec<Vec<f32>> = (0..8)
-                .map(|c| {
-                    let yb = h.poisoned(rows);
-                    h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: 1, unroll: 1, split: 1 }), ty, 1, (&wbuf).into(), (&alone[c].0).into(), (&yb).into(), p, alone[c].1));
-                    yb.read_f32(0, rows).unwrap()
-                })
-                .collect();
+            let one_row = one_row_runs(&mut h, tier, &case, 1);
             // Units a lane loaded together must not change a bit either.
             for (sgr, unroll) in [(1u32, 2u32), (1, 4), (2, 2)] {
                 let yb = h.poisoned(rows);
@@ -206,27 +241,14 @@ fn gemv_dot_format(ty: GgmlType) {
             // A row's units split over 2 or 4 subgroups: another order of the sum, so its own
             // one-row runs, which every N-row run must equal bit for bit; all within the bar.
             for split in [2u32, 4] {
-                let alone_split: Vec<Vec<f32>> = (0..8)
-                    .map(|c| {
-                        let yb = h.poisoned(rows);
-                        h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: 1, unroll: 1, split }), ty, 1, (&wbuf).into(), (&alone[c].0).into(), (&yb).into(), p, alone[c].1));
-                        yb.read_f32(0, rows).unwrap()
-                    })
-                    .collect();
+                let alone_split = one_row_runs(&mut h, tier, &case, split);
                 for n in [1usize, 3, 8] {
                     let ybuf = h.poisoned(8 * rows);
                     let sgr = if n == 3 { 2 } else { 1 };
                     h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: sgr, unroll: 2, split }), ty, n as u32, (&wbuf).into(), (&pk).into(), (&ybuf).into(), p, layout));
                     let got = ybuf.read_f32(0, 8 * rows).unwrap();
-                    for c in 0..n {
-                        let g = &got[c * rows..(c + 1) * rows];
-                        let (want, bar) = &oracles[c];
-                        let what = format!("gemv_dot {tier:?} {ty} {rows}x{cols} n={n} split over {split} subgroups, col {c}");
-                        worst = worst.max(check(&what, g, want, bar).unwrap());
-                        let same = g.iter().zip(&alone_split[c]).all(|(a, b)| a.to_bits() == b.to_bits());
-                        assert!(same, "{what}: differs from the one-row form run alone");
-                    }
-                    assert!(got[n * rows..].iter().all(|v| v.to_bits() == POISON), "gemv_dot {tier:?} {ty} n={n} split {split} wrote past its columns");
+                    let what = format!("gemv_dot {tier:?} {ty} {rows}x{cols} n={n} split over {split} subgroups,");
+                    worst = worst.max(check_columns(&what, &got, n, rows, &oracles, &alone_split));
                 }
             }
             let mut all = Vec::new();
@@ -238,15 +260,8 @@ fn gemv_dot_format(ty: GgmlType) {
                 let unroll = if n > 4 { 4 / sgr } else { 1 };
                 h.run(|rec| rec.gemv_dot_tier(tier, Some(DotShape { rows: sgr, unroll, split: 1 }), ty, n as u32, (&wbuf).into(), (&pk).into(), (&ybuf).into(), p, layout));
                 let got = ybuf.read_f32(0, 8 * rows).unwrap();
-                for c in 0..n {
-                    let g = &got[c * rows..(c + 1) * rows];
-                    let (want, bar) = &oracles[c];
-                    let what = format!("gemv_dot {tier:?} {ty} {rows}x{cols} n={n} ({sgr} rows a subgroup, {unroll} units a lane) col {c}");
-                    worst = worst.max(check(&what, g, want, bar).unwrap());
-                    let same = g.iter().zip(&one_row[c]).all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(same, "{what}: differs from the one-row form run alone");
-                }
-                assert!(got[n * rows..].iter().all(|v| v.to_bits() == POISON), "gemv_dot {tier:?} {ty} n={n} wrote past its columns");
+                let what = format!("gemv_dot {tier:?} {ty} {rows}x{cols} n={n} ({sgr} rows a subgroup, {unroll} units a lane)");
+                worst = worst.max(check_columns(&what, &got, n, rows, &oracles, &one_row));
                 all.extend(got[..n * rows].iter().map(|v| v.to_bits()));
             }
             by_tier.push(all);
