@@ -7,6 +7,8 @@ use std::sync::Mutex;
 pub struct Counters {
     pub nrow_steps: AtomicU64,
     pub grouped_steps: AtomicU64,
+    /// Steps of more than NROW_MAX rows in one pass (the wide step).
+    pub wide_steps: AtomicU64,
     pub prefill_windows: AtomicU64,
     pub prefill_segment_windows: AtomicU64,
     pub peel_steps: AtomicU64,
@@ -24,10 +26,12 @@ impl Counters {
         c.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Count a token step of `rows` rows (an N-row step when more than one).
+    /// Count a step of `rows` rows: an N-row step when 2..=NROW_MAX, a wide step above.
     pub fn count_step(&self, rows: usize) {
         Counters::add(&self.decode_rows, rows as u64);
-        if rows > 1 {
+        if rows > crate::NROW_MAX {
+            Counters::add(&self.wide_steps, 1);
+        } else if rows > 1 {
             Counters::add(&self.nrow_steps, 1);
         }
     }
@@ -50,6 +54,7 @@ impl Counters {
         vec![
             ("nrow_steps", g(&self.nrow_steps)),
             ("grouped_steps", g(&self.grouped_steps)),
+            ("wide_steps", g(&self.wide_steps)),
             ("prefill_windows", g(&self.prefill_windows)),
             ("prefill_segment_windows", g(&self.prefill_segment_windows)),
             ("peel_steps", g(&self.peel_steps)),

@@ -14,6 +14,10 @@ pub use window::{count_window, plan_chain, ChainRow, Window};
 
 /// Rows a token command steps in one pass over the weights.
 pub const NROW_MAX: usize = 8;
+/// Rows a wide step takes at most: a step of more than NROW_MAX rows (one row each of that
+/// many decoding sessions) that reads the weights through the prefill window's matrix
+/// kernels instead of the token command's GEMV. `HomeSpec::step_rows_max` is each home's.
+pub const WIDE_ROWS_MAX: usize = 64;
 /// Rows a prefill window holds.
 pub const PF_WINDOW: usize = 512;
 
@@ -115,6 +119,16 @@ pub struct HomeSpec {
     pub n_ctx: usize,
     pub regions: usize,
     pub codec: KvCodec,
+    /// The most rows one `step` takes: NROW_MAX, or up to WIDE_ROWS_MAX where the home runs
+    /// wide steps (never more than its regions, since each row is a session's).
+    pub step_rows_max: usize,
+}
+
+impl HomeSpec {
+    /// The rows a step of this home may take for `regions` regions when it serves wide steps.
+    pub fn wide_rows(regions: usize) -> usize {
+        regions.clamp(NROW_MAX, WIDE_ROWS_MAX)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,7 +160,9 @@ pub trait Home: Send {
     /// Prefill segments (window chain); returns one logits row per segment (its last row).
     fn prefill(&mut self, segments: &[Segment<'_>]) -> Result<Logits>;
 
-    /// One token command over `rows` (1..=NROW_MAX); returns one logits row per row.
+    /// One step over `rows` (1..=spec().step_rows_max; each row a session's next token):
+    /// up to NROW_MAX rows the token command, more a wide step; returns one logits row per
+    /// row. A row's result does not depend on the other rows of the step.
     fn step(&mut self, rows: &[Row]) -> Result<Logits>;
 
     /// The counters this home updates (shared with the engine and the server's /metrics).
@@ -181,8 +197,9 @@ pub trait Home: Send {
 
 /// Checks every home applies to its inputs, so all homes reject the same things the same way.
 pub fn check_rows(spec: &HomeSpec, rows: &[Row]) -> Result<()> {
-    if rows.is_empty() || rows.len() > NROW_MAX {
-        return Err(HomeError::BadRowCount { got: rows.len(), max: NROW_MAX });
+    let max = spec.step_rows_max.max(1);
+    if rows.is_empty() || rows.len() > max {
+        return Err(HomeError::BadRowCount { got: rows.len(), max });
     }
     for r in rows {
         check_region(spec, r.region)?;

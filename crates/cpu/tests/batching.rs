@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment};
@@ -62,7 +63,7 @@ fn n_rows_equal_each_row_alone() {
             assert_eq!(bits(together.row(i)), bits(single.row(0)), "row {i} of step {step} differs from the row alone");
         }
     }
-    assert_eq!(batched.counters().snapshot()[0], ("nrow_steps", 3));
+    assert_eq!(batched.counters().nrow_steps.load(Ordering::Relaxed), 3);
 }
 
 #[test]
@@ -78,9 +79,9 @@ fn segments_in_one_window_equal_each_session_alone() {
     let lb = prefill_one(&mut solo, 1, &b);
     assert_eq!(bits(both.row(0)), bits(&la));
     assert_eq!(bits(both.row(1)), bits(&lb));
-    let c = shared.counters().snapshot();
-    assert_eq!(c[2], ("prefill_windows", 1), "two sessions took one window");
-    assert_eq!(c[3], ("prefill_segment_windows", 1));
+    let c = shared.counters();
+    assert_eq!(c.prefill_windows.load(Ordering::Relaxed), 1, "two sessions took one window");
+    assert_eq!(c.prefill_segment_windows.load(Ordering::Relaxed), 1);
     // And the sessions' next steps agree too (their K/V rows were stored in their own regions).
     let row = |r: u32, p: &[u32]| Row { region: RegionId(r), token: 777, pos: p.len() as u32 };
     let s1 = shared.step(&[row(0, &a), row(1, &b)]).unwrap();
@@ -95,7 +96,7 @@ fn window_chain_of_600_rows_equals_a_continuation_and_the_peel() {
     let p = tokens(600, 3);
     let mut chain = home(1, KvCodec::F16);
     let whole = prefill_one(&mut chain, 0, &p);
-    assert_eq!(chain.counters().snapshot()[2], ("prefill_windows", 2), "600 rows take two windows");
+    assert_eq!(chain.counters().prefill_windows.load(Ordering::Relaxed), 2, "600 rows take two windows");
 
     // The same prompt as a prefill of 595 rows, then a 5-row continuation through the token
     // command (the peel): the last row's logits equal the window chain's.

@@ -107,11 +107,15 @@ pub struct EngineConfig {
     /// Bytes of host memory for sessions whose region was reused (their K/V rows, restored when
     /// their conversation continues); 0 keeps none.
     pub host_cache_bytes: usize,
+    /// Decoding streams from which a step runs as wide steps (one pass of up to the home's
+    /// `step_rows_max` rows, through the window's matrix kernels) instead of balanced groups of
+    /// NROW_MAX-row token commands; 0 never. Takes effect above NROW_MAX rows.
+    pub wide_step_min: usize,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 128, max_segments: usize::MAX, host_cache_bytes: 1 << 30 }
+        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 128, max_segments: usize::MAX, host_cache_bytes: 1 << 30, wide_step_min: NROW_MAX + 1 }
     }
 }
 
@@ -226,12 +230,13 @@ impl Engine {
     }
 }
 
-/// Split `n` rows into the fewest groups of at most NROW_MAX, balanced (12 -> 6+6, 17 -> 6+6+5).
-pub fn balanced_groups(n: usize) -> Vec<usize> {
+/// Split `n` rows into the fewest groups of at most `max`, balanced (max 8: 12 -> 6+6,
+/// 17 -> 6+6+5).
+pub fn balanced_groups(n: usize, max: usize) -> Vec<usize> {
     if n == 0 {
         return Vec::new();
     }
-    let g = n.div_ceil(NROW_MAX);
+    let g = n.div_ceil(max.max(1));
     (0..g).map(|i| n / g + usize::from(i < n % g)).collect()
 }
 
@@ -409,7 +414,9 @@ impl Scheduler {
 
     fn decode_step(&mut self) {
         let idx: Vec<usize> = (0..self.streams.len()).filter(|&i| matches!(self.streams[i].phase, Phase::Decode { .. })).collect();
-        let groups = balanced_groups(idx.len());
+        let n = idx.len();
+        let wide = self.config.wide_step_min > 0 && n >= self.config.wide_step_min && n > NROW_MAX;
+        let groups = balanced_groups(n, if wide { self.home.spec().step_rows_max.max(NROW_MAX) } else { NROW_MAX });
         if groups.len() > 1 {
             Counters::add(&self.home.counters().grouped_steps, 1);
         }
@@ -655,12 +662,14 @@ mod tests {
 
     #[test]
     fn groups_are_fewest_and_balanced() {
-        assert_eq!(balanced_groups(0), Vec::<usize>::new());
-        assert_eq!(balanced_groups(1), vec![1]);
-        assert_eq!(balanced_groups(8), vec![8]);
-        assert_eq!(balanced_groups(9), vec![5, 4]);
-        assert_eq!(balanced_groups(12), vec![6, 6]);
-        assert_eq!(balanced_groups(17), vec![6, 6, 5]);
-        assert_eq!(balanced_groups(64), vec![8; 8]);
+        assert_eq!(balanced_groups(0, 8), Vec::<usize>::new());
+        assert_eq!(balanced_groups(1, 8), vec![1]);
+        assert_eq!(balanced_groups(8, 8), vec![8]);
+        assert_eq!(balanced_groups(9, 8), vec![5, 4]);
+        assert_eq!(balanced_groups(12, 8), vec![6, 6]);
+        assert_eq!(balanced_groups(17, 8), vec![6, 6, 5]);
+        assert_eq!(balanced_groups(64, 8), vec![8; 8]);
+        assert_eq!(balanced_groups(64, 64), vec![64]);
+        assert_eq!(balanced_groups(100, 64), vec![50, 50]);
     }
 }

@@ -55,31 +55,45 @@ fn prompts(m: &Model, n: usize) -> Vec<Vec<u32>> {
     (0..n).map(|i| m.tok.encode(&format!("Here is a short note about {}:", subjects[i % subjects.len()]), false, false).unwrap()).collect()
 }
 
-fn concurrent_equals_alone(streams: usize) {
+/// `wide`: the engine's default (steps above NROW_MAX rows run as one wide step); otherwise
+/// wide steps off, so more than NROW_MAX streams take balanced groups of token commands.
+fn concurrent_equals_alone(streams: usize, wide: bool) {
     let m = model();
     let ps = prompts(&m, streams);
     let alone: Vec<Vec<u32>> = {
         let e = engine(&m, 1, EngineConfig::default());
         ps.iter().map(|p| collect(e.submit(request(p.clone(), 12)).unwrap()).0).collect()
     };
-    let e = engine(&m, streams, EngineConfig::default());
+    let config = if wide { EngineConfig::default() } else { EngineConfig { wide_step_min: 0, ..EngineConfig::default() } };
+    let e = engine(&m, streams, config);
     let handles: Vec<GenHandle> = ps.iter().map(|p| e.submit(request(p.clone(), 12)).unwrap()).collect();
     for (i, h) in handles.into_iter().enumerate() {
         assert_eq!(collect(h).0, alone[i], "stream {i} of {streams} differs from the same prompt alone");
     }
     let c = e.counters();
-    assert!(c.grouped_steps.load(Ordering::Relaxed) > 0, "{streams} streams must take grouped steps");
+    if wide {
+        assert!(c.wide_steps.load(Ordering::Relaxed) > 0, "{streams} streams must take wide steps");
+        assert_eq!(c.grouped_steps.load(Ordering::Relaxed), 0, "a wide step holds all {streams} rows");
+    } else {
+        assert!(c.grouped_steps.load(Ordering::Relaxed) > 0, "{streams} streams must take grouped steps");
+        assert_eq!(c.wide_steps.load(Ordering::Relaxed), 0);
+    }
     assert!(c.nrow_steps.load(Ordering::Relaxed) > 0);
 }
 
 #[test]
 fn twelve_concurrent_streams_equal_each_alone() {
-    concurrent_equals_alone(12);
+    concurrent_equals_alone(12, false);
 }
 
 #[test]
 fn seventeen_concurrent_streams_equal_each_alone() {
-    concurrent_equals_alone(17);
+    concurrent_equals_alone(17, false);
+}
+
+#[test]
+fn seventeen_concurrent_streams_in_wide_steps_equal_each_alone() {
+    concurrent_equals_alone(17, true);
 }
 
 #[test]

@@ -499,6 +499,7 @@ async fn metrics_carry_the_counters() {
         "resin_active_sessions",
         "resin_nrow_steps_total",
         "resin_grouped_steps_total",
+        "resin_wide_steps_total",
         "resin_prefill_windows_total",
         "resin_prefill_segment_windows_total",
         "resin_peel_steps_total",

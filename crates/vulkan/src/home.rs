@@ -155,10 +155,12 @@ pub struct Plan {
 /// decode kernel, whose key pieces spread a short window over more workgroups.
 const WINDOW_ATTN_MIN_ROWS: usize = 16;
 
-/// Rows x key pieces the attention partials hold: the decode attention's rows (fewer than
-/// WINDOW_ATTN_MIN_ROWS) in ATTN_SLOTS pieces each.
-const PART_ROWS: usize = PF_WINDOW;
-const _: () = assert!((WINDOW_ATTN_MIN_ROWS - 1) * ATTN_SLOTS as usize <= PART_ROWS && NROW_MAX * ATTN_SLOTS as usize <= PART_ROWS);
+/// Rows x key pieces the attention partials hold: the decode attention's rows (a window's,
+/// fewer than WINDOW_ATTN_MIN_ROWS; a step's, up to `step_rows`) in ATTN_SLOTS pieces each.
+fn part_rows(step_rows: usize) -> usize {
+    PF_WINDOW.max(step_rows * ATTN_SLOTS as usize)
+}
+const _: () = assert!((WINDOW_ATTN_MIN_ROWS - 1) * ATTN_SLOTS as usize <= PF_WINDOW && NROW_MAX * ATTN_SLOTS as usize <= PF_WINDOW);
 
 /// Workgroups a row and head of the decode attention for a pass of `rows` rows: the split
 /// follows the rows, so a step of few rows still spreads its keys over many workgroups
@@ -172,7 +174,8 @@ fn scratch_bytes(cfg: &ModelConfig, out_rows: usize) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
     let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
-    ((PF_WINDOW * per_row + out + attn_part_len(PART_ROWS, cfg.n_head, cfg.head_dim, 1)) * 4) as u64
+    let part = attn_part_len(part_rows(HomeSpec::wide_rows(out_rows)), cfg.n_head, cfg.head_dim, 1);
+    ((PF_WINDOW * per_row + out + part) * 4) as u64
 }
 
 /// Timestamps between the stages of a profiled token command.
@@ -204,7 +207,8 @@ struct TokenCommand {
 
 pub struct VulkanHome {
     // Field order is drop order: commands and pipelines before the buffers, the device last.
-    commands: Vec<Option<TokenCommand>>,
+    /// Token commands by (rows, greedy: the logits stay on the device), recorded on first use.
+    commands: std::collections::HashMap<(usize, bool), TokenCommand>,
     pipes: Pipelines,
     fence: Fence,
     scratch: Scratch,
@@ -309,7 +313,7 @@ impl VulkanHome {
         let output_norm = Buffer::with_data(&gpu, &f32_bytes(&vector(f, resin_model::OUTPUT_NORM)?), Location::Device)?;
         let rope = Buffer::with_data(&gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, cfg.rope_base)), Location::Device)?;
         let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, plan.out_rows)?;
-        let spec = HomeSpec { kind: "vulkan", vocab: cfg.vocab, n_ctx: plan.n_ctx, regions: opts.regions, codec: opts.codec };
+        let spec = HomeSpec { kind: "vulkan", vocab: cfg.vocab, n_ctx: plan.n_ctx, regions: opts.regions, codec: opts.codec, step_rows_max: HomeSpec::wide_rows(opts.regions) };
         tracing::info!(
             "vulkan home ready: {} at n_ctx {} x {} regions ({:?} mirror): weights {} MiB, mirror {} MiB, scratch {} MiB",
             cfg.name,
@@ -321,7 +325,7 @@ impl VulkanHome {
             plan.scratch >> 20
         );
         Ok(VulkanHome {
-            commands: (0..NROW_MAX).map(|_| None).collect(),
+            commands: std::collections::HashMap::new(),
             pipes: Pipelines::new(&gpu),
             fence: Fence::new(&gpu)?,
             scratch,
@@ -365,20 +369,22 @@ impl VulkanHome {
     pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
         let t0 = std::time::Instant::now();
         for n in 1..=rows.clamp(1, NROW_MAX) {
-            self.command(n)?;
+            self.command(n, true)?;
+            self.command(n, false)?;
         }
         let keep = [PF_WINDOW as u32 - 1];
-        drop(self.record_shape(true, PassShape { n: PF_WINDOW, narrow: Some(&keep) }, None)?);
+        drop(self.record_shape(true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true }, None)?);
         Ok(t0.elapsed())
     }
 
-    /// The token command for `n` rows (1..=NROW_MAX), recorded on first use and kept.
-    fn command(&mut self, n: usize) -> Result<ash::vk::CommandBuffer, VkError> {
-        if self.commands[n - 1].is_none() {
-            let c = self.record_shape(false, PassShape { n, narrow: None }, None)?;
-            self.commands[n - 1] = Some(c);
+    /// The token command for `n` rows (1..=step_rows_max: above NROW_MAX a wide step),
+    /// recorded on first use and kept; `greedy`: only the argmax ids come back to the host.
+    fn command(&mut self, n: usize, greedy: bool) -> Result<ash::vk::CommandBuffer, VkError> {
+        if !self.commands.contains_key(&(n, greedy)) {
+            let c = self.record_shape(false, PassShape { n, narrow: None, to_host: !greedy }, None)?;
+            self.commands.insert((n, greedy), c);
         }
-        self.commands[n - 1].as_ref().map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
+        self.commands.get(&(n, greedy)).map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
     }
 
     /// Record one pass of `shape` into a command buffer of its own (`one_time`: submitted
@@ -421,7 +427,7 @@ impl VulkanHome {
         let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (12 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
         self.write_meta(rows)?;
         let mut clock = StageClock { ts: &ts, labels: Vec::new() };
-        let c = self.record_shape(true, PassShape { n: rows.len(), narrow }, Some(&mut clock))?;
+        let c = self.record_shape(true, PassShape { n: rows.len(), narrow, to_host: true }, Some(&mut clock))?;
         self.fence.submit_wait(c.cmds.cmd)?;
         let labels = clock.labels;
         let t = ts.read(labels.len() as u32)?;
@@ -439,7 +445,7 @@ impl VulkanHome {
     /// submitted; returns the logits of the rows in `keep`.
     fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
         self.write_meta(rows)?;
-        let c = self.record_shape(true, PassShape { n: rows.len(), narrow: Some(keep) }, None)?;
+        let c = self.record_shape(true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true }, None)?;
         self.fence.submit_wait(c.cmds.cmd)?;
         if keep.is_empty() {
             return Ok(Vec::new());
@@ -449,13 +455,13 @@ impl VulkanHome {
 
     /// Run the token command over `rows` (already checked); returns the logits rows.
     fn run_rows(&mut self, rows: &[(u32, u32, u32)]) -> Result<Vec<f32>, VkError> {
-        self.submit_rows(rows)?;
+        self.submit_rows(rows, false)?;
         self.scratch.logits_host.read_f32(0, rows.len() * self.cfg.vocab)
     }
 
     /// Run the token command over `rows` (already checked), recording it on first use.
-    fn submit_rows(&mut self, rows: &[(u32, u32, u32)]) -> Result<(), VkError> {
-        let cmd = self.command(rows.len())?;
+    fn submit_rows(&mut self, rows: &[(u32, u32, u32)], greedy: bool) -> Result<(), VkError> {
+        let cmd = self.command(rows.len(), greedy)?;
         self.write_meta(rows)?;
         self.fence.submit_wait(cmd)
     }
@@ -537,7 +543,7 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
     let kv_dim = cfg.kv_dim() as u64;
     let out_rows = NROW_MAX.max(opts.regions);
     let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(cfg, out_rows) + (n_ctx * cfg.rope_dims * 4) as u64 };
-    let part_bytes = attn_part_len(PART_ROWS, cfg.n_head, cfg.head_dim, 1) as u64 * 4;
+    let part_bytes = attn_part_len(part_rows(HomeSpec::wide_rows(out_rows)), cfg.n_head, cfg.head_dim, 1) as u64 * 4;
     let widest = (PF_WINDOW * cfg.n_ff.max(cfg.n_embd).max(cfg.q_dim()) * 4) as u64;
     if part_bytes.max(widest).max((out_rows * cfg.vocab * 4) as u64) > gpu.info.max_storage_range {
         return Err(decline(counters, format!("vulkan: a {PF_WINDOW}-row window's scratch is past the device's storage-buffer range")));
@@ -586,7 +592,7 @@ impl Scratch {
             gate: dev(r * cfg.n_ff)?,
             up: dev(r * cfg.n_ff)?,
             down: dev(r * cfg.n_embd)?,
-            part: dev(attn_part_len(PART_ROWS, cfg.n_head, cfg.head_dim, 1))?,
+            part: dev(attn_part_len(part_rows(HomeSpec::wide_rows(out_rows)), cfg.n_head, cfg.head_dim, 1))?,
             logits: dev(out_rows * cfg.vocab)?,
             logits_host: host(out_rows * cfg.vocab)?,
             ids: host(out_rows)?,
@@ -598,7 +604,7 @@ impl Scratch {
             dot: q8 && crate::gemv_dot::dot_ok(&gpu.info) && !matches!(std::env::var("RESIN_VK_GEMV").as_deref(), Ok("portable" | "subgroup")),
             merge_attn: std::env::var("RESIN_VK_ATTN_MERGE").as_deref() != Ok("0"),
             done: {
-                let mut b = dev(WINDOW_ATTN_MIN_ROWS * cfg.n_head)?;
+                let mut b = dev(WINDOW_ATTN_MIN_ROWS.max(HomeSpec::wide_rows(out_rows)) * cfg.n_head)?;
                 b.fill_u32(0)?;
                 b
             },
@@ -794,6 +800,8 @@ fn gather(rec: &Recorder<'_>, src: &Buffer, dst: &Buffer, width: usize, idx: &[u
 struct PassShape<'a> {
     n: usize,
     narrow: Option<&'a [u32]>,
+    /// Copy the logits rows to the host (false: a greedy step reads only the argmax ids).
+    to_host: bool,
 }
 
 /// One pass: embed, every layer, final norm, classifier, argmax.
@@ -900,9 +908,11 @@ fn record_pass(
     rec.transfer_barrier(); // the logits are copied to the host below
     mark(&mut clock, cmd, "classifier", 0);
     rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.part).into(), (&s.ids).into())?;
-    let bytes = (m * cfg.vocab * 4) as u64;
-    // SAFETY: the command buffer is recording; both buffers hold out_rows logits rows (m <= out_rows).
-    unsafe { rec.gpu.device.cmd_copy_buffer(rec.cmd, s.logits.buffer, s.logits_host.buffer, &[ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bytes }]) };
+    if shape.to_host {
+        let bytes = (m * cfg.vocab * 4) as u64;
+        // SAFETY: the command buffer is recording; both buffers hold out_rows logits rows (m <= out_rows).
+        unsafe { rec.gpu.device.cmd_copy_buffer(rec.cmd, s.logits.buffer, s.logits_host.buffer, &[ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bytes }]) };
+    }
     mark(&mut clock, cmd, "argmax", 0);
     // Make the host-visible results available to the host.
     let mb = [ash::vk::MemoryBarrier::default().src_access_mask(ash::vk::AccessFlags::SHADER_WRITE | ash::vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(ash::vk::AccessFlags::HOST_READ)];
@@ -961,7 +971,7 @@ impl Home for VulkanHome {
     fn step_greedy(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<u32>>> {
         check_rows(&self.spec, rows)?;
         let r = triples(rows);
-        self.submit_rows(&r).map_err(HomeError::from)?;
+        self.submit_rows(&r, true).map_err(HomeError::from)?;
         let ids = self.scratch.ids.read_u32(0, rows.len()).map_err(HomeError::from)?;
         self.counters.count_step(rows.len());
         Ok(Some(ids))

@@ -28,6 +28,10 @@ pub struct BenchArgs {
     /// With --streams: sessions whose prompts may share a prefill window (1: one at a time).
     #[arg(long)]
     pub max_segments: Option<usize>,
+    /// With --streams: decoding streams from which a step runs as one wide step instead of
+    /// groups of 8-row token commands (0: never; default: the engine's).
+    #[arg(long)]
+    pub wide_step_min: Option<usize>,
     /// Also time each stage of one prefill window and one token step on the device
     /// (timestamp queries; homes without a device clock report none).
     #[arg(long)]
@@ -193,6 +197,37 @@ fn print_result(format: &str, out: &serde_json::Value, text: &str) {
     }
 }
 
+/// One run of N streams, from each stream's token arrivals (seconds since the requests went
+/// in, tokens).
+struct StreamsRun {
+    /// Tokens that arrived after every stream had its first, over that span: the streams that
+    /// started early decoded while later prompts were still prefilling, and those tokens (and
+    /// that time) are left out.
+    decode_tps: f64,
+    /// Tokens over the span where every stream was decoding (after the last first token,
+    /// before the first stream finished), the figure comparable to a lockstep batch's decode
+    /// rate; None when the streams never all decoded at once.
+    full_width_tps: Option<f64>,
+    ttft_p50: f64,
+    ttft_max: f64,
+    wall: f64,
+}
+
+impl StreamsRun {
+    fn from_arrivals(streams: &[Vec<(f64, usize)>], wall: f64) -> StreamsRun {
+        let firsts: Vec<f64> = streams.iter().map(|a| a.first().map_or(wall, |x| x.0)).collect();
+        let last_first = firsts.iter().cloned().fold(0.0, f64::max);
+        let first_done = streams.iter().map(|a| a.last().map_or(wall, |x| x.0)).fold(f64::INFINITY, f64::min);
+        let end = streams.iter().map(|a| a.last().map_or(0.0, |x| x.0)).fold(last_first, f64::max);
+        let tokens_in = |lo: f64, hi: f64| -> usize { streams.iter().flatten().filter(|(t, _)| *t > lo && *t <= hi).map(|x| x.1).sum() };
+        let decode_tps = tokens_in(last_first, end) as f64 / (end - last_first).max(1e-9);
+        let full = tokens_in(last_first, first_done);
+        let full_width_tps = (first_done > last_first && full >= streams.len()).then(|| full as f64 / (first_done - last_first));
+        let ttft_max = firsts.iter().cloned().fold(0.0, f64::max);
+        StreamsRun { decode_tps, full_width_tps, ttft_p50: median(firsts), ttft_max, wall }
+    }
+}
+
 /// N streams at once through the engine: aggregate decode tokens/s, time to first token.
 fn bench_streams(args: BenchArgs) -> Result<()> {
     let mut model = args.model.clone();
@@ -204,6 +239,10 @@ fn bench_streams(args: BenchArgs) -> Result<()> {
     if let Some(m) = args.max_segments {
         config.max_segments = m.max(1);
     }
+    if let Some(w) = args.wide_step_min {
+        config.wide_step_min = w;
+    }
+    let config_wide = config.wide_step_min;
     let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), config);
     let mut results = Vec::new();
     for rep in 0..args.reps {
@@ -215,42 +254,34 @@ fn bench_streams(args: BenchArgs) -> Result<()> {
                 engine.submit(req)
             })
             .collect::<Result<_, _>>()?;
+        // Each stream's (seconds since t0, tokens) arrivals.
         let threads: Vec<_> = handles
             .into_iter()
             .map(|mut h| {
-                std::thread::spawn(move || -> Result<(f64, usize, f64)> {
-                    let start = Instant::now();
-                    let (mut first, mut n) = (None, 0usize);
+                std::thread::spawn(move || -> Result<Vec<(f64, usize)>> {
+                    let mut arrivals = Vec::new();
                     while let Some(ev) = h.blocking_next() {
                         match ev {
-                            GenEvent::Delta { ids, .. } => {
-                                n += ids.len();
-                                first.get_or_insert_with(|| start.elapsed().as_secs_f64());
-                            }
+                            GenEvent::Delta { ids, .. } if !ids.is_empty() => arrivals.push((t0.elapsed().as_secs_f64(), ids.len())),
+                            GenEvent::Delta { .. } => {}
                             GenEvent::Done(_) => break,
                             GenEvent::Error(e) => bail!(e),
                         }
                     }
-                    Ok((first.unwrap_or(0.0), n, start.elapsed().as_secs_f64()))
+                    Ok(arrivals)
                 })
             })
             .collect();
-        let mut ttfts = Vec::new();
-        let mut tokens = 0;
-        let mut last_first: f64 = 0.0;
+        let mut streams = Vec::new();
         for t in threads {
-            let (ttft, n, _) = t.join().map_err(|_| anyhow::anyhow!("stream thread panicked"))??;
-            ttfts.push(ttft);
-            tokens += n;
-            last_first = last_first.max(ttft);
+            streams.push(t.join().map_err(|_| anyhow::anyhow!("stream thread panicked"))??);
         }
-        let total = t0.elapsed().as_secs_f64();
-        // Decode rate over the span after every stream has its first token.
-        let decode_tps = (tokens - args.streams) as f64 / (total - last_first).max(1e-9);
-        results.push((decode_tps, median(ttfts.clone()), ttfts.iter().cloned().fold(0.0, f64::max), total));
+        results.push(StreamsRun::from_arrivals(&streams, t0.elapsed().as_secs_f64()));
     }
-    let decode = median(results.iter().map(|r| r.0).collect());
-    let ttft_p50 = median(results.iter().map(|r| r.1).collect());
+    let decode = median(results.iter().map(|r| r.decode_tps).collect());
+    let ttft_p50 = median(results.iter().map(|r| r.ttft_p50).collect());
+    let full: Vec<f64> = results.iter().filter_map(|r| r.full_width_tps).collect();
+    let full_width = (!full.is_empty()).then(|| median(full));
     let out = json!({
         "home": kind,
         "streams": args.streams,
@@ -259,15 +290,22 @@ fn bench_streams(args: BenchArgs) -> Result<()> {
         "reps": args.reps,
         "decode_tps": decode,
         "ttft_p50_s": ttft_p50,
-        "ttft_max_s": median(results.iter().map(|r| r.2).collect()),
+        "full_width_decode_tps": full_width,
+        "ttft_max_s": median(results.iter().map(|r| r.ttft_max).collect()),
+        "wall_s": median(results.iter().map(|r| r.wall).collect()),
+        "wide_step_min": config_wide,
         "max_segments": args.max_segments,
         "counters": counters_json(engine.counters()),
     });
     // The home is dropped on the engine thread before the process exits.
     engine.shutdown();
     print_result(&args.format, &out, &format!(
-        "{} streams on {kind}: aggregate decode {decode:.1} t/s, median TTFT {ttft_p50:.3} s",
-        args.streams
+        "{} streams on {kind}: aggregate decode {decode:.1} t/s ({}), median TTFT {ttft_p50:.3} s",
+        args.streams,
+        match full_width {
+            Some(f) => format!("{f:.1} t/s while all {} decode", args.streams),
+            None => format!("never all {} decoding at once", args.streams),
+        }
     ));
     Ok(())
 }

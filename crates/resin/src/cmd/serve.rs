@@ -31,6 +31,10 @@ pub struct ServeArgs {
     /// back when the conversation continues); 0 keeps none.
     #[arg(long, default_value_t = 1024)]
     pub host_cache_mib: usize,
+    /// Decoding sessions from which a step runs as one wide step (up to 64 rows through the
+    /// prefill's matrix kernels) instead of groups of 8-row token commands; 0 never.
+    #[arg(long, default_value_t = EngineConfig::default().wide_step_min)]
+    pub wide_step_min: usize,
     /// The model id clients see (default: the file name without .gguf).
     #[arg(long)]
     pub name: Option<String>,
@@ -44,7 +48,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let id = args.name.clone().unwrap_or_else(|| {
         loaded.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
     });
-    let engine_cfg = EngineConfig { max_queue: args.max_queue, prefill_peel: args.prefill_peel, host_cache_bytes: args.host_cache_mib << 20, ..EngineConfig::default() };
+    let engine_cfg = EngineConfig { max_queue: args.max_queue, prefill_peel: args.prefill_peel, host_cache_bytes: args.host_cache_mib << 20, wide_step_min: args.wide_step_min, ..EngineConfig::default() };
     let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), engine_cfg);
     let cfg = ServerConfig {
         host: args.host,
