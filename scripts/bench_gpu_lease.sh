@@ -1,7 +1,8 @@
 #!/bin/bash
 # The comparison in one short lease (LEASE_S seconds, default 480: one `device` call), for when
 # the device budget cannot hold scripts/bench_gpu.sh's full peer build. resin runs (bench
-# pp512/tg128 with the per-stage profile; 8 and 64 streams) on `resin synth` files while
+# pp512/tg128 with the per-stage profile; 8, 16 and 64 streams with wide steps on, the
+# engine's default, and off: groups of 8-row token commands) on `resin synth` files while
 # llama.cpp's CUDA build (llama-bench and llama-batched-bench only, niced, 12 jobs) compiles
 # beside it; then the peer runs on the SAME files. Each step is cut by `timeout` so the call
 # ends in time. From the repo root on the device machine, the kit in .kit (scripts/bench_gpu.sh;
@@ -20,12 +21,16 @@ B=$!
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
   $R bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --reps 3 --profile --format json 2> $O/resin-$m.log > $O/resin-$m.json
   echo "$m: $(grep -o -E '"(pp_tps|tg_tps)":[0-9.]*' $O/resin-$m.json | tr "\n" " ")"
-  # the q8_0 K/V mirror (decode reads half the K/V bytes of f16)
-  $R bench --model $W/$m.gguf --gpu vulkan --kv q8_0 --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/resin-$m-q8kv.log > $O/resin-$m-q8kv.json
-  echo "$m kv q8_0: $(grep -o -E '"(pp_tps|tg_tps)":[0-9.]*' $O/resin-$m-q8kv.json | tr "\n" " ")"
-  for n in 8 64; do
-    $R bench --model $W/$m.gguf --gpu vulkan --streams $n --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/streams-$m-$n.log > $O/streams-$m-$n.json
-    echo "$m streams $n: $(grep -o -E '"(decode_tps|ttft_p50_s)":[0-9.]*' $O/streams-$m-$n.json | tr "\n" " ")"
+  if [ -n "$Q8KV" ]; then   # the q8_0 K/V mirror (decode reads half the K/V bytes of f16)
+    $R bench --model $W/$m.gguf --gpu vulkan --kv q8_0 --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/resin-$m-q8kv.log > $O/resin-$m-q8kv.json
+    echo "$m kv q8_0: $(grep -o -E '"(pp_tps|tg_tps)":[0-9.]*' $O/resin-$m-q8kv.json | tr "\n" " ")"
+  fi
+  for n in 8 16 64; do
+    for w in default 0; do
+      a=""; [ $w = 0 ] && a="--wide-step-min 0"
+      $R bench --model $W/$m.gguf --gpu vulkan --streams $n --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json $a 2> $O/streams-$m-$n-w$w.log > $O/streams-$m-$n-w$w.json
+      echo "$m streams $n wide $w: $(grep -o -E '"(decode_tps|full_width_decode_tps|ttft_p50_s|wall_s)":[0-9.a-z]*' $O/streams-$m-$n-w$w.json | tr "\n" " ")"
+    done
   done
   # TTFT of 8 prompts arriving together, one at a time (segmented is the run above)
   $R bench --model $W/$m.gguf --gpu vulkan --streams 8 --max-segments 1 --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/streams-$m-8-seg1.log > $O/streams-$m-8-seg1.json
@@ -38,7 +43,7 @@ for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
   timeout $(left $((L - 45))) $W/bc/bin/llama-bench -m $W/$m.gguf -p 512 -n 128 -r 3 -fa 1 -o md 2>&1 | grep -E "^\||error" | tee -a $O/peer-cuda-bench.md
 done
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
-  timeout $(left $((L - 10))) $W/bc/bin/llama-batched-bench -m $W/$m.gguf -c 40000 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,8,64 -fa on 2>&1 | grep -E "^\||error" | tee -a $O/peer-cuda-batched.md
+  timeout $(left $((L - 10))) $W/bc/bin/llama-batched-bench -m $W/$m.gguf -c 40000 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,8,16,64 -fa on 2>&1 | grep -E "^\||error" | tee -a $O/peer-cuda-batched.md
 done
 echo "end at $((SECONDS - S)) s"
 tar czf $OUT/final.tgz -C $OUT l

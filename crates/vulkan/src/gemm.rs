@@ -51,14 +51,67 @@ pub struct GemmPush {
     pub y_stride: u32,
     pub y_off: u32,
     pub n: u32,
+    /// 32-value units a K piece, and the pieces (1: no split; see [`gemm_split`]).
+    pub upp: u32,
+    pub pieces: u32,
 }
-const _: () = assert!(std::mem::size_of::<GemmPush>() == 28);
+const _: () = assert!(std::mem::size_of::<GemmPush>() == 36);
 impl Push for GemmPush {}
 
 impl GemmPush {
-    pub fn new(p: GemvPush, n: u32) -> Self {
-        GemmPush { rows: p.rows, cols: p.cols, row_bytes: p.row_bytes, x_stride: p.x_stride, y_stride: p.y_stride, y_off: p.y_off, n }
+    /// `split`: cut K as [`gemm_split`] says for the shape (else one piece).
+    pub fn new(p: GemvPush, n: u32, split: bool) -> Self {
+        let (upp, pieces) = if split { gemm_split(p.rows, p.cols) } else { ((p.cols / 32).max(1), 1) };
+        GemmPush { rows: p.rows, cols: p.cols, row_bytes: p.row_bytes, x_stride: p.x_stride, y_stride: p.y_stride, y_off: p.y_off, n, upp, pieces }
     }
+}
+
+/// Weight-row tiles x K pieces a matrix is cut into at least, where its K allows: about two
+/// workgroups for each of a large GPU's compute units, whatever the activation rows.
+const SPLIT_TARGET: u32 = 256;
+/// A K piece holds at least this many 32-value units (its partial sums must be worth writing).
+const SPLIT_MIN_UNITS: u32 = 16;
+/// pieces x weight rows stays within this, which bounds the partial sums a split writes.
+const SPLIT_MAX_ROWS: u32 = 8192;
+
+/// How the GEMM of a `rows` x `cols` matrix cuts K: (32-value units a piece, pieces). From the
+/// matrix's shape alone, never from the activation rows, so each row's result is the same
+/// whatever rows share the pass. A matrix of few weight-row tiles (a wide step's or a small
+/// model's) takes more pieces; `RESIN_VK_GEMM_SPLIT=0` turns splitting off (for measuring).
+pub fn gemm_split(rows: u32, cols: u32) -> (u32, u32) {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let units = (cols / 32).max(1);
+    if *OFF.get_or_init(|| std::env::var("RESIN_VK_GEMM_SPLIT").as_deref() == Ok("0")) {
+        return (units, 1);
+    }
+    let tiles = rows.div_ceil(TILE_ROWS).max(1);
+    let want = SPLIT_TARGET.div_ceil(tiles).min(units / SPLIT_MIN_UNITS).min(SPLIT_MAX_ROWS / rows.max(1)).max(1);
+    // Whole K steps of the cooperative-matrix tier (at most 4 units) in every piece but the last.
+    let upp = units.div_ceil(want).next_multiple_of(4).min(units);
+    (upp, units.div_ceil(upp))
+}
+
+/// Floats of partial sums a split GEMM of a `rows` x `cols` matrix over `n` activation rows
+/// writes (0 when it does not split).
+pub fn gemm_part_floats(rows: u32, cols: u32, n: u32) -> usize {
+    let (_, pieces) = gemm_split(rows, cols);
+    if pieces == 1 {
+        return 0;
+    }
+    (rows.div_ceil(TILE_ROWS) * n.div_ceil(TILE_N) * pieces) as usize * (TILE_ROWS * TILE_N) as usize
+}
+
+/// Counter words a split GEMM of `rows` weight rows over `n` activation rows uses (a tile each).
+pub fn gemm_done_words(rows: u32, n: u32) -> usize {
+    (rows.div_ceil(TILE_ROWS) * n.div_ceil(TILE_N)) as usize
+}
+
+/// Where a split GEMM keeps its partial sums and per-tile counters (zero between dispatches:
+/// the last workgroup of a tile sets its word back). GEMMs running at once need their own.
+#[derive(Clone, Copy)]
+pub struct GemmSplit<'a> {
+    pub part: Bind<'a>,
+    pub done: Bind<'a>,
 }
 
 /// Which GEMM kernel runs.
@@ -136,15 +189,14 @@ pub fn pick_tier(c: &GemmCaps) -> GemmTier {
     }
 }
 
-/// Workgroups of a GEMM: x (+ z past 65535) over weight-row tiles, y over activation-row tiles.
-pub fn gemm_groups(rows: u32, n: u32) -> Result<[u32; 3], VkError> {
+/// Workgroups of a GEMM: x over weight-row tiles, y over activation-row tiles, z over K pieces.
+pub fn gemm_groups(rows: u32, n: u32, pieces: u32) -> Result<[u32; 3], VkError> {
     let tm = rows.div_ceil(TILE_ROWS).max(1);
     let tn = n.div_ceil(TILE_N).max(1);
-    if tn > 65535 {
-        return Err(VkError::TooLarge(format!("GEMM of {n} activation rows")));
+    if tn > 65535 || tm > 65535 || pieces > 65535 {
+        return Err(VkError::TooLarge(format!("GEMM of {rows} weight rows x {n} activation rows")));
     }
-    let x = tm.min(65535);
-    Ok([x, tn, tm.div_ceil(x)])
+    Ok([tm, tn, pieces.max(1)])
 }
 
 /// The variant name of a format and tier.
@@ -159,15 +211,21 @@ pub fn gemm_variant(ty: GgmlType, tier: GemmTier) -> Result<String, VkError> {
 impl Recorder<'_> {
     /// y[c * y_stride + y_off + r] = W[r] . x[c] for c < n (any n >= 1), in the tier
     /// [`pick_tier`] chooses for this device.
-    pub fn gemm(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush) -> Result<(), VkError> {
+    /// With `split` a matrix whose shape splits K ([`gemm_split`]) runs in pieces, the buffers
+    /// holding at least [`gemm_part_floats`] floats and [`gemm_done_words`] zeroed words;
+    /// without, in one. (The home splits only in the cooperative-matrix tier: the portable
+    /// tier's devices are small, and its unsplit sums run in the CPU home's order, which keeps
+    /// its 8-bit activation roundings closest to the oracle's.)
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush, split: Option<GemmSplit<'_>>) -> Result<(), VkError> {
         let tier = pick_tier(&GemmCaps::of(&self.gpu.info));
-        self.gemm_in(tier, ty, n, w, x, y, p)
+        self.gemm_in(tier, ty, n, w, x, y, p, split)
     }
 
     /// [`Recorder::gemm`] in a given tier (tests force the portable one; the cooperative-matrix
     /// tier is refused on a device without the shape).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemm_in(&mut self, tier: GemmTier, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush) -> Result<(), VkError> {
+    pub fn gemm_in(&mut self, tier: GemmTier, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush, split: Option<GemmSplit<'_>>) -> Result<(), VkError> {
         let name = gemm_variant(ty, tier)?;
         if n == 0 || p.cols == 0 || !p.cols.is_multiple_of(32) {
             return Err(VkError::Unsupported(format!("GEMM of {n} activation rows over {} values a row", p.cols)));
@@ -175,10 +233,16 @@ impl Recorder<'_> {
         if !p.cols.is_multiple_of(ty.block_len() as u32) {
             return Err(VkError::Unsupported(format!("{ty} rows of {} values", p.cols)));
         }
-        let groups = gemm_groups(p.rows, n)?;
-        let push = GemmPush::new(p, n).bytes();
+        let gp = GemmPush::new(p, n, split.is_some());
+        let groups = gemm_groups(p.rows, n, gp.pieces)?;
+        let push = gp.bytes();
+        // Unsplit, the partial-sum bindings are never touched: y stands in for them.
+        let (part, done) = split.map_or((y, y), |s| (s.part, s.done));
+        if gp.pieces > 1 && (part.range < gemm_part_floats(p.rows, p.cols, n) as u64 * 4 || done.range < gemm_done_words(p.rows, n) as u64 * 4) {
+            return Err(VkError::Unsupported(format!("split GEMM of {} x {} over {n} rows: partial-sum buffers too small", p.rows, p.cols)));
+        }
         match tier {
-            GemmTier::Tiled => self.run(&name, &[], &[w, x, y], &push, groups),
+            GemmTier::Tiled => self.run(&name, &[], &[w, x, y, part, done], &push, groups),
             GemmTier::CoopMat => {
                 let info = &self.gpu.info;
                 if !info.coopmat || !has_f16_16x16x16(&info.coopmat_shapes) {
@@ -188,7 +252,7 @@ impl Recorder<'_> {
                 if wg < 32 {
                     return Err(VkError::Unsupported(format!("cooperative-matrix GEMM: workgroups of {wg} threads (32 or more)")));
                 }
-                self.run(&name, &[wg, coopmat_k_units(wg)], &[w, x, y], &push, groups)
+                self.run(&name, &[wg, coopmat_k_units(wg)], &[w, x, y, part, done], &push, groups)
             }
         }
     }

@@ -137,6 +137,40 @@ struct Scratch {
     /// words its workgroups count themselves in (zero between dispatches).
     merge_attn: bool,
     done: Buffer,
+    /// Split-K GEMM scratch: SPLIT_SLOTS slots of partial sums and of per-tile counters (zero
+    /// between dispatches), each `split_part` / `split_done` bytes.
+    split_part: u64,
+    split_done: u64,
+    gpart: Buffer,
+    gdone: Buffer,
+}
+
+/// GEMMs recorded with no barrier between them at most (q, k and v).
+const SPLIT_SLOTS: usize = 3;
+
+impl Scratch {
+    fn split_slot(&self, slot: usize) -> Result<crate::gemm::GemmSplit<'_>, VkError> {
+        if slot >= SPLIT_SLOTS || self.split_part == 0 {
+            return Err(VkError::Model(format!("no split-K scratch slot {slot}")));
+        }
+        let part = Bind { buf: &self.gpart, offset: slot as u64 * self.split_part, range: self.split_part };
+        let done = Bind { buf: &self.gdone, offset: slot as u64 * self.split_done, range: self.split_done };
+        Ok(crate::gemm::GemmSplit { part, done })
+    }
+}
+
+/// Bytes of one split-K slot (partial sums, counters) for the matrices of `cfg` over up to
+/// PF_WINDOW activation rows, rounded up to `align`.
+fn split_slot_bytes(cfg: &ModelConfig, align: u64) -> (u64, u64) {
+    let (d, q, kv, ff) = (cfg.n_embd as u32, cfg.q_dim() as u32, cfg.kv_dim() as u32, cfg.n_ff as u32);
+    // (rows, cols) of every matrix a pass multiplies; the classifier's rows never split K
+    // (its many row tiles fill the device), but it is counted the same way.
+    let shapes = [(q, d), (kv, d), (d, q), (ff, d), (d, ff), (cfg.vocab as u32, d)];
+    let n = PF_WINDOW as u32;
+    let part = shapes.iter().map(|&(r, c)| crate::gemm::gemm_part_floats(r, c, n) as u64 * 4).max().unwrap_or(0);
+    let done = shapes.iter().filter(|&&(r, c)| crate::gemm::gemm_split(r, c).1 > 1).map(|&(r, _)| crate::gemm::gemm_done_words(r, n) as u64 * 4).max().unwrap_or(0);
+    let up = |b: u64| b.next_multiple_of(align.max(4));
+    (up(part), up(done))
 }
 
 /// What the plan decided, in bytes, before anything was uploaded.
@@ -174,6 +208,8 @@ fn scratch_bytes(cfg: &ModelConfig, out_rows: usize) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
     let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
+    let (sp, sd) = split_slot_bytes(cfg, 256);
+    let out = out + SPLIT_SLOTS * (sp + sd) as usize / 4;
     let part = attn_part_len(part_rows(HomeSpec::wide_rows(out_rows)), cfg.n_head, cfg.head_dim, 1);
     ((PF_WINDOW * per_row + out + part) * 4) as u64
 }
@@ -575,6 +611,9 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
 impl Scratch {
     fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, q8: bool, out_rows: usize) -> Result<Scratch, VkError> {
         let r = PF_WINDOW;
+        // Split K only in the cooperative-matrix tier (see Recorder::gemm).
+        let coop = crate::gemm::pick_tier(&crate::gemm::GemmCaps::of(&gpu.info)) == crate::gemm::GemmTier::CoopMat;
+        let (split_part, split_done) = if coop { split_slot_bytes(cfg, gpu.info.storage_align.max(4)) } else { (0, 0) };
         let dev = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Device);
         let host = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Host);
         Ok(Scratch {
@@ -605,6 +644,14 @@ impl Scratch {
             merge_attn: std::env::var("RESIN_VK_ATTN_MERGE").as_deref() != Ok("0"),
             done: {
                 let mut b = dev(WINDOW_ATTN_MIN_ROWS.max(HomeSpec::wide_rows(out_rows)) * cfg.n_head)?;
+                b.fill_u32(0)?;
+                b
+            },
+            split_part,
+            split_done,
+            gpart: Buffer::new(gpu, (SPLIT_SLOTS as u64 * split_part).max(4), Location::Device)?,
+            gdone: {
+                let mut b = Buffer::new(gpu, (SPLIT_SLOTS as u64 * split_done).max(4), Location::Device)?;
                 b.fill_u32(0)?;
                 b
             },
@@ -755,8 +802,8 @@ fn norm_mm(
     norm_for(rec, n, r.x, r.add, w, &s.xn, &mats, s, p)?;
     r.add = None;
     mark(clock, rec.cmd, norm_label, l);
-    for (m, y, stride) in ms {
-        mm(rec, n, m, &s.xn, y, *stride, s)?;
+    for (slot, (m, y, stride)) in ms.iter().enumerate() {
+        mm(rec, n, m, &s.xn, y, *stride, s, slot)?;
     }
     Ok(())
 }
@@ -764,13 +811,16 @@ fn norm_mm(
 /// y[c][..] = M x[c] for the n rows, one dispatch per part; quantized formats read the
 /// rounded activations `prep` (or a norm or swiglu fused with it) wrote. Up to NROW_MAX rows
 /// take the GEMV (one-row or N-row form); more (a prefill window) the GEMM.
-fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, y: &Buffer, y_stride: usize, s: &Scratch) -> Result<(), VkError> {
+/// `slot`: which of the split-K scratch slots a GEMM takes (matrices recorded with no barrier
+/// between them, as q, k and v, take different ones).
+#[allow(clippy::too_many_arguments)]
+fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, y: &Buffer, y_stride: usize, s: &Scratch, slot: usize) -> Result<(), VkError> {
     let xin = match act_block(m.ty).filter(|_| s.q8) {
         Some(32) if m.cols.is_multiple_of(32) => &s.xq32,
         Some(256) if m.cols.is_multiple_of(256) => &s.xq256,
         _ => x,
     };
-    for (buf, r0, nr) in &m.parts {
+    for (i, (buf, r0, nr)) in m.parts.iter().enumerate() {
         let p = GemvPush { rows: *nr as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: *r0 as u32 };
         if let Some(block) = dot_block(m, n, s) {
             let xp = if block == 32 { &s.xp32 } else { &s.xp256 };
@@ -778,7 +828,11 @@ fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, y: &Buffer, y_strid
         } else if n <= NROW_MAX {
             rec.gemv(m.ty, n as u32, buf.into(), xin.into(), y.into(), p)?;
         } else {
-            rec.gemm(m.ty, n as u32, buf.into(), xin.into(), y.into(), p)?;
+            let split = s.split_part > 0 && crate::gemm::gemm_split(p.rows, p.cols).1 > 1;
+            if split && i > 0 {
+                rec.barrier(); // the parts of one matrix share its split-K slot
+            }
+            rec.gemm(m.ty, n as u32, buf.into(), xin.into(), y.into(), p, split.then(|| s.split_slot(slot)).transpose()?)?;
         }
     }
     Ok(())
@@ -886,7 +940,7 @@ fn record_pass(
         if !rounded {
             prep(rec, m, att, &[&ly.attn_out], s)?;
         }
-        mm(rec, m, &ly.attn_out, att, &s.o, d, s)?;
+        mm(rec, m, &ly.attn_out, att, &s.o, d, s, 0)?;
         rec.barrier();
         mark(&mut clock, cmd, "attn_out", l);
         // x += o, then gate and up of norm(x) * ffn_norm
@@ -897,7 +951,7 @@ fn record_pass(
         mark(&mut clock, cmd, "gate_up", l);
         swiglu_for(rec, m, &ly.down, s)?;
         mark(&mut clock, cmd, "swiglu", l);
-        mm(rec, m, &ly.down, &s.gate, &s.down, d, s)?;
+        mm(rec, m, &ly.down, &s.gate, &s.down, d, s, 0)?;
         rec.barrier();
         mark(&mut clock, cmd, "down", l);
         r.add = Some(&s.down);

@@ -11,6 +11,10 @@
 //! GEMV's (`gemv` with n = 1) for that row. Negative controls: a perturbed oracle and an
 //! unwritten output fail the bar.
 //!
+//! Rows of 2048 and 2304 values split K into pieces (`gemm_split`): the same checks, and each
+//! activation row's output is the same bits whatever the row count (the split follows the
+//! matrix's shape alone).
+//!
 //! On the host: the tier choice (`pick_tier`) from device capabilities, and the grid.
 
 mod common;
@@ -26,6 +30,14 @@ use resin_vulkan::pipelines::{Bind, VARIANTS};
 const NS: [usize; 6] = [1, 9, 63, 64, 65, 200];
 const NMAX: usize = 200;
 
+/// Partial-sum and counter (zeroed) buffers for a split GEMM of `rows` x `cols` over up to
+/// NMAX activation rows.
+fn split_bufs(h: &Harness, rows: usize, cols: usize) -> (resin_vulkan::buffers::Buffer, resin_vulkan::buffers::Buffer) {
+    let part = h.poisoned(gemm_part_floats(rows as u32, cols as u32, NMAX as u32).max(1));
+    let done = h.buf_f32(&vec![0.0; gemm_done_words(rows as u32, NMAX as u32).max(1)]);
+    (part, done)
+}
+
 #[test]
 #[allow(clippy::needless_range_loop)]
 fn gemm_every_format_edges_strides_and_gemv_agreement() {
@@ -35,8 +47,11 @@ fn gemm_every_format_edges_strides_and_gemv_agreement() {
     let mut rng = Rng(0x6e33);
     let (mut worst, mut worst_gemv) = (0f64, 0f64); // largest err / bar seen
     for ty in FORMATS {
-        for (rows, cols) in [(67usize, 256usize), (130, 512), (67, 512), (130, 256)] {
+        for (rows, cols) in [(67usize, 256usize), (130, 512), (67, 512), (130, 256), (130, 2048)] {
             let what = format!("gemm {ty} {rows}x{cols}");
+            let (upp, pieces) = gemm_split(rows as u32, cols as u32);
+            assert_eq!(pieces > 1, cols == 2048, "{what}: split K in {pieces} pieces of {upp} units");
+            let (part, done) = split_bufs(&h, rows, cols);
             let src = rng.vec(rows * cols, 1.0);
             let wbytes = formats::quantize(ty, &src).unwrap();
             let mut wq = vec![0f32; rows * cols];
@@ -55,12 +70,23 @@ fn gemm_every_format_edges_strides_and_gemv_agreement() {
             let want: Vec<(Vec<f64>, Vec<f64>)> = xrows.iter().map(|x| gemv_oracle(&wq, x, rows, cols)).collect();
             let (ys, yo) = (rows + 5, 3usize);
             let mut last = Vec::new();
+            let mut first9 = Vec::new();
             for n in NS {
                 let len = (n + 1) * ys + yo;
                 let ybuf = h.poisoned(len);
                 let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: xs_stride as u32, y_stride: ys as u32, y_off: yo as u32 };
-                h.run(|rec| rec.gemm_in(GemmTier::Tiled, ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+                let split = GemmSplit { part: (&part).into(), done: (&done).into() };
+                h.run(|rec| rec.gemm_in(GemmTier::Tiled, ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p, Some(split)));
                 let got = ybuf.read_f32(0, len).unwrap();
+                // Each row the same bits whatever the row count: rows 0..9 of every n >= 9.
+                if n >= 9 {
+                    let rows9: Vec<u32> = (0..9).flat_map(|c| got[c * ys + yo..c * ys + yo + rows].iter().map(|v| v.to_bits())).collect();
+                    if first9.is_empty() {
+                        first9 = rows9;
+                    } else {
+                        assert!(first9 == rows9, "{what}: rows 0..9 at n={n} differ from n=9");
+                    }
+                }
                 let mut written = vec![false; len];
                 for c in 0..n {
                     let at = c * ys + yo;
@@ -124,7 +150,8 @@ fn gemm_classifier_sized_rows() {
     let x = rng.vec(n * cols, 1.0);
     let (wbuf, xbuf, ybuf) = (h.buf_bytes(&wbytes), h.buf_f32(&x), h.poisoned(n * rows));
     let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: 34, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
-    h.run(|rec| rec.gemm_in(GemmTier::Tiled, GgmlType::Q8_0, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+    assert_eq!(gemm_split(rows as u32, cols as u32).1, 1, "one unit a row cannot split");
+    h.run(|rec| rec.gemm_in(GemmTier::Tiled, GgmlType::Q8_0, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p, None));
     let got = ybuf.read_f32(0, n * rows).unwrap();
     for c in 0..n {
         let (want, bar) = gemv_oracle(&wq, &x[c * cols..(c + 1) * cols], rows, cols);
@@ -143,12 +170,15 @@ fn gemm_refuses_what_it_cannot_run() {
         let mut rec = Recorder { gpu: &gpu, pipes: &mut pipes, desc: &mut desc, cmd };
         if !gpu.info.coopmat {
             // The cooperative-matrix tier forced on a device without it is an error, not a dispatch.
-            errs.push(rec.gemm_in(GemmTier::CoopMat, GgmlType::Q8_0, 3, (&w).into(), (&w).into(), (&w).into(), p).is_err());
+            errs.push(rec.gemm_in(GemmTier::CoopMat, GgmlType::Q8_0, 3, (&w).into(), (&w).into(), (&w).into(), p, None).is_err());
         }
-        errs.push(rec.gemm(GgmlType::Q8_0, 0, (&w).into(), (&w).into(), (&w).into(), p).is_err());
-        errs.push(rec.gemm(GgmlType::Q8_0, 3, (&w).into(), (&w).into(), (&w).into(), GemvPush { cols: 48, ..p }).is_err());
-        errs.push(rec.gemm(GgmlType::Q4_K, 3, (&w).into(), (&w).into(), (&w).into(), GemvPush { cols: 128, ..p }).is_err());
-        errs.push(rec.gemm(GgmlType::Q2_K, 3, (&w).into(), (&w).into(), (&w).into(), GemvPush { cols: 256, ..p }).is_err());
+        errs.push(rec.gemm(GgmlType::Q8_0, 0, (&w).into(), (&w).into(), (&w).into(), p, None).is_err());
+        errs.push(rec.gemm(GgmlType::Q8_0, 3, (&w).into(), (&w).into(), (&w).into(), GemvPush { cols: 48, ..p }, None).is_err());
+        errs.push(rec.gemm(GgmlType::Q4_K, 3, (&w).into(), (&w).into(), (&w).into(), GemvPush { cols: 128, ..p }, None).is_err());
+        errs.push(rec.gemm(GgmlType::Q2_K, 3, (&w).into(), (&w).into(), (&w).into(), GemvPush { cols: 256, ..p }, None).is_err());
+        // A shape that splits K with partial-sum buffers too small.
+        let split = GemvPush { rows: 4, cols: 2048, row_bytes: 2176, x_stride: 2048, y_stride: 4, y_off: 0 };
+        errs.push(rec.gemm(GgmlType::Q8_0, 3, (&w).into(), (&w).into(), (&w).into(), split, Some(GemmSplit { part: (&w).into(), done: (&w).into() })).is_err());
     })
     .unwrap();
     assert!(errs.iter().all(|&e| e), "{errs:?}");
@@ -172,8 +202,10 @@ fn gemm_coopmat_tier_where_offered() {
     }
     let rows = 130usize;
     let mut rng = Rng(0xc00b);
-    for ty in FORMATS {
-        let cols = if ty.block_len() == 256 { 512 } else { 544 };
+    // Second: rows that split K in 4 pieces (the last one short, a partial K step in it).
+    for (ty, cols) in FORMATS.iter().flat_map(|&ty| if ty.block_len() == 256 { [(ty, 512), (ty, 2304)] } else { [(ty, 544), (ty, 2080)] }) {
+        let (part, done) = split_bufs(&h, rows, cols);
+        let split = GemmSplit { part: (&part).into(), done: (&done).into() };
         let src = rng.vec(rows * cols, 1.0);
         let wbytes = formats::quantize(ty, &src).unwrap();
         let mut wq = vec![0f32; rows * cols];
@@ -186,7 +218,7 @@ fn gemm_coopmat_tier_where_offered() {
             let len = (n + 1) * ys + yo;
             let ybuf = h.poisoned(len);
             let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: (wbytes.len() / rows) as u32, x_stride: cols as u32, y_stride: ys as u32, y_off: yo as u32 };
-            h.run(|rec| rec.gemm_in(GemmTier::CoopMat, ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
+            h.run(|rec| rec.gemm_in(GemmTier::CoopMat, ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p, Some(split)));
             let got = ybuf.read_f32(0, len).unwrap();
             let mut written = vec![false; len];
             for c in 0..n {
@@ -290,13 +322,19 @@ fn tier_choice() {
 
 #[test]
 fn grid_and_variants() {
-    assert_eq!(gemm_groups(151_936, 512).unwrap(), [2374, 8, 1]);
-    assert_eq!(gemm_groups(67, 1).unwrap(), [2, 1, 1]);
-    assert_eq!(gemm_groups(64, 65).unwrap(), [1, 2, 1]);
-    // Past 65535 row tiles the z dimension carries the overflow (x * z >= tiles).
-    let g = gemm_groups(64 * 65_536 + 1, 9).unwrap();
-    assert_eq!(g, [65535, 1, 2]);
-    assert!(gemm_groups(1, 65_536 * 64 + 1).is_err());
+    assert_eq!(gemm_groups(151_936, 512, 1).unwrap(), [2374, 8, 1]);
+    assert_eq!(gemm_groups(67, 1, 1).unwrap(), [2, 1, 1]);
+    assert_eq!(gemm_groups(64, 65, 4).unwrap(), [1, 2, 4], "z: K pieces");
+    assert!(gemm_groups(64 * 65_536 + 1, 9, 1).is_err());
+    assert!(gemm_groups(1, 65_536 * 64 + 1, 1).is_err());
+    // K splits by the matrix's shape: few row tiles and a long K take pieces, each a whole
+    // number of 4-unit steps; a classifier's many row tiles or a short K take none.
+    assert_eq!(gemm_split(2048, 8192), (64, 4));
+    assert_eq!(gemm_split(512, 2048), (16, 4));
+    assert_eq!(gemm_split(8192, 2048), (64, 1));
+    assert_eq!(gemm_split(128_256, 2048), (64, 1));
+    assert_eq!(gemm_split(576, 576), (18, 1));
+    assert_eq!(gemm_split(896, 4864), (20, 8));
     assert_eq!(gemm_variant(GgmlType::Q4_K, GemmTier::Tiled).unwrap(), "gemm_q4_k");
     assert_eq!(gemm_variant(GgmlType::Q4_K, GemmTier::CoopMat).unwrap(), "gemm_cm_q4_k");
     // Every format has both modules; the cooperative-matrix ones are SPIR-V 1.6 declaring

@@ -5,9 +5,16 @@
 //
 // A workgroup owns a tile of BM weight rows x BN activation rows and walks K in steps of 32
 // values (the coopmat tier: KU x 32): each step dequantizes the tile's weights into shared
-// memory once, stages the activations beside them, then multiplies. Grid: x (+ z for
-// overflow) = weight-row tiles, y = activation-row tiles. Edges (rows, n not multiples of the
-// tile; a last K step past the row's end) read zeros and write nothing.
+// memory once, stages the activations beside them, then multiplies. Grid: x = weight-row
+// tiles, y = activation-row tiles, z = K pieces. Edges (rows, n not multiples of the tile; a
+// last K step past the row's or the piece's end) read zeros and write nothing.
+//
+// Split K (p.pieces > 1, chosen by the host from the matrix's shape alone, never from n, so a
+// row's result does not depend on the rows beside it): workgroup z walks units
+// [z * upp, (z + 1) * upp) and writes its tile's partial sums to `part`; the workgroup that
+// finishes a tile's pieces last (counted in `done`, set back to zero after) adds them in
+// piece order 0, 1, ... and writes y. A matrix of few weight-row tiles (a wide step's or a
+// small model's) then spreads over enough workgroups to fill the device.
 //
 // Two tiers from this one body:
 // - the portable tier (default): f32 in shared memory (BK*(BM+BN)*4 = 16 KiB), 128 threads,
@@ -47,6 +54,10 @@ layout(local_size_x = 128) in;
 layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
+// Split K: [piece][tile][activation row of the tile][weight row of the tile] partial sums, and
+// the pieces finished a tile (read and written across workgroups: coherent).
+layout(std430, set = 0, binding = 3) coherent buffer Part { float part[]; };
+layout(std430, set = 0, binding = 4) coherent buffer Done { uint done[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -56,9 +67,40 @@ layout(push_constant) uniform Push {
     uint y_stride;
     uint y_off;
     uint n;
+    uint upp;      // 32-value units a K piece
+    uint pieces;
 } p;
 
 #include "formats.glsl"
+
+#define TILE (BM * BN)
+shared bool last_wg;
+
+// The tile's offset in `part` for piece z.
+uint part_base(uint z) {
+    uint tiles = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
+    return (z * tiles + gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * TILE;
+}
+
+// After a workgroup wrote its piece of the tile to `part`: the last one to finish adds the
+// pieces in order and writes y. Every thread of the workgroup calls it (barriers).
+void finish_split(uint r0, uint c0, uint t, uint nthreads) {
+    uint tile = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    memoryBarrierBuffer();
+    barrier();
+    if (t == 0u) last_wg = atomicAdd(done[tile], 1u) == p.pieces - 1u;
+    barrier();
+    if (!last_wg) return;
+    memoryBarrierBuffer();
+    for (uint e = t; e < TILE; e += nthreads) {
+        uint r = r0 + e % BM;
+        uint c = c0 + e / BM;
+        precise float s = 0.0;
+        for (uint z = 0u; z < p.pieces; z++) s = s + part[part_base(z) + e];
+        if (r < p.rows && c < p.n) y[c * p.y_stride + p.y_off + r] = s;
+    }
+    if (t == 0u) done[tile] = 0u;
+}
 
 #ifndef COOPMAT
 // ---------------------------------------------------------------- portable tier
@@ -66,7 +108,7 @@ shared float ws[BK * BM];   // [k][weight row]
 shared float xs[BK * BN];   // [k][activation row]
 
 void main() {
-    uint tile_m = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;
+    uint tile_m = gl_WorkGroupID.x;
     if (tile_m * BM >= p.rows) return;          // whole workgroup: no barrier is skipped by part of it
     uint r0 = tile_m * BM;
     uint c0 = gl_WorkGroupID.y * BN;
@@ -77,8 +119,10 @@ void main() {
     for (uint i = 0u; i < TM; i++)
         for (uint j = 0u; j < TN; j++) acc[i][j] = 0.0;
     uint units = p.cols / 32u;
+    uint u_lo = gl_WorkGroupID.z * p.upp;
+    uint u_hi = min(units, u_lo + p.upp);
     float v[32];
-    for (uint u = 0u; u < units; u++) {
+    for (uint u = u_lo; u < u_hi; u++) {
         // Threads 0..BM-1 dequantize one weight row's unit each; the rest stage activations.
         if (t < BM) {
             uint r = r0 + t;
@@ -106,6 +150,13 @@ void main() {
                 for (uint j = 0u; j < TN; j++) acc[i][j] += a[i] * b[j];
         }
         barrier();
+    }
+    if (p.pieces > 1u) {
+        uint pb = part_base(gl_WorkGroupID.z);
+        for (uint j = 0u; j < TN; j++)
+            for (uint i = 0u; i < TM; i++) part[pb + (tc + j * (BN / TN)) * BM + tr + i * (BM / TM)] = acc[i][j];
+        finish_split(r0, c0, t, THREADS);
+        return;
     }
     for (uint j = 0u; j < TN; j++) {
         uint c = c0 + tc + j * (BN / TN);
@@ -145,7 +196,7 @@ shared float stage[NREG * CM * CM];              // one 16x16 accumulator per re
 f16vec4 wreg[MAXWP * 2u];
 f16vec4 xreg[MAXXP];
 
-void fetch(uint u0, uint r0, uint c0, uint t, uint units) {
+void fetch(uint u0, uint r0, uint c0, uint t, uint units) {   // units: the piece's end
     for (uint i = 0u; i < MAXWP; i++) {
         uint e = t + i * WG;
         if (e >= BM * 4u * KU) break;
@@ -169,7 +220,7 @@ void fetch(uint u0, uint r0, uint c0, uint t, uint units) {
         uint l = (e % (CBK / 4u)) * 4u;
         uint cc = c0 + c;
         vec4 xv = vec4(0.0);
-        if (cc < p.n && u0 * 32u + l < p.cols) {
+        if (cc < p.n && u0 * 32u + l < units * 32u) {
             uint xo = cc * p.x_stride + u0 * 32u + l;
             xv = vec4(x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u]);
         }
@@ -193,30 +244,34 @@ void stash(uint t) {
     }
 }
 
-// Write accumulator `a` (weight rows r, activation rows c of its 16x16 block) through the
-// region's staging slot, edges dropped. Subgroup-uniform control flow.
-void write_out(ACC a, uint slot, uint r, uint c) {
+// Write accumulator `a` (weight rows r, activation rows c of its 16x16 block, tile at r0,
+// c0) through the region's staging slot: to y, edges dropped, or with split K to the tile's
+// piece in `part`. Subgroup-uniform control flow.
+void write_out(ACC a, uint slot, uint r, uint c, uint r0, uint c0) {
     coopMatStore(a, stage, slot * CM * CM, CM, gl_CooperativeMatrixLayoutColumnMajor);
     subgroupMemoryBarrierShared();
     subgroupBarrier();
+    uint pb = part_base(gl_WorkGroupID.z);
     for (uint e = gl_SubgroupInvocationID; e < CM * CM; e += gl_SubgroupSize) {
         uint rr = r + e % CM;
         uint cc = c + e / CM;
-        if (rr < p.rows && cc < p.n) y[cc * p.y_stride + p.y_off + rr] = stage[slot * CM * CM + e];
+        if (p.pieces > 1u) part[pb + (cc - c0) * BM + rr - r0] = stage[slot * CM * CM + e];
+        else if (rr < p.rows && cc < p.n) y[cc * p.y_stride + p.y_off + rr] = stage[slot * CM * CM + e];
     }
     subgroupMemoryBarrierShared();
     subgroupBarrier();
 }
 
 void main() {
-    uint tile_m = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;
+    uint tile_m = gl_WorkGroupID.x;
     if (tile_m * BM >= p.rows) return;
     uint r0 = tile_m * BM;
     uint c0 = gl_WorkGroupID.y * BN;
     uint t = gl_LocalInvocationIndex;
     uint sg = gl_SubgroupID;
     uint ns = gl_NumSubgroups;
-    uint units = p.cols / 32u;
+    uint u_lo = gl_WorkGroupID.z * p.upp;
+    uint units = min(p.cols / 32u, u_lo + p.upp);   // this piece's end
     for (uint base = 0u; base < NREG; base += ns) {
         uint reg = base + sg;
         bool mine = reg < NREG;                  // uniform within the subgroup
@@ -226,7 +281,7 @@ void main() {
         ACC a01 = ACC(0.0);
         ACC a10 = ACC(0.0);
         ACC a11 = ACC(0.0);
-        for (uint u0 = 0u; u0 < units; u0 += KU) {
+        for (uint u0 = u_lo; u0 < units; u0 += KU) {
             fetch(u0, r0, c0, t, units);
             stash(t);
             barrier();
@@ -249,11 +304,12 @@ void main() {
             barrier();
         }
         if (mine) {
-            write_out(a00, reg, r0 + rm, c0 + rn);
-            write_out(a01, reg, r0 + rm, c0 + rn + CM);
-            write_out(a10, reg, r0 + rm + CM, c0 + rn);
-            write_out(a11, reg, r0 + rm + CM, c0 + rn + CM);
+            write_out(a00, reg, r0 + rm, c0 + rn, r0, c0);
+            write_out(a01, reg, r0 + rm, c0 + rn + CM, r0, c0);
+            write_out(a10, reg, r0 + rm + CM, c0 + rn, r0, c0);
+            write_out(a11, reg, r0 + rm + CM, c0 + rn + CM, r0, c0);
         }
     }
+    if (p.pieces > 1u) finish_split(r0, c0, t, WG);
 }
 #endif
