@@ -55,8 +55,8 @@ fn prompts(m: &Model, n: usize) -> Vec<Vec<u32>> {
     (0..n).map(|i| m.tok.encode(&format!("Here is a short note about {}:", subjects[i % subjects.len()]), false, false).unwrap()).collect()
 }
 
-/// `wide`: the engine's default (steps above NROW_MAX rows run as one wide step); otherwise
-/// wide steps off, so more than NROW_MAX streams take balanced groups of token commands.
+/// `wide`: steps above NROW_MAX rows run as one wide step; otherwise wide steps off, so more
+/// than NROW_MAX streams take balanced groups of token commands.
 fn concurrent_equals_alone(streams: usize, wide: bool) {
     let m = model();
     let ps = prompts(&m, streams);
@@ -64,7 +64,7 @@ fn concurrent_equals_alone(streams: usize, wide: bool) {
         let e = engine(&m, 1, EngineConfig::default());
         ps.iter().map(|p| collect(e.submit(request(p.clone(), 12)).unwrap()).0).collect()
     };
-    let config = if wide { EngineConfig::default() } else { EngineConfig { wide_step_min: 0, ..EngineConfig::default() } };
+    let config = EngineConfig { wide_step_min: if wide { resin_core::NROW_MAX + 1 } else { 0 }, ..EngineConfig::default() };
     let e = engine(&m, streams, config);
     let handles: Vec<GenHandle> = ps.iter().map(|p| e.submit(request(p.clone(), 12)).unwrap()).collect();
     for (i, h) in handles.into_iter().enumerate() {
