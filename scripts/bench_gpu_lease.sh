@@ -1,8 +1,8 @@
 #!/bin/bash
 # The comparison in one short lease (LEASE_S seconds, default 480: one `device` call), for when
 # the device budget cannot hold scripts/bench_gpu.sh's full peer build. resin runs (bench
-# pp512/tg128 with the per-stage profile; 8, 16 and 64 streams with wide steps on, the
-# engine's default, and off: groups of 8-row token commands) on `resin synth` files while
+# pp512/tg128 with the per-stage profile, and with split K off; 8, 16, 32 and 64 streams with
+# wide steps and with groups of 8-row token commands) on `resin synth` files while
 # llama.cpp's CUDA build (llama-bench and llama-batched-bench only, niced, 12 jobs) compiles
 # beside it; then the peer runs on the SAME files. Each step is cut by `timeout` so the call
 # ends in time. From the repo root on the device machine, the kit in .kit (scripts/bench_gpu.sh;
@@ -18,23 +18,23 @@ C="-G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXA
 ( cmake -S $W/llama.cpp -B $W/bc $C -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > $O/cmake.log 2>&1 &&
   timeout $(left $((L - 90))) nice -n 19 cmake --build $W/bc -j 12 --target llama-bench llama-batched-bench > $O/build.log 2>&1 ) &
 B=$!
+# j: one resin bench run, its key figures on one line (env overrides before the command).
+j() { local tag=$1; shift; timeout 90 env "$@" > $O/$tag.json 2> $O/$tag.log; echo "$tag: $(grep -o -E '"(pp_tps|tg_tps|decode_tps|full_width_decode_tps|ttft_p50_s)":[0-9.a-z]*' $O/$tag.json | tr "\n" " ")"; }
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
-  $R bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --reps 3 --profile --format json 2> $O/resin-$m.log > $O/resin-$m.json
-  echo "$m: $(grep -o -E '"(pp_tps|tg_tps)":[0-9.]*' $O/resin-$m.json | tr "\n" " ")"
-  if [ -n "$Q8KV" ]; then   # the q8_0 K/V mirror (decode reads half the K/V bytes of f16)
-    $R bench --model $W/$m.gguf --gpu vulkan --kv q8_0 --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/resin-$m-q8kv.log > $O/resin-$m-q8kv.json
-    echo "$m kv q8_0: $(grep -o -E '"(pp_tps|tg_tps)":[0-9.]*' $O/resin-$m-q8kv.json | tr "\n" " ")"
-  fi
-  for n in 8 16 64; do
-    for w in default 0; do
-      a=""; [ $w = 0 ] && a="--wide-step-min 0"
-      $R bench --model $W/$m.gguf --gpu vulkan --streams $n --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json $a 2> $O/streams-$m-$n-w$w.log > $O/streams-$m-$n-w$w.json
-      echo "$m streams $n wide $w: $(grep -o -E '"(decode_tps|full_width_decode_tps|ttft_p50_s|wall_s)":[0-9.a-z]*' $O/streams-$m-$n-w$w.json | tr "\n" " ")"
-    done
+  RB="$R bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --format json"
+  j resin-$m A=1 $RB --reps 3 --profile
+  # split K off (RESIN_VK_GEMM_SPLIT=0): what the split brings to prefill
+  j resin-$m-nosplit RESIN_VK_GEMM_SPLIT=0 $RB --reps 2
+  if [ -n "$Q8KV" ]; then j resin-$m-q8kv A=1 $RB --kv q8_0 --reps 1; fi   # the q8_0 K/V mirror
+  # aggregate decode: wide steps above 8 rows (--wide-step-min 9) against groups of 8-row
+  # token commands (0); at 8 streams both are one 8-row command a step
+  for n in 8 16 32 64; do
+    j streams-$m-$n-wide A=1 $RB --streams $n --reps 1 --wide-step-min 9
+    [ $n -gt 8 ] && j streams-$m-$n-grouped A=1 $RB --streams $n --reps 1 --wide-step-min 0
   done
-  # TTFT of 8 prompts arriving together, one at a time (segmented is the run above)
-  $R bench --model $W/$m.gguf --gpu vulkan --streams 8 --max-segments 1 --prompt-tokens 512 --gen-tokens 128 --reps 1 --format json 2> $O/streams-$m-8-seg1.log > $O/streams-$m-8-seg1.json
-  echo "$m streams 8 one at a time: $(grep -o -E '"(decode_tps|ttft_p50_s)":[0-9.]*' $O/streams-$m-8-seg1.json | tr "\n" " ")"
+  j streams-$m-64-wide-nosplit RESIN_VK_GEMM_SPLIT=0 $RB --streams 64 --reps 1 --wide-step-min 9
+  # TTFT of 8 prompts arriving together, one at a time (segmented is the 8-stream run above)
+  j streams-$m-8-seg1 A=1 $RB --streams 8 --max-segments 1 --reps 1
 done
 echo "ours done at $((SECONDS - S)) s"
 wait $B || { echo "peer build cut or failed at $((SECONDS - S)) s"; tail -3 $O/build.log; }
@@ -43,7 +43,7 @@ for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
   timeout $(left $((L - 45))) $W/bc/bin/llama-bench -m $W/$m.gguf -p 512 -n 128 -r 3 -fa 1 -o md 2>&1 | grep -E "^\||error" | tee -a $O/peer-cuda-bench.md
 done
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
-  timeout $(left $((L - 10))) $W/bc/bin/llama-batched-bench -m $W/$m.gguf -c 40000 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,8,16,64 -fa on 2>&1 | grep -E "^\||error" | tee -a $O/peer-cuda-batched.md
+  timeout $(left $((L - 10))) $W/bc/bin/llama-batched-bench -m $W/$m.gguf -c 40000 -b 2048 -ub 512 -npp 512 -ntg 128 -npl 1,8,16,32,64 -fa on 2>&1 | grep -E "^\||error" | tee -a $O/peer-cuda-batched.md
 done
 echo "end at $((SECONDS - S)) s"
 tar czf $OUT/final.tgz -C $OUT l
