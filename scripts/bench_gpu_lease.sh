@@ -33,6 +33,8 @@ for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
     [ $n -gt 8 ] && j streams-$m-$n-grouped A=1 $RB --streams $n --reps 1 --wide-step-min 0
   done
   j streams-$m-64-wide-nosplit RESIN_VK_GEMM_SPLIT=0 $RB --streams 64 --reps 1 --wide-step-min 9
+  # the decode attention's old spread (64 rows x workgroups a head): 8 rows at 8 pieces each
+  j streams-$m-8-spread64 RESIN_VK_ATTN_SPREAD=64 $RB --streams 8 --reps 1
   # TTFT of 8 prompts arriving together, one at a time (segmented is the 8-stream run above)
   j streams-$m-8-seg1 A=1 $RB --streams 8 --max-segments 1 --reps 1
 done

@@ -198,10 +198,18 @@ const _: () = assert!((WINDOW_ATTN_MIN_ROWS - 1) * ATTN_SLOTS as usize <= PF_WIN
 
 /// Workgroups a row and head of the decode attention for a pass of `rows` rows: the split
 /// follows the rows, so a step of few rows still spreads its keys over many workgroups
-/// (rows x workgroups <= 64). The pieces themselves follow each row's key count alone.
+/// (rows x workgroups <= ATTN_SPREAD: 8 rows take 32 each, every piece of a 2048-key row its
+/// own workgroup). The pieces themselves follow each row's key count alone, so a row's result
+/// is the same whatever this says.
 fn attn_pieces(rows: usize) -> u32 {
-    (64 / rows.max(1)).clamp(1, ATTN_SLOTS as usize) as u32
+    static SPREAD: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let spread = *SPREAD.get_or_init(|| std::env::var("RESIN_VK_ATTN_SPREAD").ok().and_then(|v| v.parse().ok()).filter(|&v| v > 0).unwrap_or(ATTN_SPREAD));
+    (spread / rows.max(1)).clamp(1, ATTN_SLOTS as usize) as u32
 }
+
+/// Rows x workgroups a head the decode attention aims at (`RESIN_VK_ATTN_SPREAD` overrides;
+/// the previous 64 left an 8-row step's rows two pieces a workgroup).
+const ATTN_SPREAD: usize = 256;
 
 /// Bytes of the scratch (a PF_WINDOW-row window plus `out_rows` logits rows), rope table aside.
 fn scratch_bytes(cfg: &ModelConfig, out_rows: usize) -> u64 {
