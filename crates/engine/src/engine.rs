@@ -109,15 +109,22 @@ pub struct EngineConfig {
     pub host_cache_bytes: usize,
     /// Decoding streams from which a step runs as wide steps (one pass of up to the home's
     /// `step_rows_max` rows, through the window's matrix kernels) instead of balanced groups of
-    /// NROW_MAX-row token commands; 0 never. Takes effect above NROW_MAX rows.
+    /// NROW_MAX-row token commands; 0 never. Takes effect above NROW_MAX rows. Default
+    /// WIDE_STEP_MIN: where wide steps measured faster on the H200 (BENCHMARKS.md).
     pub wide_step_min: usize,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 128, max_segments: usize::MAX, host_cache_bytes: 1 << 30, wide_step_min: NROW_MAX + 1 }
+        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 128, max_segments: usize::MAX, host_cache_bytes: 1 << 30, wide_step_min: WIDE_STEP_MIN }
     }
 }
+
+/// Decoding streams from which the engine takes wide steps by default. Measured on the H200
+/// (1B Q8_0 / 3B Q4_K_M, 512-token prompts): at 16 streams a wide step lost to two 8-row
+/// token commands (1,911 against 2,125 t/s, 689 against 916); at 32 it won on the 1B (2,456
+/// against 2,074; 3,490 against 2,042 while all 32 decode) and tied on the 3B (885 / 890).
+pub const WIDE_STEP_MIN: usize = 32;
 
 /// Live numbers for /metrics.
 #[derive(Debug, Default)]
