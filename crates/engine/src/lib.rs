@@ -8,7 +8,7 @@ mod stop;
 
 pub use engine::{
     balanced_groups, Engine, ShutdownOnDrop, EngineConfig, EngineStats, Finish, FinishReason, GenEvent, GenHandle, GenRequest,
-    LogitsConstraint, SubmitError,
+    LogitsConstraint, SubmitError, WIDE_STEP_MIN,
 };
 pub use host_cache::HostCache;
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};

@@ -84,8 +84,11 @@ pub fn gemm_split(rows: u32, cols: u32) -> (u32, u32) {
     if *OFF.get_or_init(|| std::env::var("RESIN_VK_GEMM_SPLIT").as_deref() == Ok("0")) {
         return (units, 1);
     }
+    // RESIN_VK_GEMM_SPLIT_ROWS overrides SPLIT_MAX_ROWS (for measuring).
+    static MAX_ROWS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let max_rows = *MAX_ROWS.get_or_init(|| std::env::var("RESIN_VK_GEMM_SPLIT_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(SPLIT_MAX_ROWS));
     let tiles = rows.div_ceil(TILE_ROWS).max(1);
-    let want = SPLIT_TARGET.div_ceil(tiles).min(units / SPLIT_MIN_UNITS).min(SPLIT_MAX_ROWS / rows.max(1)).max(1);
+    let want = SPLIT_TARGET.div_ceil(tiles).min(units / SPLIT_MIN_UNITS).min(max_rows / rows.max(1)).max(1);
     // Whole K steps of the cooperative-matrix tier (at most 4 units) in every piece but the last.
     let upp = units.div_ceil(want).next_multiple_of(4).min(units);
     (upp, units.div_ceil(upp))

@@ -94,6 +94,9 @@ fn peak_rss_bytes() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
 }
 
+/// Rows of the wide step `--profile` times (the engine's default wide-step width).
+const WIDE_PROFILE_ROWS: usize = resin_engine::WIDE_STEP_MIN;
+
 pub fn bench(args: BenchArgs) -> Result<()> {
     if args.reps == 0 || args.prompt_tokens == 0 || args.gen_tokens == 0 {
         bail!("--reps, --prompt-tokens and --gen-tokens must be at least 1");
@@ -104,7 +107,8 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let mut model = args.model.clone();
     // Room for the run and for the warm-up (64 prompt rows, 4 steps).
     model.ctx = Some(model.ctx.unwrap_or(0).max(args.prompt_tokens.max(64) + args.gen_tokens.max(resin_core::NROW_MAX) + 1));
-    let loaded = model.load(1)?;
+    // --profile also times a wide step of WIDE_PROFILE_ROWS rows, one a region.
+    let loaded = model.load(if args.profile { WIDE_PROFILE_ROWS } else { 1 })?;
     let file_bytes = loaded.file.file_len();
     let mut home = loaded.home;
     let vocab = home.spec().vocab;
@@ -143,7 +147,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         // An N-row step: NROW_MAX rows (one region's next positions, as the peel runs them).
         let rows: Vec<Row> = (0..resin_core::NROW_MAX).map(|i| Row { region, token: prompt[i % prompt.len()], pos: (prompt.len() + i) as u32 }).collect();
         let step_n = if rows.last().is_some_and(|r| (r.pos as usize) < home.spec().n_ctx) { home.profile_step(&rows)? } else { None };
-        json!({ "window": profile_json(window), "step": profile_json(step), "step_nrow": profile_json(step_n) })
+        // A wide step: one row in each region at the prompt's length (the other regions' K/V
+        // rows hold whatever is there: a timing, not a result).
+        let wide: Vec<Row> = (0..WIDE_PROFILE_ROWS).map(|r| Row { region: RegionId(r as u32), token: prompt[r % prompt.len()], pos: prompt.len() as u32 }).collect();
+        let step_w = if home.spec().step_rows_max >= wide.len() { home.profile_step(&wide)? } else { None };
+        json!({ "window": profile_json(window), "step": profile_json(step), "step_nrow": profile_json(step_n), "step_wide": profile_json(step_w) })
     } else {
         serde_json::Value::Null
     };
@@ -171,6 +179,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         text += &profile_text(&format!("prefill window of {} rows", prompt.len().min(resin_core::PF_WINDOW)), &out["profile"]["window"]);
         text += &profile_text("token step (1 row)", &out["profile"]["step"]);
         text += &profile_text(&format!("token step ({} rows)", resin_core::NROW_MAX), &out["profile"]["step_nrow"]);
+        text += &profile_text(&format!("wide step ({WIDE_PROFILE_ROWS} rows)"), &out["profile"]["step_wide"]);
     }
     print_result(&args.format, &out, &format!(
         "{text}{} on {} ({} threads, {}): pp{} {:.1} t/s, tg{} {:.1} t/s (median of {})",
