@@ -406,7 +406,8 @@ impl VulkanHome {
     }
 
     /// Build, before the first request, what the first steps would otherwise build as they
-    /// go: the token commands of 1..=`rows` rows (kept, as a step would keep them) and one
+    /// go: the token commands of 1..=`rows` rows (kept, as a step would keep them; above
+    /// NROW_MAX the token commands and one wide step of `rows` rows, at most step_rows_max) and one
     /// prefill window's pipelines (its command recorded and dropped, never submitted). A
     /// driver compiles each pipeline on first use, so without this the first requests of a
     /// server pay for it in their time to first token. Returns the time it took.
@@ -415,6 +416,13 @@ impl VulkanHome {
         for n in 1..=rows.clamp(1, NROW_MAX) {
             self.command(n, true)?;
             self.command(n, false)?;
+        }
+        // With more rows than a token command takes, one wide step's (its pipelines serve every
+        // width; the commands of other widths are recorded when first used).
+        if rows > NROW_MAX {
+            let w = rows.min(self.spec.step_rows_max);
+            self.command(w, true)?;
+            self.command(w, false)?;
         }
         let keep = [PF_WINDOW as u32 - 1];
         drop(self.record_shape(true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true }, None)?);

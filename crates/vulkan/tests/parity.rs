@@ -138,20 +138,25 @@ fn nrow_step_equals_rows_alone_and_regions_stay_apart() {
 /// does at load) steps and prefills bit for bit as one that builds them on first use.
 #[test]
 fn a_prewarmed_home_runs_as_one_built_on_demand() {
-    let Some((_, mut lazy)) = homes("smollm2-135m", 64, 3) else { return };
-    let Some((_, mut warm)) = homes("smollm2-135m", 64, 3) else { return };
-    let took = warm.prewarm(3).unwrap();
+    // 10 regions: prewarm builds the token commands of 1..8 rows and a 10-row wide step's.
+    let Some((_, mut lazy)) = homes("smollm2-135m", 64, 10) else { return };
+    let Some((_, mut warm)) = homes("smollm2-135m", 64, 10) else { return };
+    let took = warm.prewarm(10).unwrap();
     assert!(took.as_nanos() > 0);
     let mut out = Vec::new();
     for vk in [&mut lazy, &mut warm] {
         let first = vk.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &PROMPT }]).unwrap();
         let rows: Vec<Row> = (0..3).map(|r| Row { region: RegionId(r), token: 42 + r, pos: 0 }).collect();
         let step = vk.step(&rows).unwrap();
-        out.push((first.row(0).to_vec(), (0..3).flat_map(|i| step.row(i).to_vec()).collect::<Vec<f32>>()));
+        let wide_rows: Vec<Row> = (0..10).map(|r| Row { region: RegionId(r), token: 7 + r, pos: 0 }).collect();
+        let wide = vk.step(&wide_rows).unwrap();
+        let flat = |l: &resin_core::Logits| (0..l.rows()).flat_map(|i| l.row(i).to_vec()).collect::<Vec<f32>>();
+        out.push((first.row(0).to_vec(), flat(&step), flat(&wide)));
     }
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
     assert_eq!(bits(&out[0].0), bits(&out[1].0), "the prefill's logits differ");
     assert_eq!(bits(&out[0].1), bits(&out[1].1), "the 3-row step's logits differ");
+    assert_eq!(bits(&out[0].2), bits(&out[1].2), "the 10-row wide step's logits differ");
 }
 
 /// The Vulkan home with f32 activations against the independent float32 numpy forward pass

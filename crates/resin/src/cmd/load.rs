@@ -111,7 +111,7 @@ impl ModelArgs {
         // The pipelines of every step the regions can run, built now rather than in the
         // first requests' time to first token.
         match home.prewarm(regions) {
-            Ok(took) => tracing::info!(ms = took.as_millis() as u64, rows = regions.min(resin_core::NROW_MAX), "pipelines ready"),
+            Ok(took) => tracing::info!(ms = took.as_millis() as u64, rows = regions, "pipelines ready"),
             Err(e) => tracing::warn!("pipelines not built ahead (the first steps build them): {e}"),
         }
         Ok(Box::new(home))
