@@ -318,3 +318,27 @@ fn bench_streams(args: BenchArgs) -> Result<()> {
     ));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::StreamsRun;
+
+    /// Two streams: A's first token at 1 s, then one a second to 10 s; B's first at 5 s, then
+    /// one a second to 14 s. After the last first token (5 s): A's 5 (6..10) and B's 9
+    /// (6..14) over 9 s; while both decode (5 s to A's last at 10 s): 10 tokens over 5 s.
+    /// A's tokens before 5 s are left out (the old figure counted them: 18 / 9 s).
+    #[test]
+    fn streams_rates_leave_out_what_decoded_while_others_prefilled() {
+        let a: Vec<(f64, usize)> = (1..=10).map(|t| (t as f64, 1)).collect();
+        let b: Vec<(f64, usize)> = (5..=14).map(|t| (t as f64, 1)).collect();
+        let r = StreamsRun::from_arrivals(&[a.clone(), b.clone()], 14.5);
+        assert_eq!(r.decode_tps, 14.0 / 9.0);
+        assert_eq!(r.full_width_tps, Some(10.0 / 5.0));
+        assert_eq!((r.ttft_p50, r.ttft_max), (5.0, 5.0));
+        // A finishing before B starts: never both decoding at once.
+        let early: Vec<(f64, usize)> = (1..=4).map(|t| (t as f64, 1)).collect();
+        let r = StreamsRun::from_arrivals(&[early, b], 14.5);
+        assert_eq!(r.full_width_tps, None);
+        assert_eq!(r.decode_tps, 9.0 / 9.0);
+    }
+}
