@@ -160,8 +160,13 @@ impl Scratch {
 }
 
 /// Bytes of one split-K slot (partial sums, counters) for the matrices of `cfg` over up to
-/// PF_WINDOW activation rows, rounded up to `align`.
-fn split_slot_bytes(cfg: &ModelConfig, align: u64) -> (u64, u64) {
+/// PF_WINDOW activation rows, rounded up to the device's storage-offset alignment; none where
+/// the device's GEMM tier does not split (only the cooperative-matrix tier does: see
+/// Recorder::gemm).
+fn split_slot_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig) -> (u64, u64) {
+    if crate::gemm::pick_tier(&crate::gemm::GemmCaps::of(info)) != crate::gemm::GemmTier::CoopMat {
+        return (0, 0);
+    }
     let (d, q, kv, ff) = (cfg.n_embd as u32, cfg.q_dim() as u32, cfg.kv_dim() as u32, cfg.n_ff as u32);
     // (rows, cols) of every matrix a pass multiplies; the classifier's rows never split K
     // (its many row tiles fill the device), but it is counted the same way.
@@ -169,7 +174,7 @@ fn split_slot_bytes(cfg: &ModelConfig, align: u64) -> (u64, u64) {
     let n = PF_WINDOW as u32;
     let part = shapes.iter().map(|&(r, c)| crate::gemm::gemm_part_floats(r, c, n) as u64 * 4).max().unwrap_or(0);
     let done = shapes.iter().filter(|&&(r, c)| crate::gemm::gemm_split(r, c).1 > 1).map(|&(r, _)| crate::gemm::gemm_done_words(r, n) as u64 * 4).max().unwrap_or(0);
-    let up = |b: u64| b.next_multiple_of(align.max(4));
+    let up = |b: u64| b.next_multiple_of(info.storage_align.max(4));
     (up(part), up(done))
 }
 
@@ -194,6 +199,11 @@ const WINDOW_ATTN_MIN_ROWS: usize = 16;
 fn part_rows(step_rows: usize) -> usize {
     PF_WINDOW.max(step_rows * ATTN_SLOTS as usize)
 }
+
+/// Floats of the decode attention's partials for a home landing `out_rows` logits rows.
+fn attn_part_floats(cfg: &ModelConfig, out_rows: usize) -> usize {
+    attn_part_len(part_rows(HomeSpec::wide_rows(out_rows)), cfg.n_head, cfg.head_dim, 1)
+}
 const _: () = assert!((WINDOW_ATTN_MIN_ROWS - 1) * ATTN_SLOTS as usize <= PF_WINDOW && NROW_MAX * ATTN_SLOTS as usize <= PF_WINDOW);
 
 /// Workgroups a row and head of the decode attention for a pass of `rows` rows: the split
@@ -212,14 +222,13 @@ fn attn_pieces(rows: usize) -> u32 {
 const ATTN_SPREAD: usize = 256;
 
 /// Bytes of the scratch (a PF_WINDOW-row window plus `out_rows` logits rows), rope table aside.
-fn scratch_bytes(cfg: &ModelConfig, out_rows: usize) -> u64 {
+fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: usize) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
     let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
-    let (sp, sd) = split_slot_bytes(cfg, 256);
+    let (sp, sd) = split_slot_bytes(info, cfg);
     let out = out + SPLIT_SLOTS * (sp + sd) as usize / 4;
-    let part = attn_part_len(part_rows(HomeSpec::wide_rows(out_rows)), cfg.n_head, cfg.head_dim, 1);
-    ((PF_WINDOW * per_row + out + part) * 4) as u64
+    ((PF_WINDOW * per_row + out + attn_part_floats(cfg, out_rows)) * 4) as u64
 }
 
 /// Timestamps between the stages of a profiled token command.
@@ -594,8 +603,8 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
     let side_row = opts.codec.bytes_for(cfg.kv_dim()) as u64;
     let kv_dim = cfg.kv_dim() as u64;
     let out_rows = NROW_MAX.max(opts.regions);
-    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(cfg, out_rows) + (n_ctx * cfg.rope_dims * 4) as u64 };
-    let part_bytes = attn_part_len(part_rows(HomeSpec::wide_rows(out_rows)), cfg.n_head, cfg.head_dim, 1) as u64 * 4;
+    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows) + (n_ctx * cfg.rope_dims * 4) as u64 };
+    let part_bytes = attn_part_floats(cfg, out_rows) as u64 * 4;
     let widest = (PF_WINDOW * cfg.n_ff.max(cfg.n_embd).max(cfg.q_dim()) * 4) as u64;
     if part_bytes.max(widest).max((out_rows * cfg.vocab * 4) as u64) > gpu.info.max_storage_range {
         return Err(decline(counters, format!("vulkan: a {PF_WINDOW}-row window's scratch is past the device's storage-buffer range")));
@@ -627,9 +636,7 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
 impl Scratch {
     fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, q8: bool, out_rows: usize) -> Result<Scratch, VkError> {
         let r = PF_WINDOW;
-        // Split K only in the cooperative-matrix tier (see Recorder::gemm).
-        let coop = crate::gemm::pick_tier(&crate::gemm::GemmCaps::of(&gpu.info)) == crate::gemm::GemmTier::CoopMat;
-        let (split_part, split_done) = if coop { split_slot_bytes(cfg, gpu.info.storage_align.max(4)) } else { (0, 0) };
+        let (split_part, split_done) = split_slot_bytes(&gpu.info, cfg);
         let dev = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Device);
         let host = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Host);
         Ok(Scratch {
@@ -647,7 +654,7 @@ impl Scratch {
             gate: dev(r * cfg.n_ff)?,
             up: dev(r * cfg.n_ff)?,
             down: dev(r * cfg.n_embd)?,
-            part: dev(attn_part_len(part_rows(HomeSpec::wide_rows(out_rows)), cfg.n_head, cfg.head_dim, 1))?,
+            part: dev(attn_part_floats(cfg, out_rows))?,
             logits: dev(out_rows * cfg.vocab)?,
             logits_host: host(out_rows * cfg.vocab)?,
             ids: host(out_rows)?,
