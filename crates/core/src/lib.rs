@@ -97,6 +97,16 @@ impl Logits {
     }
 }
 
+/// Split `n` rows into the fewest groups of at most `max`, balanced (max 8: 12 -> 6+6,
+/// 17 -> 6+6+5): the engine's grouped steps and the Vulkan home's lanes.
+pub fn balanced_groups(n: usize, max: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let g = n.div_ceil(max.max(1));
+    (0..g).map(|i| n / g + usize::from(i < n % g)).collect()
+}
+
 /// The greedy choice: the first index of the largest logit (NaN never wins; 0 when every
 /// logit is NaN). The Vulkan home's on-device argmax follows the same rule.
 pub fn argmax(logits: &[f32]) -> u32 {
@@ -259,6 +269,21 @@ fn check_token(spec: &HomeSpec, token: u32) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::balanced_groups;
+
+    #[test]
+    fn groups_are_fewest_and_balanced() {
+        assert_eq!(balanced_groups(0, 8), Vec::<usize>::new());
+        assert_eq!(balanced_groups(1, 8), vec![1]);
+        assert_eq!(balanced_groups(8, 8), vec![8]);
+        assert_eq!(balanced_groups(9, 8), vec![5, 4]);
+        assert_eq!(balanced_groups(12, 8), vec![6, 6]);
+        assert_eq!(balanced_groups(17, 8), vec![6, 6, 5]);
+        assert_eq!(balanced_groups(64, 8), vec![8; 8]);
+        assert_eq!(balanced_groups(64, 64), vec![64]);
+        assert_eq!(balanced_groups(100, 64), vec![50, 50]);
+    }
+
     #[test]
     fn argmax_takes_the_first_largest_and_skips_nan() {
         assert_eq!(super::argmax(&[1.0, 3.0, 3.0, 2.0]), 1);

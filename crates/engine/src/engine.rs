@@ -4,7 +4,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use resin_core::regions::{Claim, RegionTable};
-use resin_core::{Counters, Home, RegionId, Row, Segment, NROW_MAX, PF_WINDOW};
+use resin_core::{balanced_groups, Counters, Home, RegionId, Row, Segment, NROW_MAX, PF_WINDOW};
 use resin_model::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc as tmpsc;
 
@@ -107,10 +107,12 @@ pub struct EngineConfig {
     /// Bytes of host memory for sessions whose region was reused (their K/V rows, restored when
     /// their conversation continues); 0 keeps none.
     pub host_cache_bytes: usize,
-    /// Decoding streams from which a step runs as wide steps (one pass of up to the home's
-    /// `step_rows_max` rows, through the window's matrix kernels) instead of balanced groups of
-    /// NROW_MAX-row token commands; 0 never. Takes effect above NROW_MAX rows. Default
-    /// WIDE_STEP_MIN: where wide steps measured faster on the H200 (BENCHMARKS.md).
+    /// Decoding streams from which a step hands all of them (up to the home's
+    /// `step_rows_max`) to the home in one wide step, which runs them its own way (the CPU
+    /// home in one pass; the Vulkan home as groups of N-row token commands submitted together
+    /// on several queues, or one GEMM pass), instead of the engine stepping balanced groups of
+    /// NROW_MAX rows one after another; 0 never. Takes effect above NROW_MAX rows. Default
+    /// WIDE_STEP_MIN.
     pub wide_step_min: usize,
 }
 
@@ -120,11 +122,12 @@ impl Default for EngineConfig {
     }
 }
 
-/// Decoding streams from which the engine takes wide steps by default. Measured on the H200
-/// (1B Q8_0 / 3B Q4_K_M, 512-token prompts): at 16 streams a wide step lost to two 8-row
-/// token commands (1,911 against 2,125 t/s, 689 against 916); at 32 it won on the 1B (2,456
-/// against 2,074; 3,490 against 2,042 while all 32 decode) and tied on the 3B (885 / 890).
-pub const WIDE_STEP_MIN: usize = 32;
+/// Decoding streams from which the engine takes wide steps by default: every step above
+/// NROW_MAX rows. Measured on the H200 (1B Q8_0, 512-token prompts; BENCHMARKS.md, sixth
+/// session): the Vulkan home's lanes beat the engine's groups at 16, 32 and 64 streams (2,649
+/// against 2,127 t/s at 16); with one queue they equal the groups. (Wide steps as one GEMM
+/// pass, `RESIN_VK_WIDE=gemm`, lost at 16 streams: 1,911 against 2,125.)
+pub const WIDE_STEP_MIN: usize = NROW_MAX + 1;
 
 /// Live numbers for /metrics.
 #[derive(Debug, Default)]
@@ -235,16 +238,6 @@ impl Engine {
     pub fn home_kind(&self) -> &'static str {
         self.home_kind
     }
-}
-
-/// Split `n` rows into the fewest groups of at most `max`, balanced (max 8: 12 -> 6+6,
-/// 17 -> 6+6+5).
-pub fn balanced_groups(n: usize, max: usize) -> Vec<usize> {
-    if n == 0 {
-        return Vec::new();
-    }
-    let g = n.div_ceil(max.max(1));
-    (0..g).map(|i| n / g + usize::from(i < n % g)).collect()
 }
 
 enum Phase {
@@ -660,23 +653,5 @@ impl Stream {
         }
         self.phase = Phase::Decode { next: t };
         After::Continue
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::balanced_groups;
-
-    #[test]
-    fn groups_are_fewest_and_balanced() {
-        assert_eq!(balanced_groups(0, 8), Vec::<usize>::new());
-        assert_eq!(balanced_groups(1, 8), vec![1]);
-        assert_eq!(balanced_groups(8, 8), vec![8]);
-        assert_eq!(balanced_groups(9, 8), vec![5, 4]);
-        assert_eq!(balanced_groups(12, 8), vec![6, 6]);
-        assert_eq!(balanced_groups(17, 8), vec![6, 6, 5]);
-        assert_eq!(balanced_groups(64, 8), vec![8; 8]);
-        assert_eq!(balanced_groups(64, 64), vec![64]);
-        assert_eq!(balanced_groups(100, 64), vec![50, 50]);
     }
 }

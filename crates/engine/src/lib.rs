@@ -6,8 +6,9 @@ mod host_cache;
 mod sampling;
 mod stop;
 
+pub use resin_core::balanced_groups;
 pub use engine::{
-    balanced_groups, Engine, ShutdownOnDrop, EngineConfig, EngineStats, Finish, FinishReason, GenEvent, GenHandle, GenRequest,
+    Engine, ShutdownOnDrop, EngineConfig, EngineStats, Finish, FinishReason, GenEvent, GenHandle, GenRequest,
     LogitsConstraint, SubmitError, WIDE_STEP_MIN,
 };
 pub use host_cache::HostCache;

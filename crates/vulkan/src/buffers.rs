@@ -235,12 +235,25 @@ impl Fence {
 
     /// Submit `cmd` and wait for it; the fence is reset for the next use.
     pub fn submit_wait(&self, cmd: vk::CommandBuffer) -> Result<(), VkError> {
-        let d = &self.gpu.device;
+        self.submit(self.gpu.queue, cmd)?;
+        self.wait()
+    }
+
+    /// Submit `cmd` to `queue` (one of the device's) signalling this fence; `wait` before the
+    /// next submit and before anything the command uses is touched.
+    pub fn submit(&self, queue: vk::Queue, cmd: vk::CommandBuffer) -> Result<(), VkError> {
         let cmds = [cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
-        // SAFETY: cmd is a recorded command buffer of this device; the fence is unsignalled.
+        // SAFETY: cmd is a recorded command buffer of this device, queue one of its queues
+        // (used from the home's one thread); the fence is unsignalled.
+        unsafe { self.gpu.device.queue_submit(queue, &submit, self.fence) }.map_err(|r| VkError::Vk { what: "vkQueueSubmit", result: r })
+    }
+
+    /// Wait for the submission that signals this fence, then reset it for the next use.
+    pub fn wait(&self) -> Result<(), VkError> {
+        let d = &self.gpu.device;
+        // SAFETY: the fence belongs to this device.
         unsafe {
-            d.queue_submit(self.gpu.queue, &submit, self.fence).map_err(|r| VkError::Vk { what: "vkQueueSubmit", result: r })?;
             d.wait_for_fences(&[self.fence], true, u64::MAX).map_err(|r| VkError::Vk { what: "vkWaitForFences", result: r })?;
             d.reset_fences(&[self.fence]).map_err(|r| VkError::Vk { what: "vkResetFences", result: r })?;
         }

@@ -62,6 +62,8 @@ pub struct DeviceInfo {
     /// Nanoseconds per timestamp tick; None when the compute queue has no timestamps.
     pub timestamp_period: Option<f32>,
     pub heaps: Vec<Heap>,
+    /// Compute queues taken (up to QUEUES_MAX of the family's; 1 before the device starts).
+    pub queues: u32,
 }
 
 impl DeviceInfo {
@@ -82,7 +84,7 @@ impl DeviceInfo {
         format!(
             "{} ({}, {}, Vulkan {}.{}.{}): subgroup {} [{}]; f16 storage {} arith {}; int8 storage {} arith {}; \
              integer dot {} (accelerated {}); cooperative matrix {}{}; shared memory {} KiB; \
-             max storage range {} MiB; timestamps {}; heaps [{}]",
+             max storage range {} MiB; timestamps {}; compute queues {}; heaps [{}]",
             self.name,
             self.kind,
             self.driver,
@@ -105,19 +107,26 @@ impl DeviceInfo {
                 Some(p) => format!("yes ({p} ns/tick)"),
                 None => "no".into(),
             },
+            self.queues,
             heaps.join(", ")
         )
     }
 }
 
-/// The started device: instance, logical device, one compute queue and its command pool.
+/// The most queues the device is started with (the Vulkan home's lanes use one each).
+pub const QUEUES_MAX: u32 = 8;
+
+/// The started device: instance, logical device, its compute queues and their command pool.
 /// Shared by every buffer and pipeline (they hold an `Arc`), so it is destroyed last.
 pub struct Gpu {
     _entry: ash::Entry,
     pub instance: ash::Instance,
     pub physical: vk::PhysicalDevice,
     pub device: ash::Device,
+    /// The first of `queues`: what single submissions use.
     pub queue: vk::Queue,
+    /// Every queue taken from the compute family (`info.queues` of them).
+    pub queues: Vec<vk::Queue>,
     pub queue_family: u32,
     pub pool: vk::CommandPool,
     pub memory: vk::PhysicalDeviceMemoryProperties,
@@ -182,7 +191,8 @@ fn kind_name(t: vk::PhysicalDeviceType) -> &'static str {
     }
 }
 
-fn compute_family(instance: &ash::Instance, pd: vk::PhysicalDevice) -> Option<(u32, u32)> {
+/// (family index, timestamp bits, queues in the family) of the compute family to use.
+fn compute_family(instance: &ash::Instance, pd: vk::PhysicalDevice) -> Option<(u32, u32, u32)> {
     // SAFETY: pd came from this instance.
     let fams = unsafe { instance.get_physical_device_queue_family_properties(pd) };
     // Prefer a compute queue family without graphics (dedicated compute), then any.
@@ -191,7 +201,7 @@ fn compute_family(instance: &ash::Instance, pd: vk::PhysicalDevice) -> Option<(u
             f.queue_flags.contains(vk::QueueFlags::COMPUTE) && (!want_no_gfx || !f.queue_flags.contains(vk::QueueFlags::GRAPHICS))
         })
     };
-    pick(true).or_else(|| pick(false)).map(|(i, f)| (i as u32, f.timestamp_valid_bits))
+    pick(true).or_else(|| pick(false)).map(|(i, f)| (i as u32, f.timestamp_valid_bits, f.queue_count))
 }
 
 fn has_ext(instance: &ash::Instance, pd: vk::PhysicalDevice, name: &CStr) -> bool {
@@ -316,6 +326,7 @@ fn read_info(entry: &ash::Entry, instance: &ash::Instance, pd: vk::PhysicalDevic
         max_allocation: m3.max_memory_allocation_size,
         timestamp_period: (ts_bits > 0 && lim.timestamp_period > 0.0).then_some(lim.timestamp_period),
         heaps,
+        queues: 1,
     };
     (info, f)
 }
@@ -336,7 +347,7 @@ struct Features {
 
 /// The device the picker takes: a discrete GPU first, then integrated, virtual, cpu (lavapipe).
 /// `RESIN_VK_DEVICE=<index>` overrides (an index into the enumeration order).
-fn pick(instance: &ash::Instance) -> Result<(vk::PhysicalDevice, u32, u32), VkError> {
+fn pick(instance: &ash::Instance) -> Result<(vk::PhysicalDevice, u32, u32, u32), VkError> {
     // SAFETY: a plain query of the instance.
     let pds = unsafe { instance.enumerate_physical_devices() }.map_err(vkerr("vkEnumeratePhysicalDevices"))?;
     if pds.is_empty() {
@@ -368,8 +379,8 @@ fn pick(instance: &ash::Instance) -> Result<(vk::PhysicalDevice, u32, u32), VkEr
         if rank(pd).1 {
             continue;
         }
-        if let Some((fam, bits)) = compute_family(instance, pd) {
-            return Ok((pd, fam, bits));
+        if let Some((fam, bits, count)) = compute_family(instance, pd) {
+            return Ok((pd, fam, bits, count));
         }
     }
     Err(VkError::NoDevice(format!("none of the {} Vulkan devices has Vulkan 1.1 and a compute queue", pds.len())))
@@ -391,12 +402,16 @@ impl Gpu {
     }
 
     fn start_on(entry: ash::Entry, instance: &ash::Instance) -> Result<Arc<Gpu>, (ash::Entry, VkError)> {
-        let (pd, fam, ts_bits) = match pick(instance) {
+        let (pd, fam, ts_bits, fam_queues) = match pick(instance) {
             Ok(x) => x,
             Err(e) => return Err((entry, e)),
         };
-        let (info, f) = read_info(&entry, instance, pd, ts_bits);
-        let prio = [1.0f32];
+        let (mut info, f) = read_info(&entry, instance, pd, ts_bits);
+        // Several queues of the family where it has them: the Vulkan home's lanes submit
+        // independent token commands to them at once (RESIN_VK_QUEUES caps the count).
+        let want = std::env::var("RESIN_VK_QUEUES").ok().and_then(|v| v.parse::<u32>().ok()).filter(|&v| v > 0).unwrap_or(QUEUES_MAX);
+        info.queues = fam_queues.clamp(1, want.min(QUEUES_MAX));
+        let prio = vec![1.0f32; info.queues as usize];
         let qinfo = [vk::DeviceQueueCreateInfo::default().queue_family_index(fam).queue_priorities(&prio)];
         let mut exts: Vec<*const std::ffi::c_char> = Vec::new();
         if f.coopmat {
@@ -428,8 +443,9 @@ impl Gpu {
             Ok(d) => d,
             Err(r) => return Err((entry, VkError::Vk { what: "vkCreateDevice", result: r })),
         };
-        // SAFETY: family `fam` was requested with one queue.
-        let queue = unsafe { device.get_device_queue(fam, 0) };
+        // SAFETY: family `fam` was requested with info.queues queues.
+        let queues: Vec<vk::Queue> = (0..info.queues).map(|i| unsafe { device.get_device_queue(fam, i) }).collect();
+        let queue = queues[0];
         let pinfo = vk::CommandPoolCreateInfo::default().queue_family_index(fam).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: the device is live.
         let pool = match unsafe { device.create_command_pool(&pinfo, None) } {
@@ -443,7 +459,7 @@ impl Gpu {
         // SAFETY: pd came from this instance.
         let memory = unsafe { instance.get_physical_device_memory_properties(pd) };
         READY.call_once(|| tracing::info!("device ready: {}", info.describe()));
-        Ok(Arc::new(Gpu { _entry: entry, instance: instance.clone(), physical: pd, device, queue, queue_family: fam, pool, memory, info }))
+        Ok(Arc::new(Gpu { _entry: entry, instance: instance.clone(), physical: pd, device, queue, queues, queue_family: fam, pool, memory, info }))
     }
 
     /// Block until the queue is idle.

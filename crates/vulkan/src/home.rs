@@ -22,11 +22,15 @@
 //! Snapshots (`save_region`) are the CPU home's layout in each codec: either home loads the
 //! other's.
 //!
-//! Not yet here: grouped steps (the engine groups), int8 dot products.
+//! A step of more than NROW_MAX rows (`WideMode`) runs as balanced groups of N-row token
+//! commands, each on a lane of its own (scratch, token commands, fence and one of the
+//! device's queues), all submitted before any is waited for: one group's chain of dependent
+//! dispatches overlaps the others' on the device. Or, with `WideMode::Gemm`, as one pass
+//! whose matrices take the window's GEMM.
 
 use std::sync::Arc;
 
-use resin_core::{check_rows, check_segments, check_snapshot, count_window, RegionId, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, NROW_MAX, PF_WINDOW};
+use resin_core::{balanced_groups, check_rows, check_segments, check_snapshot, count_window, RegionId, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, NROW_MAX, PF_WINDOW};
 use resin_gguf::{formats, GgmlType, GgufFile};
 use resin_model::{LayerNames, ModelConfig};
 
@@ -50,6 +54,29 @@ pub struct VulkanOptions {
     /// Called as the weights go up with (bytes uploaded, bytes in all): the binary draws a
     /// progress bar with it. Without one, a log line every 10 %.
     pub progress: Option<UploadProgress>,
+    /// How a step of more than NROW_MAX rows runs (default: `WideMode::from_env`).
+    pub wide: WideMode,
+}
+
+/// How the Vulkan home runs a step of more than NROW_MAX rows (a wide step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WideMode {
+    /// Balanced groups of N-row token commands, each on a lane of its own (scratch, fence and
+    /// one of the device's queues), submitted together: the groups' dependent dispatch chains
+    /// overlap on the device, and each row's result is its N-row command's.
+    Lanes,
+    /// One pass of all the rows, its matrices through the window's GEMM.
+    Gemm,
+}
+
+impl WideMode {
+    /// `RESIN_VK_WIDE=gemm|lanes`; lanes by default.
+    pub fn from_env() -> WideMode {
+        match std::env::var("RESIN_VK_WIDE").as_deref() {
+            Ok("gemm") => WideMode::Gemm,
+            _ => WideMode::Lanes,
+        }
+    }
 }
 
 /// An upload progress callback (see [`VulkanOptions::progress`]).
@@ -64,7 +91,7 @@ impl std::fmt::Debug for UploadProgress {
 
 impl Default for VulkanOptions {
     fn default() -> Self {
-        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true, progress: None }
+        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::from_env() }
     }
 }
 
@@ -96,8 +123,9 @@ struct Layer {
     mv: Buffer,
 }
 
-/// Scratch for a window of PF_WINDOW rows (the token command uses its first rows); `meta`,
-/// `logits_host` and `ids` are host-visible; the logits hold `out_rows` rows.
+/// Scratch for a pass of up to `rows` rows: a window of PF_WINDOW (the token command uses its
+/// first rows) on the home's first lane, NROW_MAX on the others; `meta`, `logits_host` and
+/// `ids` are host-visible; the logits hold `out_rows` rows.
 struct Scratch {
     meta: Buffer,
     /// The residual and attention rows that need logits, gathered for the narrowed last layer.
@@ -221,14 +249,23 @@ fn attn_pieces(rows: usize) -> u32 {
 /// the previous 64 left an 8-row step's rows two pieces a workgroup).
 const ATTN_SPREAD: usize = 256;
 
-/// Bytes of the scratch (a PF_WINDOW-row window plus `out_rows` logits rows), rope table aside.
-fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: usize) -> u64 {
+/// Bytes of a scratch for passes of up to `rows` rows landing `out_rows` logits rows, rope
+/// table aside (what `Scratch::new` allocates).
+fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: usize, rows: usize) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
     let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
-    let (sp, sd) = split_slot_bytes(info, cfg);
+    let (sp, sd) = if rows > NROW_MAX { split_slot_bytes(info, cfg) } else { (0, 0) };
     let out = out + SPLIT_SLOTS * (sp + sd) as usize / 4;
-    ((PF_WINDOW * per_row + out + attn_part_floats(cfg, out_rows)) * 4) as u64
+    ((rows * per_row + out + attn_part_floats(cfg, out_rows)) * 4) as u64
+}
+
+/// Lanes beyond the first a home of `regions` regions takes for its widest step in `wide` mode.
+fn extra_lanes(wide: WideMode, regions: usize) -> usize {
+    match wide {
+        WideMode::Lanes => HomeSpec::wide_rows(regions).div_ceil(NROW_MAX) - 1,
+        WideMode::Gemm => 0,
+    }
 }
 
 /// Timestamps between the stages of a profiled token command.
@@ -258,13 +295,23 @@ struct TokenCommand {
     _desc: Descriptors,
 }
 
-pub struct VulkanHome {
-    // Field order is drop order: commands and pipelines before the buffers, the device last.
+/// What one pass in flight needs of its own: scratch, the token commands recorded over it and
+/// a fence. Lane 0 serves every pass (its scratch holds a window); with `WideMode::Lanes` a
+/// wide step's groups run on lanes 0, 1, ... at once, lane i submitting to queue i (modulo the
+/// device's queues).
+struct Lane {
+    // Field order is drop order: the commands before the buffers they use.
     /// Token commands by (rows, greedy: the logits stay on the device), recorded on first use.
     commands: std::collections::HashMap<(usize, bool), TokenCommand>,
-    pipes: Pipelines,
     fence: Fence,
     scratch: Scratch,
+}
+
+pub struct VulkanHome {
+    // Field order is drop order: commands and pipelines before the buffers, the device last.
+    lanes: Vec<Lane>,
+    pipes: Pipelines,
+    wide: WideMode,
     layers: Vec<Layer>,
     embd: Mat,
     /// None when tied to the embedding.
@@ -365,7 +412,7 @@ impl VulkanHome {
         let output = if cfg.tied_output { None } else { Some(upload_mat(&gpu, f, resin_model::OUTPUT)?) };
         let output_norm = Buffer::with_data(&gpu, &f32_bytes(&vector(f, resin_model::OUTPUT_NORM)?), Location::Device)?;
         let rope = Buffer::with_data(&gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, cfg.rope_base)), Location::Device)?;
-        let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, plan.out_rows)?;
+        let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, plan.out_rows, PF_WINDOW)?;
         let spec = HomeSpec { kind: "vulkan", vocab: cfg.vocab, n_ctx: plan.n_ctx, regions: opts.regions, codec: opts.codec, step_rows_max: HomeSpec::wide_rows(opts.regions) };
         tracing::info!(
             "vulkan home ready: {} at n_ctx {} x {} regions ({:?} mirror): weights {} MiB, mirror {} MiB, scratch {} MiB",
@@ -378,10 +425,9 @@ impl VulkanHome {
             plan.scratch >> 20
         );
         Ok(VulkanHome {
-            commands: std::collections::HashMap::new(),
+            lanes: vec![Lane { commands: std::collections::HashMap::new(), fence: Fence::new(&gpu)?, scratch }],
             pipes: Pipelines::new(&gpu),
-            fence: Fence::new(&gpu)?,
-            scratch,
+            wide: opts.wide,
             layers,
             embd,
             output,
@@ -409,9 +455,18 @@ impl VulkanHome {
         &self.gpu
     }
 
-    /// The argmax ids of the last step's rows (computed on the device).
+    /// The argmax ids of the last pass on lane 0 (computed on the device).
     pub fn last_ids(&self, rows: usize) -> Result<Vec<u32>, VkError> {
-        self.scratch.ids.read_u32(0, rows)
+        self.lanes[0].scratch.ids.read_u32(0, rows)
+    }
+
+    /// Make sure lanes 0..count exist (the ones past the first hold NROW_MAX-row scratch).
+    fn ensure_lanes(&mut self, count: usize) -> Result<(), VkError> {
+        while self.lanes.len() < count {
+            let scratch = Scratch::new(&self.gpu, &self.cfg, self.plan.q8_activations, NROW_MAX, NROW_MAX)?;
+            self.lanes.push(Lane { commands: std::collections::HashMap::new(), fence: Fence::new(&self.gpu)?, scratch });
+        }
+        Ok(())
     }
 
     /// Build, before the first request, what the first steps would otherwise build as they
@@ -423,34 +478,43 @@ impl VulkanHome {
     pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
         let t0 = std::time::Instant::now();
         for n in 1..=rows.clamp(1, NROW_MAX) {
-            self.command(n, true)?;
-            self.command(n, false)?;
+            self.command(0, n, true)?;
+            self.command(0, n, false)?;
         }
-        // With more rows than a token command takes, one wide step's (its pipelines serve every
-        // width; the commands of other widths are recorded when first used).
+        // With more rows than a token command takes, the widest step's: its lanes and their
+        // group commands, or one GEMM pass (its pipelines serve every width; the commands of
+        // other widths are recorded when first used).
         if rows > NROW_MAX {
             let w = rows.min(self.spec.step_rows_max);
-            self.command(w, true)?;
-            self.command(w, false)?;
+            let shape: Vec<(usize, usize)> = match self.wide {
+                WideMode::Lanes => balanced_groups(w, NROW_MAX).into_iter().enumerate().collect(),
+                WideMode::Gemm => vec![(0, w)],
+            };
+            self.ensure_lanes(shape.len())?;
+            for (lane, n) in shape {
+                self.command(lane, n, true)?;
+                self.command(lane, n, false)?;
+            }
         }
         let keep = [PF_WINDOW as u32 - 1];
-        drop(self.record_shape(true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true }, None)?);
+        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true }, None)?);
         Ok(t0.elapsed())
     }
 
-    /// The token command for `n` rows (1..=step_rows_max: above NROW_MAX a wide step),
-    /// recorded on first use and kept; `greedy`: only the argmax ids come back to the host.
-    fn command(&mut self, n: usize, greedy: bool) -> Result<ash::vk::CommandBuffer, VkError> {
-        if !self.commands.contains_key(&(n, greedy)) {
-            let c = self.record_shape(false, PassShape { n, narrow: None, to_host: !greedy }, None)?;
-            self.commands.insert((n, greedy), c);
+    /// Lane `lane`'s token command for `n` rows (1..=NROW_MAX; on lane 0 up to step_rows_max,
+    /// above NROW_MAX a GEMM pass), recorded on first use and kept; `greedy`: only the argmax
+    /// ids come back to the host.
+    fn command(&mut self, lane: usize, n: usize, greedy: bool) -> Result<ash::vk::CommandBuffer, VkError> {
+        if !self.lanes[lane].commands.contains_key(&(n, greedy)) {
+            let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: !greedy }, None)?;
+            self.lanes[lane].commands.insert((n, greedy), c);
         }
-        self.commands.get(&(n, greedy)).map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
+        self.lanes[lane].commands.get(&(n, greedy)).map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
     }
 
-    /// Record one pass of `shape` into a command buffer of its own (`one_time`: submitted
-    /// once), with a timestamp after every stage when `clock` is given.
-    fn record_shape(&mut self, one_time: bool, shape: PassShape<'_>, mut clock: Option<&mut StageClock<'_>>) -> Result<TokenCommand, VkError> {
+    /// Record one pass of `shape` over lane `lane`'s scratch into a command buffer of its own
+    /// (`one_time`: submitted once), with a timestamp after every stage when `clock` is given.
+    fn record_shape(&mut self, lane: usize, one_time: bool, shape: PassShape<'_>, mut clock: Option<&mut StageClock<'_>>) -> Result<TokenCommand, VkError> {
         let cmds = Commands::new(&self.gpu)?;
         let mut desc = Descriptors::new(&self.gpu);
         let mut res = Ok(());
@@ -460,7 +524,7 @@ impl VulkanHome {
                 c.mark(cmd, "start");
             }
             let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
-            res = record_pass(&mut rec, shape, &self.cfg, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.scratch, clock);
+            res = record_pass(&mut rec, shape, &self.cfg, self.spec.codec, &self.layers, &self.embd, self.output.as_ref(), &self.output_norm, &self.rope, &self.lanes[lane].scratch, clock);
         })?;
         res?;
         Ok(TokenCommand { cmds, _desc: desc })
@@ -486,45 +550,107 @@ impl VulkanHome {
 
     fn profile_pass(&mut self, rows: &[(u32, u32, u32)], narrow: Option<&[u32]>) -> Result<Option<Vec<(String, f64)>>, VkError> {
         let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (12 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
-        self.write_meta(rows)?;
+        self.write_meta(0, rows)?;
         let mut clock = StageClock { ts: &ts, labels: Vec::new() };
-        let c = self.record_shape(true, PassShape { n: rows.len(), narrow, to_host: true }, Some(&mut clock))?;
-        self.fence.submit_wait(c.cmds.cmd)?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true }, Some(&mut clock))?;
+        self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         let labels = clock.labels;
         let t = ts.read(labels.len() as u32)?;
         Ok(Some(labels.iter().enumerate().skip(1).map(|(i, l)| (l.clone(), (t[i] - t[i - 1]) / 1e3)).collect()))
     }
 
-    /// Write the metadata block of `rows` (region, position, token).
-    fn write_meta(&mut self, rows: &[(u32, u32, u32)]) -> Result<(), VkError> {
+    /// Write the metadata block of `rows` (region, position, token) into lane `lane`'s scratch.
+    fn write_meta(&mut self, lane: usize, rows: &[(u32, u32, u32)]) -> Result<(), VkError> {
         let region_elems = (self.plan.n_ctx * self.cfg.kv_dim()) as u32;
         let meta: Vec<RowMeta> = rows.iter().map(|&(region, pos, token)| RowMeta { token, pos, kv_base: region * region_elems, keys: pos + 1 }).collect();
-        self.scratch.meta.write(0, &RowMeta::words(&meta))
+        self.lanes[lane].scratch.meta.write(0, &RowMeta::words(&meta))
     }
 
     /// One prefill window (up to PF_WINDOW rows, already checked), recorded for its shape and
     /// submitted; returns the logits of the rows in `keep`.
     fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
-        self.write_meta(rows)?;
-        let c = self.record_shape(true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true }, None)?;
-        self.fence.submit_wait(c.cmds.cmd)?;
+        self.write_meta(0, rows)?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true }, None)?;
+        self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         if keep.is_empty() {
             return Ok(Vec::new());
         }
-        self.scratch.logits_host.read_f32(0, keep.len() * self.cfg.vocab)
+        self.lanes[0].scratch.logits_host.read_f32(0, keep.len() * self.cfg.vocab)
     }
 
-    /// Run the token command over `rows` (already checked); returns the logits rows.
+    /// Run a step over `rows` (already checked), recording its commands on first use: one
+    /// pass on lane 0, or with `WideMode::Lanes` and more than NROW_MAX rows of distinct
+    /// regions, balanced groups of N-row token commands on lanes 0, 1, ..., all submitted
+    /// before any is waited for. (Rows that share a region take one pass: a row may attend to
+    /// keys another row of the step stores.) Returns (lane, rows) of each pass in row order;
+    /// its logits and ids are in that lane's scratch.
+    fn run_step(&mut self, rows: &[(u32, u32, u32)], greedy: bool) -> Result<Vec<(usize, usize)>, VkError> {
+        let mut seen = std::collections::HashSet::new();
+        let lanes = rows.len() > NROW_MAX && self.wide == WideMode::Lanes && rows.iter().all(|r| seen.insert(r.0));
+        let groups = if lanes { balanced_groups(rows.len(), NROW_MAX) } else { vec![rows.len()] };
+        self.ensure_lanes(groups.len())?;
+        let mut cmds = Vec::with_capacity(groups.len());
+        let mut at = 0;
+        for (lane, &n) in groups.iter().enumerate() {
+            cmds.push(self.command(lane, n, greedy)?);
+            self.write_meta(lane, &rows[at..at + n])?;
+            at += n;
+        }
+        // Wait for every submitted pass even when a later submit fails: nothing a pass uses
+        // may be touched while it is in flight.
+        let queues = &self.gpu.queues;
+        let mut res = Ok(());
+        let mut sent = 0;
+        for (lane, &cmd) in cmds.iter().enumerate() {
+            match self.lanes[lane].fence.submit(queues[lane % queues.len()], cmd) {
+                Ok(()) => sent += 1,
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        for lane in &self.lanes[..sent] {
+            let waited = lane.fence.wait();
+            if res.is_ok() {
+                res = waited;
+            }
+        }
+        res.map(|()| groups.into_iter().enumerate().collect())
+    }
+
+    /// Run a step over `rows` (already checked); returns the logits rows.
     fn run_rows(&mut self, rows: &[(u32, u32, u32)]) -> Result<Vec<f32>, VkError> {
-        self.submit_rows(rows, false)?;
-        self.scratch.logits_host.read_f32(0, rows.len() * self.cfg.vocab)
+        let vocab = self.cfg.vocab;
+        let mut data = Vec::with_capacity(rows.len() * vocab);
+        let passes = self.run_step(rows, false)?;
+        for &(lane, n) in &passes {
+            data.extend(self.lanes[lane].scratch.logits_host.read_f32(0, n * vocab)?);
+        }
+        self.count_passes(&passes);
+        Ok(data)
     }
 
-    /// Run the token command over `rows` (already checked), recording it on first use.
-    fn submit_rows(&mut self, rows: &[(u32, u32, u32)], greedy: bool) -> Result<(), VkError> {
-        let cmd = self.command(rows.len(), greedy)?;
-        self.write_meta(rows)?;
-        self.fence.submit_wait(cmd)
+    /// Run a step over `rows` (already checked) that reads back only each row's argmax id.
+    fn run_rows_greedy(&mut self, rows: &[(u32, u32, u32)]) -> Result<Vec<u32>, VkError> {
+        let mut ids = Vec::with_capacity(rows.len());
+        let passes = self.run_step(rows, true)?;
+        for &(lane, n) in &passes {
+            ids.extend(self.lanes[lane].scratch.ids.read_u32(0, n)?);
+        }
+        self.count_passes(&passes);
+        Ok(ids)
+    }
+
+    /// Count a step by what ran: one pass (a token command, or a wide GEMM pass), or groups
+    /// of token commands on lanes (a grouped step, each group an N-row step).
+    fn count_passes(&self, passes: &[(usize, usize)]) {
+        if passes.len() > 1 {
+            Counters::add(&self.counters.grouped_steps, 1);
+        }
+        for &(_, n) in passes {
+            self.counters.count_step(n);
+        }
     }
 }
 
@@ -603,7 +729,9 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
     let side_row = opts.codec.bytes_for(cfg.kv_dim()) as u64;
     let kv_dim = cfg.kv_dim() as u64;
     let out_rows = NROW_MAX.max(opts.regions);
-    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows) + (n_ctx * cfg.rope_dims * 4) as u64 };
+    // The first lane's scratch holds a window; the other lanes' (wide steps in lanes) N rows.
+    let lanes = extra_lanes(opts.wide, opts.regions) as u64 * scratch_bytes(&gpu.info, cfg, NROW_MAX, NROW_MAX);
+    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW) + lanes + (n_ctx * cfg.rope_dims * 4) as u64 };
     let part_bytes = attn_part_floats(cfg, out_rows) as u64 * 4;
     let widest = (PF_WINDOW * cfg.n_ff.max(cfg.n_embd).max(cfg.q_dim()) * 4) as u64;
     if part_bytes.max(widest).max((out_rows * cfg.vocab * 4) as u64) > gpu.info.max_storage_range {
@@ -634,9 +762,11 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
 }
 
 impl Scratch {
-    fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, q8: bool, out_rows: usize) -> Result<Scratch, VkError> {
-        let r = PF_WINDOW;
-        let (split_part, split_done) = split_slot_bytes(&gpu.info, cfg);
+    /// Scratch for passes of up to `rows` rows (PF_WINDOW or NROW_MAX: only windows and GEMM
+    /// passes split K) landing up to `out_rows` logits rows; `scratch_bytes` counts it.
+    fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, q8: bool, out_rows: usize, rows: usize) -> Result<Scratch, VkError> {
+        let r = rows;
+        let (split_part, split_done) = if rows > NROW_MAX { split_slot_bytes(&gpu.info, cfg) } else { (0, 0) };
         let dev = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Device);
         let host = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Host);
         Ok(Scratch {
@@ -1036,7 +1166,6 @@ impl Home for VulkanHome {
         check_rows(&self.spec, rows)?;
         let r = triples(rows);
         let data = self.run_rows(&r).map_err(HomeError::from)?;
-        self.counters.count_step(rows.len());
         Ok(Logits { vocab: self.spec.vocab, data })
     }
 
@@ -1048,9 +1177,7 @@ impl Home for VulkanHome {
     fn step_greedy(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<u32>>> {
         check_rows(&self.spec, rows)?;
         let r = triples(rows);
-        self.submit_rows(&r, true).map_err(HomeError::from)?;
-        let ids = self.scratch.ids.read_u32(0, rows.len()).map_err(HomeError::from)?;
-        self.counters.count_step(rows.len());
+        let ids = self.run_rows_greedy(&r).map_err(HomeError::from)?;
         Ok(Some(ids))
     }
 

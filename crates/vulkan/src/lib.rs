@@ -17,7 +17,7 @@ pub mod kernels;
 pub mod pipelines;
 
 pub use device::{probe, DeviceInfo, Gpu};
-pub use home::{UploadProgress, VulkanHome, VulkanOptions};
+pub use home::{UploadProgress, VulkanHome, VulkanOptions, WideMode};
 
 /// Why the Vulkan home cannot start or run.
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,7 @@ use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
-use resin_vulkan::{VulkanHome, VulkanOptions};
+use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
 
 fn homes(name: &str, n_ctx: usize, regions: usize) -> Option<(CpuHome, VulkanHome)> {
     homes_with(name, n_ctx, regions, true)
@@ -24,7 +24,7 @@ fn homes_with(name: &str, n_ctx: usize, regions: usize, q8_activations: bool) ->
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let cpu = CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap();
-    let vk = VulkanHome::on(gpu, file, cfg, &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None }, Arc::new(Counters::default())).unwrap();
+    let vk = VulkanHome::on(gpu, file, cfg, &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None, wide: WideMode::from_env() }, Arc::new(Counters::default())).unwrap();
     Some((cpu, vk))
 }
 
@@ -208,7 +208,7 @@ fn declines_are_counted_once_with_their_reason() {
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let counters = Arc::new(Counters::default());
-    let opts = VulkanOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::Q8_0, q8_activations: true, progress: None };
+    let opts = VulkanOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::Q8_0, q8_activations: true, progress: None, wide: WideMode::from_env() };
     // The q8_0 mirror stores whole 32-value blocks a head: a head dim of 48 (the model's
     // config edited; the plan declines before anything is read with it) is declined.
     let odd = ModelConfig { head_dim: 48, ..cfg.clone() };

@@ -16,7 +16,7 @@ use resin_core::{Counters, Home, KvCodec, Logits, RegionId, Row, Segment};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::{ModelConfig, Tokenizer};
-use resin_vulkan::{VulkanHome, VulkanOptions};
+use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
 
 const MODEL: &str = "smollm2-135m";
 
@@ -35,9 +35,13 @@ fn model() -> Model {
 }
 
 fn vulkan(m: &Model, n_ctx: usize, regions: usize) -> Option<(VulkanHome, Arc<Counters>)> {
+    vulkan_wide(m, n_ctx, regions, WideMode::Gemm)
+}
+
+fn vulkan_wide(m: &Model, n_ctx: usize, regions: usize, wide: WideMode) -> Option<(VulkanHome, Arc<Counters>)> {
     let gpu = common::gpu()?;
     let counters = Arc::new(Counters::default());
-    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations: true, progress: None };
+    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations: true, progress: None, wide };
     Some((VulkanHome::on(gpu, m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap(), counters))
 }
 
@@ -232,6 +236,48 @@ fn greedy_steps_read_back_the_device_argmax_of_the_same_logits() {
     assert_eq!(counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed) - before, 3);
     // Control: the rows' ids differ from each other (three different contexts).
     assert!(want[0] != want[1] || want[1] != want[2]);
+}
+
+/// A wide step in lanes (more than NROW_MAX rows of distinct regions as balanced groups of
+/// N-row token commands, each on its own scratch and queue, submitted together): every row
+/// equals that row stepped alone bit for bit, in logits and in greedy ids; rows that share a
+/// region take one pass instead (a row attends to the keys another stores), which lands the
+/// CPU home's greedy ids.
+#[test]
+fn a_wide_step_in_lanes_equals_each_row_alone() {
+    const N: usize = 19; // 7 + 6 + 6
+    let m = model();
+    let Some((mut vk, counters)) = vulkan_wide(&m, 128, N, WideMode::Lanes) else { return };
+    let prompt = counting(&m.tok, 6 + N);
+    let lens: Vec<usize> = (0..N).map(|r| 4 + r).collect();
+    let segs: Vec<Segment> = (0..N).map(|r| Segment { region: RegionId(r as u32), start: 0, tokens: &prompt[..lens[r]] }).collect();
+    vk.prefill(&segs).unwrap();
+    let rows: Vec<Row> = (0..N).map(|r| Row { region: RegionId(r as u32), token: prompt[lens[r]], pos: lens[r] as u32 }).collect();
+    vk.prewarm(N).unwrap();
+    let wide = vk.step(&rows).unwrap();
+    let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
+    assert_eq!(wide.rows(), N);
+    for (i, r) in rows.iter().enumerate() {
+        let alone = vk.step(std::slice::from_ref(r)).unwrap();
+        assert!(bits_equal(wide.row(i), alone.row(0)), "row {i}: a lane's row differs from the row alone");
+        assert_eq!(ids[i], argmax(alone.row(0)), "row {i}: greedy id");
+    }
+    // Control: rows differ from each other (19 different contexts), so equality above means something.
+    assert!(!bits_equal(wide.row(0), wide.row(1)));
+    // Counted as what ran: two grouped steps of 3 N-row commands each, no wide pass.
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!((count(&counters.grouped_steps), count(&counters.nrow_steps), count(&counters.wide_steps)), (2, 6, 0));
+    // Ten rows of one region (a continuation): one pass, the CPU home's greedy ids.
+    let tail = counting(&m.tok, 20);
+    let cont: Vec<Row> = (0..10).map(|k| Row { region: RegionId(0), token: tail[10 + k], pos: (lens[0] + 1 + k) as u32 }).collect();
+    let one = vk.step(&cont).unwrap();
+    let mut c = cpu(&m, 128, N);
+    c.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &prompt[..lens[0] + 1] }]).unwrap();
+    let lc = c.step(&cont).unwrap();
+    for k in 0..10 {
+        assert_eq!(argmax(one.row(k)), argmax(lc.row(k)), "continuation row {k}: greedy id");
+    }
+    assert_eq!(count(&counters.wide_steps), 1, "rows sharing a region take one wide pass");
 }
 
 /// A wide step (more than NROW_MAX rows, one pass through the window's matrix kernels and the

@@ -28,8 +28,8 @@ pub struct BenchArgs {
     /// With --streams: sessions whose prompts may share a prefill window (1: one at a time).
     #[arg(long)]
     pub max_segments: Option<usize>,
-    /// With --streams: decoding streams from which a step runs as one wide step instead of
-    /// groups of 8-row token commands (0: never; default: the engine's).
+    /// With --streams: decoding streams from which a step hands all rows to the home as one
+    /// wide step instead of the engine stepping groups of 8 (0: never; default: the engine's).
     #[arg(long)]
     pub wide_step_min: Option<usize>,
     /// Also time each stage of one prefill window and one token step on the device
@@ -94,8 +94,9 @@ fn peak_rss_bytes() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
 }
 
-/// Rows of the wide step `--profile` times (the engine's default wide-step width).
-const WIDE_PROFILE_ROWS: usize = resin_engine::WIDE_STEP_MIN;
+/// Rows of the wide step `--profile` times: one pass of them (the Vulkan home's profile is of
+/// the GEMM pass `RESIN_VK_WIDE=gemm` runs; its lanes run token commands, timed above).
+const WIDE_PROFILE_ROWS: usize = 32;
 
 pub fn bench(args: BenchArgs) -> Result<()> {
     if args.reps == 0 || args.prompt_tokens == 0 || args.gen_tokens == 0 {

@@ -31,8 +31,9 @@ pub struct ServeArgs {
     /// back when the conversation continues); 0 keeps none.
     #[arg(long, default_value_t = 1024)]
     pub host_cache_mib: usize,
-    /// Decoding sessions from which a step runs as one wide step (up to 64 rows through the
-    /// prefill's matrix kernels) instead of groups of 8-row token commands; 0 never.
+    /// Decoding sessions from which a step hands up to 64 rows to the home at once (the Vulkan
+    /// home runs them as groups of token commands on several queues together) instead of the
+    /// engine stepping groups of 8 one after another; 0 never.
     #[arg(long, default_value_t = EngineConfig::default().wide_step_min)]
     pub wide_step_min: usize,
     /// The model id clients see (default: the file name without .gguf).
