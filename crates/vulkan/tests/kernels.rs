@@ -713,10 +713,11 @@ fn decode_attention_pieces_and_combine() {
 
 #[test]
 fn decode_attention_other_head_dims() {
-    // Dims past a batch of 32 (80), two dims a thread (128), four (256), no grouping.
+    // Dims past a batch of 32 (80), two dims a thread (128), four (256), no grouping; key rows
+    // not 16-byte aligned (36: f16 read word by word, f32 by 16 bytes; 42: both word by word).
     let Some(mut h) = Harness::new() else { return };
     let rr = [(5usize, 1usize), (200, 0), (65, 1)];
-    for (n_head, n_head_kv, hd) in [(4usize, 4usize, 80usize), (4, 2, 128), (2, 1, 256)] {
+    for (n_head, n_head_kv, hd) in [(4usize, 4usize, 80usize), (4, 2, 128), (2, 1, 256), (3, 1, 36), (2, 2, 42)] {
         decode_attention_case(&mut h, n_head, n_head_kv, hd, 256, &rr, 34 + hd as u64);
     }
 }

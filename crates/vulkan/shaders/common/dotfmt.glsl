@@ -46,8 +46,11 @@ struct XUnit {
 };
 XUnit x_unit(uint xo) {
     XUnit x;
-    uint xw = xo >> 2;
-    for (uint j = 0u; j < 8u; j++) x.q[j] = xp[xw + j];
+    // Two 16-byte loads (xo is a multiple of 32 values): a lane's unit in 2 requests, not 8.
+    uvec4 a = xp4[xo >> 4];
+    uvec4 b = xp4[(xo >> 4) + 1u];
+    x.q[0] = a.x; x.q[1] = a.y; x.q[2] = a.z; x.q[3] = a.w;
+    x.q[4] = b.x; x.q[5] = b.y; x.q[6] = b.z; x.q[7] = b.w;
     x.d = uintBitsToFloat(xp[p.d_off + xo / XBLOCK]);
     x.s0 = int(xp[p.s_off + xo / XSUMG]);
     x.s1 = XSUMG == 16u ? int(xp[p.s_off + xo / XSUMG + 1u]) : 0;
@@ -68,10 +71,24 @@ uint spread4(uint h) {
 #if defined(FMT_Q8_0) || defined(FMT_Q4_0) || defined(FMT_Q4_1) || defined(FMT_Q5_0)
 void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
     uint b = row_off + u * BLOCK_BYTES;
-    wf = vec2(rd_f16(b), 0.0);
     wi = ivec2(0);
 #if defined(FMT_Q8_0)
-    for (uint j = 0u; j < 8u; j++) qw[j] = rd_u32(b + 2u + 4u * j);
+    // The block's 34 bytes lie in the 9 words from b >> 2 (b is even): each loaded once, d in
+    // the first word's low half and the quants straddling word pairs, or (b & 2) d in its
+    // high half and the quants word-aligned after it.
+    uint w0 = WDATA[b >> 2];
+    bool odd = (b & 2u) != 0u;
+    wf = vec2(unpackHalf2x16(odd ? w0 >> 16 : w0).x, 0.0);
+    uint prev = w0;
+    for (uint j = 0u; j < 8u; j++) {
+        uint w = WDATA[(b >> 2) + 1u + j];
+        qw[j] = odd ? w : (prev >> 16) | (w << 16);
+        prev = w;
+    }
+#else
+    wf = vec2(rd_f16(b), 0.0);
+#endif
+#if defined(FMT_Q8_0)
 #elif defined(FMT_Q4_0)
     for (uint j = 0u; j < 4u; j++) {
         uint w = rd_u32(b + 2u + 4u * j);
@@ -123,10 +140,19 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
     uint sc, mn;
     scale_min_k4(b, s, sc, mn);
     wi = ivec2(int(sc), int(mn));
-    for (uint j = 0u; j < 8u; j++) {
-        uint w = (WDATA[(b + QS_OFF + 32u * pair + 4u * j) >> 2] >> shift) & 0x0F0F0F0Fu;
+    // The unit's 32 quant bytes (and Q5_K's 32 high-bit bytes) are 16-byte aligned (blocks of
+    // 144 / 176 bytes, rows of whole blocks): two 16-byte loads each.
+    uint q4 = (b + QS_OFF + 32u * pair) >> 4;
+    uvec4 lo = WDATA4[q4], hi = WDATA4[q4 + 1u];
+    uint qs[8] = uint[8](lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
 #if defined(FMT_Q5_K)
-        w |= ((WDATA[(b + QH_OFF + 4u * j) >> 2] >> s) & 0x01010101u) << 4;
+    uvec4 h0 = WDATA4[(b + QH_OFF) >> 4], h1 = WDATA4[((b + QH_OFF) >> 4) + 1u];
+    uint qh[8] = uint[8](h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w);
+#endif
+    for (uint j = 0u; j < 8u; j++) {
+        uint w = (qs[j] >> shift) & 0x0F0F0F0Fu;
+#if defined(FMT_Q5_K)
+        w |= ((qh[j] >> s) & 0x01010101u) << 4;
 #endif
         qw[j] = w;
     }

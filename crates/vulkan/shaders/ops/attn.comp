@@ -18,14 +18,18 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;   // == ATTN_CHUNK (checked on the host)
 
 layout(std430, set = 0, binding = 0) readonly buffer Q { float q[]; };
+// MK4: the key mirror read 16 bytes at a time (key16) where a head's keys start 16-byte
+// aligned (head_dim a multiple of 8 halves / 4 floats): a thread's key row in 4-8 requests.
 #ifdef KV_F32
 layout(std430, set = 0, binding = 1) readonly buffer MK { float mk[]; };
+layout(std430, set = 0, binding = 1) readonly buffer MK4 { vec4 mk4[]; };
 layout(std430, set = 0, binding = 2) readonly buffer MV { float mv[]; };
 #elif defined(KV_Q8)
 layout(std430, set = 0, binding = 1) readonly buffer MK { uint mk[]; };
 layout(std430, set = 0, binding = 2) readonly buffer MV { uint mv[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer MK { uint mk[]; };
+layout(std430, set = 0, binding = 1) readonly buffer MK4 { uvec4 mk4[]; };
 layout(std430, set = 0, binding = 2) readonly buffer MV { uint mv[]; };
 #endif
 layout(std430, set = 0, binding = 3) readonly buffer Meta { uint meta[]; };
@@ -105,6 +109,13 @@ void lanes(inout float acc[16], uint i, float kk[16]) {
 float[16] key16(uint e, uint i) {
     float kk[16];
 #ifdef KV_F32
+    if ((p.head_dim & 3u) == 0u) {
+        for (uint k = 0u; k < 4u; k++) {
+            vec4 w = mk4[((e + i) >> 2) + k];
+            kk[4u * k] = w.x; kk[4u * k + 1u] = w.y; kk[4u * k + 2u] = w.z; kk[4u * k + 3u] = w.w;
+        }
+        return kk;
+    }
     for (uint k = 0u; k < 16u; k++) kk[k] = mk[e + i + k];
 #elif defined(KV_Q8)
     // 16 dims of one block (e + i is a multiple of 16): its scale, then four words of quants.
@@ -115,6 +126,16 @@ float[16] key16(uint e, uint i) {
         for (uint b = 0u; b < 4u; b++) kk[4u * k + b] = q8_value(d, q8_sbyte(w, b));
     }
 #else
+    if ((p.head_dim & 7u) == 0u) {
+        uvec4 a = mk4[(e + i) >> 3], b = mk4[((e + i) >> 3) + 1u];
+        uint w[8] = uint[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+        for (uint k = 0u; k < 8u; k++) {
+            vec2 h = unpackHalf2x16(w[k]);
+            kk[2u * k] = h.x;
+            kk[2u * k + 1u] = h.y;
+        }
+        return kk;
+    }
     for (uint k = 0u; k < 8u; k++) {
         vec2 w = unpackHalf2x16(mk[((e + i) >> 1) + k]);
         kk[2u * k] = w.x;

@@ -63,6 +63,9 @@ shared float kpart[RPW * SGR_MAX * NMAX];   // [subgroup][row][column] slice sum
 layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
 #ifdef TIER_DOT
 layout(std430, set = 0, binding = 1) readonly buffer X { uint xp[]; };
+// The same bindings read 16 bytes at a time (dotfmt.glsl: activation units, K-quant quants).
+layout(std430, set = 0, binding = 1) readonly buffer X4 { uvec4 xp4[]; };
+layout(std430, set = 0, binding = 0) readonly buffer Wt4 { uvec4 WDATA4[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 #endif
