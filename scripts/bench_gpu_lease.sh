@@ -4,7 +4,10 @@
 # pp512/tg128 with the per-stage profile, and with split K off; 8, 16, 32 and 64 streams with
 # wide steps and with groups of 8-row token commands) on `resin synth` files while
 # llama.cpp's CUDA build (llama-bench and llama-batched-bench only, niced, 12 jobs) compiles
-# beside it; then the peer runs on the SAME files. Each step is cut by `timeout` so the call
+# beside it; then the peer runs on the SAME files. Streams: wide steps (--wide-step-min 9:
+# the Vulkan home's lanes, groups of token commands on several queues at once) against the
+# engine's groups one after another (0), lanes on one queue (RESIN_VK_QUEUES=1, the control:
+# the same work with no overlap) and the one-pass GEMM wide step (RESIN_VK_WIDE=gemm). Each step is cut by `timeout` so the call
 # ends in time. From the repo root on the device machine, the kit in .kit (scripts/bench_gpu.sh;
 # RESIN_BIN names another resin binary than .kit/resin):
 #   bash scripts/bench_gpu_lease.sh        results in $OUT/l and $OUT/final.tgz
@@ -26,15 +29,14 @@ for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
   # split K off (RESIN_VK_GEMM_SPLIT=0): what the split brings to prefill
   j resin-$m-nosplit RESIN_VK_GEMM_SPLIT=0 $RB --reps 2
   if [ -n "$Q8KV" ]; then j resin-$m-q8kv A=1 $RB --kv q8_0 --reps 1; fi   # the q8_0 K/V mirror
-  # aggregate decode: wide steps above 8 rows (--wide-step-min 9) against groups of 8-row
-  # token commands (0); at 8 streams both are one 8-row command a step
+  # aggregate decode: wide steps above 8 rows (--wide-step-min 9) against the engine's groups
+  # of 8-row token commands (0); at 8 streams both are one 8-row command a step
   for n in 8 16 32 64; do
     j streams-$m-$n-wide A=1 $RB --streams $n --reps 1 --wide-step-min 9
     [ $n -gt 8 ] && j streams-$m-$n-grouped A=1 $RB --streams $n --reps 1 --wide-step-min 0
   done
-  j streams-$m-64-wide-nosplit RESIN_VK_GEMM_SPLIT=0 $RB --streams 64 --reps 1 --wide-step-min 9
-  # the decode attention's old spread (64 rows x workgroups a head): 8 rows at 8 pieces each
-  j streams-$m-8-spread64 RESIN_VK_ATTN_SPREAD=64 $RB --streams 8 --reps 1
+  j streams-$m-16-q1 RESIN_VK_QUEUES=1 $RB --streams 16 --reps 1 --wide-step-min 9
+  j streams-$m-64-gemm RESIN_VK_WIDE=gemm $RB --streams 64 --reps 1 --wide-step-min 9
   # TTFT of 8 prompts arriving together, one at a time (segmented is the 8-stream run above)
   j streams-$m-8-seg1 A=1 $RB --streams 8 --max-segments 1 --reps 1
 done
