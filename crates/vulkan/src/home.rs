@@ -263,9 +263,16 @@ fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: 
 /// Lanes beyond the first a home of `regions` regions takes for its widest step in `wide` mode.
 fn extra_lanes(wide: WideMode, regions: usize) -> usize {
     match wide {
-        WideMode::Lanes => HomeSpec::wide_rows(regions).div_ceil(NROW_MAX) - 1,
+        WideMode::Lanes => HomeSpec::wide_rows(regions).div_ceil(lane_rows()) - 1,
         WideMode::Gemm => 0,
     }
+}
+
+/// The most rows a lane's group takes (`RESIN_VK_LANE_ROWS`, 1..=NROW_MAX; NROW_MAX by
+/// default): fewer rows make more, shorter groups in flight at once.
+fn lane_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| std::env::var("RESIN_VK_LANE_ROWS").ok().and_then(|v| v.parse().ok()).filter(|v| (1..=NROW_MAX).contains(v)).unwrap_or(NROW_MAX))
 }
 
 /// Timestamps between the stages of a profiled token command.
@@ -487,7 +494,7 @@ impl VulkanHome {
         if rows > NROW_MAX {
             let w = rows.min(self.spec.step_rows_max);
             let shape: Vec<(usize, usize)> = match self.wide {
-                WideMode::Lanes => balanced_groups(w, NROW_MAX).into_iter().enumerate().collect(),
+                WideMode::Lanes => balanced_groups(w, lane_rows()).into_iter().enumerate().collect(),
                 WideMode::Gemm => vec![(0, w)],
             };
             self.ensure_lanes(shape.len())?;
@@ -587,7 +594,7 @@ impl VulkanHome {
     fn run_step(&mut self, rows: &[(u32, u32, u32)], greedy: bool) -> Result<Vec<(usize, usize)>, VkError> {
         let mut seen = std::collections::HashSet::new();
         let lanes = rows.len() > NROW_MAX && self.wide == WideMode::Lanes && rows.iter().all(|r| seen.insert(r.0));
-        let groups = if lanes { balanced_groups(rows.len(), NROW_MAX) } else { vec![rows.len()] };
+        let groups = if lanes { balanced_groups(rows.len(), lane_rows()) } else { vec![rows.len()] };
         self.ensure_lanes(groups.len())?;
         let mut cmds = Vec::with_capacity(groups.len());
         let mut at = 0;

@@ -13,6 +13,20 @@ uint rd_u32(uint o) {
     return (WDATA[i] >> 16) | (WDATA[i + 1u] << 16);
 }
 float rd_f16(uint o) { return unpackHalf2x16(rd_u16(o)).x; }
+// The 8 words at a 2-byte aligned offset, each buffer word loaded once (8, or 9 when o is
+// not 4-byte aligned: then each word is two halves of neighbours).
+void rd_u32x8(uint o, out uint w[8]) {
+    uint i = o >> 2;
+    uint v[8];
+    for (uint j = 0u; j < 8u; j++) v[j] = WDATA[i + j];
+    if ((o & 2u) == 0u) {
+        w = v;
+        return;
+    }
+    uint last = WDATA[i + 8u];
+    for (uint j = 0u; j < 7u; j++) w[j] = (v[j] >> 16) | (v[j + 1u] << 16);
+    w[7] = (v[7] >> 16) | (last << 16);
+}
 // Byte b (0..3) of w as an unsigned / signed value.
 uint byte_of(uint w, uint b) { return (w >> (b * 8u)) & 0xFFu; }
 int sbyte_of(uint w, uint b) { return bitfieldExtract(int(w), int(b * 8u), 8); }

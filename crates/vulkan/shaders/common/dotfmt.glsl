@@ -181,9 +181,12 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
     uint ql = b + 64u * n + (g & 1u) * 32u;
     uint qh = b + 128u + 32u * n;
     uint lshift = (g >> 1) * 4u;
+    uint wl[8], wh[8];
+    rd_u32x8(ql, wl);
+    rd_u32x8(qh, wh);
     for (uint j = 0u; j < 8u; j++) {
-        uint lo = (rd_u32(ql + 4u * j) >> lshift) & 0x0F0F0F0Fu;
-        uint hi = ((rd_u32(qh + 4u * j) >> (2u * g)) & 0x03030303u) << 4;
+        uint lo = (wl[j] >> lshift) & 0x0F0F0F0Fu;
+        uint hi = ((wh[j] >> (2u * g)) & 0x03030303u) << 4;
         qw[j] = lo | hi;
     }
 }

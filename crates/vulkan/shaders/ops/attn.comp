@@ -205,14 +205,18 @@ void main() {
             sc[t] = s;
             // Also: every thread is done reading the previous chunk's pe.
             barrier();
-            float cmax = m;
-            for (uint i = 0u; i < WG; i++) cmax = max(cmax, sc[i]);
+            // The chunk's max in four independent chains (max is exact in any order).
+            float c4[4] = float[4](m, m, m, m);
+            for (uint i = 0u; i < WG; i += 4u)
+                for (uint k = 0u; k < 4u; k++) c4[k] = max(c4[k], sc[i + k]);
+            float cmax = max(max(c4[0], c4[1]), max(c4[2], c4[3]));
             float rescale = exp(m - cmax);
             pe[t] = t < cn ? exp(s - cmax) : 0.0;
             barrier();
+            // The weights' sum in key order (pe is 0 past cn), taken inside the first dim's
+            // value loop so its chain of adds overlaps the value loads (thread 0's is the one
+            // written; threads past head_dim have no value loop and no use for it).
             float psum = 0.0;
-            for (uint i = 0u; i < WG; i++) psum += pe[i];
-            l = l * rescale + psum;
             for (uint d = 0u; d < MAXD; d++) {
                 uint dim = t + d * WG;
                 if (dim >= hd) break;
@@ -222,11 +226,18 @@ void main() {
                 for (; i + VB <= cn; i += VB) {
                     float vv[VB];
                     for (uint k = 0u; k < VB; k++) vv[k] = vval(e0 + (i + k) * kv_dim);
-                    for (uint k = 0u; k < VB; k++) a = fma(pe[i + k], vv[k], a);
+                    for (uint k = 0u; k < VB; k++) {
+                        a = fma(pe[i + k], vv[k], a);
+                        if (d == 0u) psum += pe[i + k];
+                    }
                 }
-                for (; i < cn; i++) a = fma(pe[i], vval(e0 + i * kv_dim), a);
+                for (; i < cn; i++) {
+                    a = fma(pe[i], vval(e0 + i * kv_dim), a);
+                    if (d == 0u) psum += pe[i];
+                }
                 acc[d] = a;
             }
+            l = l * rescale + psum;
             m = cmax;
         }
         uint ob = ((r * p.n_head + h) * ATTN_SLOTS + pc) * (hd + 2u);
