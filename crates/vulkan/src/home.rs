@@ -478,8 +478,8 @@ impl VulkanHome {
 
     /// Build, before the first request, what the first steps would otherwise build as they
     /// go: the token commands of 1..=`rows` rows (kept, as a step would keep them; above
-    /// NROW_MAX the token commands and one wide step of `rows` rows, at most step_rows_max) and one
-    /// prefill window's pipelines (its command recorded and dropped, never submitted). A
+    /// NROW_MAX also the widest step's, at most step_rows_max rows: its lanes and their group
+    /// commands, or its one GEMM pass) and one prefill window's pipelines (its command recorded and dropped, never submitted). A
     /// driver compiles each pipeline on first use, so without this the first requests of a
     /// server pay for it in their time to first token. Returns the time it took.
     pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
