@@ -397,6 +397,16 @@ impl Recorder<'_> {
         self.run(&name, &[NORM_WG, mask], &[x, a, w, out, q32.unwrap_or(out), q256.unwrap_or(out)], &push, [rows, 1, 1])
     }
 
+    /// The grid-barrier probe (`shaders/ops/grid_sync.comp`, a measurement): `phases` phases
+    /// of `wgs` workgroups in one dispatch, each phase ended by a spin on a global counter.
+    /// `sync` holds [arrived = 0, bad = 0, wgs words]; `bad` comes back non-zero when a phase
+    /// timed out (not every workgroup resident) or a workgroup saw a stale word.
+    /// `rmw`: waiting workgroups poll with atomic adds of 0 instead of plain volatile loads.
+    pub fn grid_sync(&mut self, phases: u32, wgs: u32, rmw: bool, sync: Bind<'_>) -> Result<(), VkError> {
+        let push: Vec<u8> = [phases, wgs].iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.run(if rmw { "grid_sync_rmw" } else { "grid_sync" }, &[], &[sync], &push, [wgs, 1, 1])
+    }
+
     /// g <- silu(g) * u over `count` values.
     pub fn swiglu(&mut self, count: u32, g: Bind<'_>, u: Bind<'_>) -> Result<(), VkError> {
         self.run("swiglu", &[], &[g, u], &CountPush { count }.bytes(), grid(count.div_ceil(256)))

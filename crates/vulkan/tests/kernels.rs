@@ -858,3 +858,36 @@ fn dispatch_floor() {
     time("rmsnorm of 2048", &mut |rec| rec.rmsnorm(1, (&x).into(), None, (&w).into(), (&o).into(), NormPush { n: n as u32, eps: 1e-5 }));
     time("qpack of 2048", &mut |rec| rec.qpack(layout, (&x).into(), (&p).into()));
 }
+
+/// What a grid-wide barrier inside one dispatch costs (a spin on a global counter, every
+/// workgroup resident) against `dispatch_floor`'s dispatch and pipeline barrier: the cost a
+/// persistent decode kernel would pay per phase instead. Skipped on CPU devices (lavapipe may
+/// not run every workgroup at once). Fails if a phase timed out or saw a stale word.
+/// `cargo test --release --test kernels -- --ignored --nocapture grid_sync_floor`.
+#[test]
+#[ignore]
+fn grid_sync_floor() {
+    let Some(mut h) = Harness::new() else { return };
+    if h.gpu.info.kind == "cpu" {
+        eprintln!("grid_sync_floor: skipped on a CPU device");
+        return;
+    }
+    let phases = 200u32;
+    for rmw in [false, true] {
+        let warm = h.buf_bytes(&[0u8; 12]);
+        h.run(|rec| rec.grid_sync(1, 1, rmw, (&warm).into())); // the pipeline, built outside the timing
+        for wgs in [32u32, 132, 264, 528] {
+            let sync = h.buf_bytes(&vec![0u8; (2 + wgs as usize) * 4]);
+            let t = std::time::Instant::now();
+            h.run(|rec| rec.grid_sync(phases, wgs, rmw, (&sync).into()));
+            let us = t.elapsed().as_secs_f64() * 1e6 / phases as f64;
+            let words = sync.read_u32(0, 2).unwrap();
+            let poll = if rmw { "atomic polls" } else { "volatile polls" };
+            eprintln!("grid barrier, {wgs} workgroups, {poll}: {us:.2} us a phase (arrivals {}, bad {})", words[0], words[1]);
+            assert_eq!(words[1], 0, "{wgs} workgroups: phases timed out or saw stale words");
+            assert_eq!(words[0], phases * wgs);
+        }
+    }
+    let g = h.buf_f32(&vec![0.5f32; 64]);
+    eprintln!("for comparison, swiglu of 64 values: {:.2} us a dispatch and barrier", h.time_chained(phases, &mut |rec| rec.swiglu(64, (&g).into(), (&g).into())));
+}
