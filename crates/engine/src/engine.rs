@@ -126,7 +126,8 @@ impl Default for EngineConfig {
 /// NROW_MAX rows. Measured on the H200 (1B Q8_0, 512-token prompts; BENCHMARKS.md, sixth
 /// session): the Vulkan home's lanes beat the engine's groups at 16, 32 and 64 streams (2,649
 /// against 2,127 t/s at 16); with one queue they equal the groups. (Wide steps as one GEMM
-/// pass, `RESIN_VK_WIDE=gemm`, lost at 16 streams: 1,911 against 2,125.)
+/// pass, `RESIN_VK_WIDE=gemm`, lost at 16 streams: 1,911 against 2,125.) The CPU home's one
+/// pass beat its groups too (SmolLM2, 16 streams, 2 cores: about 267 against 185-237 t/s).
 pub const WIDE_STEP_MIN: usize = NROW_MAX + 1;
 
 /// Live numbers for /metrics.
