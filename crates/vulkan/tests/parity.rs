@@ -107,7 +107,6 @@ fn smollm2_greedy_32_and_first_logits() {
 }
 
 #[test]
-#[ignore = "slow on lavapipe (~500 MB of weights a token); run with --ignored"]
 fn qwen25_coder_greedy_32_and_first_logits() {
     greedy_parity("qwen2.5-coder-0.5b", 32, 5e-2);
 }
@@ -196,7 +195,6 @@ fn smollm2_f32_activations_match_float32_reference() {
 }
 
 #[test]
-#[ignore = "slow on lavapipe; run with --ignored"]
 fn qwen25_coder_f32_activations_match_float32_reference() {
     reference_top200("qwen2.5-coder-0.5b", 2e-3);
 }
