@@ -5,9 +5,13 @@ use std::sync::Mutex;
 /// Engine and home counters (exported on /metrics and by `resin bench`).
 #[derive(Debug, Default)]
 pub struct Counters {
+    /// Token commands of 2..=NROW_MAX rows (each group of a grouped step counts).
     pub nrow_steps: AtomicU64,
+    /// Steps of more than NROW_MAX rows run as balanced groups of N-row token commands: the
+    /// engine's groups one after another, or the Vulkan home's lanes at once.
     pub grouped_steps: AtomicU64,
-    /// Steps of more than NROW_MAX rows in one pass (the wide step).
+    /// Steps of more than NROW_MAX rows in one pass (the CPU home's wide step, the Vulkan
+    /// home's GEMM pass).
     pub wide_steps: AtomicU64,
     pub prefill_windows: AtomicU64,
     pub prefill_segment_windows: AtomicU64,
