@@ -1,0 +1,96 @@
+//! The engine driving the Vulkan home (on lavapipe in CI) with the real SmolLM2: 12 and 17
+//! concurrent greedy streams give exactly the tokens each prompt gives alone. Above 8 decoding
+//! streams the engine hands a step to the home, which runs it as balanced groups of N-row
+//! token commands on its lanes (12 -> 6+6, 17 -> 6+6+5): counted as grouped steps, never one
+//! wide pass and never a row at a time.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use resin_core::{Counters, KvCodec};
+use resin_engine::{Engine, EngineConfig, GenEvent, GenHandle, GenRequest};
+use resin_gguf::GgufFile;
+use resin_model::{ModelConfig, Tokenizer};
+use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
+
+/// Tokens each stream generates (greedy, no stop ids: every run has this length).
+const TOKENS: usize = 8;
+
+struct Model {
+    file: Arc<GgufFile>,
+    cfg: ModelConfig,
+    tok: Arc<Tokenizer>,
+}
+
+fn model() -> Model {
+    let path = resin_hub::ensure("smollm2-135m", false).expect("fetching SmolLM2-135M");
+    let file = Arc::new(GgufFile::open(path).unwrap());
+    let cfg = ModelConfig::from_gguf(&file).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&file).unwrap());
+    Model { file, cfg, tok }
+}
+
+/// An engine over a Vulkan home of `regions` regions, or None without a device. Prompts are
+/// prefilled one session a window (`max_segments` 1): a short prompt (under 16 rows) alone
+/// takes the decode attention, but in a window with other sessions' prompts the window's
+/// flash-attention tiles, whose arithmetic differs, so with segments a greedy stream can flip
+/// a near-tie (with segments on, stream 6 of 12 here took another token at its third). The
+/// decode steps (groups on lanes) are what this test holds to the bit; segments' own
+/// equality is tested in prefill.rs with prompts long enough to take the tiles either way.
+fn engine(m: &Model, regions: usize) -> Option<Engine> {
+    let gpu = common::gpu()?;
+    let opts = VulkanOptions { n_ctx: Some(128), regions, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes };
+    let home = VulkanHome::on(gpu, m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap();
+    Some(Engine::start(Box::new(home), m.tok.clone(), EngineConfig { max_segments: 1, ..EngineConfig::default() }))
+}
+
+fn request(prompt: Vec<u32>) -> GenRequest {
+    let mut r = GenRequest::new(prompt, TOKENS);
+    r.stop_ids = Some(Vec::new());
+    r
+}
+
+fn collect(mut h: GenHandle) -> Vec<u32> {
+    let mut ids = Vec::new();
+    while let Some(ev) = h.blocking_next() {
+        match ev {
+            GenEvent::Delta { ids: new, .. } => ids.extend(new),
+            GenEvent::Done(_) => return ids,
+            GenEvent::Error(e) => panic!("generation failed: {e}"),
+        }
+    }
+    panic!("stream ended without Done");
+}
+
+#[test]
+fn twelve_and_seventeen_concurrent_streams_equal_each_alone() {
+    let m = model();
+    let subjects = ["cats", "the sea", "bread", "trains", "winter", "music", "gardens", "rivers", "stars", "books", "tea", "clocks", "bridges", "owls", "salt", "paper", "maps"];
+    // Prompts of two tokens that share no first token. Two tokens: the peel packs four
+    // sessions' prompts into one token command a tick, so all the streams are soon decoding
+    // together (12 and 17 rows a step). No shared first token: run one after another on one
+    // region, a prompt that shared a prefix with the previous one would adopt its K/V rows.
+    let ps: Vec<Vec<u32>> = subjects.iter().map(|s| m.tok.encode(&format!("{s}:"), false, false).unwrap()[..2].to_vec()).collect();
+    let firsts: std::collections::HashSet<u32> = ps.iter().map(|p| p[0]).collect();
+    assert_eq!(firsts.len(), ps.len(), "the prompts must not share a first token");
+    let Some(one) = engine(&m, 1) else { return };
+    let alone: Vec<Vec<u32>> = ps.iter().map(|p| collect(one.submit(request(p.clone())).unwrap())).collect();
+    drop(one);
+    // Control: the prompts lead to different continuations, so equality below means something.
+    assert!(alone.iter().any(|a| *a != alone[0]));
+    for streams in [12usize, 17] {
+        let e = engine(&m, streams).expect("the device started once");
+        let handles: Vec<GenHandle> = ps[..streams].iter().map(|p| e.submit(request(p.clone())).unwrap()).collect();
+        for (i, h) in handles.into_iter().enumerate() {
+            assert_eq!(collect(h), alone[i], "stream {i} of {streams} differs from the same prompt alone");
+        }
+        let c = e.counters();
+        let (grouped, nrow, wide) = (c.grouped_steps.load(Ordering::Relaxed), c.nrow_steps.load(Ordering::Relaxed), c.wide_steps.load(Ordering::Relaxed));
+        eprintln!("{streams} streams: {grouped} grouped steps, {nrow} N-row commands, {wide} wide passes");
+        assert!(grouped > 0, "{streams} streams must take grouped steps");
+        assert!(nrow >= 2 * grouped, "a grouped step runs at least two N-row commands");
+        assert_eq!(wide, 0, "rows of distinct sessions never take one wide pass");
+    }
+}
