@@ -235,7 +235,7 @@ impl Fence {
 
     /// Submit `cmd` and wait for it; the fence is reset for the next use.
     pub fn submit_wait(&self, cmd: vk::CommandBuffer) -> Result<(), VkError> {
-        self.submit(self.gpu.queue, cmd)?;
+        self.submit(self.gpu.queues[0], cmd)?;
         self.wait()
     }
 

@@ -123,9 +123,8 @@ pub struct Gpu {
     pub instance: ash::Instance,
     pub physical: vk::PhysicalDevice,
     pub device: ash::Device,
-    /// The first of `queues`: what single submissions use.
-    pub queue: vk::Queue,
-    /// Every queue taken from the compute family (`info.queues` of them).
+    /// Every queue taken from the compute family (`info.queues` of them, at least one; the
+    /// first is what single submissions use).
     pub queues: Vec<vk::Queue>,
     pub queue_family: u32,
     pub pool: vk::CommandPool,
@@ -445,7 +444,6 @@ impl Gpu {
         };
         // SAFETY: family `fam` was requested with info.queues queues.
         let queues: Vec<vk::Queue> = (0..info.queues).map(|i| unsafe { device.get_device_queue(fam, i) }).collect();
-        let queue = queues[0];
         let pinfo = vk::CommandPoolCreateInfo::default().queue_family_index(fam).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: the device is live.
         let pool = match unsafe { device.create_command_pool(&pinfo, None) } {
@@ -459,7 +457,7 @@ impl Gpu {
         // SAFETY: pd came from this instance.
         let memory = unsafe { instance.get_physical_device_memory_properties(pd) };
         READY.call_once(|| tracing::info!("device ready: {}", info.describe()));
-        Ok(Arc::new(Gpu { _entry: entry, instance: instance.clone(), physical: pd, device, queue, queues, queue_family: fam, pool, memory, info }))
+        Ok(Arc::new(Gpu { _entry: entry, instance: instance.clone(), physical: pd, device, queues, queue_family: fam, pool, memory, info }))
     }
 
     /// Block until the queue is idle.

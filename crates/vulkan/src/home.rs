@@ -626,38 +626,23 @@ impl VulkanHome {
         res.map(|()| groups.into_iter().enumerate().collect())
     }
 
-    /// Run a step over `rows` (already checked); returns the logits rows.
-    fn run_rows(&mut self, rows: &[(u32, u32, u32)]) -> Result<Vec<f32>, VkError> {
-        let vocab = self.cfg.vocab;
-        let mut data = Vec::with_capacity(rows.len() * vocab);
-        let passes = self.run_step(rows, false)?;
+    /// Run a step over `rows` (already checked) and read each pass's `n` rows of results from
+    /// its lane's scratch in row order (`read`: the logits, or with `greedy` the argmax ids);
+    /// the step is counted by what ran: one pass (a token command, or a wide GEMM pass), or
+    /// groups of token commands on lanes (a grouped step, each group an N-row step).
+    fn run_rows<T>(&mut self, rows: &[(u32, u32, u32)], greedy: bool, read: impl Fn(&Scratch, usize) -> Result<Vec<T>, VkError>) -> Result<Vec<T>, VkError> {
+        let passes = self.run_step(rows, greedy)?;
+        let mut out = Vec::new();
         for &(lane, n) in &passes {
-            data.extend(self.lanes[lane].scratch.logits_host.read_f32(0, n * vocab)?);
+            out.extend(read(&self.lanes[lane].scratch, n)?);
         }
-        self.count_passes(&passes);
-        Ok(data)
-    }
-
-    /// Run a step over `rows` (already checked) that reads back only each row's argmax id.
-    fn run_rows_greedy(&mut self, rows: &[(u32, u32, u32)]) -> Result<Vec<u32>, VkError> {
-        let mut ids = Vec::with_capacity(rows.len());
-        let passes = self.run_step(rows, true)?;
-        for &(lane, n) in &passes {
-            ids.extend(self.lanes[lane].scratch.ids.read_u32(0, n)?);
-        }
-        self.count_passes(&passes);
-        Ok(ids)
-    }
-
-    /// Count a step by what ran: one pass (a token command, or a wide GEMM pass), or groups
-    /// of token commands on lanes (a grouped step, each group an N-row step).
-    fn count_passes(&self, passes: &[(usize, usize)]) {
         if passes.len() > 1 {
             Counters::add(&self.counters.grouped_steps, 1);
         }
-        for &(_, n) in passes {
+        for &(_, n) in &passes {
             self.counters.count_step(n);
         }
+        Ok(out)
     }
 }
 
@@ -1172,7 +1157,8 @@ impl Home for VulkanHome {
     fn step(&mut self, rows: &[Row]) -> resin_core::Result<Logits> {
         check_rows(&self.spec, rows)?;
         let r = triples(rows);
-        let data = self.run_rows(&r).map_err(HomeError::from)?;
+        let vocab = self.cfg.vocab;
+        let data = self.run_rows(&r, false, |s, n| s.logits_host.read_f32(0, n * vocab)).map_err(HomeError::from)?;
         Ok(Logits { vocab: self.spec.vocab, data })
     }
 
@@ -1184,7 +1170,7 @@ impl Home for VulkanHome {
     fn step_greedy(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<u32>>> {
         check_rows(&self.spec, rows)?;
         let r = triples(rows);
-        let ids = self.run_rows_greedy(&r).map_err(HomeError::from)?;
+        let ids = self.run_rows(&r, true, |s, n| s.ids.read_u32(0, n)).map_err(HomeError::from)?;
         Ok(Some(ids))
     }
 

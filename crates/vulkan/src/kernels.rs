@@ -105,6 +105,15 @@ pub struct CountPush {
 }
 impl Push for CountPush {}
 
+/// The grid-barrier probe's push block (`shaders/ops/grid_sync.comp`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GridSyncPush {
+    pub phases: u32,
+    pub wgs: u32,
+}
+impl Push for GridSyncPush {}
+
 /// flags: 1 = add the q/k/v bias, 2 = RMS-norm each q and k head (qwen3).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -403,8 +412,7 @@ impl Recorder<'_> {
     /// timed out (not every workgroup resident) or a workgroup saw a stale word.
     /// `rmw`: waiting workgroups poll with atomic adds of 0 instead of plain volatile loads.
     pub fn grid_sync(&mut self, phases: u32, wgs: u32, rmw: bool, sync: Bind<'_>) -> Result<(), VkError> {
-        let push: Vec<u8> = [phases, wgs].iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.run(if rmw { "grid_sync_rmw" } else { "grid_sync" }, &[], &[sync], &push, [wgs, 1, 1])
+        self.run(if rmw { "grid_sync_rmw" } else { "grid_sync" }, &[], &[sync], &GridSyncPush { phases, wgs }.bytes(), [wgs, 1, 1])
     }
 
     /// g <- silu(g) * u over `count` values.

@@ -11,26 +11,12 @@ use std::sync::Arc;
 
 use resin_core::{Counters, KvCodec};
 use resin_engine::{Engine, EngineConfig, GenEvent, GenHandle, GenRequest};
-use resin_gguf::GgufFile;
-use resin_model::{ModelConfig, Tokenizer};
+use common::Model;
 use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
 
 /// Tokens each stream generates (greedy, no stop ids: every run has this length).
 const TOKENS: usize = 8;
 
-struct Model {
-    file: Arc<GgufFile>,
-    cfg: ModelConfig,
-    tok: Arc<Tokenizer>,
-}
-
-fn model() -> Model {
-    let path = resin_hub::ensure("smollm2-135m", false).expect("fetching SmolLM2-135M");
-    let file = Arc::new(GgufFile::open(path).unwrap());
-    let cfg = ModelConfig::from_gguf(&file).unwrap();
-    let tok = Arc::new(Tokenizer::from_gguf(&file).unwrap());
-    Model { file, cfg, tok }
-}
 
 /// An engine over a Vulkan home of `regions` regions, or None without a device. Prompts are
 /// prefilled one session a window (`max_segments` 1): a short prompt (under 16 rows) alone
@@ -66,7 +52,7 @@ fn collect(mut h: GenHandle) -> Vec<u32> {
 
 #[test]
 fn twelve_and_seventeen_concurrent_streams_equal_each_alone() {
-    let m = model();
+    let m = common::model("smollm2-135m");
     let subjects = ["cats", "the sea", "bread", "trains", "winter", "music", "gardens", "rivers", "stars", "books", "tea", "clocks", "bridges", "owls", "salt", "paper", "maps"];
     // Prompts of two tokens that share no first token. Two tokens: the peel packs four
     // sessions' prompts into one token command a tick, so all the streams are soon decoding

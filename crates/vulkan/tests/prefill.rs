@@ -8,30 +8,19 @@
 
 mod common;
 
-use common::{argmax, bits_equal, rel_l2};
+use common::{argmax, bits_equal, rel_l2, Model};
 
 use std::sync::Arc;
 
 use resin_core::{Counters, Home, KvCodec, Logits, RegionId, Row, Segment};
 use resin_cpu::{CpuHome, CpuOptions};
-use resin_gguf::GgufFile;
-use resin_model::{ModelConfig, Tokenizer};
+use resin_model::Tokenizer;
 use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
 
 const MODEL: &str = "smollm2-135m";
 
-struct Model {
-    file: Arc<GgufFile>,
-    cfg: ModelConfig,
-    tok: Tokenizer,
-}
-
 fn model() -> Model {
-    let path = resin_hub::ensure(MODEL, false).unwrap_or_else(|e| panic!("fetching {MODEL}: {e}"));
-    let file = Arc::new(GgufFile::open(&path).unwrap());
-    let cfg = ModelConfig::from_gguf(&file).unwrap();
-    let tok = Tokenizer::from_gguf(&file).unwrap();
-    Model { file, cfg, tok }
+    common::model(MODEL)
 }
 
 fn vulkan(m: &Model, n_ctx: usize, regions: usize) -> Option<(VulkanHome, Arc<Counters>)> {

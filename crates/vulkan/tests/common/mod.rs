@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use resin_gguf::GgufFile;
+use resin_model::{ModelConfig, Tokenizer};
 use resin_vulkan::buffers::{submit_once, Buffer, Location};
 use resin_vulkan::kernels::Recorder;
 use resin_vulkan::pipelines::{Descriptors, Pipelines};
@@ -15,6 +17,21 @@ pub const U: f64 = 1.0 / (1u64 << 24) as f64;
 pub const U16: f64 = 1.0 / 2048.0;
 /// A NaN pattern written over outputs before a run, so an element never written fails.
 pub const POISON: u32 = 0x7FC0_7FC0; // a NaN as f32 and as each of its two f16 halves
+
+/// A registry model, fetched on first use, with its config and tokenizer.
+pub struct Model {
+    pub file: Arc<GgufFile>,
+    pub cfg: ModelConfig,
+    pub tok: Arc<Tokenizer>,
+}
+
+pub fn model(name: &str) -> Model {
+    let path = resin_hub::ensure(name, false).unwrap_or_else(|e| panic!("fetching {name}: {e}"));
+    let file = Arc::new(GgufFile::open(&path).unwrap());
+    let cfg = ModelConfig::from_gguf(&file).unwrap();
+    let tok = Arc::new(Tokenizer::from_gguf(&file).unwrap());
+    Model { file, cfg, tok }
+}
 
 /// The device, or None with a line saying why (a failure when RESIN_REQUIRE_VULKAN=1).
 pub fn gpu() -> Option<Arc<Gpu>> {
