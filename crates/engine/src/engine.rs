@@ -152,17 +152,42 @@ impl Drop for ShutdownOnDrop {
     }
 }
 
+/// The engine thread as every handle shares it. Dropping the last handle stops the thread and
+/// waits until it has dropped the home: a GPU home still being torn down while the process
+/// exits crashes it (on the H200, a test that dropped its engine without `shutdown` ended in
+/// SIGSEGV after its tests passed), and `serve` and `bench` end by dropping theirs.
+struct Worker {
+    tx: mpsc::Sender<Command>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Worker {
+    fn stop(&self) {
+        let _ = self.tx.send(Command::Shutdown);
+        let thread = self.thread.lock().ok().and_then(|mut w| w.take());
+        // Never from the engine thread itself (it would wait for itself).
+        if let Some(t) = thread.filter(|t| t.thread().id() != std::thread::current().id()) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// A handle to the engine thread. Cheap to clone.
 #[derive(Clone)]
 pub struct Engine {
-    tx: mpsc::Sender<Command>,
+    worker: Arc<Worker>,
     stats: Arc<EngineStats>,
     counters: Arc<Counters>,
     n_ctx: usize,
     regions: usize,
     home_kind: &'static str,
     max_queue: usize,
-    worker: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl Engine {
@@ -184,23 +209,19 @@ impl Engine {
             next_id: 0,
             stop: false,
         };
-        let worker = std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("resin-engine".into())
             .spawn(move || sched.run(rx))
             .expect("spawning the engine thread");
-        let worker = Arc::new(std::sync::Mutex::new(Some(worker)));
-        Engine { tx, stats, counters, n_ctx: spec.n_ctx, regions: spec.regions, home_kind: spec.kind, max_queue: config.max_queue, worker }
+        let worker = Arc::new(Worker { tx, thread: std::sync::Mutex::new(Some(thread)) });
+        Engine { worker, stats, counters, n_ctx: spec.n_ctx, regions: spec.regions, home_kind: spec.kind, max_queue: config.max_queue }
     }
 
-    /// Stop the engine thread and wait until it has dropped the home. Call it before the
-    /// process exits: a GPU home torn down while the process is exiting (its driver's own
-    /// exit handlers running) can crash it. Later submits fail with `SubmitError::Closed`.
+    /// Stop the engine thread and wait until it has dropped the home (dropping the last
+    /// handle does the same): a GPU home torn down while the process is exiting (its driver's
+    /// own exit handlers running) can crash it. Later submits fail with `SubmitError::Closed`.
     pub fn shutdown(&self) {
-        let _ = self.tx.send(Command::Shutdown);
-        let worker = self.worker.lock().ok().and_then(|mut w| w.take());
-        if let Some(w) = worker {
-            let _ = w.join();
-        }
+        self.worker.stop();
     }
 
     pub fn submit(&self, req: GenRequest) -> Result<GenHandle, SubmitError> {
@@ -217,7 +238,7 @@ impl Engine {
         }
         let (etx, erx) = tmpsc::unbounded_channel();
         self.stats.queued.fetch_add(1, Ordering::Relaxed);
-        self.tx.send(Command::Submit(Box::new(req), etx, Instant::now())).map_err(|_| {
+        self.worker.tx.send(Command::Submit(Box::new(req), etx, Instant::now())).map_err(|_| {
             self.stats.queued.fetch_sub(1, Ordering::Relaxed);
             SubmitError::Closed
         })?;

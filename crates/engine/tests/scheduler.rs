@@ -274,3 +274,65 @@ fn shutdown_ends_live_streams_joins_the_thread_and_refuses_later_work() {
     // A second shutdown (another clone's, or a drop guard's) is harmless.
     e.shutdown();
 }
+
+/// A CPU home that says when it is dropped.
+struct Watched {
+    home: CpuHome,
+    dropped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+impl resin_core::Home for Watched {
+    fn spec(&self) -> &resin_core::HomeSpec {
+        self.home.spec()
+    }
+    fn prefill(&mut self, segments: &[resin_core::Segment<'_>]) -> resin_core::Result<resin_core::Logits> {
+        self.home.prefill(segments)
+    }
+    fn step(&mut self, rows: &[resin_core::Row]) -> resin_core::Result<resin_core::Logits> {
+        self.home.step(rows)
+    }
+    fn counters(&self) -> &Arc<Counters> {
+        self.home.counters()
+    }
+    fn save_region(&mut self, region: resin_core::RegionId, rows: usize) -> resin_core::Result<Vec<u8>> {
+        self.home.save_region(region, rows)
+    }
+    fn load_region(&mut self, region: resin_core::RegionId, rows: usize, snapshot: &[u8]) -> resin_core::Result<()> {
+        self.home.load_region(region, rows, snapshot)
+    }
+}
+
+/// `serve` and `bench` end by dropping their handles: the last one dropped stops the engine
+/// thread and returns only once the home is dropped (a GPU home torn down while the process
+/// exits can crash it). A clone still held keeps the engine running.
+#[test]
+fn dropping_the_last_handle_stops_the_engine_and_drops_the_home() {
+    let m = model();
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opts = CpuOptions { n_ctx: Some(512), regions: 1, codec: KvCodec::F16, threads: None };
+    let home = CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap();
+    let e = Engine::start(Box::new(Watched { home, dropped: dropped.clone() }), m.tok.clone(), EngineConfig::default());
+    let other = e.clone();
+    let p = m.tok.encode("Count slowly:", false, false).unwrap();
+    let mut h = e.submit(request(p, 400)).unwrap();
+    while !matches!(h.blocking_next(), Some(GenEvent::Delta { .. })) {}
+    drop(e);
+    // Control: another handle still holds the engine; its stream goes on.
+    assert!(!dropped.load(Ordering::SeqCst), "the home was dropped while a handle remained");
+    assert!(matches!(h.blocking_next(), Some(GenEvent::Delta { .. })), "the stream must go on while a handle remains");
+    drop(other);
+    assert!(dropped.load(Ordering::SeqCst), "dropping the last handle must return once the home is dropped");
+    let mut rest = 0;
+    while let Some(ev) = h.blocking_next() {
+        if let GenEvent::Delta { ids, .. } = ev {
+            rest += ids.len();
+        }
+    }
+    assert!(rest < 400, "the stream ran on after the last handle was dropped");
+}
