@@ -17,6 +17,13 @@
 #define MAXG 8u   // heads a workgroup
 shared float wp[MAXG * ATTN_SLOTS];   // e^(m_p - M) of each head's pieces
 shared float lh[MAXG];                // each head's merged l
+// Each piece's (m, l), loaded by a thread each at once (not one after another by a head's
+// thread), and with QACT the group's merged values, each by a thread of its own (not CH in a
+// row by a chunk's): the same operations, in fewer dependent steps.
+shared vec2 ml[MAXG * ATTN_SLOTS];
+#ifdef QACT
+shared float mvals[512];   // heads * head_dim <= 64 * CH (attn_round_heads)
+#endif
 #ifdef QACT
 shared float pm[256];   // each chunk's amax (WG <= 256)
 #ifdef QPACK
@@ -39,15 +46,19 @@ void combine(uint r, uint grp, uint t) {
     uint keys = meta[r * META_WORDS + META_KEYS];
     uint npc = (keys + attn_piece_keys(keys) - 1u) / attn_piece_keys(keys);
     uint first0 = (r * p.n_head + h0) * ATTN_SLOTS;
+    for (uint e = t; e < p.heads * ATTN_SLOTS; e += WG) {
+        uint i = e % ATTN_SLOTS;
+        if (i < npc) ml[e] = vec2(part[(first0 + e) * (hd + 2u)], part[(first0 + e) * (hd + 2u) + 1u]);
+    }
+    barrier();
     if (t < p.heads) {
-        uint first = first0 + t * ATTN_SLOTS;
         float mx = -1.0 / 0.0;
-        for (uint i = 0u; i < npc; i++) mx = max(mx, part[(first + i) * (hd + 2u)]);
+        for (uint i = 0u; i < npc; i++) mx = max(mx, ml[t * ATTN_SLOTS + i].x);
         float l = 0.0;
         for (uint i = 0u; i < npc; i++) {
-            float w = exp(part[(first + i) * (hd + 2u)] - mx);
+            float w = exp(ml[t * ATTN_SLOTS + i].x - mx);
             wp[t * ATTN_SLOTS + i] = w;
-            l = fma(part[(first + i) * (hd + 2u) + 1u], w, l);
+            l = fma(ml[t * ATTN_SLOTS + i].y, w, l);
         }
         lh[t] = l;
     }
@@ -57,15 +68,19 @@ void combine(uint r, uint grp, uint t) {
 #ifndef QACT
     for (uint j = t; j < span; j += WG) outv[o0 + j] = merged(first0 + (j / hd) * ATTN_SLOTS, npc, j / hd, j % hd, hd);
 #else
+    for (uint j = t; j < span; j += WG) {
+        float m = merged(first0 + (j / hd) * ATTN_SLOTS, npc, j / hd, j % hd, hd);
+        mvals[j] = m;
+        outv[o0 + j] = m;
+    }
+    barrier();
     uint o = t * CH;   // this thread's chunk of the group's values
     bool live = o < span;
     float v[CH];
     float amax = 0.0;
     if (live) {
         for (uint k = 0u; k < CH; k++) {
-            uint j = o + k;
-            v[k] = merged(first0 + (j / hd) * ATTN_SLOTS, npc, j / hd, j % hd, hd);
-            outv[o0 + j] = v[k];
+            v[k] = mvals[o + k];
             amax = max(amax, abs(v[k]));
         }
     }
