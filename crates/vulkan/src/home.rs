@@ -575,6 +575,22 @@ impl VulkanHome {
 
     /// One prefill window (up to PF_WINDOW rows, already checked), recorded for its shape and
     /// submitted; returns the logits of the rows in `keep`.
+    /// The segments as one window chain (the caller made sure each takes the kernels it takes
+    /// in a chain of its own: `exact_groups`), one logits row a segment.
+    fn prefill_chain(&mut self, segments: &[Segment<'_>]) -> resin_core::Result<Logits> {
+        let (chain, windows) = plan_chain(segments, PF_WINDOW, self.plan.out_rows);
+        let vocab = self.spec.vocab;
+        let mut data = Vec::with_capacity(segments.len() * vocab);
+        for w in &windows {
+            count_window(&self.counters, w);
+            let rows: Vec<(u32, u32, u32)> = chain[w.start..w.end].iter().map(|r| (r.region, r.pos, r.token)).collect();
+            let keep: Vec<u32> = w.logit_rows.iter().map(|&i| i as u32).collect();
+            data.extend(self.run_window(&rows, &keep).map_err(HomeError::from)?);
+        }
+        Counters::add(&self.counters.prompt_tokens_prefilled, chain.len() as u64);
+        Ok(Logits { vocab, data })
+    }
+
     fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
         self.write_meta(0, rows)?;
         let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true }, None)?;
@@ -647,6 +663,73 @@ impl VulkanHome {
 }
 
 /// A step's rows as the (region, position, token) triples the passes take.
+/// The decline said (once) when segments of one prefill cannot share a window chain exactly.
+const APART: &str = "segments whose rows would take other kernels in a shared window than in windows of their own (under 16 rows: the GEMV or the decode attention) run in windows of their own";
+
+/// Which kernels a window of `n` rows takes, which decide its rows' bits: the GEMV (up to
+/// NROW_MAX rows) or the GEMM, then the decode attention (under WINDOW_ATTN_MIN_ROWS rows) or
+/// the flash-attention tiles.
+fn window_kernels(n: usize) -> u8 {
+    if n <= NROW_MAX {
+        0
+    } else if n < WINDOW_ATTN_MIN_ROWS {
+        1
+    } else {
+        2
+    }
+}
+
+/// The segments of one prefill in chains that give each segment the logits of a chain of its
+/// own, bit for bit: one shared chain of every segment whose rows take the same kernels there
+/// as alone (`window_kernels` of each row's window); the others apart, those of at most
+/// NROW_MAX rows packed into chains of at most NROW_MAX rows (one-window chains that take the
+/// GEMV and the decode attention, as each does alone), the rest alone. Indices ascending.
+fn exact_groups(segments: &[Segment<'_>], out_rows: usize) -> Vec<Vec<usize>> {
+    let mut shared: Vec<usize> = (0..segments.len()).collect();
+    let mut apart = Vec::new();
+    while shared.len() > 1 {
+        let segs: Vec<Segment<'_>> = shared.iter().map(|&i| segments[i]).collect();
+        let (_, windows) = plan_chain(&segs, PF_WINDOW, out_rows);
+        let kernels: Vec<u8> = windows.iter().flat_map(|w| std::iter::repeat_n(window_kernels(w.end - w.start), w.end - w.start)).collect();
+        let mut off = 0;
+        let mut misfits = Vec::new();
+        for (k, sg) in segs.iter().enumerate() {
+            let len = sg.tokens.len();
+            // Alone, the segment's row i lies in the window of PF_WINDOW rows that holds it.
+            let own = |i: usize| window_kernels((len - i / PF_WINDOW * PF_WINDOW).min(PF_WINDOW));
+            if (0..len).any(|i| kernels[off + i] != own(i)) {
+                misfits.push(k);
+            }
+            off += len;
+        }
+        if misfits.is_empty() {
+            break;
+        }
+        for &k in misfits.iter().rev() {
+            apart.push(shared.remove(k));
+        }
+    }
+    apart.sort_unstable();
+    let mut groups = vec![shared];
+    let mut small: (Vec<usize>, usize) = (Vec::new(), 0);
+    for i in apart {
+        let len = segments[i].tokens.len();
+        if len > NROW_MAX {
+            groups.push(vec![i]);
+            continue;
+        }
+        if small.1 + len > NROW_MAX {
+            groups.push(std::mem::take(&mut small.0));
+            small.1 = 0;
+        }
+        small.0.push(i);
+        small.1 += len;
+    }
+    groups.push(small.0);
+    groups.retain(|g| !g.is_empty());
+    groups
+}
+
 fn triples(rows: &[Row]) -> Vec<(u32, u32, u32)> {
     rows.iter().map(|r| (r.region.0, r.pos, r.token)).collect()
 }
@@ -1141,17 +1224,26 @@ impl Home for VulkanHome {
     /// the segments' last rows.
     fn prefill(&mut self, segments: &[Segment<'_>]) -> resin_core::Result<Logits> {
         check_segments(&self.spec, segments)?;
-        let (chain, windows) = plan_chain(segments, PF_WINDOW, self.plan.out_rows);
-        let vocab = self.spec.vocab;
-        let mut data = Vec::with_capacity(segments.len() * vocab);
-        for w in &windows {
-            count_window(&self.counters, w);
-            let rows: Vec<(u32, u32, u32)> = chain[w.start..w.end].iter().map(|r| (r.region, r.pos, r.token)).collect();
-            let keep: Vec<u32> = w.logit_rows.iter().map(|&i| i as u32).collect();
-            data.extend(self.run_window(&rows, &keep).map_err(HomeError::from)?);
+        let groups = exact_groups(segments, self.plan.out_rows);
+        if groups.len() == 1 {
+            return self.prefill_chain(segments);
         }
-        Counters::add(&self.counters.prompt_tokens_prefilled, chain.len() as u64);
-        Ok(Logits { vocab, data })
+        if self.counters.decline(APART) {
+            tracing::info!("vulkan home: {APART}");
+        }
+        let vocab = self.spec.vocab;
+        let mut rows: Vec<&[f32]> = vec![&[]; segments.len()];
+        let mut all = Vec::with_capacity(groups.len());
+        for g in &groups {
+            let segs: Vec<Segment<'_>> = g.iter().map(|&i| segments[i]).collect();
+            all.push(self.prefill_chain(&segs)?.data);
+        }
+        for (g, data) in groups.iter().zip(&all) {
+            for (j, &i) in g.iter().enumerate() {
+                rows[i] = &data[j * vocab..(j + 1) * vocab];
+            }
+        }
+        Ok(Logits { vocab, data: rows.concat() })
     }
 
     fn step(&mut self, rows: &[Row]) -> resin_core::Result<Logits> {

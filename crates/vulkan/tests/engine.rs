@@ -18,13 +18,10 @@ use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
 const TOKENS: usize = 8;
 
 
-/// An engine over a Vulkan home of `regions` regions, or None without a device. Prompts are
-/// prefilled one session a window (`max_segments` 1): a short prompt (under 16 rows) alone
-/// takes the decode attention, but in a window with other sessions' prompts the window's
-/// flash-attention tiles, whose arithmetic differs, so with segments a greedy stream can flip
-/// a near-tie (with segments on, stream 6 of 12 here took another token at its third). The
-/// decode steps (groups on lanes) are what this test holds to the bit; segments' own
-/// equality is tested in prefill.rs with prompts long enough to take the tiles either way.
+/// An engine over a Vulkan home of `regions` regions, default settings (segments on). The
+/// short prompts here share prefill windows only as the home's exact grouping allows (under
+/// 16 rows a segment would take other kernels beside others than alone; before it, stream 6
+/// of 12 took another token at its third).
 /// All of them on one device, started once. With a device each, on the H200 the process died
 /// (SIGSEGV) once engine threads had dropped a second device: 3 of 3 runs, on one device 0 of
 /// 3 (BENCHMARKS.md, seventh session; the cause is not known). A server starts one device.
@@ -32,7 +29,7 @@ fn engine(m: &Model, gpu: &Arc<resin_vulkan::Gpu>, regions: usize) -> Engine {
     let gpu = gpu.clone();
     let opts = VulkanOptions { n_ctx: Some(128), regions, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes };
     let home = VulkanHome::on(gpu, m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap();
-    Engine::start(Box::new(home), m.tok.clone(), EngineConfig { max_segments: 1, ..EngineConfig::default() })
+    Engine::start(Box::new(home), m.tok.clone(), EngineConfig::default())
 }
 
 fn request(prompt: Vec<u32>) -> GenRequest {

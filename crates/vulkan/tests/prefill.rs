@@ -133,6 +133,38 @@ fn two_sessions_in_one_window_equal_each_alone_and_save_a_window() {
     }
 }
 
+/// Segments that alone take the GEMV or the decode attention (under 16 rows) would take the
+/// GEMM and the flash tiles in a window shared with a long prompt: the home runs them in
+/// windows of their own (the short ones of at most 8 rows packed together), says so once as a
+/// decline, and every segment's logits equal its prefill alone bit for bit.
+#[test]
+fn short_segments_beside_a_long_one_equal_each_alone() {
+    let m = model();
+    let lens = [40usize, 3, 5, 12, 2, 20];
+    let Some((mut together, ct)) = vulkan(&m, 128, lens.len()) else { return };
+    let (mut alone, _) = vulkan(&m, 128, lens.len()).unwrap();
+    let prompt = counting(&m.tok, 64);
+    // Each segment from another offset of the prompt, so no two are the same text.
+    let segs: Vec<Segment> = lens.iter().enumerate().map(|(r, &n)| Segment { region: RegionId(r as u32), start: 0, tokens: &prompt[r..r + n] }).collect();
+    let both = together.prefill(&segs).unwrap();
+    assert_eq!(both.rows(), lens.len());
+    for (r, sg) in segs.iter().enumerate() {
+        let one = alone.prefill(std::slice::from_ref(sg)).unwrap();
+        assert!(bits_equal(both.row(r), one.row(0)), "segment {r} ({} rows) differs from its prefill alone: relative L2 {:e}", lens[r], rel_l2(both.row(r), one.row(0)));
+    }
+    let declines = ct.declines();
+    assert_eq!(declines.len(), 1, "one decline reason: {declines:?}");
+    assert!(declines.keys().next().unwrap().contains("windows of their own"));
+    // 40 + 20 rows share a window; 3 + 5 and 2 take one of at most 8 rows; 12 its own.
+    assert_eq!(ct.prefill_windows.load(std::sync::atomic::Ordering::Relaxed), 4, "windows");
+    // Control: long segments alone share their window and say nothing.
+    let (mut long, cl) = vulkan(&m, 128, 2).unwrap();
+    let two = [Segment { region: RegionId(0), start: 0, tokens: &prompt[..40] }, Segment { region: RegionId(1), start: 0, tokens: &prompt[5..25] }];
+    long.prefill(&two).unwrap();
+    assert!(cl.declines().is_empty());
+    assert_eq!(cl.prefill_windows.load(std::sync::atomic::Ordering::Relaxed), 1);
+}
+
 #[test]
 fn a_peel_continuation_equals_the_window_chain() {
     let m = model();
