@@ -17,10 +17,12 @@ bash $K/peer.sh $K $W gl >/dev/null 2>&1
 [ -d $W/llama.cpp ] || tar xzf $K/llama.cpp-src.tgz -C $W
 [ -f $W/m1.gguf ] || $K/resin synth --shape llama3.2-1b --type q8_0 --vocab $W/llama.cpp/models/ggml-vocab-llama-bpe.gguf --out $W/m1.gguf > $O/synth.log 2>&1 || { tail -3 $O/synth.log; exit 1; }
 export RESIN_TEST_GGUF=$W/m1.gguf RESIN_REQUIRE_VULKAN=1
-i=0
+i=0; failed=0
 for t in "$@"; do
   set -- $t; i=$((i + 1)); log=$O/$i-$1.log
   timeout 200 $K/t-$1 "${@:2}" --nocapture > $log 2>&1
-  echo "$t: rc $? $(grep -o 'test result: [a-z]*. [0-9]* passed; [0-9]* failed' $log) at $((SECONDS - S)) s"
+  rc=$?; [ $rc -eq 0 ] || failed=1
+  echo "$t: rc $rc $(grep -o 'test result: [a-z]*. [0-9]* passed; [0-9]* failed' $log) at $((SECONDS - S)) s"
   grep -E "panicked" -A2 $log | head -6
 done
+exit $failed
