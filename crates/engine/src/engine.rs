@@ -153,9 +153,8 @@ impl Drop for ShutdownOnDrop {
 }
 
 /// The engine thread as every handle shares it. Dropping the last handle stops the thread and
-/// waits until it has dropped the home: a GPU home still being torn down while the process
-/// exits crashes it (on the H200, a test that dropped its engine without `shutdown` ended in
-/// SIGSEGV after its tests passed), and `serve` and `bench` end by dropping theirs.
+/// waits until it has dropped the home, so the home is gone before the process exits: `serve`
+/// and `bench` end by dropping their handles, never calling `shutdown`.
 struct Worker {
     tx: mpsc::Sender<Command>,
     thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,

@@ -22,6 +22,7 @@ const TOKENS: usize = 8;
 /// short prompts here share prefill windows only as the home's exact grouping allows (under
 /// 16 rows a segment would take other kernels beside others than alone; before it, stream 6
 /// of 12 took another token at its third).
+///
 /// All of them on one device, started once. With a device each, on the H200 the process died
 /// (SIGSEGV) once engine threads had dropped a second device: 3 of 3 runs, on one device 0 of
 /// 3 (BENCHMARKS.md, seventh session; the cause is not known). A server starts one device.
