@@ -398,6 +398,7 @@ fn gemv_dot_speed() {
         let y8 = h.poisoned(8 * rows);
         let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
         let int_dot = h.gpu.info.int_dot;
+        let tier = DotTier::for_device(&h.gpu.info);
         let mut time = |name: &str, f: &mut dyn FnMut(&mut resin_vulkan::kernels::Recorder<'_>) -> Result<(), resin_vulkan::VkError>| {
             let us = h.time_chained(reps, f);
             eprintln!("{ty} {rows}x{cols} {name}: {us:.1} us a GEMV, {:.0} GB/s of weights", wbytes.len() as f64 / us / 1e3);
@@ -408,7 +409,13 @@ fn gemv_dot_speed() {
             time("dot OpSDot", &mut |rec| rec.gemv_dot_tier(DotTier::Hardware, None, ty, 1, (&wbuf).into(), (&pk).into(), (&y).into(), p, layout));
         }
         time("dot, 8 rows", &mut |rec| rec.gemv_dot(ty, 8, (&wbuf).into(), (&pk8).into(), (&y8).into(), p, layout8));
+        // The 8-row form's shapes (rows a subgroup, units a lane, split), for choosing the default.
+        for (sgr, unroll, split) in [(1u32, 1u32, 1u32), (1, 2, 1), (1, 4, 1), (2, 1, 1), (2, 2, 1), (4, 1, 1), (1, 1, 2), (2, 1, 2), (4, 1, 2), (1, 1, 4), (2, 1, 4)] {
+            let shape = DotShape { rows: sgr, unroll, split };
+            time(&format!("dot, 8 rows, {sgr} rows a subgroup, {unroll} units a lane, split {split}"), &mut |rec| {
+                rec.gemv_dot_tier(tier, Some(shape), ty, 8, (&wbuf).into(), (&pk8).into(), (&y8).into(), p, layout8)
+            });
+        }
         time("qpack alone", &mut |rec| rec.qpack(layout, (&xb).into(), (&pk).into()));
     }
 }
-
