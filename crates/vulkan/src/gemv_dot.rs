@@ -125,14 +125,15 @@ pub fn dot_format(ty: GgmlType) -> Option<&'static str> {
 /// Weight rows a subgroup takes together in an `n`-row pass over a matrix of `rows` rows (each
 /// activation unit is loaded once for all of them; the results do not depend on it). More
 /// rows a subgroup cut the activation loads (n of them a weight unit) but leave fewer
-/// subgroups to keep the memory busy: the most of 1, 2, 4 that leaves at least 4096 subgroups
-/// for one row, 1024 for N rows (measured on the H200: BENCHMARKS.md). `RESIN_VK_DOT_ROWS`
-/// (1..=4) overrides it.
-pub fn dot_rows(n: u32, rows: u32) -> u32 {
+/// subgroups to keep the memory busy: the most of 1, 2, 4 that leaves at least 4096 subgroups,
+/// for one row and for N rows (measured on the H200, BENCHMARKS.md: an 8-row pass over the
+/// 1B's 8192 x 2048 gate took 31.6 us with 4 rows a subgroup, 27.6 with 2 rows and 2 units a
+/// lane; over its 2048 x 8192 down 36.5 with 2 rows, 30.2 with 1 row and 2 units).
+/// `RESIN_VK_DOT_ROWS` (1..=4) overrides it.
+pub fn dot_rows(rows: u32) -> u32 {
     static ROWS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     let set = *ROWS.get_or_init(|| std::env::var("RESIN_VK_DOT_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| (1..=4).contains(r)));
-    let want = if n == 1 { 4096 } else { 1024 };
-    set.unwrap_or_else(|| [4, 2].into_iter().find(|&r| rows / r >= want).unwrap_or(1))
+    set.unwrap_or_else(|| [4, 2].into_iter().find(|&r| rows / r >= 4096).unwrap_or(1))
 }
 
 /// How a dot GEMV's subgroups take their rows: `rows` neighbouring rows together (1..=4), each
@@ -151,24 +152,27 @@ pub struct DotShape {
 const SPLIT_BELOW_SUBGROUPS: u32 = 8192;
 
 impl DotShape {
-    /// The shape for an `n`-row pass over a matrix of `rows` rows: [`dot_rows`]; units a lane
-    /// from `RESIN_VK_DOT_UNROLL` (1..=4, cut to 4 / rows; default 1); the split from
-    /// `RESIN_VK_DOT_SPLIT` (1, 2, 4, or `auto`: the least that puts 8192 subgroups to work on
-    /// a one-row pass; default 1), whatever `n` is.
-    pub fn pick(n: u32, rows: u32) -> DotShape {
-        static UNROLL: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    /// The shape for an `n`-row pass over a matrix of `rows` rows of `ty`: [`dot_rows`]; units
+    /// a lane from `RESIN_VK_DOT_UNROLL` (1..=4, cut to 4 / rows), by default 2 for N rows of
+    /// the 32-value formats at up to 2 rows a subgroup (more loads in flight a lane; measured
+    /// on Q8_0, see [`dot_rows`]), else 1; the split from `RESIN_VK_DOT_SPLIT` (1, 2, 4, or
+    /// `auto`: the least that puts 8192 subgroups to work on a one-row pass; default 1),
+    /// whatever `n` is.
+    pub fn pick(ty: GgmlType, n: u32, rows: u32) -> DotShape {
+        static UNROLL: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
         static SPLIT: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-        let unroll = *UNROLL.get_or_init(|| std::env::var("RESIN_VK_DOT_UNROLL").ok().and_then(|v| v.parse().ok()).filter(|u| (1..=4).contains(u)).unwrap_or(1));
+        let unroll = *UNROLL.get_or_init(|| std::env::var("RESIN_VK_DOT_UNROLL").ok().and_then(|v| v.parse().ok()).filter(|u| (1..=4).contains(u)));
         let split = *SPLIT.get_or_init(|| match std::env::var("RESIN_VK_DOT_SPLIT").as_deref() {
             Ok("auto") => None,
             Ok(v) => Some(v.parse().ok().filter(|k| [1, 2, 4].contains(k)).unwrap_or(1)),
             Err(_) => Some(1),
         });
-        let r = dot_rows(n, rows);
+        let r = dot_rows(rows);
         let split = split.unwrap_or_else(|| {
-            let one = rows.div_ceil(dot_rows(1, rows));
+            let one = rows.div_ceil(r);
             [1, 2, 4].into_iter().find(|&k| one * k >= SPLIT_BELOW_SUBGROUPS).unwrap_or(4)
         });
+        let unroll = unroll.unwrap_or(if n > 1 && act_block(ty) == Some(32) && r <= 2 { 2 } else { 1 });
         DotShape { rows: r, unroll: unroll.min(4 / r).max(1), split }
     }
 }
@@ -241,7 +245,7 @@ impl Recorder<'_> {
                     s.rows, s.unroll, s.split
                 )))
             }
-            None => DotShape::pick(n, p.rows),
+            None => DotShape::pick(ty, n, p.rows),
         };
         // A split wider than the workgroup's subgroups (a device with few) is cut to them.
         let split = if subgroups.is_multiple_of(split) { split } else { 1 };

@@ -15,8 +15,12 @@ use resin_core::KvCodec;
 /// Workgroup size (specialization constant 0) of the kernels that take one.
 pub const WG: u32 = 64;
 
-/// Workgroup size of the RMS norms: one workgroup a row, so a step of few rows needs wide ones.
+/// Workgroup size of the RMS norms: one workgroup a row, so a step of few rows needs wide ones
+/// (common/norm.glsl's NVT: a thread a virtual thread).
 pub const NORM_WG: u32 = 256;
+/// Values a row the norm takes (common/norm.glsl: a thread holds at most 8 chunks of 8 of the
+/// 256 threads' in registers).
+pub const NORM_MAX: u32 = 16384;
 
 /// Workgroups a row of the argmax's first stage (shaders/ops/argmax.comp SLICES).
 pub const ARGMAX_SLICES: u32 = 64;
@@ -361,8 +365,11 @@ impl Recorder<'_> {
         self.run(&format!("embed_{f}"), &[WG], &[w, meta, x], &p.bytes(), [rows, 1, 1])
     }
 
-    /// out = rmsnorm(x (+= add when `add` is Some)) * w, for `rows` rows.
+    /// out = rmsnorm(x (+= add when `add` is Some)) * w, for `rows` rows of at most 16384.
     pub fn rmsnorm(&mut self, rows: u32, x: Bind<'_>, add: Option<Bind<'_>>, w: Bind<'_>, out: Bind<'_>, p: NormPush) -> Result<(), VkError> {
+        if p.n > NORM_MAX {
+            return Err(VkError::Unsupported(format!("a norm of {} values a row (at most {NORM_MAX})", p.n)));
+        }
         let (name, a) = match add {
             Some(a) => ("rmsnorm_add", a),
             None => ("rmsnorm", x),
@@ -393,8 +400,8 @@ impl Recorder<'_> {
         let name = format!("{base}_{}", if packed { "p" } else { "q" });
         let a = add.unwrap_or(x);
         let mask = u32::from(q32.is_some()) | (u32::from(q256.is_some()) << 1);
-        if p.n > 16384 {
-            return Err(VkError::Unsupported(format!("a fused norm and rounding of {} values a row (at most 16384)", p.n)));
+        if p.n > NORM_MAX {
+            return Err(VkError::Unsupported(format!("a fused norm and rounding of {} values a row (at most {NORM_MAX})", p.n)));
         }
         for (q, b) in [(q32, 32), (q256, 256)] {
             if q.is_some() && !p.n.is_multiple_of(b) {
