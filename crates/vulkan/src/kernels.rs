@@ -18,6 +18,7 @@ pub const WG: u32 = 64;
 /// Workgroup size of the RMS norms: one workgroup a row, so a step of few rows needs wide ones
 /// (common/norm.glsl's NVT: a thread a virtual thread).
 pub const NORM_WG: u32 = 256;
+const _: () = assert!(NORM_WG == 256, "common/norm.glsl takes a thread for each of its 256 virtual threads");
 /// Values a row the norm takes (common/norm.glsl: a thread holds at most 8 chunks of 8 of the
 /// 256 threads' in registers).
 pub const NORM_MAX: u32 = 16384;
