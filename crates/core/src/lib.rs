@@ -132,6 +132,40 @@ pub struct HomeSpec {
     /// The most rows one `step` takes: NROW_MAX, or up to WIDE_ROWS_MAX where the home runs
     /// wide steps (never more than its regions, since each row is a session's).
     pub step_rows_max: usize,
+    /// The fewest rows of a prefill segment whose rows come out bit for bit as in the
+    /// prompt's own window chain: 1 where a row's arithmetic never depends on its window's
+    /// size (the CPU home); the Vulkan home's windows under 16 rows take the GEMV and the
+    /// decode attention instead. The engine cuts prompts so that no chunk falls below it but
+    /// the chain's own last window where that is shorter ([`chunk_rows`]).
+    pub chunk_rows_min: usize,
+}
+
+/// Rows of a prompt's next prefill chunk on a home whose windows under `min_rows` rows take
+/// other kernels than longer ones: at most `room`, every row taking the arithmetic it takes in
+/// the prompt's own window chain (windows of PF_WINDOW from `start`, the first position
+/// prefilled; its last window `last` rows). No chunk falls under `min_rows` (nor leaves fewer
+/// than `min_rows` before that last window) except that last window itself, when it is
+/// shorter, which is a chunk of its own. 0: nothing fits in `room`.
+pub fn chunk_rows(prompt_len: usize, start: usize, fed: usize, room: usize, min_rows: usize) -> usize {
+    let remaining = prompt_len.saturating_sub(fed);
+    if min_rows <= 1 || remaining == 0 {
+        return remaining.min(room);
+    }
+    let last = (prompt_len - start.min(prompt_len)).saturating_sub(1) % PF_WINDOW + 1;
+    let tail = if last < min_rows { last.min(remaining) } else { 0 };
+    let body = remaining - tail;
+    if body == 0 {
+        return if remaining <= room { remaining } else { 0 };
+    }
+    if body <= room {
+        return body;
+    }
+    let take = room.min(body - min_rows);
+    if take >= min_rows {
+        take
+    } else {
+        0
+    }
 }
 
 impl HomeSpec {

@@ -61,7 +61,7 @@ impl CpuHome {
         let weights = Weights::load(file, &cfg)?;
         let kv = KvCache::new(opts.codec, opts.regions, cfg.n_layer, n_ctx, cfg.kv_dim(), cfg.head_dim)?;
         let rope = RopeTables::new(cfg.rope_base, cfg.rope_dims, cfg.arch.rope_style());
-        let spec = HomeSpec { kind: "cpu", vocab: cfg.vocab, n_ctx, regions: opts.regions, codec: opts.codec, step_rows_max: HomeSpec::wide_rows(opts.regions) };
+        let spec = HomeSpec { kind: "cpu", vocab: cfg.vocab, n_ctx, regions: opts.regions, codec: opts.codec, step_rows_max: HomeSpec::wide_rows(opts.regions), chunk_rows_min: 1 };
         let threads = opts.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.max(1))

@@ -4,7 +4,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use resin_core::regions::{Claim, RegionTable};
-use resin_core::{balanced_groups, Counters, Home, RegionId, Row, Segment, NROW_MAX, PF_WINDOW};
+use resin_core::{balanced_groups, chunk_rows, Counters, Home, RegionId, Row, Segment, NROW_MAX, PF_WINDOW};
 use resin_model::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc as tmpsc;
 
@@ -530,17 +530,29 @@ impl Scheduler {
             }
         }
 
-        // Segments: each pending stream's next chunk, in admission order, up to the budget.
+        // Segments: each pending stream's next chunk, in admission order, up to the budget,
+        // cut where its rows take the arithmetic of the prompt's own window chain
+        // (`chunk_rows`); the first chunk may pass a budget too small for that.
+        let min_rows = self.home.spec().chunk_rows_min;
         let mut plan = Vec::new(); // (stream, start, len)
         let mut used = 0;
         for &i in &pending {
-            if used == budget || plan.len() == self.config.max_segments.max(1) {
+            if used >= budget || plan.len() == self.config.max_segments.max(1) {
                 break;
             }
             let s = &self.streams[i];
-            let take = remaining(s).min(budget - used);
+            // (Twice the least chunk: room to cut one off and leave one.)
+            let least = if min_rows > 1 { 2 * min_rows } else { 1 };
+            let room = if plan.is_empty() { (budget - used).max(least) } else { budget - used };
+            let take = chunk_rows(s.req.prompt.len(), s.reused, s.fed.len(), room, min_rows);
+            if take == 0 {
+                continue;
+            }
             plan.push((i, s.fed.len(), take));
             used += take;
+        }
+        if plan.is_empty() {
+            return;
         }
         let segments: Vec<Segment> = plan
             .iter()

@@ -356,3 +356,41 @@ fn a_wide_step_matches_the_cpu_home_and_each_row_is_independent_of_the_others() 
     too_many.extend(rows.iter().cloned());
     assert!(vk.step(&too_many).is_err());
 }
+
+/// A prompt cut into chunks as the engine cuts it under load (`chunk_rows` with the home's
+/// `chunk_rows_min`, 128 rows a quantum) lands the logits of the prompt's own window chain, bit
+/// for bit: 130 rows as 114 + 16 (crates/core/tests/chunking.rs checks the cuts of other
+/// lengths). Control: cut at
+/// the quantum alone, 130 rows are 128 + 2, and the 2 rows take the GEMV and the decode
+/// attention where the chain's 130-row window takes the GEMM and the flash tiles: not the
+/// same bits.
+#[test]
+fn chunks_cut_as_the_engine_cuts_them_equal_the_prompts_own_chain() {
+    let m = model();
+    let Some((mut vk, _)) = vulkan(&m, 160, 1) else { return };
+    let min_rows = vk.spec().chunk_rows_min;
+    assert_eq!(min_rows, 16);
+    let prompt = counting(&m.tok, 130);
+    let mut run = |len: usize, cut: &[usize]| -> Vec<f32> {
+        let mut fed = 0;
+        let mut last = None;
+        for &c in cut {
+            let l = vk.prefill(&[Segment { region: RegionId(0), start: fed as u32, tokens: &prompt[fed..fed + c] }]).unwrap();
+            fed += c;
+            last = Some(l.row(0).to_vec());
+        }
+        assert_eq!(fed, len);
+        last.unwrap()
+    };
+    let mut cut = Vec::new();
+    let mut fed = 0;
+    while fed < 130 {
+        let c = resin_core::chunk_rows(130, 0, fed, 128, min_rows);
+        cut.push(c);
+        fed += c;
+    }
+    assert_eq!(cut, [114, 16]);
+    let whole = run(130, &[130]);
+    assert!(bits_equal(&run(130, &cut), &whole), "130 rows cut as {cut:?}: the logits differ from the chain's");
+    assert!(!bits_equal(&run(130, &[128, 2]), &whole), "control: 128 + 2 must differ");
+}
