@@ -534,6 +534,8 @@ impl Scheduler {
         // cut where its rows take the arithmetic of the prompt's own window chain
         // (`chunk_rows`); the first chunk may pass a budget too small for that.
         let min_rows = self.home.spec().chunk_rows_min;
+        // The first chunk's least room: twice the least chunk, to cut one off and leave one.
+        let least = if min_rows > 1 { 2 * min_rows } else { 1 };
         let mut plan = Vec::new(); // (stream, start, len)
         let mut used = 0;
         for &i in &pending {
@@ -541,8 +543,6 @@ impl Scheduler {
                 break;
             }
             let s = &self.streams[i];
-            // (Twice the least chunk: room to cut one off and leave one.)
-            let least = if min_rows > 1 { 2 * min_rows } else { 1 };
             let room = if plan.is_empty() { (budget - used).max(least) } else { budget - used };
             let take = chunk_rows(s.req.prompt.len(), s.reused, s.fed.len(), room, min_rows);
             if take == 0 {

@@ -573,8 +573,6 @@ impl VulkanHome {
         self.lanes[lane].scratch.meta.write(0, &RowMeta::words(&meta))
     }
 
-    /// One prefill window (up to PF_WINDOW rows, already checked), recorded for its shape and
-    /// submitted; returns the logits of the rows in `keep`.
     /// The segments as one window chain (the caller made sure each takes the kernels it takes
     /// in a chain of its own: `exact_groups`), one logits row a segment.
     fn prefill_chain(&mut self, segments: &[Segment<'_>]) -> resin_core::Result<Logits> {
@@ -591,6 +589,8 @@ impl VulkanHome {
         Ok(Logits { vocab, data })
     }
 
+    /// One prefill window (up to PF_WINDOW rows, already checked), recorded for its shape and
+    /// submitted; returns the logits of the rows in `keep`.
     fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
         self.write_meta(0, rows)?;
         let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true }, None)?;
@@ -662,7 +662,6 @@ impl VulkanHome {
     }
 }
 
-/// A step's rows as the (region, position, token) triples the passes take.
 /// The decline said (once) when segments of one prefill cannot share a window chain exactly.
 const APART: &str = "segments whose rows would take other kernels in a shared window than in windows of their own (under 16 rows: the GEMV or the decode attention) run in windows of their own";
 
@@ -730,6 +729,7 @@ fn exact_groups(segments: &[Segment<'_>], out_rows: usize) -> Vec<Vec<usize>> {
     groups
 }
 
+/// A step's rows as the (region, position, token) triples the passes take.
 fn triples(rows: &[Row]) -> Vec<(u32, u32, u32)> {
     rows.iter().map(|r| (r.region.0, r.pos, r.token)).collect()
 }
