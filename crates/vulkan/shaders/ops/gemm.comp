@@ -22,7 +22,8 @@
 // - COOPMAT (GL_KHR_cooperative_matrix, compiled for vulkan1.3): weights dequantized to f16
 //   and activations converted to f16 (both clamped to +-65504) in shared memory, rows padded
 //   against bank conflicts; KU units a K step (specialization constant 1), the weights read
-//   by 8-value pieces (load8, neighbouring threads on neighbouring bytes); 16x16x16
+//   by 32-value units (load_unit: a block's scales read once a unit, neighbouring threads on
+//   neighbouring units of a row), the activations 4 values a load; 16x16x16
 //   f16 x f16 -> f32 tiles. The workgroup is WG threads (specialization constant 0, meant to
 //   be 4 subgroups); each subgroup owns a 32x32 region (2x2 accumulators) of the 64x64 tile.
 //   With fewer subgroups than regions the K walk repeats until every region is done, so the
@@ -52,7 +53,12 @@ layout(local_size_x = 128) in;
 #endif
 
 layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
+#ifdef COOPMAT
+// Read 4 values at a time: the host binds x 16-byte aligned with x_stride a multiple of 4.
+layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
+#else
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
+#endif
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
 // Split K: [piece][tile][activation row of the tile][weight row of the tile] partial sums, and
 // the pieces finished a tile (read and written across workgroups: coherent).
@@ -187,30 +193,29 @@ shared float stage[NREG * CM * CM];              // one 16x16 accumulator per re
 #define MATB coopmat<float16_t, gl_ScopeSubgroup, CM, CM, gl_MatrixUseB>
 
 // A K step's global reads go to registers (fetch), all of a thread's loads out at once, then
-// to shared memory (stash). A thread takes weight pieces t, t + WG, ... (at most MAXWP) and
-// activation quads likewise (at most MAXXP): the host keeps KU * 32 <= WG so both fit.
-// (Fetching the next step while this one multiplies measured slower on the H200, 17.2k
-// against 18.2k t/s pp512 on the 1B: the registers it holds cost occupancy.)
-#define MAXWP 8u
+// to shared memory (stash). A thread takes weight units t, t + WG, ... (at most MAXWT, 32
+// values each) and activation quads likewise (at most MAXXP): the host keeps KU * 32 <= WG
+// so both fit. (Fetching the next step while this one multiplies measured slower on the
+// H200, 17.2k against 18.2k t/s pp512 on the 1B: the registers it holds cost occupancy.)
+#define MAXWT 2u
 #define MAXXP 16u
-f16vec4 wreg[MAXWP * 2u];
+f16vec4 wreg[MAXWT * 8u];
 f16vec4 xreg[MAXXP];
 
 void fetch(uint u0, uint r0, uint c0, uint t, uint units) {   // units: the piece's end
-    for (uint i = 0u; i < MAXWP; i++) {
+    for (uint i = 0u; i < MAXWT; i++) {
         uint e = t + i * WG;
-        if (e >= BM * 4u * KU) break;
-        // Weights: piece e % (4 KU) of tile row e / (4 KU) (load8), so neighbouring threads
-        // read neighbouring bytes of a row; units past the row's end read as zeros.
-        uint rr = e / (4u * KU);
-        uint g = e % (4u * KU);
-        uint r = r0 + rr;
-        float v8[8];
-        for (uint l = 0u; l < 8u; l++) v8[l] = 0.0;
-        if (r < p.rows && u0 + g / 4u < units) load8(r * p.row_bytes, u0 * 4u + g, v8);
-        for (uint l = 0u; l < 8u; l++) v8[l] = clamp(v8[l], -F16MAX, F16MAX);
-        wreg[2u * i] = f16vec4(v8[0], v8[1], v8[2], v8[3]);
-        wreg[2u * i + 1u] = f16vec4(v8[4], v8[5], v8[6], v8[7]);
+        if (e >= BM * KU) break;
+        // Weights: unit e % KU of tile row e / KU (load_unit: a block's scales read once for
+        // its 32 values), so neighbouring threads read neighbouring units of a row; units
+        // past the row's end read as zeros.
+        uint r = r0 + e / KU;
+        uint k = e % KU;
+        float v[32];
+        for (uint l = 0u; l < 32u; l++) v[l] = 0.0;
+        if (r < p.rows && u0 + k < units) load_unit(r * p.row_bytes, u0 + k, v);
+        for (uint j = 0u; j < 8u; j++)
+            wreg[8u * i + j] = f16vec4(clamp(vec4(v[4u * j], v[4u * j + 1u], v[4u * j + 2u], v[4u * j + 3u]), -F16MAX, F16MAX));
     }
     for (uint i = 0u; i < MAXXP; i++) {
         uint e = t + i * WG;
@@ -221,21 +226,17 @@ void fetch(uint u0, uint r0, uint c0, uint t, uint units) {   // units: the piec
         uint cc = c0 + c;
         vec4 xv = vec4(0.0);
         if (cc < p.n && u0 * 32u + l < units * 32u) {
-            uint xo = cc * p.x_stride + u0 * 32u + l;
-            xv = vec4(x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u]);
+            xv = x4[(cc * p.x_stride + u0 * 32u + l) / 4u];
         }
         xreg[i] = f16vec4(clamp(xv, -F16MAX, F16MAX));
     }
 }
 
 void stash(uint t) {
-    for (uint i = 0u; i < MAXWP; i++) {
+    for (uint i = 0u; i < MAXWT; i++) {
         uint e = t + i * WG;
-        if (e >= BM * 4u * KU) break;
-        uint rr = e / (4u * KU);
-        uint g = e % (4u * KU);
-        wsh[rr * ST4 + g * 2u] = wreg[2u * i];
-        wsh[rr * ST4 + g * 2u + 1u] = wreg[2u * i + 1u];
+        if (e >= BM * KU) break;
+        for (uint j = 0u; j < 8u; j++) wsh[(e / KU) * ST4 + (e % KU) * 8u + j] = wreg[8u * i + j];
     }
     for (uint i = 0u; i < MAXXP; i++) {
         uint e = t + i * WG;
