@@ -236,6 +236,10 @@ impl Recorder<'_> {
         if !p.cols.is_multiple_of(ty.block_len() as u32) {
             return Err(VkError::Unsupported(format!("{ty} rows of {} values", p.cols)));
         }
+        // K-quant blocks are read 16 bytes at a time (formats.glsl with HAVE_WDATA4).
+        if !w.offset.is_multiple_of(16) {
+            return Err(VkError::Unsupported(format!("GEMM weights at byte {} (16-byte aligned needed)", w.offset)));
+        }
         let gp = GemmPush::new(p, n, split.is_some());
         let groups = gemm_groups(p.rows, n, gp.pieces)?;
         let push = gp.bytes();

@@ -151,10 +151,10 @@ void load8(uint row_off, uint g, out float v[8]) {
 void load_unit(uint row_off, uint u, out float v[32]) {
     uint b = row_off + u * BLOCK_BYTES;
     float d = rd_f16(b);
-    for (uint j = 0u; j < 8u; j++) {
-        uint w = rd_u32(b + 2u + 4u * j);
-        for (uint k = 0u; k < 4u; k++) v[4u * j + k] = float(sbyte_of(w, k)) * d;
-    }
+    uint w[8];
+    rd_u32x8(b + 2u, w);   // the 9 words the quants lie in, each loaded once
+    for (uint j = 0u; j < 8u; j++)
+        for (uint k = 0u; k < 4u; k++) v[4u * j + k] = float(sbyte_of(w[j], k)) * d;
 }
 void load8(uint row_off, uint g, out float v[8]) {
     uint b = row_off + (g >> 2) * BLOCK_BYTES;
@@ -195,10 +195,30 @@ void load_unit(uint row_off, uint u, out float v[32]) {
     scale_min_k4(b, s, sc, mn);
     float d1 = d * float(sc);
     float m1 = dmin * float(mn);
-    for (uint j = 0u; j < 8u; j++) {
-        uint w = WDATA[(b + QS_OFF + 32u * pair + 4u * j) >> 2];
+    uint qw[8];
 #if defined(FMT_Q5_K)
-        uint hw = WDATA[(b + QH_OFF + 4u * j) >> 2];
+    uint hq[8];
+#endif
+#ifdef HAVE_WDATA4
+    // 16 bytes a load: blocks (144, 176 bytes) are 16-byte multiples, the binding 16-aligned.
+    uvec4 q0 = WDATA4[(b + QS_OFF + 32u * pair) >> 4], q1 = WDATA4[((b + QS_OFF + 32u * pair) >> 4) + 1u];
+    qw = uint[8](q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w);
+#if defined(FMT_Q5_K)
+    uvec4 h0 = WDATA4[(b + QH_OFF) >> 4], h1 = WDATA4[((b + QH_OFF) >> 4) + 1u];
+    hq = uint[8](h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w);
+#endif
+#else
+    for (uint j = 0u; j < 8u; j++) {
+        qw[j] = WDATA[(b + QS_OFF + 32u * pair + 4u * j) >> 2];
+#if defined(FMT_Q5_K)
+        hq[j] = WDATA[(b + QH_OFF + 4u * j) >> 2];
+#endif
+    }
+#endif
+    for (uint j = 0u; j < 8u; j++) {
+        uint w = qw[j];
+#if defined(FMT_Q5_K)
+        uint hw = hq[j];
 #endif
         for (uint k = 0u; k < 4u; k++) {
             uint q = (byte_of(w, k) >> shift) & 0xFu;
@@ -251,13 +271,19 @@ void load_unit(uint row_off, uint u, out float v[32]) {
     uint ql = b + 64u * n + (g & 1u) * 32u;
     uint qh = b + 128u + 32u * n;
     uint lshift = (g >> 1) * 4u;
+    uint wls[8];
+    uint whs[8];
+    rd_u32x8(ql, wls);     // blocks are 210 bytes: 2-byte aligned, each word loaded once
+    rd_u32x8(qh, whs);
+    int scs[2] = int[2](bitfieldExtract(int(rd_u8(b + 192u + 8u * n + 2u * g)), 0, 8),
+                        bitfieldExtract(int(rd_u8(b + 192u + 8u * n + 1u + 2u * g)), 0, 8));
     for (uint j = 0u; j < 8u; j++) {
-        uint wl = rd_u32(ql + 4u * j);
-        uint wh = rd_u32(qh + 4u * j);
+        uint wl = wls[j];
+        uint wh = whs[j];
         for (uint k = 0u; k < 4u; k++) {
             uint l = 4u * j + k;
             int q = int(((byte_of(wl, k) >> lshift) & 0xFu) | (((byte_of(wh, k) >> (2u * g)) & 3u) << 4)) - 32;
-            int sc = bitfieldExtract(int(rd_u8(b + 192u + 8u * n + l / 16u + 2u * g)), 0, 8);
+            int sc = scs[l / 16u];
             precise float t = (d * float(sc)) * float(q);
             v[l] = t;
         }

@@ -53,6 +53,10 @@ layout(local_size_x = 128) in;
 #endif
 
 layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
+// The same weights 16 bytes a load where a format's blocks allow (formats.glsl load_unit;
+// the host binds W 16-byte aligned).
+layout(std430, set = 0, binding = 0) readonly buffer Wt4 { uvec4 WDATA4[]; };
+#define HAVE_WDATA4
 #ifdef COOPMAT
 // Read 4 values at a time: the host binds x 16-byte aligned with x_stride a multiple of 4.
 layout(std430, set = 0, binding = 1) readonly buffer X { vec4 x4[]; };
