@@ -3,6 +3,9 @@
 //! streams the engine hands a step to the home, which runs it as balanced groups of N-row
 //! token commands on its lanes (12 -> 6+6, 17 -> 6+6+5): counted as grouped steps, never one
 //! wide pass and never a row at a time.
+//!
+//! And a prompt cut into prefill chunks under load (the engine's busy quantum, 128 rows) gives
+//! the tokens it gives alone: 130 rows as 114 + 16, each row in its own window chain's kernels.
 
 mod common;
 
@@ -27,14 +30,22 @@ const TOKENS: usize = 8;
 /// (SIGSEGV) once engine threads had dropped a second device: 3 of 3 runs, on one device 0 of
 /// 3 (BENCHMARKS.md, seventh session; the cause is not known). A server starts one device.
 fn engine(m: &Model, gpu: &Arc<resin_vulkan::Gpu>, regions: usize) -> Engine {
+    engine_ctx(m, gpu, regions, 128)
+}
+
+fn engine_ctx(m: &Model, gpu: &Arc<resin_vulkan::Gpu>, regions: usize, n_ctx: usize) -> Engine {
     let gpu = gpu.clone();
-    let opts = VulkanOptions { n_ctx: Some(128), regions, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes };
+    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes };
     let home = VulkanHome::on(gpu, m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap();
     Engine::start(Box::new(home), m.tok.clone(), EngineConfig::default())
 }
 
 fn request(prompt: Vec<u32>) -> GenRequest {
-    let mut r = GenRequest::new(prompt, TOKENS);
+    request_n(prompt, TOKENS)
+}
+
+fn request_n(prompt: Vec<u32>, tokens: usize) -> GenRequest {
+    let mut r = GenRequest::new(prompt, tokens);
     r.stop_ids = Some(Vec::new());
     r
 }
@@ -81,4 +92,46 @@ fn twelve_and_seventeen_concurrent_streams_equal_each_alone() {
         assert!(nrow >= 2 * grouped, "a grouped step runs at least two N-row commands");
         assert_eq!(wide, 0, "rows of distinct sessions never take one wide pass");
     }
+}
+
+#[test]
+fn a_prompt_cut_under_load_gives_the_tokens_it_gives_alone() {
+    let m = common::model("smollm2-135m");
+    let text = "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a tin of oil, \
+        a rag and a small notebook in which he wrote down the colour of the sky, the height of the waves, \
+        the ships that passed and the birds that rested on the railing. Over forty years the notebooks \
+        filled three shelves of the kitchen, and when the light was finally automated the engineers who \
+        came to install the new lamp asked whether they could read them. He said they could, on one \
+        condition: that they read them in order, from the first page of the first book, and that they \
+        told him afterwards which evening they had liked best. The engineers laughed, but they agreed, \
+        and it took them the whole of a long winter.";
+    let ids = m.tok.encode(text, false, false).unwrap();
+    assert!(ids.len() >= 130, "the text must give 130 tokens ({})", ids.len());
+    let long = ids[..130].to_vec();
+    let short = m.tok.encode("Owls:", false, false).unwrap()[..2].to_vec();
+    assert_ne!(short[0], long[0], "no shared first token (no adoption between the two)");
+    let Some(gpu) = common::gpu() else { return };
+    let windows = |e: &Engine| e.counters().prefill_windows.load(Ordering::Relaxed);
+
+    // Alone, idle: the 130 rows are one window.
+    let one = engine_ctx(&m, &gpu, 1, 256);
+    let alone = collect(one.submit(request(long.clone())).unwrap());
+    assert_eq!(windows(&one), 1, "alone, the prompt is one window");
+    drop(one);
+
+    // Under load: a short stream decodes while the long prompt prefills, so each tick's prefill
+    // quantum is the busy one (128 rows) and the engine cuts the prompt.
+    let e = engine_ctx(&m, &gpu, 2, 256);
+    let mut busy = e.submit(request_n(short, 64)).unwrap();
+    let first = match busy.blocking_next() {
+        Some(GenEvent::Delta { ids, .. }) => ids.len(),
+        other => panic!("the short stream must start decoding first, got {other:?}"),
+    };
+    let w0 = windows(&e);
+    let got = collect(e.submit(request(long)).unwrap());
+    let cut = windows(&e) - w0;
+    let rest = collect(busy);
+    assert_eq!(first + rest.len(), 64, "the short stream decoded all its tokens");
+    assert_eq!(cut, 2, "under load the 130-row prompt must be prefilled in two chunks (114 + 16)");
+    assert_eq!(got, alone, "the prompt cut under load must give the tokens it gives alone");
 }
