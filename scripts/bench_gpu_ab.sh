@@ -25,7 +25,7 @@ for b in "${BINS[@]}"; do timeout 60 "$b" bench --model $W/llama3.2-1b-q8_0.gguf
 show() { python3 -c "
 import json, sys
 d = json.load(open('/tmp/r.json')); p = d.get('profile') or {}
-keys = ['pp_tps', 'tg_tps', 'decode_tps', 'full_width_decode_tps', 'ttft_p50_s']
+keys = ['pp_tps', 'tg_tps', 'tg_greedy_tps', 'decode_tps', 'full_width_decode_tps', 'ttft_p50_s']
 print(sys.argv[1], *[(k, round(d[k], 3)) for k in keys if d.get(k) is not None],
       *[(k, round(p[k]['total_us']), [(a, round(b)) for a, b in p[k]['ops_us'][:6]]) for k in ['window', 'step', 'step_nrow', 'step_wide'] if p.get(k)])
 " "$1" || echo "$1: no result"; }
@@ -59,7 +59,7 @@ fmt = lambda v: "-" if v is None else f"{v:,.0f}"
 print("| model | figure | " + " | ".join(bins) + " | " + " | ".join(f"{b} / {bins[0]}" for b in bins[1:]) + " |")
 print("| --- | --- |" + " ---: |" * (2 * nb - 1))
 for m in ["llama3.2-1b-q8_0", "llama3.2-3b-q4_k_m"]:
-    rows = [("pp512 t/s", "1", ("pp_tps",)), ("tg128 t/s", "1", ("tg_tps",)),
+    rows = [("pp512 t/s", "1", ("pp_tps",)), ("tg128 t/s", "1", ("tg_tps",)), ("tg128 greedy t/s", "1", ("tg_greedy_tps",)),
             ("window us", "1", ("profile", "window", "total_us")),
             ("1-row step us", "1", ("profile", "step", "total_us")), ("8-row step us", "1", ("profile", "step_nrow", "total_us")),
             ("32-row wide step us", "1", ("profile", "step_wide", "total_us"))]

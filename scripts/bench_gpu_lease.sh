@@ -22,7 +22,7 @@ C="-G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXA
   timeout $(left $((L - 90))) nice -n 19 cmake --build $W/bc -j 12 --target llama-bench llama-batched-bench > $O/build.log 2>&1 ) &
 B=$!
 # j: one resin bench run, its key figures on one line (env overrides before the command).
-j() { local tag=$1; shift; timeout 90 env "$@" > $O/$tag.json 2> $O/$tag.log; echo "$tag: $(grep -o -E '"(pp_tps|tg_tps|decode_tps|full_width_decode_tps|ttft_p50_s)":[0-9.a-z]*' $O/$tag.json | tr "\n" " ")"; }
+j() { local tag=$1; shift; timeout 90 env "$@" > $O/$tag.json 2> $O/$tag.log; echo "$tag: $(grep -o -E '"(pp_tps|tg_tps|tg_greedy_tps|decode_tps|full_width_decode_tps|ttft_p50_s)":[0-9.a-z]*' $O/$tag.json | tr "\n" " ")"; }
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
   RB="$R bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --format json"
   j resin-$m A=1 $RB --reps 3 --profile

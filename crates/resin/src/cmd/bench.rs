@@ -130,16 +130,36 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         }
         Ok(n as f64 / t.elapsed().as_secs_f64())
     };
+    // Greedy decode as a greedy stream runs it: each step's argmax id only, where the home
+    // computes it on the device (None where it has no such path). tg above reads each step's
+    // logits back, as llama-bench's figure includes.
+    let tg_greedy = |home: &mut Box<dyn Home>, n: usize| -> Result<Option<f64>> {
+        let t = Instant::now();
+        let mut tok = prompt[0];
+        for pos in 0..n {
+            match home.step_greedy(&[Row { region, token: tok, pos: pos as u32 }])? {
+                Some(ids) => tok = ids[0],
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(n as f64 / t.elapsed().as_secs_f64()))
+    };
     // Warm-up: page the weights in and settle the thread pool.
     pp(&mut home, &prompt[..prompt.len().min(64)])?;
     tg(&mut home, 4)?;
+    let greedy_path = tg_greedy(&mut home, 4)?.is_some();
     let mut pps = Vec::new();
     let mut tgs = Vec::new();
+    let mut greedy = Vec::new();
     for _ in 0..args.reps {
         pps.push(pp(&mut home, &prompt)?);
         tgs.push(tg(&mut home, args.gen_tokens)?);
+        if greedy_path {
+            greedy.extend(tg_greedy(&mut home, args.gen_tokens)?);
+        }
     }
     let (pp_tps, tg_tps) = (median(pps.clone()), median(tgs.clone()));
+    let tg_greedy_tps = (!greedy.is_empty()).then(|| median(greedy.clone()));
     let spec = home.spec().clone();
     let profile = if args.profile {
         let window = home.profile_window(&Segment { region, start: 0, tokens: &prompt })?;
@@ -169,6 +189,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         "tg_tps": tg_tps,
         "pp_tps_all": pps,
         "tg_tps_all": tgs,
+        "tg_greedy_tps": tg_greedy_tps,
         "file_bytes": file_bytes,
         "peak_rss_bytes": peak_rss_bytes(),
         "counters": counters_json(home.counters()),
@@ -183,9 +204,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         text += &profile_text(&format!("wide step ({WIDE_PROFILE_ROWS} rows)"), &out["profile"]["step_wide"]);
     }
     print_result(&args.format, &out, &format!(
-        "{text}{} on {} ({} threads, {}): pp{} {:.1} t/s, tg{} {:.1} t/s (median of {})",
+        "{text}{} on {} ({} threads, {}): pp{} {:.1} t/s, tg{} {:.1} t/s{} (median of {})",
         out["model"].as_str().unwrap_or("?"), spec.kind, out["threads"], out["simd"].as_str().unwrap_or("?"),
-        args.prompt_tokens, pp_tps, args.gen_tokens, tg_tps, args.reps
+        args.prompt_tokens, pp_tps, args.gen_tokens, tg_tps,
+        tg_greedy_tps.map_or(String::new(), |g| format!(" ({g:.1} t/s greedy, the argmax on the device)")),
+        args.reps
     ));
     Ok(())
 }
