@@ -135,3 +135,26 @@ fn a_prompt_cut_under_load_gives_the_tokens_it_gives_alone() {
     assert_eq!(cut, 2, "under load the 130-row prompt must be prefilled in two chunks (114 + 16)");
     assert_eq!(got, alone, "the prompt cut under load must give the tokens it gives alone");
 }
+
+/// The seventh session's crash on the H200 (3 of 3 runs): engines on a device each, dropped
+/// by their threads one after another. Ignored (a device each is slow on lavapipe); run it on
+/// the GPU machine: `bash scripts/gpu_tests.sh "engine engines_on_a_device_each --ignored"`.
+#[test]
+#[ignore]
+fn engines_on_a_device_each_start_and_drop_in_turn() {
+    let m = common::model("smollm2-135m");
+    let p = m.tok.encode("Owls:", false, false).unwrap()[..2].to_vec();
+    let mut first = None;
+    for round in 0..4 {
+        let Some(gpu) = common::gpu() else { return };
+        let e = engine(&m, &gpu, 2);
+        drop(gpu);
+        let got = collect(e.submit(request(p.clone())).unwrap());
+        drop(e);
+        eprintln!("round {round}: {} tokens, the engine and its device dropped", got.len());
+        match &first {
+            None => first = Some(got),
+            Some(f) => assert_eq!(&got, f, "round {round}: another device gave other tokens"),
+        }
+    }
+}
