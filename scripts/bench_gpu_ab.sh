@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A/B of resin builds in one device call (the way the sixth session on measured each change):
+# A/B of resin builds in one device call (how each change is measured since the sixth session):
 # for each synthetic model, each binary runs `resin bench` pp512/tg128 with the per-stage
 # profile (a 512-row window, 1-row, 8-row and 32-row wide steps) and aggregate decode at the
 # given stream counts, one binary after the other on the same files, so the difference is the

@@ -121,45 +121,42 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         home.prefill(&[Segment { region, start: 0, tokens: toks }])?;
         Ok(toks.len() as f64 / t.elapsed().as_secs_f64())
     };
-    let tg = |home: &mut Box<dyn Home>, n: usize| -> Result<f64> {
+    // Decode n tokens from the first prompt token. `greedy` false: each step's logits read
+    // back and their argmax taken here (llama-bench's figure includes the logits' copy);
+    // true: only each step's argmax id, computed by the home (on the GPU, on the device), as
+    // a greedy stream runs it (None where the home has no such path).
+    let tg = |home: &mut Box<dyn Home>, n: usize, greedy: bool| -> Result<Option<f64>> {
         let t = Instant::now();
         let mut tok = prompt[0];
         for pos in 0..n {
-            let l = home.step(&[Row { region, token: tok, pos: pos as u32 }])?;
-            tok = argmax(l.row(0));
-        }
-        Ok(n as f64 / t.elapsed().as_secs_f64())
-    };
-    // Greedy decode as a greedy stream runs it: each step's argmax id only, where the home
-    // computes it on the device (None where it has no such path). tg above reads each step's
-    // logits back, as llama-bench's figure includes.
-    let tg_greedy = |home: &mut Box<dyn Home>, n: usize| -> Result<Option<f64>> {
-        let t = Instant::now();
-        let mut tok = prompt[0];
-        for pos in 0..n {
-            match home.step_greedy(&[Row { region, token: tok, pos: pos as u32 }])? {
-                Some(ids) => tok = ids[0],
-                None => return Ok(None),
-            }
+            let row = [Row { region, token: tok, pos: pos as u32 }];
+            tok = if greedy {
+                match home.step_greedy(&row)? {
+                    Some(ids) => ids[0],
+                    None => return Ok(None),
+                }
+            } else {
+                argmax(home.step(&row)?.row(0))
+            };
         }
         Ok(Some(n as f64 / t.elapsed().as_secs_f64()))
     };
     // Warm-up: page the weights in and settle the thread pool.
     pp(&mut home, &prompt[..prompt.len().min(64)])?;
-    tg(&mut home, 4)?;
-    let greedy_path = tg_greedy(&mut home, 4)?.is_some();
+    tg(&mut home, 4, false)?;
+    let greedy_path = tg(&mut home, 4, true)?.is_some();
     let mut pps = Vec::new();
     let mut tgs = Vec::new();
     let mut greedy = Vec::new();
     for _ in 0..args.reps {
         pps.push(pp(&mut home, &prompt)?);
-        tgs.push(tg(&mut home, args.gen_tokens)?);
+        tgs.extend(tg(&mut home, args.gen_tokens, false)?);
         if greedy_path {
-            greedy.extend(tg_greedy(&mut home, args.gen_tokens)?);
+            greedy.extend(tg(&mut home, args.gen_tokens, true)?);
         }
     }
     let (pp_tps, tg_tps) = (median(pps.clone()), median(tgs.clone()));
-    let tg_greedy_tps = (!greedy.is_empty()).then(|| median(greedy.clone()));
+    let tg_greedy_tps = (!greedy.is_empty()).then(|| median(greedy));
     let spec = home.spec().clone();
     let profile = if args.profile {
         let window = home.profile_window(&Segment { region, start: 0, tokens: &prompt })?;
@@ -207,7 +204,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         "{text}{} on {} ({} threads, {}): pp{} {:.1} t/s, tg{} {:.1} t/s{} (median of {})",
         out["model"].as_str().unwrap_or("?"), spec.kind, out["threads"], out["simd"].as_str().unwrap_or("?"),
         args.prompt_tokens, pp_tps, args.gen_tokens, tg_tps,
-        tg_greedy_tps.map_or(String::new(), |g| format!(" ({g:.1} t/s greedy, the argmax on the device)")),
+        tg_greedy_tps.map_or(String::new(), |g| format!(" ({g:.1} t/s greedy: argmax ids only)")),
         args.reps
     ));
     Ok(())

@@ -1,7 +1,7 @@
 // The prefill GEMM: y = W x for n activation rows (any n >= 1), the GEMV's semantics:
 //   y[c * y_stride + y_off + r] = sum_j W[r][j] * x[c * x_stride + j]   (r < rows, c < n)
 // W: `rows` rows in a GGUF block format (FMT_*), read in place through formats.glsl's
-// load_unit / load8. x, y: f32. cols a multiple of 32 (256 for K-quants).
+// load_unit. x, y: f32. cols a multiple of 32 (256 for K-quants).
 //
 // A workgroup owns a tile of BM weight rows x BN activation rows and walks K in steps of 32
 // values (the coopmat tier: KU x 32): each step dequantizes the tile's weights into shared
