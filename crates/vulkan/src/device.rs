@@ -385,9 +385,18 @@ fn pick(instance: &ash::Instance) -> Result<(vk::PhysicalDevice, u32, u32, u32),
     Err(VkError::NoDevice(format!("none of the {} Vulkan devices has Vulkan 1.1 and a compute queue", pds.len())))
 }
 
+/// An instance kept for the life of the process, made at the first device start. Without it a
+/// process whose threads drop a second device crashed on the H200 (BENCHMARKS.md, seventh and
+/// tenth sessions; test `engines_on_a_device_each_start_and_drop_in_turn`): the loader unloads
+/// a driver when its last instance is destroyed, while that driver's threads for the dropped
+/// device may still run. With this instance alive, no device's end is the last instance's.
+/// Never destroyed: the process's exit frees it.
+static KEEPER: std::sync::OnceLock<Option<(ash::Entry, ash::Instance)>> = std::sync::OnceLock::new();
+
 impl Gpu {
     /// Start the device: loader, instance, pick, logical device, queue, command pool.
     pub fn start() -> Result<Arc<Gpu>, VkError> {
+        KEEPER.get_or_init(|| start_instance().ok());
         let (entry, instance) = start_instance()?;
         match Self::start_on(entry, &instance) {
             Ok(g) => Ok(g),
