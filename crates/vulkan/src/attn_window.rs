@@ -5,9 +5,17 @@
 //! count. A tile whose rows lie in several regions (a segment boundary) takes its distinct
 //! `kv_base` values one after another. The output is what [`Recorder::attention`] writes:
 //! `out[(r * n_head + h) * head_dim + d]`, no partials buffer, one dispatch.
+//!
+//! Two tiers from the one shader body: the scalar tier (f32 throughout, every device, every
+//! mirror codec) and, on devices with 16x16x16 f16 x f16 -> f32 cooperative matrices and the
+//! f16 mirror, the cooperative-matrix tier ([`coopmat_ok`]): scores and P V on tensor tiles,
+//! q and the weights rounded to f16. `RESIN_VK_ATTN_WINDOW=scalar` keeps the scalar tier
+//! everywhere (for measuring).
 
 use resin_core::KvCodec;
 
+use crate::device::DeviceInfo;
+use crate::gemm::{has_f16_16x16x16, GemmCaps};
 use crate::kernels::{codec_name, AttnPush, Push, Recorder, MAX_HEAD_DIM};
 use crate::pipelines::Bind;
 use crate::VkError;
@@ -47,7 +55,9 @@ impl WindowTile {
     /// Shared memory the kernel declares for this tile and head dim (bytes; mirrors the shader).
     pub fn shared_bytes(self, head_dim: u32) -> u32 {
         let qs = head_dim + 1;
-        4 * (self.br * qs + self.bc * qs + self.br * self.bc + 6 * self.br + 3)
+        // q and k/v tiles, scores, six words a row, three a group, and the parallel
+        // softmax's partial maxima and sums (a float a thread each).
+        4 * (self.br * qs + self.bc * qs + self.br * self.bc + 6 * self.br + 3 + 2 * self.wg(head_dim))
     }
 
     /// Threads a workgroup for this tile: enough for `br * head_dim` accumulators, 128..=256.
@@ -77,6 +87,44 @@ impl WindowTile {
     }
 }
 
+/// Query rows and keys a cooperative-matrix workgroup tile covers (BR, BC).
+pub const COOPMAT_TILE: WindowTile = WindowTile { br: 32, bc: 32 };
+/// Subgroups a cooperative-matrix workgroup has.
+pub const COOPMAT_SUBGROUPS: u32 = 4;
+
+/// Shared memory of the cooperative-matrix tier (bytes; mirrors the shader): f16 q, k/v and
+/// weight tiles (rows padded by 8 values), f32 scores and outputs, the rows' state and the
+/// softmax's partials.
+pub fn coopmat_shared_bytes(head_dim: u32, wg: u32) -> u32 {
+    let (br, bc) = (COOPMAT_TILE.br, COOPMAT_TILE.bc);
+    2 * (br * (head_dim + 8) + bc * (head_dim + 8) + br * (bc + 8)) + 4 * (br * bc + br * head_dim + 6 * br + 3 + 2 * wg)
+}
+
+/// Whether the cooperative-matrix tier serves a window of this mirror codec and head dim on
+/// this device (else the scalar tier does).
+pub fn coopmat_ok(info: &DeviceInfo, codec: KvCodec, head_dim: u32) -> bool {
+    static SCALAR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *SCALAR.get_or_init(|| std::env::var("RESIN_VK_ATTN_WINDOW").as_deref() == Ok("scalar")) {
+        return false;
+    }
+    let c = GemmCaps::of(info);
+    let wg = COOPMAT_SUBGROUPS * c.subgroup_size;
+    codec == KvCodec::F16
+        && head_dim > 0
+        && head_dim.is_multiple_of(16)
+        && c.coopmat
+        && has_f16_16x16x16(&c.coopmat_shapes)
+        && c.f16_arith
+        && c.api >= (1, 3, 0)
+        && c.subgroup_basic
+        && c.vulkan_memory_model
+        && c.subgroup_size.is_power_of_two()
+        // The softmax takes wg / BR threads a row, each over BC / (wg / BR) keys.
+        && (COOPMAT_TILE.br..=COOPMAT_TILE.br * COOPMAT_TILE.bc).contains(&wg)
+        && wg <= c.max_workgroup_invocations
+        && coopmat_shared_bytes(head_dim, wg) <= c.shared_memory.min(WINDOW_SHARED_CAP)
+}
+
 impl Recorder<'_> {
     /// Attention of a prefill window of `rows` rows in one dispatch: for each row r and head h,
     /// softmax(q.k * scale) . v over keys 0..meta[r].keys of the row's region (meta[r].kv_base),
@@ -96,12 +144,33 @@ impl Recorder<'_> {
         p: AttnPush,
     ) -> Result<(), VkError> {
         let info = &self.gpu.info;
+        if coopmat_ok(info, codec, p.head_dim) {
+            return self.attention_window_coopmat(rows, q, mk, mv, meta, out, p);
+        }
         let tile = WindowTile::pick(p.head_dim, info.shared_memory, info.max_workgroup_invocations)
             .ok_or_else(|| VkError::Unsupported(format!("window attention at head dim {} in {} bytes of shared memory", p.head_dim, info.shared_memory)))?;
         self.attention_window_tile(tile, codec, rows, q, mk, mv, meta, out, p)
     }
 
-    /// [`Recorder::attention_window`] with a chosen tile (tests run several).
+    /// [`Recorder::attention_window`] in the cooperative-matrix tier (f16 mirror), refused
+    /// where [`coopmat_ok`] is false.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_window_coopmat(&mut self, rows: u32, q: Bind<'_>, mk: Bind<'_>, mv: Bind<'_>, meta: Bind<'_>, out: Bind<'_>, p: AttnPush) -> Result<(), VkError> {
+        let hd = p.head_dim;
+        if !coopmat_ok(&self.gpu.info, KvCodec::F16, hd) || p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
+            return Err(VkError::Unsupported(format!("cooperative-matrix window attention at head dim {hd}, {} heads over {} kv heads on this device", p.n_head, p.n_head_kv)));
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        let wg = COOPMAT_SUBGROUPS * self.gpu.info.subgroup_size;
+        let wp = AttnWindowPush { n_head: p.n_head, n_head_kv: p.n_head_kv, head_dim: hd, rows, scale: p.scale };
+        let t = COOPMAT_TILE;
+        self.run("attn_window_cm_f16", &[wg, t.br, t.bc, hd], &[q, mk, mv, meta, out], &wp.bytes(), [p.n_head, rows.div_ceil(t.br), 1])
+    }
+
+    /// [`Recorder::attention_window`] in the scalar tier with a chosen tile (tests run
+    /// several).
     #[allow(clippy::too_many_arguments)]
     pub fn attention_window_tile(
         &mut self,

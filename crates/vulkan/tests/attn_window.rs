@@ -10,6 +10,12 @@
 //! (tests/kernels.rs). K/V values are exact as stored (f16-rounded for the f16 mirror, full
 //! f32 values for the f32 mirror), so the oracle reads exactly what the device reads. Against
 //! the decode kernel the bar is 2x (each is within the bar of the oracle).
+//!
+//! The cooperative-matrix tier (f16 mirror; only where the device has the shape, never on
+//! lavapipe) rounds q and the weights to f16: its bar adds U16 to each score's relative error
+//! (q's rounding), 2 U16 to the output's (the weights' rounding, and the sum l of the unrounded
+//! ones) and keys * 2^-25 (weights below f16's normal range), each times max|v|. Its rows are
+//! also the same bits whatever rows share their tiles.
 
 mod common;
 
@@ -65,7 +71,9 @@ fn setup(c: &Case, codec: KvCodec, seed: u64) -> Setup {
 }
 
 /// f64 softmax attention of every row and head, with the bar of each element.
-fn oracle(c: &Case, s: &Setup, scale: f32) -> (Vec<f64>, Vec<f64>) {
+/// `cm`: the cooperative-matrix tier's bar.
+fn oracle(c: &Case, s: &Setup, scale: f32, cm: bool) -> (Vec<f64>, Vec<f64>) {
+    let score_u = (c.hd as f64 + 4.0) * U + if cm { U16 } else { 0.0 };
     let hd = c.hd;
     let mut want = vec![0f64; s.rows * s.q_dim];
     let mut bar = vec![0f64; s.rows * s.q_dim];
@@ -80,7 +88,7 @@ fn oracle(c: &Case, s: &Setup, scale: f32) -> (Vec<f64>, Vec<f64>) {
             for (j, sj) in sc.iter_mut().enumerate() {
                 let kr = &s.kvals[base + j * s.kv_dim..base + j * s.kv_dim + hd];
                 *sj = qh.iter().zip(kr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale as f64;
-                ds = f64::max(ds, (hd as f64 + 4.0) * U * qh.iter().zip(kr).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum::<f64>() * scale as f64);
+                ds = f64::max(ds, score_u * qh.iter().zip(kr).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum::<f64>() * scale as f64);
             }
             let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let w: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
@@ -96,7 +104,8 @@ fn oracle(c: &Case, s: &Setup, scale: f32) -> (Vec<f64>, Vec<f64>) {
             }
             for d in 0..hd {
                 want[r * s.q_dim + hh * hd + d] = acc[d] / l;
-                bar[r * s.q_dim + hh * hd + d] = (2.0 * ds + (keys as f64 + hd as f64 + 32.0) * U) * vmax + 1e-30;
+                let weights = if cm { 2.0 * U16 + keys as f64 * 2f64.powi(-25) } else { 0.0 };
+                bar[r * s.q_dim + hh * hd + d] = (2.0 * ds + (keys as f64 + hd as f64 + 32.0) * U + weights) * vmax + 1e-30;
             }
         }
     }
@@ -120,7 +129,7 @@ fn run_case(h: &mut Harness, what: &str, c: &Case, tiles: &[Option<WindowTile>],
         let scale = 1.0 / (c.hd as f32).sqrt();
         let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale };
         let t0 = std::time::Instant::now();
-        let (want, bar) = oracle(c, &s, scale);
+        let (want, bar) = oracle(c, &s, scale, false);
         let t_oracle = t0.elapsed();
         let n = s.rows * s.q_dim;
         let mut firsts = Vec::new();
@@ -129,7 +138,13 @@ fn run_case(h: &mut Harness, what: &str, c: &Case, tiles: &[Option<WindowTile>],
             let t0 = std::time::Instant::now();
             h.run(|rec| match tile {
                 Some(t) => rec.attention_window_tile(*t, codec, s.rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&ob).into(), p),
-                None => rec.attention_window(codec, s.rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&ob).into(), p),
+                // The scalar tier's pick (the device's own pick may be the cooperative-matrix
+                // tier, whose bar is wider: tested below).
+                None => {
+                    let info = &rec.gpu.info;
+                    let t = WindowTile::pick(c.hd as u32, info.shared_memory, info.max_workgroup_invocations).unwrap();
+                    rec.attention_window_tile(t, codec, s.rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&ob).into(), p)
+                }
             });
             let dt = t0.elapsed();
             let all = ob.read_f32(0, n + TAIL).unwrap();
@@ -204,7 +219,7 @@ fn wrong_region_fails() {
     let codec = KvCodec::F16;
     let s = setup(&c, codec, 5);
     let scale = 1.0 / (c.hd as f32).sqrt();
-    let (want, bar) = oracle(&c, &s, scale);
+    let (want, bar) = oracle(&c, &s, scale, false);
     let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() };
     let (mk, mv) = (h.buf_bytes(&bytes(&s.kvals)), h.buf_bytes(&bytes(&s.vvals)));
     let qb = h.buf_f32(&s.q);
@@ -248,3 +263,60 @@ fn tile_pick() {
     assert_eq!(WindowTile { br: 32, bc: 32 }.wg(128), 256);
 }
 
+
+/// The cooperative-matrix tier over `meta`'s rows with queries `q` on `s`'s K/V (f16 mirror):
+/// the outputs, and that nothing past them was written.
+fn coopmat_raw(h: &mut Harness, c: &Case, s: &Setup, meta: &[RowMeta], q: &[f32]) -> Vec<f32> {
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() };
+    let (mk, mv) = (h.buf_bytes(&bytes(&s.kvals)), h.buf_bytes(&bytes(&s.vvals)));
+    let mb = h.buf_bytes(&RowMeta::words(meta));
+    let qb = h.buf_f32(q);
+    let scale = 1.0 / (c.hd as f32).sqrt();
+    let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale };
+    let n = meta.len() * s.q_dim;
+    let ob = h.poisoned(n + TAIL);
+    h.run(|rec| rec.attention_window_coopmat(meta.len() as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&ob).into(), p));
+    let all = ob.read_f32(0, n + TAIL).unwrap();
+    assert!(all[n..].iter().all(|x| x.to_bits() == POISON), "coopmat: written past the window's rows");
+    all[..n].to_vec()
+}
+
+/// The cooperative-matrix tier on `c` against the oracle with its bar, and a control.
+fn run_coopmat(h: &mut Harness, what: &str, c: &Case, seed: u64) {
+    let s = setup(c, KvCodec::F16, seed);
+    let scale = 1.0 / (c.hd as f32).sqrt();
+    let (want, bar) = oracle(c, &s, scale, true);
+    let got = coopmat_raw(h, c, &s, &s.meta, &s.q);
+    let r = check(&format!("{what} coopmat"), &got, &want, &bar).unwrap();
+    eprintln!("{what} coopmat: {} rows, worst err/bar {r:.4}", s.rows);
+    // Control: the kernel with a masking bug (one row's causal span cut to half its keys) fails
+    // the bar. (A 1% error of one row's outputs is within the f16 bar: the bar scales with the
+    // largest |v|, an output with the average of many.)
+    let mut meta = s.meta.clone();
+    let rr = s.rows / 2;
+    meta[rr].keys = meta[rr].keys.div_ceil(2);
+    let bad = coopmat_raw(h, c, &s, &meta, &s.q);
+    assert!(check("control", &bad, &want, &bar).is_err(), "{what}: half a row's keys passed the bar");
+}
+
+#[test]
+fn coopmat_tier_where_offered() {
+    let Some(mut h) = Harness::new() else { return };
+    if !resin_vulkan::attn_window::coopmat_ok(&h.gpu.info, KvCodec::F16, 64) {
+        eprintln!("SKIP: {} has no 16x16x16 f16 x f16 -> f32 cooperative matrix; the coopmat window attention was not run", h.gpu.info.name);
+        return;
+    }
+    run_coopmat(&mut h, "512 rows at 0, hd 64, gqa 8/2", &Case { n_head: 8, n_head_kv: 2, hd: 64, segs: vec![(0, 0, 512)] }, 1);
+    run_coopmat(&mut h, "120 rows at 1000, hd 128, gqa 8/2", &Case { n_head: 8, n_head_kv: 2, hd: 128, segs: vec![(1, 1000, 120)] }, 2);
+    let c = Case { n_head: 8, n_head_kv: 2, hd: 64, segs: vec![(2, 0, 37), (0, 300, 200), (1, 17, 91)] };
+    run_coopmat(&mut h, "segments 37/200/91, hd 64", &c, 3);
+    // Tile independence: the middle segment's rows alone (rows 0..200 of their own window: the
+    // same queries, K/V and metadata) give the bits they give at rows 37..237 beside the others.
+    let s = setup(&c, KvCodec::F16, 3);
+    let full = coopmat_raw(&mut h, &c, &s, &s.meta, &s.q);
+    let alone = coopmat_raw(&mut h, &c, &s, &s.meta[37..237], &s.q[37 * s.q_dim..237 * s.q_dim]);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    assert_eq!(bits(&full[37 * s.q_dim..237 * s.q_dim]), bits(&alone), "a segment's rows must not depend on the rows beside them");
+    // Control: the rows one further along are other values.
+    assert_ne!(bits(&full[38 * s.q_dim..238 * s.q_dim]), bits(&alone));
+}

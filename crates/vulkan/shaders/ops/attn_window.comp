@@ -7,8 +7,20 @@
 // the keys of its region up to its rows' largest key count, the other rows masked. Output as
 // attn + attn_combine write it: out[(r * n_head + h) * head_dim + d].
 // Specialization: 0 = workgroup size (128 or 256), 1 = BR, 2 = BC, 3 = HD (= head_dim, even).
+//
+// COOPMAT (f16 mirror, GL_KHR_cooperative_matrix, vulkan1.3): the scores Q K^T and the sums
+// P V on 16x16x16 f16 x f16 -> f32 tiles. q is rounded to f16 (clamped), the weights P too;
+// K and V are the mirror's f16 values. The scores go through shared memory (f32) to the same
+// online softmax, the outputs live in shared memory (f32: each key tile rescales them, then
+// adds P V on the cooperative tiles). BR, BC, HD multiples of 16; WG a multiple of BR.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#ifdef COOPMAT
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#endif
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 128;
@@ -46,10 +58,25 @@ Q8_READER(q8_mk, mk)
 Q8_READER(q8_mv, mv)
 #endif
 
+#ifdef COOPMAT
+#define CM 16u
+#define F16MAX 65504.0
+const uint HP = HD + 8u;    // f16 row strides, padded by 16 bytes against bank conflicts
+const uint BCP = BC + 8u;
+shared float16_t qh[BR * HP];
+shared float16_t kvh[BC * HP];   // the K tile, then the V tile
+shared float16_t ph[BR * BCP];   // weights exp(s - m)
+shared float sf[BR * BC];        // scores (unscaled, unmasked)
+shared float of[BR * HD];        // outputs, rescaled each key tile
+#define ACC coopmat<float, gl_ScopeSubgroup, CM, CM, gl_MatrixUseAccumulator>
+#define MATA coopmat<float16_t, gl_ScopeSubgroup, CM, CM, gl_MatrixUseA>
+#define MATB coopmat<float16_t, gl_ScopeSubgroup, CM, CM, gl_MatrixUseB>
+#else
 const uint QS = HD + 1u;   // padded row stride of the q and k/v tiles (no bank conflicts)
 shared float qs[BR * QS];
 shared float kv[BC * QS];   // the K tile, then the V tile
 shared float sp[BR * BC];   // scores, then weights exp(s - m)
+#endif
 shared float ms[BR];
 shared float ls[BR];
 shared float al[BR];        // this key tile's rescale of each row's accumulators
@@ -59,7 +86,10 @@ shared uint rstate[BR];     // 0 pending, 1 in the current group, 2 done (or no 
 shared uint gany;
 shared uint gbase;
 shared uint gkeys;
+shared float pmx[WG];       // the parallel softmax's partial maxima ...
+shared float pss[WG];       // ... and partial sums: WG / BR threads a row
 
+#define MAXS 8u      // scores a thread in the blocked form (BR * BC <= MAXS * WG)
 #define MAXACC 16u   // accumulators a thread: BR * HD <= MAXACC * WG (the host checks). With 32
                      // lavapipe computed wrong values (or skipped the output) past ~1000 keys.
 
@@ -89,13 +119,8 @@ shared uint gkeys;
     }
 #endif
 
-void main() {
-    uint h = gl_WorkGroupID.x;
-    uint r0 = gl_WorkGroupID.y * BR;
-    uint t = gl_LocalInvocationID.x;
-    uint kv_dim = p.n_head_kv * HD;
-    uint g = h / (p.n_head / p.n_head_kv);
-
+// The tile's rows: region, key count, state; the running max and sum.
+void load_rows(uint r0, uint t) {
     for (uint i = t; i < BR; i += WG) {
         uint r = r0 + i;
         bool live = r < p.rows;
@@ -105,6 +130,93 @@ void main() {
         ms[i] = -1.0 / 0.0;
         ls[i] = 0.0;
     }
+}
+
+// The next group: the pending rows sharing the first pending row's region (gbase, gkeys:
+// its rows' largest key count). False when no row is pending. Every thread calls it.
+bool next_group(uint t) {
+    if (t == 0u) {
+        uint any = 0u, b = 0u, km = 0u;
+        for (uint i = 0u; i < BR; i++) {
+            if (rstate[i] != 0u) continue;
+            if (any == 0u) {
+                any = 1u;
+                b = rbase[i];
+            }
+            if (rbase[i] == b) {
+                rstate[i] = 1u;
+                km = max(km, rkeys[i]);
+            }
+        }
+        gany = any;
+        gbase = b;
+        gkeys = km;
+    }
+    barrier();
+    return gany != 0u;
+}
+
+// After a group: its rows are done. Every thread calls it.
+void end_group(uint t) {
+    if (t == 0u) {
+        for (uint i = 0u; i < BR; i++) {
+            if (rstate[i] == 1u) rstate[i] = 2u;
+        }
+    }
+    barrier();
+}
+
+// One key tile's online softmax over all threads, WG / BR a row (WG a multiple of BR, BC of
+// WG / BR): each thread's keys part, part + WG / BR, ...; the row's max over their maxima
+// (exact), each its keys' weights, the row's sum over their sums in order; al[rr] the
+// rescale of the row's outputs. SCORE(rr, c) reads a masked, scaled score; PUT_W(rr, c, w)
+// stores a weight.
+#define SOFTMAX_TILE(t)                                                             \
+    {                                                                               \
+        uint tpr = WG / BR;                                                         \
+        uint rr = t / tpr, part = t % tpr;                                          \
+        float pm = -1.0 / 0.0;                                                      \
+        for (uint c = part; c < BC; c += tpr) pm = max(pm, SCORE(rr, c));           \
+        pmx[t] = pm;                                                                \
+        barrier();                                                                  \
+        float cmax = ms[rr];                                                        \
+        for (uint k = 0u; k < tpr; k++) cmax = max(cmax, pmx[rr * tpr + k]);        \
+        float ps = 0.0;                                                             \
+        if (cmax == -1.0 / 0.0) {                                                   \
+            /* Not in this group, or no key of this tile: nothing changes. */       \
+            for (uint c = part; c < BC; c += tpr) PUT_W(rr, c, 0.0);                \
+        } else {                                                                    \
+            for (uint c = part; c < BC; c += tpr) {                                 \
+                float w = exp(SCORE(rr, c) - cmax);                                 \
+                PUT_W(rr, c, w);                                                    \
+                ps += w;                                                            \
+            }                                                                       \
+        }                                                                           \
+        pss[t] = ps;                                                                \
+        barrier();                                                                  \
+        if (part == 0u) {                                                           \
+            if (cmax == -1.0 / 0.0) {                                               \
+                al[rr] = 1.0;                                                       \
+            } else {                                                                \
+                float psum = 0.0;                                                   \
+                for (uint k = 0u; k < tpr; k++) psum += pss[rr * tpr + k];          \
+                float rescale = exp(ms[rr] - cmax);                                 \
+                ls[rr] = ls[rr] * rescale + psum;                                   \
+                ms[rr] = cmax;                                                      \
+                al[rr] = rescale;                                                   \
+            }                                                                       \
+        }                                                                           \
+    }
+
+#ifndef COOPMAT
+void main() {
+    uint h = gl_WorkGroupID.x;
+    uint r0 = gl_WorkGroupID.y * BR;
+    uint t = gl_LocalInvocationID.x;
+    uint kv_dim = p.n_head_kv * HD;
+    uint g = h / (p.n_head / p.n_head_kv);
+
+    load_rows(r0, t);
     for (uint i = t; i < BR * HD; i += WG) {
         uint rr = i / HD, d = i - rr * HD;
         uint r = r0 + rr;
@@ -114,84 +226,106 @@ void main() {
     for (uint i = 0u; i < MAXACC; i++) acc[i] = 0.0;
     barrier();
 
-    while (true) {
-        // The next group: the pending rows sharing the first pending row's region.
-        if (t == 0u) {
-            uint any = 0u, b = 0u, km = 0u;
-            for (uint i = 0u; i < BR; i++) {
-                if (rstate[i] != 0u) continue;
-                if (any == 0u) {
-                    any = 1u;
-                    b = rbase[i];
-                }
-                if (rbase[i] == b) {
-                    rstate[i] = 1u;
-                    km = max(km, rkeys[i]);
-                }
-            }
-            gany = any;
-            gbase = b;
-            gkeys = km;
-        }
-        barrier();
-        if (gany == 0u) break;
+    while (next_group(t)) {
         uint base = gbase + g * HD;
         uint kmax = gkeys;
 
         for (uint c0 = 0u; c0 < kmax; c0 += BC) {
             LOAD_TILE(mk)
             barrier();
-            for (uint i = t; i < BR * BC; i += WG) {
-                uint rr = i / BC, c = i - rr * BC;
-                float s = -1.0 / 0.0;
-                if (rstate[rr] == 1u && c0 + c < rkeys[rr]) {
-                    float dot = 0.0;
-                    for (uint d = 0u; d < HD; d++) dot += qs[rr * QS + d] * kv[c * QS + d];
-                    s = dot * p.scale;
+            if (WG % BC == 0u && (BR * BC) % WG == 0u && BR * BC <= MAXS * WG) {
+                // Blocked (the same scores, the same sums over d): a thread's scores share
+                // one key (items t, t + WG, ...), so each k value is read once for all.
+                uint c = t % BC;
+                uint rs = WG / BC;
+                float dots[MAXS];
+                for (uint j = 0u; j < MAXS; j++) dots[j] = 0.0;
+                for (uint d = 0u; d < HD; d++) {
+                    float kd = kv[c * QS + d];
+                    for (uint j = 0u; j < MAXS; j++) {
+                        if (j * WG >= BR * BC) break;
+                        dots[j] += qs[(t / BC + j * rs) * QS + d] * kd;
+                    }
                 }
-                sp[i] = s;
+                for (uint j = 0u; j < MAXS; j++) {
+                    if (j * WG >= BR * BC) break;
+                    uint rr = t / BC + j * rs;
+                    sp[rr * BC + c] = rstate[rr] == 1u && c0 + c < rkeys[rr] ? dots[j] * p.scale : -1.0 / 0.0;
+                }
+            } else {
+                for (uint i = t; i < BR * BC; i += WG) {
+                    uint rr = i / BC, c = i - rr * BC;
+                    float s = -1.0 / 0.0;
+                    if (rstate[rr] == 1u && c0 + c < rkeys[rr]) {
+                        float dot = 0.0;
+                        for (uint d = 0u; d < HD; d++) dot += qs[rr * QS + d] * kv[c * QS + d];
+                        s = dot * p.scale;
+                    }
+                    sp[i] = s;
+                }
             }
             barrier();
             LOAD_TILE(mv)
-            for (uint rr = t; rr < BR; rr += WG) {
-                float m = ms[rr];
-                float cmax = m;
-                for (uint c = 0u; c < BC; c++) cmax = max(cmax, sp[rr * BC + c]);
-                if (cmax == -1.0 / 0.0) {
-                    // Not in this group, or no key of this tile: nothing changes.
-                    for (uint c = 0u; c < BC; c++) sp[rr * BC + c] = 0.0;
-                    al[rr] = 1.0;
-                } else {
-                    float psum = 0.0;
-                    for (uint c = 0u; c < BC; c++) {
-                        float w = exp(sp[rr * BC + c] - cmax);
-                        sp[rr * BC + c] = w;
-                        psum += w;
+            if (WG % BR == 0u && BC % (WG / BR) == 0u) {
+#define SCORE(rr, c) sp[(rr) * BC + (c)]
+#define PUT_W(rr, c, w) sp[(rr) * BC + (c)] = (w)
+                SOFTMAX_TILE(t)
+#undef SCORE
+#undef PUT_W
+            } else {
+                for (uint rr = t; rr < BR; rr += WG) {
+                    float m = ms[rr];
+                    float cmax = m;
+                    for (uint c = 0u; c < BC; c++) cmax = max(cmax, sp[rr * BC + c]);
+                    if (cmax == -1.0 / 0.0) {
+                        // Not in this group, or no key of this tile: nothing changes.
+                        for (uint c = 0u; c < BC; c++) sp[rr * BC + c] = 0.0;
+                        al[rr] = 1.0;
+                    } else {
+                        float psum = 0.0;
+                        for (uint c = 0u; c < BC; c++) {
+                            float w = exp(sp[rr * BC + c] - cmax);
+                            sp[rr * BC + c] = w;
+                            psum += w;
+                        }
+                        float rescale = exp(m - cmax);
+                        ls[rr] = ls[rr] * rescale + psum;
+                        ms[rr] = cmax;
+                        al[rr] = rescale;
                     }
-                    float rescale = exp(m - cmax);
-                    ls[rr] = ls[rr] * rescale + psum;
-                    ms[rr] = cmax;
-                    al[rr] = rescale;
                 }
             }
             barrier();
             uint cn = min(BC, kmax - c0);
-            for (uint i = 0u; i < MAXACC; i++) {
-                uint e = t + i * WG;
-                if (e >= BR * HD) break;
-                uint rr = e / HD, d = e - rr * HD;
-                float a = acc[i] * al[rr];
-                for (uint c = 0u; c < cn; c++) a += sp[rr * BC + c] * kv[c * QS + d];
-                acc[i] = a;
+            if (WG % HD == 0u) {
+                // A thread's accumulators share one d (t % HD): each v value read once for all,
+                // each accumulator rescaled and then summed over the keys in order, as below.
+                uint d = t % HD;
+                uint rs = WG / HD;
+                for (uint i = 0u; i < MAXACC; i++) {
+                    if (t + i * WG >= BR * HD) break;
+                    acc[i] = acc[i] * al[t / HD + i * rs];
+                }
+                for (uint c = 0u; c < cn; c++) {
+                    float vd = kv[c * QS + d];
+                    for (uint i = 0u; i < MAXACC; i++) {
+                        if (t + i * WG >= BR * HD) break;
+                        acc[i] += sp[(t / HD + i * rs) * BC + c] * vd;
+                    }
+                }
+            } else {
+                for (uint i = 0u; i < MAXACC; i++) {
+                    uint e = t + i * WG;
+                    if (e >= BR * HD) break;
+                    uint rr = e / HD, d = e - rr * HD;
+                    float a = acc[i] * al[rr];
+                    for (uint c = 0u; c < cn; c++) a += sp[rr * BC + c] * kv[c * QS + d];
+                    acc[i] = a;
+                }
             }
             barrier();
         }
-        if (t == 0u) {
-            for (uint i = 0u; i < BR; i++) {
-                if (rstate[i] == 1u) rstate[i] = 2u;
-            }
-        }
-        barrier();
+        end_group(t);
     }
 
     for (uint i = 0u; i < MAXACC; i++) {
@@ -202,3 +336,90 @@ void main() {
         if (r < p.rows) outv[(r * p.n_head + h) * HD + d] = acc[i] / ls[rr];
     }
 }
+#endif
+
+#ifdef COOPMAT
+// Key rows c0..c0+BC (zeros past kmax) of the f16 mirror `buf` into kvh, as stored.
+#define LOAD_TILE_H(buf)                                                            \
+    for (uint i = t; i < BC * (HD / 2u); i += WG) {                                 \
+        uint c = i / (HD / 2u), w = i - c * (HD / 2u);                              \
+        uint j = c0 + c;                                                            \
+        f16vec2 v = j < kmax ? unpackFloat2x16(buf[((base + j * kv_dim) >> 1) + w]) : f16vec2(0.0); \
+        kvh[c * HP + 2u * w] = v.x;                                                 \
+        kvh[c * HP + 2u * w + 1u] = v.y;                                            \
+    }
+
+void main() {
+    uint h = gl_WorkGroupID.x;
+    uint r0 = gl_WorkGroupID.y * BR;
+    uint t = gl_LocalInvocationIndex;
+    uint sg = gl_SubgroupID;
+    uint ns = gl_NumSubgroups;
+    uint kv_dim = p.n_head_kv * HD;
+    uint g = h / (p.n_head / p.n_head_kv);
+
+    load_rows(r0, t);
+    for (uint i = t; i < BR * HD; i += WG) {
+        uint rr = i / HD, d = i - rr * HD;
+        uint r = r0 + rr;
+        float v = r < p.rows ? q[(r * p.n_head + h) * HD + d] : 0.0;
+        qh[rr * HP + d] = float16_t(clamp(v, -F16MAX, F16MAX));
+        of[i] = 0.0;
+    }
+    barrier();
+
+    while (next_group(t)) {
+        uint base = gbase + g * HD;
+        uint kmax = gkeys;
+        for (uint c0 = 0u; c0 < kmax; c0 += BC) {
+            LOAD_TILE_H(mk)
+            barrier();
+            // Scores: 16x16 tiles of rows x keys, a subgroup each in turn.
+            for (uint tt = sg; tt < (BR / CM) * (BC / CM); tt += ns) {
+                uint rb = tt % (BR / CM), cb = tt / (BR / CM);
+                ACC s = ACC(0.0);
+                for (uint kb = 0u; kb < HD; kb += CM) {
+                    MATA a;
+                    MATB b;
+                    coopMatLoad(a, qh, rb * CM * HP + kb, HP, gl_CooperativeMatrixLayoutRowMajor);
+                    coopMatLoad(b, kvh, cb * CM * HP + kb, HP, gl_CooperativeMatrixLayoutColumnMajor);
+                    s = coopMatMulAdd(a, b, s);
+                }
+                coopMatStore(s, sf, rb * CM * BC + cb * CM, BC, gl_CooperativeMatrixLayoutRowMajor);
+            }
+            barrier();
+            LOAD_TILE_H(mv)
+#define SCORE(rr, c) (rstate[rr] == 1u && c0 + (c) < rkeys[rr] ? sf[(rr) * BC + (c)] * p.scale : -1.0 / 0.0)
+#define PUT_W(rr, c, w) ph[(rr) * BCP + (c)] = float16_t(w)
+            SOFTMAX_TILE(t)
+#undef SCORE
+#undef PUT_W
+            barrier();
+            for (uint i = t; i < BR * HD; i += WG) of[i] = of[i] * al[i / HD];
+            barrier();
+            // Outputs += P V: 16x16 tiles of rows x dims, a subgroup each in turn.
+            for (uint tt = sg; tt < (BR / CM) * (HD / CM); tt += ns) {
+                uint rb = tt % (BR / CM), db = tt / (BR / CM);
+                ACC o;
+                coopMatLoad(o, of, rb * CM * HD + db * CM, HD, gl_CooperativeMatrixLayoutRowMajor);
+                for (uint kb = 0u; kb < BC; kb += CM) {
+                    MATA a;
+                    MATB b;
+                    coopMatLoad(a, ph, rb * CM * BCP + kb, BCP, gl_CooperativeMatrixLayoutRowMajor);
+                    coopMatLoad(b, kvh, kb * HP + db * CM, HP, gl_CooperativeMatrixLayoutRowMajor);
+                    o = coopMatMulAdd(a, b, o);
+                }
+                coopMatStore(o, of, rb * CM * HD + db * CM, HD, gl_CooperativeMatrixLayoutRowMajor);
+            }
+            barrier();
+        }
+        end_group(t);
+    }
+
+    for (uint i = t; i < BR * HD; i += WG) {
+        uint rr = i / HD, d = i - rr * HD;
+        uint r = r0 + rr;
+        if (r < p.rows) outv[(r * p.n_head + h) * HD + d] = of[i] / ls[rr];
+    }
+}
+#endif
