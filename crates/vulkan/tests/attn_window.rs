@@ -219,7 +219,9 @@ fn wrong_region_fails() {
     let codec = KvCodec::F16;
     let s = setup(&c, codec, 5);
     let scale = 1.0 / (c.hd as f32).sqrt();
-    let (want, bar) = oracle(&c, &s, scale, false);
+    // attention_window runs the tier the device gets (the coopmat one where offered): its bar.
+    let cm = resin_vulkan::attn_window::coopmat_ok(&h.gpu.info, codec, c.hd as u32);
+    let (want, bar) = oracle(&c, &s, scale, cm);
     let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() };
     let (mk, mv) = (h.buf_bytes(&bytes(&s.kvals)), h.buf_bytes(&bytes(&s.vvals)));
     let qb = h.buf_f32(&s.q);
