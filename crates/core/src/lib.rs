@@ -109,7 +109,39 @@ pub fn balanced_groups(n: usize, max: usize) -> Vec<usize> {
 
 /// The greedy choice: the first index of the largest logit (NaN never wins; 0 when every
 /// logit is NaN). The Vulkan home's on-device argmax follows the same rule.
+///
+/// Two branch-free passes the compiler vectorizes (a vocabulary of 128k logits a token: about
+/// a fifth of the one-pass loop's time): the largest value, 16 lanes at a time, then the first
+/// index holding it. `argmax_scalar` is the rule written plainly (and serves the rare case
+/// where no logit is above -inf).
 pub fn argmax(logits: &[f32]) -> u32 {
+    const L: usize = 16;
+    let mut m = [f32::NEG_INFINITY; L];
+    let chunks = logits.chunks_exact(L);
+    let tail = chunks.remainder();
+    for x in chunks {
+        for (mj, &xj) in m.iter_mut().zip(x) {
+            // A NaN never compares greater: it is skipped.
+            *mj = if xj > *mj { xj } else { *mj };
+        }
+    }
+    let best = m.iter().chain(tail).fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+    if best == f32::NEG_INFINITY {
+        return argmax_scalar(logits);
+    }
+    // The first index whose value equals the largest (as `>` saw it: -0.0 == 0.0), a chunk's
+    // test at a time.
+    let mut base = 0;
+    for x in logits.chunks(L) {
+        if x.iter().fold(false, |f, &v| f | (v == best)) {
+            return (base + x.iter().position(|&v| v == best).unwrap_or(0)) as u32;
+        }
+        base += x.len();
+    }
+    0
+}
+
+fn argmax_scalar(logits: &[f32]) -> u32 {
     let mut best: Option<(usize, f32)> = None;
     for (i, &v) in logits.iter().enumerate() {
         if !v.is_nan() && best.is_none_or(|(_, b)| v > b) {
@@ -324,5 +356,35 @@ mod tests {
         assert_eq!(super::argmax(&[f32::NAN, 0.5, 0.7]), 2);
         assert_eq!(super::argmax(&[f32::NAN, f32::NAN]), 0);
         assert_eq!(super::argmax(&[f32::NEG_INFINITY, -1e30]), 1);
+        assert_eq!(super::argmax(&[f32::NAN, f32::NEG_INFINITY, f32::NEG_INFINITY]), 1);
+        assert_eq!(super::argmax(&[]), 0);
+    }
+
+    #[test]
+    fn argmax_equals_the_plain_rule_on_random_logits() {
+        // Lengths around the 16-lane chunks, few distinct values (ties), NaN, +-inf and +-0.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let pick = [0.0, -0.0, 1.5, -2.0, 3.25, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30];
+        let mut differ = 0;
+        for case in 0..4000 {
+            let n = (next() % 70) as usize + if case % 50 == 0 { 128_000 } else { 0 };
+            let rare = next() % 4 == 0;
+            let v: Vec<f32> = (0..n)
+                .map(|_| {
+                    let r = next();
+                    if rare { pick[(r % pick.len() as u64) as usize] } else { (r % 1000) as f32 * 0.01 - 5.0 }
+                })
+                .collect();
+            assert_eq!(super::argmax(&v), super::argmax_scalar(&v), "{v:?}");
+            differ += usize::from(super::argmax(&v) != 0);
+        }
+        // Control: the cases are not all trivial (the answer is mostly past index 0).
+        assert!(differ > 3000, "{differ}");
     }
 }
