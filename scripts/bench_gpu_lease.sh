@@ -14,8 +14,8 @@
 # Two calls, for llama.cpp's Vulkan build as well (PEER_VK=1; the kit then holds vk-kit.tgz):
 # STAGE=ours builds both peers (CUDA 10 jobs, Vulkan 6, niced) while resin runs, and waits for
 # them until the lease ends; STAGE=peer, the next call on the still-warm machine (it keeps
-# /tmp/w about 30 s after a call returns), runs the peers: llama-bench and llama-batched-bench,
-# CUDA then Vulkan.
+# /tmp/w about 30 s after a call returns), runs resin's pp512/tg128 again on the quiet host, then
+# the peers: llama-bench and llama-batched-bench, CUDA then Vulkan.
 #   PEER_VK=1 STAGE=ours LEASE_S=590 bash scripts/bench_gpu_lease.sh
 #   PEER_VK=1 STAGE=peer LEASE_S=590 bash scripts/bench_gpu_lease.sh
 S=$SECONDS; W=/tmp/w; K=.kit; O=$OUT/l; mkdir -p $O $W
@@ -25,6 +25,8 @@ left() { local t=$(($1 - (SECONDS - S))); [ $t -lt 1 ] && t=1; echo $t; }
 bash $K/peer.sh $K $W gl >/dev/null
 OUT=$O bash scripts/bench_gpu.sh $K $W synth > $O/synth.txt 2>&1
 STAGE=${STAGE:-all}
+# j: one resin bench run, its key figures on one line (env overrides before the command).
+j() { local tag=$1; shift; timeout 90 env "$@" > $O/$tag.json 2> $O/$tag.log; echo "$tag: $(grep -o -E '"(pp_tps|tg_tps|tg_greedy_tps|decode_tps|full_width_decode_tps|ttft_p50_s)":[0-9.a-z]*' $O/$tag.json | tr "\n" " ")"; }
 C="-G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_SERVER=OFF"
 if [ $STAGE != peer ]; then
 # The peer's build left the ours stage 10 s to write its results (the all stage 90 s for the peer's runs).
@@ -42,8 +44,6 @@ if [ -n "$PEER_VK" ]; then
     timeout $(left $((L - BL))) nice -n 19 cmake --build $W/bv -j 6 --target llama-bench llama-batched-bench > $O/build-vk.log 2>&1 ) &
   BV=$!
 fi
-# j: one resin bench run, its key figures on one line (env overrides before the command).
-j() { local tag=$1; shift; timeout 90 env "$@" > $O/$tag.json 2> $O/$tag.log; echo "$tag: $(grep -o -E '"(pp_tps|tg_tps|tg_greedy_tps|decode_tps|full_width_decode_tps|ttft_p50_s)":[0-9.a-z]*' $O/$tag.json | tr "\n" " ")"; }
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
   RB="$R bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --format json"
   j resin-$m A=1 $RB --reps 3 --profile
@@ -92,6 +92,11 @@ if [ $STAGE = peer ]; then
     fi
   done
 fi
+# resin's single stream again on a quiet host (the ours stage's ran beside the peers' builds,
+# and a token that reads its logits back waits on host work): the figures to set beside the peer's.
+for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
+  j resin-quiet-$m A=1 $R bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --format json --reps 3
+done
 pb $W/bc cuda $([ -n "$PEER_VK" ] && echo $((L / 2)) || echo 10)
 [ -n "$PEER_VK" ] && pb $W/bv vulkan 10
 echo "end at $((SECONDS - S)) s"
