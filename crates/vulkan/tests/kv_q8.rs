@@ -308,9 +308,14 @@ const MODEL: &str = "smollm2-135m";
 /// (measured on this prompt: the homes' layer-0 K/V 98% equal bytes, relative L2 1e-3, growing
 /// to 3.7e-2 by layer 29, against 2e-4 .. 3e-2 for the f16 mirror). Measured on this 50-token
 /// prompt: 5.3e-2 (the f16 mirror's homes: 3.6e-2; the CPU home's own q8_0 mirror against its
-/// f16 mirror: 4.6e-2; a 1-token prompt: 1.8e-6, where no flip has had room to compound). The
-/// bar is 1e-1, twice the measured figure; greedy ids must be equal too.
-const Q8_BAR: f64 = 1e-1;
+/// f16 mirror: 4.6e-2; a 1-token prompt: 1.8e-6, where no flip has had room to compound).
+/// The flips make the figure chaotic: the tenth session's window attention, whose outputs
+/// differ from the old kernel's in summation order only (closer to the CPU home: the f16
+/// mirror's 600-token prefill went 1.3e-2 -> 9.2e-3, this test's q8_0 snapshots 2.51e-2 ->
+/// 2.46e-2), moved this prompt's logits 5.3e-2 -> 9.95e-2 and a step's 6.3e-2 -> 1.01e-1. The
+/// bar is 2e-1, twice the worst measured; greedy ids must be equal too, and the controls sit
+/// far past it (measured 0.70 and 1.19).
+const Q8_BAR: f64 = 2e-1;
 
 #[test]
 fn the_q8_mirror_on_each_home_gives_the_same_ids_and_snapshots_cross_over() {
