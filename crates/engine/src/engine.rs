@@ -3,6 +3,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use rayon::prelude::*;
 use resin_core::regions::{Claim, RegionTable};
 use resin_core::{balanced_groups, chunk_rows, Counters, Home, RegionId, Row, Segment, NROW_MAX, PF_WINDOW};
 use resin_model::{StreamDecoder, Tokenizer};
@@ -478,10 +479,24 @@ impl Scheduler {
             match self.home.step(&rows) {
                 Ok(logits) => {
                     for (j, &i) in members.iter().enumerate() {
-                        let s = &mut self.streams[i];
-                        s.fed.push(rows[j].token);
-                        let mut l = logits.row(j).to_vec();
-                        if let After::Finish(r) = s.sample_and_emit(&mut l, &self.tokenizer, self.home.spec().n_ctx) {
+                        self.streams[i].fed.push(rows[j].token);
+                    }
+                    // Each stream's draw (its constraint, penalties, sampler) is its own work
+                    // over its own row: the rows in parallel (a 128k vocabulary's draw takes
+                    // a millisecond or two of host time, as long as a GPU step). The picks
+                    // are the same in any order: each stream has its own generator.
+                    let picks: Vec<u32> = {
+                        let mut jobs: Vec<(&mut Stream, &[f32])> = Vec::with_capacity(members.len());
+                        let mut next = members.iter().enumerate().peekable();
+                        for (i, s) in self.streams.iter_mut().enumerate() {
+                            if let Some((j, _)) = next.next_if(|&(_, &m)| m == i) {
+                                jobs.push((s, logits.row(j)));
+                            }
+                        }
+                        jobs.into_par_iter().map(|(s, row)| s.pick(&mut row.to_vec())).collect()
+                    };
+                    for (j, &i) in members.iter().enumerate() {
+                        if let After::Finish(r) = self.streams[i].emit(picks[j], &self.tokenizer, self.home.spec().n_ctx) {
                             done.push((i, Ok(r)));
                         }
                     }
@@ -639,11 +654,16 @@ impl Scheduler {
 impl Stream {
     /// Sample the next token from `logits`, emit it, and decide whether the stream goes on.
     fn sample_and_emit(&mut self, logits: &mut [f32], tok: &Tokenizer, n_ctx: usize) -> After {
+        let t = self.pick(logits);
+        self.emit(t, tok, n_ctx)
+    }
+
+    /// The next token from `logits`: the constraint's mask, then the sampler.
+    fn pick(&mut self, logits: &mut [f32]) -> u32 {
         if let Some(c) = self.req.constraint.as_mut() {
             c.mask(logits);
         }
-        let t = self.sampler.sample(logits, &self.fed);
-        self.emit(t, tok, n_ctx)
+        self.sampler.sample(logits, &self.fed)
     }
 
     /// Whether this stream's next token is the plain argmax of the logits (no constraint, no

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use resin_core::{Counters, KvCodec};
 use resin_cpu::{CpuHome, CpuOptions};
-use resin_engine::{Engine, EngineConfig, FinishReason, GenEvent, GenHandle, GenRequest};
+use resin_engine::{Engine, EngineConfig, FinishReason, GenEvent, GenHandle, GenRequest, SamplingParams};
 use resin_gguf::GgufFile;
 use resin_model::{ModelConfig, Tokenizer};
 
@@ -94,6 +94,32 @@ fn seventeen_concurrent_streams_equal_each_alone() {
 #[test]
 fn seventeen_concurrent_streams_in_wide_steps_equal_each_alone() {
     concurrent_equals_alone(17, true);
+}
+
+#[test]
+fn sampled_streams_at_once_draw_what_each_draws_alone() {
+    // Seeded sampling: the streams' draws run in parallel on the host, each with its own
+    // generator, so ten at once give each stream's tokens alone.
+    let m = model();
+    let ps = prompts(&m, 10);
+    let req = |i: usize, seed: u64| {
+        let mut r = request(ps[i].clone(), 12);
+        r.params = SamplingParams { temperature: 0.9, top_p: 0.95, seed: Some(seed), ..SamplingParams::default() };
+        r
+    };
+    let alone: Vec<Vec<u32>> = {
+        let e = engine(&m, 1, EngineConfig::default());
+        (0..ps.len()).map(|i| collect(e.submit(req(i, 100 + i as u64)).unwrap()).0).collect()
+    };
+    let e = engine(&m, ps.len(), EngineConfig { wide_step_min: 0, ..EngineConfig::default() });
+    let handles: Vec<GenHandle> = (0..ps.len()).map(|i| e.submit(req(i, 100 + i as u64)).unwrap()).collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(collect(h).0, alone[i], "sampled stream {i} differs from the same request alone");
+    }
+    assert!(e.counters().grouped_steps.load(Ordering::Relaxed) > 0, "ten streams step in groups");
+    // Control: other seeds draw other tokens (for some stream).
+    let other: Vec<Vec<u32>> = (0..ps.len()).map(|i| collect(e.submit(req(i, 900 + i as u64)).unwrap()).0).collect();
+    assert_ne!(other, alone, "the seed must matter");
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use resin_core::{Home, RegionId, Row, Segment};
-use resin_engine::{argmax, Engine, EngineConfig, GenEvent, GenRequest};
+use resin_engine::{argmax, Engine, EngineConfig, GenEvent, GenRequest, SamplingParams};
 use serde_json::json;
 
 use super::load::ModelArgs;
@@ -32,6 +32,13 @@ pub struct BenchArgs {
     /// wide step instead of the engine stepping groups of 8 (0: never; default: the engine's).
     #[arg(long)]
     pub wide_step_min: Option<usize>,
+    /// With --streams: each stream samples at this temperature (0: greedy, the default),
+    /// seeded by its index, so the host's share of a sampled token is measured too.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// With --streams and a temperature: nucleus sampling's top_p.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
     /// Also time each stage of one prefill window and one token step on the device
     /// (timestamp queries; homes without a device clock report none).
     #[arg(long)]
@@ -103,7 +110,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         bail!("--reps, --prompt-tokens and --gen-tokens must be at least 1");
     }
     if args.streams > 1 {
+        SamplingParams { temperature: args.temperature, top_p: args.top_p, ..SamplingParams::default() }.validate().map_err(anyhow::Error::msg)?;
         return bench_streams(args);
+    }
+    if args.temperature != 0.0 || args.top_p != 1.0 {
+        bail!("--temperature and --top-p apply with --streams above 1 (a single stream's tg128 takes each step's argmax, as llama-bench's figure compares)");
     }
     let mut model = args.model.clone();
     // Room for the run and for the warm-up (64 prompt rows, 4 steps).
@@ -280,6 +291,7 @@ fn bench_streams(args: BenchArgs) -> Result<()> {
             .map(|i| {
                 let mut req = GenRequest::new(prompt_ids(args.prompt_tokens, vocab, (rep * 1000 + i) as u64 + 7), args.gen_tokens);
                 req.stop_ids = Some(Vec::new()); // generate exactly gen_tokens
+                req.params = SamplingParams { temperature: args.temperature, top_p: args.top_p, seed: Some(i as u64), ..SamplingParams::default() };
                 engine.submit(req)
             })
             .collect::<Result<_, _>>()?;
@@ -324,6 +336,8 @@ fn bench_streams(args: BenchArgs) -> Result<()> {
         "wall_s": median(results.iter().map(|r| r.wall).collect()),
         "wide_step_min": config_wide,
         "max_segments": args.max_segments,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
         "counters": counters_json(engine.counters()),
     });
     // The home is dropped on the engine thread before the process exits.
