@@ -52,10 +52,13 @@ fn counting(tok: &Tokenizer, n: usize) -> Vec<u32> {
 /// Relative L2 bar of Vulkan logits against the CPU home's after a long prompt. Both round
 /// activations to 8 bits, in different summation orders, so some roundings flip (a step of
 /// amax/127 each) and the flips add up along the prompt: about 1e-2 apart after 12 tokens
-/// (tests/parity.rs), up to 2.3e-2 after 250 repetitive ones. The CPU home itself sits
-/// 1e-2..2.3e-2 from the float32 reference (crates/cpu/tests/reference.rs), so this is the
-/// CPU home's own bar, 3e-2; the greedy id must agree as well.
-const CPU_BAR: f64 = 3e-2;
+/// (tests/parity.rs), up to 4.6e-2 after 250 repetitive ones (2.3e-2 before the tenth
+/// session's window attention, which is the closer to float32: on 225 tokens of the same
+/// sentence repeated, scripts/reference_forward.py's float32 logits are 6.5e-5 from the
+/// Vulkan home's (f32 activations), 1.8e-4 with the old kernel; so the move is the flips').
+/// The CPU home itself sits 1e-2..2.3e-2 from the float32 reference on short prompts
+/// (crates/cpu/tests/reference.rs). The bar is 6e-2; the greedy id must agree as well.
+const CPU_BAR: f64 = 6e-2;
 
 #[test]
 fn a_600_token_prompt_runs_as_two_windows_then_decodes_as_the_cpu_home() {
