@@ -109,6 +109,13 @@ pub struct Sampler {
     params: SamplingParams,
     rng: Rng,
     scratch: Vec<Cand>,
+    /// Each bin's weight and count (`BINS`).
+    bins: Bins,
+    /// One bin's candidates in order.
+    kept: BinMembers,
+    /// The candidates' scaled logits and weights (scratch of `sample`).
+    cv: Vec<f32>,
+    cw: Vec<f32>,
 }
 
 impl Sampler {
@@ -117,7 +124,7 @@ impl Sampler {
             let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
             t ^ (std::process::id() as u64) << 32
         });
-        Sampler { params, rng: Rng::new(seed), scratch: Vec::new() }
+        Sampler { params, rng: Rng::new(seed), scratch: Vec::new(), bins: Bins::default(), kept: BinMembers::default(), cv: Vec::new(), cw: Vec::new() }
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -159,10 +166,11 @@ impl Sampler {
     /// reaches `top_p`; one draw over what is kept, walked in that order.
     ///
     /// Nothing is sorted whole (a 128k vocabulary's sort took milliseconds a token, several
-    /// GPU steps): the top-p cut and the draw each find their place in the order by halving
-    /// (`find_cumulative`). Logits more than `WEIGHT_CUT` temperatures below the largest are
-    /// not candidates: each weighs under e^-40 (4e-18), all of them together under 1e-12 of
-    /// the draw.
+    /// GPU steps): the candidates fall into `BINS` slices of their logits' span, whose weights
+    /// say which bin holds the top-p cut and the draw; only that bin is sorted and walked
+    /// (`find_binned`). Logits more than `WEIGHT_CUT` temperatures below the largest are not
+    /// candidates: each weighs under e^-40 (4e-18), all of them together under 1e-12 of the
+    /// draw.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
         self.apply_penalties(logits, history);
         let p = &self.params;
@@ -183,30 +191,123 @@ impl Sampler {
             c.select_nth_unstable_by(p.top_k - 1, order);
             c.truncate(p.top_k);
         }
-        // The weights of what top_k kept.
+        // The weights of what top_k kept, and their bins: BINS equal slices of the kept
+        // logits' span, the largest in bin 0, so a bin's candidates all come before the next
+        // bin's in the order.
+        let mut lo = 0f32;
+        // top_p's share is of every candidate's weight, before min_p.
         let mut sum = 0f64;
-        for x in c.iter_mut() {
-            x.w = f64::from(exp_neg(((logits[x.id() as usize] - max) / t).clamp(-2.0 * WEIGHT_CUT, 0.0)));
-            sum += x.w;
+        // The scaled logits, then their weights: two passes the compiler vectorizes.
+        let (cv, cw) = (&mut self.cv, &mut self.cw);
+        cv.clear();
+        cv.extend(c.iter().map(|x| ((logits[x.id() as usize] - max) / t).clamp(-2.0 * WEIGHT_CUT, 0.0)));
+        cw.clear();
+        cw.extend(cv.iter().map(|&v| exp_neg(v)));
+        for ((x, &v), &w) in c.iter_mut().zip(cv.iter()).zip(cw.iter()) {
+            x.w = w;
+            x.bin = v.to_bits(); // kept here until the span is known (below)
+            sum += f64::from(w);
+            lo = lo.min(v);
         }
-        // The kept candidates are c[..len], always the first len of the order.
-        let mut len = c.len();
         if p.min_p > 0.0 {
             // The largest weight is exp(0) = 1: min_p keeps the weights of at least min_p.
-            let k = c.iter().filter(|x| x.w >= p.min_p as f64).count().max(1);
-            if k < len {
-                c.select_nth_unstable_by(k - 1, order);
+            let floor = p.min_p;
+            if c.iter().any(|x| x.w >= floor) {
+                c.retain(|x| x.w >= floor);
+            } else {
+                let top = *c.iter().min_by(|a, b| order(a, b)).expect("a finite logit is a candidate");
+                c.clear();
+                c.push(top);
             }
-            len = k;
         }
+        let scale = if lo < 0.0 { BINS as f32 / -lo } else { 0.0 };
+        let bins = &mut self.bins;
+        bins.w.clear();
+        bins.w.resize(BINS, 0.0);
+        bins.n.clear();
+        bins.n.resize(BINS, 0);
+        for x in c.iter_mut() {
+            x.bin = ((-f32::from_bits(x.bin) * scale) as u32).min(BINS as u32 - 1);
+            bins.w[x.bin as usize] += f64::from(x.w);
+            bins.n[x.bin as usize] += 1;
+        }
+        // What is kept: every candidate of the bins before `cut.0`, and the first `cut.1` of
+        // bin `cut.0` in the order (all of the last bin when there is no top-p cut).
+        let kept = &mut self.kept;
+        kept.bin = usize::MAX;
+        let mut cut = (BINS - 1, usize::MAX);
         if p.top_p < 1.0 {
-            len = find_cumulative(&mut c[..len], p.top_p as f64 * sum, true) + 1;
+            let (b, i) = find_binned(c, bins, kept, p.top_p as f64 * sum, true, cut);
+            cut = (b, i + 1);
         }
-        let total: f64 = c[..len].iter().map(|x| x.w).sum();
+        let total: f64 = bins.w[..cut.0].iter().sum::<f64>() + kept.of(c, cut.0).iter().take(cut.1).map(|x| f64::from(x.w)).sum::<f64>();
         let r = self.rng.next_f64() * total;
-        let i = find_cumulative(&mut c[..len], r, false);
-        c[i].id()
+        let (b, i) = find_binned(c, bins, kept, r, false, cut);
+        let members = kept.of(c, b);
+        members[i.min(members.len() - 1)].id()
     }
+}
+
+/// Bins a sampling draw splits the candidates' span into (`Sampler::sample`).
+const BINS: usize = 4096;
+
+/// One bin's candidates in the order (the last bin asked for; `bin` usize::MAX: none yet).
+#[derive(Debug, Clone, Default)]
+struct BinMembers {
+    bin: usize,
+    members: Vec<Cand>,
+}
+
+impl BinMembers {
+    /// The candidates of bin `b` in the order: a scan and a sort of that bin only.
+    fn of(&mut self, c: &[Cand], b: usize) -> &[Cand] {
+        if self.bin != b {
+            self.members.clear();
+            self.members.extend(c.iter().filter(|x| x.bin as usize == b));
+            self.members.sort_unstable_by(order);
+            self.bin = b;
+        }
+        &self.members
+    }
+}
+
+/// Where the cumulative weight in the order (a candidate's own included) first reaches
+/// `target` (`inclusive`: is at least it; else is above it), within what `cut` keeps (see
+/// `Sampler::sample`): (bin, index in the bin's order). The last kept candidate where none
+/// reaches it (rounding: the bins' sums and the walk add in other orders).
+fn find_binned(c: &[Cand], bins: &Bins, kept: &mut BinMembers, target: f64, inclusive: bool, cut: (usize, usize)) -> (usize, usize) {
+    let reached = |cum: f64| if inclusive { cum >= target } else { cum > target };
+    let mut before = 0f64;
+    let mut b = 0;
+    while b < cut.0 && !reached(before + bins.w[b]) {
+        before += bins.w[b];
+        b += 1;
+    }
+    // None before the cut's bin reached it, and that bin is empty (the last bin, when every
+    // candidate is in bin 0): the last non-empty bin holds the last kept candidate.
+    if bins.n[b] == 0 {
+        while b > 0 && bins.n[b] == 0 {
+            b -= 1;
+        }
+        before = bins.w[..b].iter().sum(); // in the order the forward pass added them
+    }
+    let members = kept.of(c, b);
+    let n = members.len().min(if b == cut.0 { cut.1 } else { usize::MAX });
+    let mut cum = before;
+    for (i, x) in members.iter().take(n).enumerate() {
+        cum += f64::from(x.w);
+        if reached(cum) {
+            return (b, i);
+        }
+    }
+    (b, n.saturating_sub(1))
+}
+
+/// Each bin's candidates' weight and count.
+#[derive(Debug, Clone, Default)]
+struct Bins {
+    w: Vec<f64>,
+    n: Vec<u32>,
 }
 
 /// The largest finite logit (-inf when none is), 16 lanes at a time.
@@ -222,18 +323,21 @@ fn max_finite(logits: &[f32]) -> f32 {
     m.iter().chain(tail.iter().filter(|x| x.is_finite())).fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
 }
 
-/// e^x for x in [-80, 0] (a logit's weight), within 5e-7 relatively, with no call and no
-/// branch (libm's f64 exp of 128k weights took most of a millisecond a token): x = n ln 2 + r
-/// with ln 2 in two parts (Cody-Waite: n ln2_hi is exact), e^r by its Taylor terms to the 8th
-/// (|r| < ln 2: (ln 2)^9 / 9! ~ 1e-7), times 2^n by the exponent bits.
+/// e^x for x in [-80, 0] (a logit's weight), within 5e-7 relatively, in float and integer
+/// arithmetic only, so a loop of it vectorizes (libm's f64 exp of 128k weights took a
+/// millisecond a token): x = n ln 2 + r with n the nearest integer (by the 1.5 * 2^23 trick,
+/// its value in the sum's low bits) and ln 2 in two parts (Cody-Waite: n ln2_hi is exact),
+/// e^r by its Taylor terms to the 7th (|r| <= ln 2 / 2: (ln 2 / 2)^8 / 8! ~ 5e-9), times 2^n
+/// by the exponent bits.
 fn exp_neg(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4; // 355 / 512: 9 bits, so n * LN2_HI is exact for |n| < 2^15
     const LN2_LO: f32 = -2.121_944_4e-4;
-    let n = (x * std::f32::consts::LOG2_E) as i32; // toward zero
-    let nf = n as f32;
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: y + ROUND has round(y) in its low bits
+    let t = x * std::f32::consts::LOG2_E + ROUND;
+    let n = t.to_bits() as i32 - ROUND.to_bits() as i32;
+    let nf = t - ROUND;
     let r = (x - nf * LN2_HI) - nf * LN2_LO;
-    let mut p = 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
+    let mut p = 1.0 / 5040.0;
     p = p * r + 1.0 / 720.0;
     p = p * r + 1.0 / 120.0;
     p = p * r + 1.0 / 24.0;
@@ -249,35 +353,6 @@ fn order(a: &Cand, b: &Cand) -> std::cmp::Ordering {
     a.key.cmp(&b.key)
 }
 
-/// The first candidate in `order` whose cumulative weight (its own included) reaches
-/// `target` (`inclusive`: is at least it; else is above it), the last if none does. Its index
-/// in `c`, which is left with every candidate before it in the order before it in the slice,
-/// and every one after it after it. Expected O(len): halving by selection, not a sort.
-fn find_cumulative(c: &mut [Cand], mut target: f64, inclusive: bool) -> usize {
-    let reached = |cum: f64, t: f64| if inclusive { cum >= t } else { cum > t };
-    let (mut lo, mut hi) = (0, c.len());
-    while hi - lo > 64 {
-        let mid = (hi - lo) / 2;
-        c[lo..hi].select_nth_unstable_by(mid, order);
-        let before: f64 = c[lo..lo + mid].iter().map(|x| x.w).sum();
-        if reached(before, target) {
-            hi = lo + mid;
-        } else {
-            target -= before;
-            lo += mid;
-        }
-    }
-    c[lo..hi].sort_unstable_by(order);
-    let mut cum = 0.0;
-    for (i, x) in c.iter().enumerate().take(hi).skip(lo) {
-        cum += x.w;
-        if reached(cum, target) {
-            return i;
-        }
-    }
-    hi - 1
-}
-
 /// Logits this many temperatures below the largest are not sampling candidates (`sample`).
 const WEIGHT_CUT: f32 = 40.0;
 
@@ -285,17 +360,19 @@ const WEIGHT_CUT: f32 = 40.0;
 #[derive(Debug, Clone, Copy)]
 struct Cand {
     key: u64,
-    w: f64,
+    w: f32,
+    /// Its bin in the draw's split of the candidates' span (`BINS`).
+    bin: u32,
 }
 
 impl Cand {
     /// Ascending keys are the order: the logit descending (its bits made monotonic, then
     /// inverted) in the high half, the id ascending in the low half. One integer compare
-    /// where a float compare and a tie-break were (selection is most of `sample`'s time).
+    /// where a float compare and a tie-break were (top_k's selection, a bin's sort).
     fn new(id: u32, logit: f32) -> Cand {
         let b = logit.to_bits();
         let mono = if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
-        Cand { key: (u64::from(!mono) << 32) | u64::from(id), w: 0.0 }
+        Cand { key: (u64::from(!mono) << 32) | u64::from(id), w: 0.0, bin: 0 }
     }
     fn id(&self) -> u32 {
         self.key as u32
@@ -403,7 +480,7 @@ mod tests {
 
     #[test]
     fn sample_draws_what_sorting_every_candidate_draws() {
-        // The same draws (one seed for both) give the same tokens: the prefix sort changes
+        // The same draws (one seed for both) give the same tokens: the bins change
         // the work, not the rule. Logits within 40 temperatures of the largest (the cut is
         // checked below), vocabularies from 1 to 128k, ties, -inf and NaN, each filter alone
         // and together.
@@ -456,6 +533,25 @@ mod tests {
         // Control: f32's own rounding is visible at this bar (the bar is not vacuous).
         assert!(worst > 1e-8, "{worst}");
         assert_eq!(exp_neg(0.0), 1.0);
+    }
+
+    #[test]
+    fn equal_logits_share_the_draws_and_top_p_keeps_the_first_ids() {
+        // Every candidate in one bin (a span of zero); ties ordered by id.
+        let l = vec![1.5f32; 5];
+        let mut s = Sampler::new(SamplingParams { temperature: 1.0, seed: Some(11), ..Default::default() });
+        let mut seen = [0usize; 5];
+        for _ in 0..2000 {
+            seen[s.sample(&mut l.clone(), &[]) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&k| (300..500).contains(&k)), "{seen:?}");
+        // top_p 0.5 of five equal weights: the first three ids (0.6 is the first share >= 0.5).
+        let mut s = Sampler::new(SamplingParams { temperature: 1.0, top_p: 0.5, seed: Some(11), ..Default::default() });
+        let mut seen = [0usize; 5];
+        for _ in 0..600 {
+            seen[s.sample(&mut l.clone(), &[]) as usize] += 1;
+        }
+        assert!(seen[..3].iter().all(|&k| k > 100) && seen[3..] == [0, 0], "{seen:?}");
     }
 
     #[test]
