@@ -210,15 +210,9 @@ impl Sampler {
             lo = lo.min(v);
         }
         if p.min_p > 0.0 {
-            // The largest weight is exp(0) = 1: min_p keeps the weights of at least min_p.
-            let floor = p.min_p;
-            if c.iter().any(|x| x.w >= floor) {
-                c.retain(|x| x.w >= floor);
-            } else {
-                let top = *c.iter().min_by(|a, b| order(a, b)).expect("a finite logit is a candidate");
-                c.clear();
-                c.push(top);
-            }
+            // The largest weight is exp_neg(0) = 1 exactly: min_p (at most 1) keeps the weights
+            // of at least min_p, the largest always among them.
+            c.retain(|x| x.w >= p.min_p);
         }
         let scale = if lo < 0.0 { BINS as f32 / -lo } else { 0.0 };
         let bins = &mut self.bins;
@@ -243,8 +237,8 @@ impl Sampler {
         let total: f64 = bins.w[..cut.0].iter().sum::<f64>() + kept.of(c, cut.0).iter().take(cut.1).map(|x| f64::from(x.w)).sum::<f64>();
         let r = self.rng.next_f64() * total;
         let (b, i) = find_binned(c, bins, kept, r, false, cut);
-        let members = kept.of(c, b);
-        members[i.min(members.len() - 1)].id()
+        // find_binned names a candidate of a non-empty bin (bin 0 holds the largest logit).
+        kept.of(c, b).get(i).map_or_else(|| argmax(logits), |x| x.id())
     }
 }
 
