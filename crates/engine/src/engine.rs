@@ -477,24 +477,35 @@ impl Scheduler {
                 }
             }
             match self.home.step(&rows) {
-                Ok(logits) => {
+                Ok(mut logits) => {
                     for (j, &i) in members.iter().enumerate() {
                         self.streams[i].fed.push(rows[j].token);
                     }
+                    // Each stream masks and samples its own row in place (no copy of it).
+                    let vocab = logits.vocab.max(1);
                     // Each stream's draw (its constraint, penalties, sampler) is its own work
                     // over its own row: the rows in parallel (a 128k vocabulary's draw takes
                     // a millisecond or two of host time, as long as a GPU step). The picks
                     // are the same in any order: each stream has its own generator.
                     let picks: Vec<u32> = {
-                        let mut jobs: Vec<(&mut Stream, &[f32])> = Vec::with_capacity(members.len());
-                        let mut next = members.iter().enumerate().peekable();
+                        let mut rows_of = logits.data.chunks_mut(vocab);
+                        let mut jobs: Vec<(&mut Stream, &mut [f32])> = Vec::with_capacity(members.len());
+                        let mut next = members.iter().peekable();
                         for (i, s) in self.streams.iter_mut().enumerate() {
-                            if let Some((j, _)) = next.next_if(|&(_, &m)| m == i) {
-                                jobs.push((s, logits.row(j)));
+                            if next.next_if(|&&m| m == i).is_some() {
+                                match rows_of.next() {
+                                    Some(row) => jobs.push((s, row)),
+                                    None => break,
+                                }
                             }
                         }
-                        jobs.into_par_iter().map(|(s, row)| s.pick(&mut row.to_vec())).collect()
+                        jobs.into_par_iter().map(|(s, row)| s.pick(row)).collect()
                     };
+                    if picks.len() != members.len() {
+                        let e = format!("the home returned {} logits rows for {} rows", logits.rows(), members.len());
+                        done.extend(members.iter().map(|&i| (i, Err(e.clone()))));
+                        continue;
+                    }
                     for (j, &i) in members.iter().enumerate() {
                         if let After::Finish(r) = self.streams[i].emit(picks[j], &self.tokenizer, self.home.spec().n_ctx) {
                             done.push((i, Ok(r)));
