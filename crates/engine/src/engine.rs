@@ -481,12 +481,11 @@ impl Scheduler {
                     for (j, &i) in members.iter().enumerate() {
                         self.streams[i].fed.push(rows[j].token);
                     }
-                    // Each stream masks and samples its own row in place (no copy of it).
-                    let vocab = logits.vocab.max(1);
                     // Each stream's draw (its constraint, penalties, sampler) is its own work
-                    // over its own row: the rows in parallel (a 128k vocabulary's draw takes
-                    // a millisecond or two of host time, as long as a GPU step). The picks
-                    // are the same in any order: each stream has its own generator.
+                    // over its own row, in place: the rows in parallel (a 128k vocabulary's
+                    // draw takes a millisecond or two of host time, as long as a GPU step). The
+                    // picks are the same in any order: each stream has its own generator.
+                    let vocab = logits.vocab.max(1);
                     let picks: Vec<u32> = {
                         let mut rows_of = logits.data.chunks_mut(vocab);
                         let mut jobs: Vec<(&mut Stream, &mut [f32])> = Vec::with_capacity(members.len());
