@@ -304,17 +304,9 @@ struct Bins {
     n: Vec<u32>,
 }
 
-/// The largest finite logit (-inf when none is), 16 lanes at a time.
+/// The largest finite logit (-inf when none is).
 fn max_finite(logits: &[f32]) -> f32 {
-    let mut m = [f32::NEG_INFINITY; 16];
-    let chunks = logits.chunks_exact(16);
-    let tail = chunks.remainder();
-    for x in chunks {
-        for (mj, &xj) in m.iter_mut().zip(x) {
-            *mj = if xj.is_finite() && xj > *mj { xj } else { *mj };
-        }
-    }
-    m.iter().chain(tail.iter().filter(|x| x.is_finite())).fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a })
+    resin_core::max_of(logits, f32::is_finite)
 }
 
 /// e^x for x in [-80, 0] (a logit's weight), within 5e-7 relatively, in float and integer

@@ -110,8 +110,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         bail!("--reps, --prompt-tokens and --gen-tokens must be at least 1");
     }
     if args.streams > 1 {
-        SamplingParams { temperature: args.temperature, top_p: args.top_p, ..SamplingParams::default() }.validate().map_err(anyhow::Error::msg)?;
-        return bench_streams(args);
+        let params = SamplingParams { temperature: args.temperature, top_p: args.top_p, ..SamplingParams::default() };
+        params.validate().map_err(anyhow::Error::msg)?;
+        return bench_streams(args, params);
     }
     if args.temperature != 0.0 || args.top_p != 1.0 {
         bail!("--temperature and --top-p apply with --streams above 1 (a single stream's tg128 takes each step's argmax, as llama-bench's figure compares)");
@@ -269,7 +270,8 @@ impl StreamsRun {
 }
 
 /// N streams at once through the engine: aggregate decode tokens/s, time to first token.
-fn bench_streams(args: BenchArgs) -> Result<()> {
+/// `params`: each stream's sampling (validated), stream i seeded with i.
+fn bench_streams(args: BenchArgs, params: SamplingParams) -> Result<()> {
     let mut model = args.model.clone();
     model.ctx = Some(model.ctx.unwrap_or(0).max(args.prompt_tokens + args.gen_tokens + 1));
     let loaded = model.load(args.streams)?;
@@ -291,7 +293,7 @@ fn bench_streams(args: BenchArgs) -> Result<()> {
             .map(|i| {
                 let mut req = GenRequest::new(prompt_ids(args.prompt_tokens, vocab, (rep * 1000 + i) as u64 + 7), args.gen_tokens);
                 req.stop_ids = Some(Vec::new()); // generate exactly gen_tokens
-                req.params = SamplingParams { temperature: args.temperature, top_p: args.top_p, seed: Some(i as u64), ..SamplingParams::default() };
+                req.params = SamplingParams { seed: Some(i as u64), ..params.clone() };
                 engine.submit(req)
             })
             .collect::<Result<_, _>>()?;
