@@ -18,6 +18,13 @@ pub struct Counters {
     pub peel_steps: AtomicU64,
     pub prompt_tokens_prefilled: AtomicU64,
     pub decode_rows: AtomicU64,
+    /// The engine's decode steps (a home call each: every group of a grouped step counts),
+    /// and their time: in the home's step (the device's work and the read-back), and on the
+    /// host around it (rows, the draws of sampled streams, stop checks, detokenizing, sending).
+    /// Where a step's time goes, so a slow sampled stream shows its host share.
+    pub decode_steps: AtomicU64,
+    pub decode_home_microseconds: AtomicU64,
+    pub decode_host_microseconds: AtomicU64,
     /// Parked sessions whose K/V rows were copied to host memory when their region was reused.
     pub sessions_saved_to_host: AtomicU64,
     /// Sessions whose K/V rows came back from host memory instead of being prefilled again.
@@ -64,6 +71,9 @@ impl Counters {
             ("peel_steps", g(&self.peel_steps)),
             ("prompt_tokens_prefilled", g(&self.prompt_tokens_prefilled)),
             ("decode_rows", g(&self.decode_rows)),
+            ("decode_steps", g(&self.decode_steps)),
+            ("decode_home_microseconds", g(&self.decode_home_microseconds)),
+            ("decode_host_microseconds", g(&self.decode_host_microseconds)),
             ("sessions_saved_to_host", g(&self.sessions_saved_to_host)),
             ("sessions_restored_from_host", g(&self.sessions_restored_from_host)),
         ]

@@ -444,6 +444,9 @@ impl Scheduler {
         }
         let mut at = 0;
         let mut done = Vec::new();
+        let started = Instant::now();
+        let mut in_home = std::time::Duration::ZERO;
+        let mut home_calls = 0u64;
         for g in groups {
             let members = &idx[at..at + g];
             at += g;
@@ -458,7 +461,10 @@ impl Scheduler {
             // Streams that sample plain greedy need only each row's argmax id: homes that
             // compute it on the device read back four bytes a row instead of the logits.
             if members.iter().all(|&i| self.streams[i].argmax_only()) {
-                match self.home.step_greedy(&rows) {
+                let t = Instant::now();
+                let r = self.home.step_greedy(&rows);
+                (in_home, home_calls) = (in_home + t.elapsed(), home_calls + 1);
+                match r {
                     Ok(Some(ids)) => {
                         for (j, &i) in members.iter().enumerate() {
                             let s = &mut self.streams[i];
@@ -476,7 +482,10 @@ impl Scheduler {
                     }
                 }
             }
-            match self.home.step(&rows) {
+            let t = Instant::now();
+            let r = self.home.step(&rows);
+            (in_home, home_calls) = (in_home + t.elapsed(), home_calls + 1);
+            match r {
                 Ok(mut logits) => {
                     for (j, &i) in members.iter().enumerate() {
                         self.streams[i].fed.push(rows[j].token);
@@ -514,6 +523,11 @@ impl Scheduler {
                 Err(e) => done.extend(members.iter().map(|&i| (i, Err(e.to_string())))),
             }
         }
+        let c = self.home.counters();
+        let host = started.elapsed().saturating_sub(in_home);
+        Counters::add(&c.decode_steps, home_calls);
+        Counters::add(&c.decode_home_microseconds, in_home.as_micros() as u64);
+        Counters::add(&c.decode_host_microseconds, host.as_micros() as u64);
         self.finish(done);
     }
 

@@ -1,6 +1,7 @@
 //! `resin bench`: prompt processing and generation speed in the style of llama-bench
 //! (median of reps after a warm-up), or aggregate decode speed of N concurrent streams.
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
@@ -325,6 +326,11 @@ fn bench_streams(args: BenchArgs, params: SamplingParams) -> Result<()> {
     let ttft_p50 = median(results.iter().map(|r| r.ttft_p50).collect());
     let full: Vec<f64> = results.iter().filter_map(|r| r.full_width_tps).collect();
     let full_width = (!full.is_empty()).then(|| median(full));
+    // Where a decode step's time went (every rep): in the home's step, and on the host around it.
+    let c = engine.counters();
+    let steps = c.decode_steps.load(Ordering::Relaxed).max(1) as f64;
+    let ms = |us: &std::sync::atomic::AtomicU64| us.load(Ordering::Relaxed) as f64 / 1000.0 / steps;
+    let step_ms = json!({ "home": ms(&c.decode_home_microseconds), "host": ms(&c.decode_host_microseconds), "steps": steps });
     let out = json!({
         "home": kind,
         "streams": args.streams,
@@ -341,16 +347,19 @@ fn bench_streams(args: BenchArgs, params: SamplingParams) -> Result<()> {
         "temperature": args.temperature,
         "top_p": args.top_p,
         "counters": counters_json(engine.counters()),
+        "decode_step_ms": step_ms,
     });
     // The home is dropped on the engine thread before the process exits.
     engine.shutdown();
     print_result(&args.format, &out, &format!(
-        "{} streams on {kind}: aggregate decode {decode:.1} t/s ({}), median TTFT {ttft_p50:.3} s",
+        "{} streams on {kind}: aggregate decode {decode:.1} t/s ({}), median TTFT {ttft_p50:.3} s; a decode step {:.2} ms in the home + {:.2} ms on the host",
         args.streams,
         match full_width {
             Some(f) => format!("{f:.1} t/s while all {} decode", args.streams),
             None => format!("never all {} decoding at once", args.streams),
-        }
+        },
+        step_ms["home"].as_f64().unwrap_or(0.0),
+        step_ms["host"].as_f64().unwrap_or(0.0),
     ));
     Ok(())
 }
