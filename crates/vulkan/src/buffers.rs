@@ -166,33 +166,40 @@ impl Buffer {
         self.write((offset_elems * 4) as u64, &f32_bytes(v))
     }
 
+    /// `n` f32 values from element `offset_elems`.
     pub fn read_f32(&self, offset_elems: usize, n: usize) -> Result<Vec<f32>, VkError> {
+        let mut v = Vec::with_capacity(n);
+        self.read_f32_into(offset_elems, n, &mut v)?;
+        Ok(v)
+    }
+
+    /// `n` f32 values from element `offset_elems`, appended to `out` with one copy (logits:
+    /// megabytes a step, each row of a grouped step's lanes straight into the step's rows).
+    pub fn read_f32_into(&self, offset_elems: usize, n: usize, out: &mut Vec<f32>) -> Result<(), VkError> {
         if cfg!(target_endian = "little") {
             if let Some(p) = self.mapped {
-                // Mapped memory (the logits' host copy, half a megabyte a token on a 128k
-                // vocabulary): one copy into a new vector, no zeroing first.
                 let offset = offset_elems * 4;
                 self.check(offset as u64, n * 4)?;
                 // SAFETY: the range is checked; the mapping starts at least 4-byte aligned
                 // (minMemoryMapAlignment) and the offset is whole floats, so the view is an
                 // aligned [f32]; the device is done with the buffer (callers wait).
-                return Ok(unsafe { std::slice::from_raw_parts(p.add(offset).cast::<f32>(), n) }.to_vec());
+                out.extend_from_slice(unsafe { std::slice::from_raw_parts(p.add(offset).cast::<f32>(), n) });
+                return Ok(());
             }
         }
-        let mut v = vec![0f32; n];
+        let start = out.len();
+        out.resize(start + n, 0.0);
         if cfg!(target_endian = "little") {
-            // One copy straight into the floats (logits: megabytes a step).
             // SAFETY: the f32 storage viewed as its n * 4 bytes; every bit pattern is an f32.
-            let bytes = unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), n * 4) };
-            self.read((offset_elems * 4) as u64, bytes)?;
-            return Ok(v);
+            let bytes = unsafe { std::slice::from_raw_parts_mut(out[start..].as_mut_ptr().cast::<u8>(), n * 4) };
+            return self.read((offset_elems * 4) as u64, bytes);
         }
         let mut b = vec![0u8; n * 4];
         self.read((offset_elems * 4) as u64, &mut b)?;
-        for (x, c) in v.iter_mut().zip(b.chunks_exact(4)) {
+        for (x, c) in out[start..].iter_mut().zip(b.chunks_exact(4)) {
             *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
         }
-        Ok(v)
+        Ok(())
     }
 
     pub fn read_u32(&self, offset_elems: usize, n: usize) -> Result<Vec<u32>, VkError> {

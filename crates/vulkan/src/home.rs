@@ -643,14 +643,15 @@ impl VulkanHome {
     }
 
     /// Run a step over `rows` (already checked) and read each pass's `n` rows of results from
-    /// its lane's scratch in row order (`read`: the logits, or with `greedy` the argmax ids);
+    /// its lane's scratch in row order (`read` appends them to a vector of `cap`: the logits,
+    /// or with `greedy` the argmax ids);
     /// the step is counted by what ran: one pass (a token command, or a wide GEMM pass), or
     /// groups of token commands on lanes (a grouped step, each group an N-row step).
-    fn run_rows<T>(&mut self, rows: &[(u32, u32, u32)], greedy: bool, read: impl Fn(&Scratch, usize) -> Result<Vec<T>, VkError>) -> Result<Vec<T>, VkError> {
+    fn run_rows<T>(&mut self, rows: &[(u32, u32, u32)], greedy: bool, cap: usize, read: impl Fn(&Scratch, usize, &mut Vec<T>) -> Result<(), VkError>) -> Result<Vec<T>, VkError> {
         let passes = self.run_step(rows, greedy)?;
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(cap);
         for &(lane, n) in &passes {
-            out.extend(read(&self.lanes[lane].scratch, n)?);
+            read(&self.lanes[lane].scratch, n, &mut out)?;
         }
         if passes.len() > 1 {
             Counters::add(&self.counters.grouped_steps, 1);
@@ -1250,7 +1251,8 @@ impl Home for VulkanHome {
         check_rows(&self.spec, rows)?;
         let r = triples(rows);
         let vocab = self.cfg.vocab;
-        let data = self.run_rows(&r, false, |s, n| s.logits_host.read_f32(0, n * vocab)).map_err(HomeError::from)?;
+        // The rows' logits straight from host memory into the step's rows: one copy.
+        let data = self.run_rows(&r, false, r.len() * vocab, |s, n, out| s.logits_host.read_f32_into(0, n * vocab, out)).map_err(HomeError::from)?;
         Ok(Logits { vocab: self.spec.vocab, data })
     }
 
@@ -1262,7 +1264,7 @@ impl Home for VulkanHome {
     fn step_greedy(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<u32>>> {
         check_rows(&self.spec, rows)?;
         let r = triples(rows);
-        let ids = self.run_rows(&r, true, |s, n| s.ids.read_u32(0, n)).map_err(HomeError::from)?;
+        let ids = self.run_rows(&r, true, r.len(), |s, n, out| Ok(out.extend(s.ids.read_u32(0, n)?))).map_err(HomeError::from)?;
         Ok(Some(ids))
     }
 
