@@ -1264,7 +1264,12 @@ impl Home for VulkanHome {
     fn step_greedy(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<u32>>> {
         check_rows(&self.spec, rows)?;
         let r = triples(rows);
-        let ids = self.run_rows(&r, true, r.len(), |s, n, out| Ok(out.extend(s.ids.read_u32(0, n)?))).map_err(HomeError::from)?;
+        let ids = self
+            .run_rows(&r, true, r.len(), |s, n, out| {
+                out.extend(s.ids.read_u32(0, n)?);
+                Ok(())
+            })
+            .map_err(HomeError::from)?;
         Ok(Some(ids))
     }
 
