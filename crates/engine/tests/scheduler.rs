@@ -62,7 +62,13 @@ fn concurrent_equals_alone(streams: usize, wide: bool) {
     let ps = prompts(&m, streams);
     let alone: Vec<Vec<u32>> = {
         let e = engine(&m, 1, EngineConfig::default());
-        ps.iter().map(|p| collect(e.submit(request(p.clone(), 12)).unwrap()).0).collect()
+        let out = ps.iter().map(|p| collect(e.submit(request(p.clone(), 12)).unwrap()).0).collect();
+        // One stream at a time: its first token comes from the prefill, the other 11 from a
+        // decode step each, and each step's time is counted (in the home: a CPU forward pass).
+        let c = e.counters();
+        assert_eq!(c.decode_steps.load(Ordering::Relaxed), 11 * ps.len() as u64, "decode steps of {} streams alone", ps.len());
+        assert!(c.decode_home_microseconds.load(Ordering::Relaxed) >= c.decode_steps.load(Ordering::Relaxed), "a CPU step takes at least a microsecond");
+        out
     };
     let config = EngineConfig { wide_step_min: if wide { resin_core::NROW_MAX + 1 } else { 0 }, ..EngineConfig::default() };
     let e = engine(&m, streams, config);
