@@ -40,6 +40,13 @@ pub struct BenchArgs {
     /// With --streams and a temperature: nucleus sampling's top_p.
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
+    /// With --streams: drive the home in lockstep, as llama-batched-bench does: every stream's
+    /// prompt prefilled first (one segmented window chain), then every stream stepped together
+    /// each step (greedy, argmax ids), so each step is N rows wide. Measures the home's
+    /// decode rate at that width; without it the engine schedules the streams as a server
+    /// would (prompts and decoding interleaved, streams starting and ending apart).
+    #[arg(long)]
+    pub lockstep: bool,
     /// Also time each stage of one prefill window and one token step on the device
     /// (timestamp queries; homes without a device clock report none).
     #[arg(long)]
@@ -109,6 +116,12 @@ const WIDE_PROFILE_ROWS: usize = 32;
 pub fn bench(args: BenchArgs) -> Result<()> {
     if args.reps == 0 || args.prompt_tokens == 0 || args.gen_tokens == 0 {
         bail!("--reps, --prompt-tokens and --gen-tokens must be at least 1");
+    }
+    if args.lockstep {
+        if args.streams < 2 || args.temperature != 0.0 || args.top_p != 1.0 || args.profile {
+            bail!("--lockstep takes --streams of 2 or more, greedy (no --temperature, --top-p or --profile)");
+        }
+        return bench_lockstep(args);
     }
     if args.streams > 1 {
         let params = SamplingParams { temperature: args.temperature, top_p: args.top_p, ..SamplingParams::default() };
@@ -270,6 +283,95 @@ impl StreamsRun {
     }
 }
 
+/// One lockstep run's figures and each stream's generated ids.
+struct Lockstep {
+    prefill_tps: f64,
+    decode_tps: f64,
+    step_secs: Vec<f64>,
+    ids: Vec<Vec<u32>>,
+}
+
+/// One lockstep run: stream i's prompt prefilled in region i (all in one call), then `gen`
+/// steps of one row a stream, each row's token the previous step's greedy id.
+fn lockstep_run(home: &mut dyn Home, prompts: &[Vec<u32>], gen: usize) -> Result<Lockstep> {
+    let n = prompts.len();
+    let segs: Vec<Segment> = prompts.iter().enumerate().map(|(i, p)| Segment { region: RegionId(i as u32), start: 0, tokens: p }).collect();
+    let t = Instant::now();
+    let logits = home.prefill(&segs)?;
+    let pp = prompts.iter().map(|p| p.len()).sum::<usize>() as f64 / t.elapsed().as_secs_f64();
+    let mut toks: Vec<u32> = (0..n).map(|i| argmax(logits.row(i))).collect();
+    let mut ids = vec![Vec::with_capacity(gen + 1); n];
+    let mut steps = Vec::with_capacity(gen);
+    let t = Instant::now();
+    for k in 0..gen {
+        for (i, &t) in toks.iter().enumerate() {
+            ids[i].push(t);
+        }
+        let rows: Vec<Row> = (0..n).map(|i| Row { region: RegionId(i as u32), token: toks[i], pos: (prompts[i].len() + k) as u32 }).collect();
+        let s = Instant::now();
+        toks = match home.step_greedy(&rows)? {
+            Some(ids) => ids,
+            None => {
+                let l = home.step(&rows)?;
+                (0..n).map(|i| argmax(l.row(i))).collect()
+            }
+        };
+        steps.push(s.elapsed().as_secs_f64());
+    }
+    for (i, &t) in toks.iter().enumerate() {
+        ids[i].push(t);
+    }
+    Ok(Lockstep { prefill_tps: pp, decode_tps: (n * gen) as f64 / t.elapsed().as_secs_f64(), step_secs: steps, ids })
+}
+
+/// N streams in lockstep through the home (`--lockstep`): the figure llama-batched-bench's
+/// S_PP and S_TG measure (all prompts, then N-wide decode steps). A warm-up run of 4 tokens
+/// first (the device's pipelines for N rows are built on first use).
+fn bench_lockstep(args: BenchArgs) -> Result<()> {
+    let mut model = args.model.clone();
+    model.ctx = Some(model.ctx.unwrap_or(0).max(args.prompt_tokens + args.gen_tokens + 1));
+    let loaded = model.load(args.streams)?;
+    let mut home = loaded.home;
+    let spec = home.spec().clone();
+    if spec.regions < args.streams {
+        bail!("the home has {} regions for {} streams", spec.regions, args.streams);
+    }
+    let n = args.streams.min(spec.step_rows_max);
+    if n < args.streams {
+        bail!("{} streams in lockstep, but the home steps at most {} rows at once", args.streams, spec.step_rows_max);
+    }
+    let prompts: Vec<Vec<u32>> = (0..n).map(|i| prompt_ids(args.prompt_tokens, spec.vocab, i as u64 + 7)).collect();
+    lockstep_run(home.as_mut(), &prompts, 4)?;
+    let (mut pps, mut tgs, mut step_ms) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.reps {
+        let run = lockstep_run(home.as_mut(), &prompts, args.gen_tokens)?;
+        pps.push(run.prefill_tps);
+        tgs.push(run.decode_tps);
+        step_ms.push(1e3 * median(run.step_secs));
+    }
+    let (pp, tg, ms) = (median(pps.clone()), median(tgs.clone()), median(step_ms));
+    let out = json!({
+        "model": loaded.path.file_name().map(|s| s.to_string_lossy().to_string()),
+        "home": spec.kind,
+        "lockstep": true,
+        "streams": n,
+        "prompt_tokens": args.prompt_tokens,
+        "gen_tokens": args.gen_tokens,
+        "reps": args.reps,
+        "prefill_tps": pp,
+        "decode_tps": tg,
+        "prefill_tps_all": pps,
+        "decode_tps_all": tgs,
+        "step_ms_median": ms,
+        "counters": counters_json(home.counters()),
+    });
+    print_result(&args.format, &out, &format!(
+        "{} streams in lockstep on {}: prefill {pp:.1} t/s ({} prompts of {}), decode {tg:.1} t/s ({} steps of {n} rows, median {ms:.2} ms; median of {})",
+        n, spec.kind, n, args.prompt_tokens, args.gen_tokens, args.reps
+    ));
+    Ok(())
+}
+
 /// N streams at once through the engine: aggregate decode tokens/s, time to first token.
 /// `params`: each stream's sampling (validated), stream i seeded with i.
 fn bench_streams(args: BenchArgs, params: SamplingParams) -> Result<()> {
@@ -366,7 +468,75 @@ fn bench_streams(args: BenchArgs, params: SamplingParams) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::StreamsRun;
+    use super::{lockstep_run, StreamsRun};
+    use resin_core::{Counters, Home, HomeSpec, KvCodec, Logits, Result, Row, Segment};
+    use std::sync::Arc;
+
+    /// A home whose next token is (token + pos + 3 region) mod 16, one-hot logits; it records
+    /// what it was asked.
+    struct Echo {
+        spec: HomeSpec,
+        counters: Arc<Counters>,
+        prefills: Vec<Vec<(u32, u32, usize)>>,
+        steps: Vec<Vec<(u32, u32, u32)>>,
+    }
+    fn one_hot(next: &[u32]) -> Logits {
+        let mut data = vec![0.0; 16 * next.len()];
+        for (i, &t) in next.iter().enumerate() {
+            data[i * 16 + t as usize] = 1.0;
+        }
+        Logits { vocab: 16, data }
+    }
+    fn next(region: u32, token: u32, pos: u32) -> u32 {
+        (token + pos + 3 * region) % 16
+    }
+    impl Home for Echo {
+        fn spec(&self) -> &HomeSpec {
+            &self.spec
+        }
+        fn prefill(&mut self, segments: &[Segment<'_>]) -> Result<Logits> {
+            self.prefills.push(segments.iter().map(|s| (s.region.0, s.start, s.tokens.len())).collect());
+            Ok(one_hot(&segments.iter().map(|s| next(s.region.0, *s.tokens.last().unwrap(), s.start + s.tokens.len() as u32 - 1)).collect::<Vec<_>>()))
+        }
+        fn step(&mut self, rows: &[Row]) -> Result<Logits> {
+            self.steps.push(rows.iter().map(|r| (r.region.0, r.token, r.pos)).collect());
+            Ok(one_hot(&rows.iter().map(|r| next(r.region.0, r.token, r.pos)).collect::<Vec<_>>()))
+        }
+        fn counters(&self) -> &Arc<Counters> {
+            &self.counters
+        }
+        fn save_region(&mut self, _: resin_core::RegionId, _: usize) -> Result<Vec<u8>> {
+            Ok(Vec::new())
+        }
+        fn load_region(&mut self, _: resin_core::RegionId, _: usize, _: &[u8]) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Lockstep: every prompt in one prefill call (stream i in region i), then each step one
+    /// row a stream at its next position, fed its previous greedy id: the ids each stream
+    /// would generate alone.
+    #[test]
+    fn lockstep_steps_every_stream_together_at_its_own_position() {
+        let spec = HomeSpec { kind: "echo", vocab: 16, n_ctx: 64, regions: 3, codec: KvCodec::F16, step_rows_max: 8, chunk_rows_min: 1 };
+        let mut home = Echo { spec, counters: Arc::new(Counters::default()), prefills: Vec::new(), steps: Vec::new() };
+        let prompts = vec![vec![1, 2, 3], vec![4, 5, 6, 7, 8], vec![9]];
+        let run = lockstep_run(&mut home, &prompts, 4).unwrap();
+        assert_eq!(home.prefills, vec![vec![(0, 0, 3), (1, 0, 5), (2, 0, 1)]]);
+        assert_eq!(home.steps.len(), 4);
+        for (i, p) in prompts.iter().enumerate() {
+            let r = i as u32;
+            let mut want = vec![next(r, *p.last().unwrap(), p.len() as u32 - 1)];
+            for k in 0..4 {
+                let pos = (p.len() + k) as u32;
+                assert_eq!(home.steps[k][i], (r, want[k], pos), "stream {i} step {k}");
+                want.push(next(r, want[k], pos));
+            }
+            assert_eq!(run.ids[i], want, "stream {i}");
+        }
+        assert_eq!(run.step_secs.len(), 4);
+        assert!(run.decode_tps > 0.0 && run.prefill_tps > 0.0);
+    }
 
     /// Two streams: A's first token at 1 s, then one a second to 10 s; B's first at 5 s, then
     /// one a second to 14 s. After the last first token (5 s): A's 5 (6..10) and B's 9
