@@ -100,7 +100,9 @@ pub struct EngineConfig {
     pub max_queue: usize,
     /// Run continuations of at most NROW_MAX rows through the token command.
     pub prefill_peel: bool,
-    /// Prefill rows per tick while other streams are decoding (keeps their token rate smooth).
+    /// Prefill rows per tick while other streams are decoding (keeps their token rate smooth);
+    /// 0 (the default): as many as the home prefills in PREFILL_TICK_TARGET at the rate its
+    /// windows have run (`auto_quantum`).
     pub prefill_quantum_busy: usize,
     /// Sessions whose prompts may share one prefill window (segments); 1 prefills one session
     /// at a time (the comparison `resin bench --streams N --max-segments 1` makes).
@@ -119,7 +121,7 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 128, max_segments: usize::MAX, host_cache_bytes: 1 << 30, wide_step_min: WIDE_STEP_MIN }
+        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 0, max_segments: usize::MAX, host_cache_bytes: 1 << 30, wide_step_min: WIDE_STEP_MIN }
     }
 }
 
@@ -130,6 +132,22 @@ impl Default for EngineConfig {
 /// pass, `RESIN_VK_WIDE=gemm`, lost at 16 streams: 1,911 against 2,125.) The CPU home's one
 /// pass beat its groups too (SmolLM2, 16 streams, 2 cores: about 267 against 185-237 t/s).
 pub const WIDE_STEP_MIN: usize = NROW_MAX + 1;
+
+/// The prefill time a tick aims at while streams decode, when the quantum is automatic: a
+/// decoding stream then gets a token at least every decode step + this (about 40 a second).
+pub const PREFILL_TICK_TARGET: std::time::Duration = std::time::Duration::from_millis(25);
+/// The automatic quantum's least rows (a fixed quantum's former default): a slow home still
+/// starts new streams at this pace.
+pub const PREFILL_QUANTUM_MIN: usize = 128;
+
+/// The automatic prefill quantum: the rows the home prefills in PREFILL_TICK_TARGET at
+/// `rows_per_s` (its windows' measured rate; None before the first), between
+/// PREFILL_QUANTUM_MIN and PF_WINDOW. On the H200 a fixed 512 against 128 rows raised 64
+/// streams' decode rate 20% and halved their time to first token (BENCHMARKS.md).
+pub fn auto_quantum(rows_per_s: Option<f64>) -> usize {
+    let Some(rate) = rows_per_s.filter(|r| r.is_finite() && *r > 0.0) else { return PREFILL_QUANTUM_MIN };
+    ((rate * PREFILL_TICK_TARGET.as_secs_f64()) as usize).clamp(PREFILL_QUANTUM_MIN, PF_WINDOW)
+}
 
 /// Live numbers for /metrics.
 #[derive(Debug, Default)]
@@ -207,6 +225,7 @@ impl Engine {
             queue: VecDeque::new(),
             streams: Vec::new(),
             next_id: 0,
+            prefill_rate: None,
             stop: false,
         };
         let thread = std::thread::Builder::new()
@@ -297,6 +316,9 @@ struct Scheduler {
     queue: VecDeque<(Box<GenRequest>, tmpsc::UnboundedSender<GenEvent>, Instant)>,
     streams: Vec<Stream>,
     next_id: u64,
+    /// Prompt rows a second the home's prefill windows have run at (an average weighted to
+    /// the latest), for the automatic quantum.
+    prefill_rate: Option<f64>,
     /// Set by `Command::Shutdown`: the loop returns.
     stop: bool,
 }
@@ -538,7 +560,11 @@ impl Scheduler {
             return;
         }
         let remaining = |s: &Stream| s.req.prompt.len() - s.fed.len();
-        let budget = if busy { self.config.prefill_quantum_busy.clamp(1, PF_WINDOW) } else { PF_WINDOW };
+        let budget = match (busy, self.config.prefill_quantum_busy) {
+            (false, _) => PF_WINDOW,
+            (true, 0) => auto_quantum(self.prefill_rate),
+            (true, q) => q.clamp(1, PF_WINDOW),
+        };
 
         // The peel: continuations of at most NROW_MAX rows, packed into one token command.
         if self.config.prefill_peel {
@@ -600,7 +626,12 @@ impl Scheduler {
                 Segment { region: s.region, start: start as u32, tokens: &s.req.prompt[start..start + len] }
             })
             .collect();
+        let t0 = Instant::now();
         let result = self.home.prefill(&segments);
+        if result.is_ok() {
+            let rate = used as f64 / t0.elapsed().as_secs_f64().max(1e-6);
+            self.prefill_rate = Some(self.prefill_rate.map_or(rate, |r| 0.5 * r + 0.5 * rate));
+        }
         drop(segments);
         // Streams whose prompt is now complete sample their first token from their segment's logits.
         let mut members = Vec::new();
@@ -730,5 +761,23 @@ impl Stream {
         }
         self.phase = Phase::Decode { next: t };
         After::Continue
+    }
+}
+
+#[cfg(test)]
+mod quantum_tests {
+    use super::*;
+
+    #[test]
+    fn the_automatic_quantum_is_what_the_home_prefills_in_the_tick_target() {
+        // No window measured yet, or a rate that says nothing: the least quantum.
+        assert_eq!(auto_quantum(None), PREFILL_QUANTUM_MIN);
+        assert_eq!(auto_quantum(Some(f64::NAN)), PREFILL_QUANTUM_MIN);
+        assert_eq!(auto_quantum(Some(0.0)), PREFILL_QUANTUM_MIN);
+        // A CPU home (a few hundred rows a second): the least quantum, as before.
+        assert_eq!(auto_quantum(Some(700.0)), PREFILL_QUANTUM_MIN);
+        // The H200's 3B (10,600 rows/s): 265 rows in 25 ms; its 1B (27,000): a whole window.
+        assert_eq!(auto_quantum(Some(10_600.0)), 265);
+        assert_eq!(auto_quantum(Some(27_000.0)), PF_WINDOW);
     }
 }

@@ -26,7 +26,8 @@
 //! commands, each on a lane of its own (scratch, token commands, fence and one of the
 //! device's queues), all submitted before any is waited for: one group's chain of dependent
 //! dispatches overlaps the others' on the device. Or, with `WideMode::Gemm`, as one pass
-//! whose matrices take the window's GEMM.
+//! whose matrices take the window's GEMM; `WideMode::Fast` takes lanes under
+//! FAST_GEMM_MIN_ROWS rows and the GEMM pass from there.
 
 use std::sync::Arc;
 
@@ -67,14 +68,42 @@ pub enum WideMode {
     Lanes,
     /// One pass of all the rows, its matrices through the window's GEMM.
     Gemm,
+    /// The faster of the two by width (measured on the H200, BENCHMARKS.md): lanes under
+    /// FAST_GEMM_MIN_ROWS rows, one GEMM pass from there (it reads the weights once, not
+    /// once a group). A row's result then depends on how wide its step was (within the CPU
+    /// home's bar, as any GEMM row), so it is asked for by name (`--wide-steps fast`).
+    Fast,
 }
 
+/// Rows from which `WideMode::Fast` takes one GEMM pass: in lockstep on the H200 a 32-row
+/// GEMM pass was +11% on the 1B and -5% on the 3B against lanes, a 64-row one +64% and +51%.
+pub const FAST_GEMM_MIN_ROWS: usize = 40;
+
 impl WideMode {
-    /// `RESIN_VK_WIDE=gemm|lanes`; lanes by default.
+    /// `RESIN_VK_WIDE=gemm|lanes|fast`; lanes by default.
     pub fn from_env() -> WideMode {
         match std::env::var("RESIN_VK_WIDE").as_deref() {
             Ok("gemm") => WideMode::Gemm,
+            Ok("fast") => WideMode::Fast,
             _ => WideMode::Lanes,
+        }
+    }
+
+    /// How a step of `rows` rows runs: (lane, rows) of each pass, in row order. `distinct`:
+    /// every row has a region of its own (rows that share one take one pass: a row may attend
+    /// to keys another row of the step stores).
+    pub fn passes(self, rows: usize, distinct: bool) -> Vec<(usize, usize)> {
+        let lanes = rows > NROW_MAX
+            && distinct
+            && match self {
+                WideMode::Lanes => true,
+                WideMode::Gemm => false,
+                WideMode::Fast => rows < FAST_GEMM_MIN_ROWS,
+            };
+        if lanes {
+            balanced_groups(rows, lane_rows()).into_iter().enumerate().collect()
+        } else {
+            vec![(0, rows)]
         }
     }
 }
@@ -264,6 +293,7 @@ fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: 
 fn extra_lanes(wide: WideMode, regions: usize) -> usize {
     match wide {
         WideMode::Lanes => HomeSpec::wide_rows(regions).div_ceil(lane_rows()) - 1,
+        WideMode::Fast => HomeSpec::wide_rows(regions).min(FAST_GEMM_MIN_ROWS - 1).div_ceil(lane_rows()) - 1,
         WideMode::Gemm => 0,
     }
 }
@@ -493,10 +523,7 @@ impl VulkanHome {
         // other widths are recorded when first used).
         if rows > NROW_MAX {
             let w = rows.min(self.spec.step_rows_max);
-            let shape: Vec<(usize, usize)> = match self.wide {
-                WideMode::Lanes => balanced_groups(w, lane_rows()).into_iter().enumerate().collect(),
-                WideMode::Gemm => vec![(0, w)],
-            };
+            let shape = self.wide.passes(w, true);
             self.ensure_lanes(shape.len())?;
             for (lane, n) in shape {
                 self.command(lane, n, true)?;
@@ -609,8 +636,8 @@ impl VulkanHome {
     /// its logits and ids are in that lane's scratch.
     fn run_step(&mut self, rows: &[(u32, u32, u32)], greedy: bool) -> Result<Vec<(usize, usize)>, VkError> {
         let mut seen = std::collections::HashSet::new();
-        let lanes = rows.len() > NROW_MAX && self.wide == WideMode::Lanes && rows.iter().all(|r| seen.insert(r.0));
-        let groups = if lanes { balanced_groups(rows.len(), lane_rows()) } else { vec![rows.len()] };
+        let distinct = rows.iter().all(|r| seen.insert(r.0));
+        let groups: Vec<usize> = self.wide.passes(rows.len(), distinct).into_iter().map(|(_, n)| n).collect();
         self.ensure_lanes(groups.len())?;
         let mut cmds = Vec::with_capacity(groups.len());
         let mut at = 0;
@@ -1315,5 +1342,35 @@ impl Drop for VulkanHome {
     fn drop(&mut self) {
         // Nothing may be in flight when the buffers go (submit_wait waits, but be sure).
         let _ = self.gpu.wait_idle();
+    }
+}
+
+#[cfg(test)]
+mod wide_tests {
+    use super::*;
+
+    #[test]
+    fn wide_modes_choose_lanes_or_one_pass_by_width() {
+        let groups = |m: WideMode, n: usize, d: bool| m.passes(n, d).into_iter().map(|(_, r)| r).collect::<Vec<_>>();
+        // Up to NROW_MAX rows: one token command in every mode.
+        for m in [WideMode::Lanes, WideMode::Gemm, WideMode::Fast] {
+            assert_eq!(m.passes(8, true), vec![(0, 8)]);
+            assert_eq!(m.passes(1, true), vec![(0, 1)]);
+        }
+        // Lanes: balanced groups on lanes 0, 1, ...; rows sharing a region: one pass.
+        assert_eq!(WideMode::Lanes.passes(17, true), vec![(0, 6), (1, 6), (2, 5)]);
+        assert_eq!(groups(WideMode::Lanes, 64, true), vec![8; 8]);
+        assert_eq!(WideMode::Lanes.passes(17, false), vec![(0, 17)]);
+        // Gemm: always one pass.
+        assert_eq!(WideMode::Gemm.passes(12, true), vec![(0, 12)]);
+        // Fast: lanes below FAST_GEMM_MIN_ROWS, one pass from there.
+        assert_eq!(groups(WideMode::Fast, FAST_GEMM_MIN_ROWS - 1, true), balanced_groups(FAST_GEMM_MIN_ROWS - 1, NROW_MAX));
+        assert_eq!(WideMode::Fast.passes(FAST_GEMM_MIN_ROWS, true), vec![(0, FAST_GEMM_MIN_ROWS)]);
+        assert_eq!(WideMode::Fast.passes(64, true), vec![(0, 64)]);
+        // Lanes a home plans for its widest step: Fast never more than for 39 rows.
+        assert_eq!(extra_lanes(WideMode::Fast, 64), (FAST_GEMM_MIN_ROWS - 1).div_ceil(NROW_MAX) - 1);
+        assert_eq!(extra_lanes(WideMode::Fast, 16), 1);
+        assert_eq!(extra_lanes(WideMode::Lanes, 64), 7);
+        assert_eq!(extra_lanes(WideMode::Gemm, 64), 0);
     }
 }

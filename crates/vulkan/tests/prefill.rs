@@ -304,6 +304,40 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     assert_eq!(count(&counters.wide_steps), 1, "rows sharing a region take one wide pass");
 }
 
+/// `WideMode::Fast` (`--wide-steps fast`): a step under FAST_GEMM_MIN_ROWS rows runs in lanes
+/// (a grouped step, each row its N-row command's bits: equal to the row alone), one from there
+/// as one GEMM pass (a wide step); the greedy ids of both are the CPU home's.
+#[test]
+fn fast_wide_steps_take_lanes_below_forty_rows_and_one_pass_from_there() {
+    const N: usize = resin_vulkan::home::FAST_GEMM_MIN_ROWS;
+    let m = model();
+    let Some((mut vk, counters)) = vulkan_wide(&m, 64, N, WideMode::Fast) else { return };
+    let mut c = cpu(&m, 64, N);
+    let prompt = counting(&m.tok, 12);
+    let lens: Vec<usize> = (0..N).map(|r| 4 + r % 7).collect();
+    let segs: Vec<Segment> = (0..N).map(|r| Segment { region: RegionId(r as u32), start: 0, tokens: &prompt[..lens[r]] }).collect();
+    vk.prefill(&segs).unwrap();
+    c.prefill(&segs).unwrap();
+    let rows: Vec<Row> = (0..N).map(|r| Row { region: RegionId(r as u32), token: prompt[lens[r]], pos: lens[r] as u32 }).collect();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    let lc = c.step(&rows).unwrap();
+    // 12 rows: lanes (one grouped step of two 6-row commands), each row the row alone.
+    let few = vk.step(&rows[..12]).unwrap();
+    assert_eq!((count(&counters.grouped_steps), count(&counters.wide_steps)), (1, 0));
+    for i in [0, 11] {
+        let alone = vk.step(std::slice::from_ref(&rows[i])).unwrap();
+        assert!(bits_equal(few.row(i), alone.row(0)), "row {i} of 12: a lane's row differs from the row alone");
+    }
+    // 40 rows: one pass (a wide step, no group).
+    let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
+    assert_eq!((count(&counters.grouped_steps), count(&counters.wide_steps)), (1, 1));
+    for (i, &id) in ids.iter().enumerate() {
+        assert_eq!(id, argmax(lc.row(i)), "row {i}: greedy id against the CPU home");
+    }
+    // Control: the rows' ids are not all one token (different contexts).
+    assert!(ids.iter().any(|&t| t != ids[0]));
+}
+
 /// A wide step (more than NROW_MAX rows, one pass through the window's matrix kernels and the
 /// decode attention): each row lands the CPU home's greedy id and logits within CPU_BAR, a
 /// row's result does not depend on the other rows of the step (bit for bit, 20 rows against

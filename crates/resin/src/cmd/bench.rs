@@ -33,6 +33,10 @@ pub struct BenchArgs {
     /// wide step instead of the engine stepping groups of 8 (0: never; default: the engine's).
     #[arg(long)]
     pub wide_step_min: Option<usize>,
+    /// With --streams: prompt rows prefilled a tick while other streams decode (auto, or
+    /// 1..=512; default auto: what the home prefills in 25 ms, at least 128).
+    #[arg(long, value_parser = parse_prefill_quantum)]
+    pub prefill_quantum: Option<usize>,
     /// With --streams: each stream samples at this temperature (0: greedy, the default),
     /// seeded by its index, so the host's share of a sampled token is measured too.
     #[arg(long, default_value_t = 0.0)]
@@ -51,6 +55,16 @@ pub struct BenchArgs {
     /// (timestamp queries; homes without a device clock report none).
     #[arg(long)]
     pub profile: bool,
+}
+
+/// `--prefill-quantum`: `auto` (0: the engine sizes it from its prefill rate) or prompt rows
+/// a tick, 1..=PF_WINDOW (a window is the most one prefill call runs at once).
+pub fn parse_prefill_quantum(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        _ if s == "auto" => Ok(0),
+        Ok(n) if (1..=resin_core::PF_WINDOW).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: auto, or prompt rows a tick from 1 to {}", resin_core::PF_WINDOW)),
+    }
 }
 
 /// Per-op totals (summed over layers) of a profiled pass, largest first, and the pass total.
@@ -341,10 +355,13 @@ fn bench_lockstep(args: BenchArgs) -> Result<()> {
         bail!("{} streams in lockstep, but the home steps at most {} rows at once", args.streams, spec.step_rows_max);
     }
     let prompts: Vec<Vec<u32>> = (0..n).map(|i| prompt_ids(args.prompt_tokens, spec.vocab, i as u64 + 7)).collect();
-    lockstep_run(home.as_mut(), &prompts, 4)?;
+    let warm = lockstep_run(home.as_mut(), &prompts, 4)?;
     let (mut pps, mut tgs, mut step_ms) = (Vec::new(), Vec::new(), Vec::new());
+    // Whether every run's streams began with the warm-up's ids (the same prompts, greedy).
+    let mut repeatable = true;
     for _ in 0..args.reps {
         let run = lockstep_run(home.as_mut(), &prompts, args.gen_tokens)?;
+        repeatable &= run.ids.iter().zip(&warm.ids).all(|(a, w)| a.iter().zip(w).all(|(x, y)| x == y));
         pps.push(run.prefill_tps);
         tgs.push(run.decode_tps);
         step_ms.push(1e3 * median(run.step_secs));
@@ -363,11 +380,13 @@ fn bench_lockstep(args: BenchArgs) -> Result<()> {
         "prefill_tps_all": pps,
         "decode_tps_all": tgs,
         "step_ms_median": ms,
+        "repeatable": repeatable,
         "counters": counters_json(home.counters()),
     });
     print_result(&args.format, &out, &format!(
-        "{} streams in lockstep on {}: prefill {pp:.1} t/s ({} prompts of {}), decode {tg:.1} t/s ({} steps of {n} rows, median {ms:.2} ms; median of {})",
-        n, spec.kind, n, args.prompt_tokens, args.gen_tokens, args.reps
+        "{} streams in lockstep on {}: prefill {pp:.1} t/s ({} prompts of {}), decode {tg:.1} t/s ({} steps of {n} rows, median {ms:.2} ms; median of {}){}",
+        n, spec.kind, n, args.prompt_tokens, args.gen_tokens, args.reps,
+        if repeatable { "" } else { "; the runs' ids differed from the warm-up's" }
     ));
     Ok(())
 }
@@ -386,6 +405,9 @@ fn bench_streams(args: BenchArgs, params: SamplingParams) -> Result<()> {
     }
     if let Some(w) = args.wide_step_min {
         config.wide_step_min = w;
+    }
+    if let Some(q) = args.prefill_quantum {
+        config.prefill_quantum_busy = q;
     }
     let config_wide = config.wide_step_min;
     let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), config);

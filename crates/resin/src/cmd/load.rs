@@ -8,7 +8,7 @@ use resin_core::{Counters, Home, KvCodec};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::{ChatTemplate, ModelConfig, Tokenizer};
-use resin_vulkan::{UploadProgress, VulkanHome, VulkanOptions};
+use resin_vulkan::{UploadProgress, VulkanHome, VulkanOptions, WideMode};
 
 /// Which home serves the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -39,6 +39,19 @@ pub struct ModelArgs {
     /// CPU threads (default: all cores).
     #[arg(long, short = 't', env = "RESIN_THREADS")]
     pub threads: Option<usize>,
+    /// How the Vulkan home steps more than 8 sessions at once: `exact` (groups of 8-row
+    /// token commands, each session's tokens exactly what it gets stepped alone) or `fast`
+    /// (from 40 sessions one pass over the weights: faster, a session's logits then depend
+    /// slightly on how many others shared its step). The CPU home is exact either way.
+    #[arg(long, value_enum, default_value = "exact", env = "RESIN_WIDE_STEPS")]
+    pub wide_steps: WideSteps,
+}
+
+/// `--wide-steps`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WideSteps {
+    Exact,
+    Fast,
 }
 
 fn parse_codec(s: &str) -> Result<KvCodec, String> {
@@ -104,7 +117,10 @@ impl ModelArgs {
             shown.set_length(total);
             shown.set_position(done);
         }));
-        let opts = VulkanOptions { n_ctx: self.ctx, regions, codec: self.kv, progress: Some(progress), ..VulkanOptions::default() };
+        let mut opts = VulkanOptions { n_ctx: self.ctx, regions, codec: self.kv, progress: Some(progress), ..VulkanOptions::default() };
+        if self.wide_steps == WideSteps::Fast {
+            opts.wide = WideMode::Fast;
+        }
         let home = VulkanHome::on(gpu, file.clone(), cfg.clone(), &opts, counters);
         bar.finish_and_clear();
         let mut home = home?;
