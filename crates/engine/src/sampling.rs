@@ -194,21 +194,18 @@ impl Sampler {
         // The weights of what top_k kept, and their bins: BINS equal slices of the kept
         // logits' span, the largest in bin 0, so a bin's candidates all come before the next
         // bin's in the order.
-        let mut lo = 0f32;
-        // top_p's share is of every candidate's weight, before min_p.
-        let mut sum = 0f64;
         // The scaled logits, then their weights: two passes the compiler vectorizes.
         let (cv, cw) = (&mut self.cv, &mut self.cw);
         cv.clear();
         cv.extend(c.iter().map(|x| ((logits[x.id() as usize] - max) / t).clamp(-2.0 * WEIGHT_CUT, 0.0)));
-        cw.clear();
-        cw.extend(cv.iter().map(|&v| exp_neg(v)));
+        weights(cv, cw);
         for ((x, &v), &w) in c.iter_mut().zip(cv.iter()).zip(cw.iter()) {
             x.w = w;
             x.bin = v.to_bits(); // kept here until the span is known (below)
-            sum += f64::from(w);
-            lo = lo.min(v);
         }
+        // top_p's share is of every candidate's weight, before min_p.
+        let sum = sum_f64(cw);
+        let lo = cv.iter().fold(0f32, |m, &v| if v < m { v } else { m });
         if p.min_p > 0.0 {
             // The largest weight is exp_neg(0) = 1 exactly: min_p (at most 1) keeps the weights
             // of at least min_p, the largest always among them.
@@ -216,15 +213,27 @@ impl Sampler {
         }
         let scale = if lo < 0.0 { BINS as f32 / -lo } else { 0.0 };
         let bins = &mut self.bins;
+        // HIST interleaved histograms, added at the end: neighbouring candidates often fall
+        // in one bin, and one histogram's adds would wait on each other through memory.
         bins.w.clear();
-        bins.w.resize(BINS, 0.0);
+        bins.w.resize(HIST * BINS, 0.0);
         bins.n.clear();
-        bins.n.resize(BINS, 0);
-        for x in c.iter_mut() {
+        bins.n.resize(HIST * BINS, 0);
+        let (bw, bn) = (&mut bins.w[..], &mut bins.n[..]);
+        for (k, x) in c.iter_mut().enumerate() {
             x.bin = ((-f32::from_bits(x.bin) * scale) as u32).min(BINS as u32 - 1);
-            bins.w[x.bin as usize] += f64::from(x.w);
-            bins.n[x.bin as usize] += 1;
+            let at = (k % HIST) * BINS + x.bin as usize;
+            bw[at] += f64::from(x.w);
+            bn[at] += 1;
         }
+        for h in 1..HIST {
+            for b in 0..BINS {
+                bins.w[b] += bins.w[h * BINS + b];
+                bins.n[b] += bins.n[h * BINS + b];
+            }
+        }
+        bins.w.truncate(BINS);
+        bins.n.truncate(BINS);
         // What is kept: every candidate of the bins before `cut.0`, and the first `cut.1` of
         // bin `cut.0` in the order (all of the last bin when there is no top-p cut).
         let kept = &mut self.kept;
@@ -244,6 +253,22 @@ impl Sampler {
 
 /// Bins a sampling draw splits the candidates' span into (`Sampler::sample`).
 const BINS: usize = 4096;
+/// Histograms the bins' weights are gathered in, interleaved by candidate (`Sampler::sample`).
+const HIST: usize = 4;
+
+/// The sum of `w` in f64, in 8 interleaved partial sums (a loop the compiler vectorizes; one
+/// running sum waits on each add).
+fn sum_f64(w: &[f32]) -> f64 {
+    let mut acc = [0f64; 8];
+    let chunks = w.chunks_exact(8);
+    let rest: f64 = chunks.remainder().iter().map(|&x| f64::from(x)).sum();
+    for ch in chunks {
+        for (a, &x) in acc.iter_mut().zip(ch) {
+            *a += f64::from(x);
+        }
+    }
+    acc.iter().sum::<f64>() + rest
+}
 
 /// One bin's candidates in the order (the last bin asked for; `bin` usize::MAX: none yet).
 #[derive(Debug, Clone, Default)]
@@ -309,12 +334,32 @@ fn max_finite(logits: &[f32]) -> f32 {
     resin_core::max_of(logits, f32::is_finite)
 }
 
+/// w[i] = exp_neg(v[i]), 8 lanes at a time where the CPU has AVX2 (the same operations in
+/// the same order, so the same bits: no fused multiply-adds).
+fn weights(v: &[f32], w: &mut Vec<f32>) {
+    w.clear();
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        unsafe { weights_avx2(v, w) };
+        return;
+    }
+    w.extend(v.iter().map(|&x| exp_neg(x)));
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn weights_avx2(v: &[f32], w: &mut Vec<f32>) {
+    w.extend(v.iter().map(|&x| exp_neg(x)));
+}
+
 /// e^x for x in [-80, 0] (a logit's weight), within 5e-7 relatively, in float and integer
 /// arithmetic only, so a loop of it vectorizes (libm's f64 exp of 128k weights took a
 /// millisecond a token): x = n ln 2 + r with n the nearest integer (by the 1.5 * 2^23 trick,
 /// its value in the sum's low bits) and ln 2 in two parts (Cody-Waite: n ln2_hi is exact),
 /// e^r by its Taylor terms to the 7th (|r| <= ln 2 / 2: (ln 2 / 2)^8 / 8! ~ 5e-9), times 2^n
 /// by the exponent bits.
+#[inline(always)]
 fn exp_neg(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4; // 355 / 512: 9 bits, so n * LN2_HI is exact for |n| < 2^15
     const LN2_LO: f32 = -2.121_944_4e-4;
@@ -519,6 +564,23 @@ mod tests {
         // Control: f32's own rounding is visible at this bar (the bar is not vacuous).
         assert!(worst > 1e-8, "{worst}");
         assert_eq!(exp_neg(0.0), 1.0);
+    }
+
+    #[test]
+    fn the_weights_pass_is_exp_neg_bit_for_bit() {
+        // Whatever lanes `weights` takes on this CPU, each weight is the scalar exp_neg's bits.
+        let v: Vec<f32> = (0..100_003).map(|i| -(i as f32) * 8e-4 - if i % 7 == 0 { 1e-6 } else { 0.0 }).collect();
+        let mut w = vec![1.0; 5];
+        weights(&v, &mut w);
+        assert_eq!(w.len(), v.len());
+        for (i, (&x, &y)) in v.iter().zip(&w).enumerate() {
+            assert_eq!(y.to_bits(), exp_neg(x).to_bits(), "{i}: {x}");
+        }
+        // sum_f64 against a plain running sum: equal within f64 rounding of the order.
+        let plain: f64 = w.iter().map(|&x| f64::from(x)).sum();
+        assert!((sum_f64(&w) - plain).abs() <= 1e-12 * plain, "{} {plain}", sum_f64(&w));
+        assert_eq!(sum_f64(&[]), 0.0);
+        assert_eq!(sum_f64(&[0.5; 9]), 4.5);
     }
 
     #[test]
