@@ -116,6 +116,8 @@ pub struct Sampler {
     /// The candidates' scaled logits and weights (scratch of `sample`).
     cv: Vec<f32>,
     cw: Vec<f32>,
+    /// Every logit's bin on the dense path (`BINS`: not a candidate, or cut by min_p).
+    cbin: Vec<u16>,
 }
 
 impl Sampler {
@@ -124,7 +126,7 @@ impl Sampler {
             let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
             t ^ (std::process::id() as u64) << 32
         });
-        Sampler { params, rng: Rng::new(seed), scratch: Vec::new(), bins: Bins::default(), kept: BinMembers::default(), cv: Vec::new(), cw: Vec::new() }
+        Sampler { params, rng: Rng::new(seed), scratch: Vec::new(), bins: Bins::default(), kept: BinMembers::default(), cv: Vec::new(), cw: Vec::new(), cbin: Vec::new() }
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -168,7 +170,10 @@ impl Sampler {
     /// Nothing is sorted whole (a 128k vocabulary's sort took milliseconds a token, several
     /// GPU steps): the candidates fall into `BINS` slices of their logits' span, whose weights
     /// say which bin holds the top-p cut and the draw; only that bin is sorted and walked
-    /// (`find_binned`). Logits more than `WEIGHT_CUT` temperatures below the largest are not
+    /// (`find_binned`). Where most logits are candidates and top_k cuts none (a high
+    /// temperature over a flat distribution), the candidates are not even listed: every
+    /// logit's weight and bin are computed in place, 8 at a time (`sample_dense`); both paths
+    /// draw alike. Logits more than `WEIGHT_CUT` temperatures below the largest are not
     /// candidates: each weighs under e^-40 (4e-18), all of them together under 1e-12 of the
     /// draw.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
@@ -183,6 +188,20 @@ impl Sampler {
             return argmax(logits);
         }
         // The candidates: the finite logits within WEIGHT_CUT temperatures of the largest.
+        let floor = max - WEIGHT_CUT * t;
+        // Most logits candidates (a high temperature, a flat distribution) and no top_k cut:
+        // every logit in place, no list (`sample_dense`).
+        if (p.top_k == 0 || p.top_k >= logits.len()) && mostly_candidates(logits, floor, max) {
+            let lmin = min_candidate(logits, floor, max);
+            return self.sample_dense(logits, max, lmin);
+        }
+        self.sample_list(logits, max)
+    }
+
+    /// `sample`'s rule over a list of the candidates (a few of many logits, or top_k's cut).
+    fn sample_list(&mut self, logits: &[f32], max: f32) -> u32 {
+        let p = &self.params;
+        let t = p.temperature;
         let floor = max - WEIGHT_CUT * t;
         let c = &mut self.scratch;
         c.clear();
@@ -215,18 +234,20 @@ impl Sampler {
         let bins = &mut self.bins;
         // HIST interleaved histograms, added at the end: neighbouring candidates often fall
         // in one bin, and one histogram's adds would wait on each other through memory.
+        // (One histogram for a few candidates: clearing and adding four costs more there.)
+        let hist = if c.len() >= HIST * BINS { HIST } else { 1 };
         bins.w.clear();
-        bins.w.resize(HIST * BINS, 0.0);
+        bins.w.resize(hist * BINS, 0.0);
         bins.n.clear();
-        bins.n.resize(HIST * BINS, 0);
+        bins.n.resize(hist * BINS, 0);
         let (bw, bn) = (&mut bins.w[..], &mut bins.n[..]);
         for (k, x) in c.iter_mut().enumerate() {
             x.bin = ((-f32::from_bits(x.bin) * scale) as u32).min(BINS as u32 - 1);
-            let at = (k % HIST) * BINS + x.bin as usize;
+            let at = (k % hist) * BINS + x.bin as usize;
             bw[at] += f64::from(x.w);
             bn[at] += 1;
         }
-        for h in 1..HIST {
+        for h in 1..hist {
             for b in 0..BINS {
                 bins.w[b] += bins.w[h * BINS + b];
                 bins.n[b] += bins.n[h * BINS + b];
@@ -240,15 +261,165 @@ impl Sampler {
         kept.bin = usize::MAX;
         let mut cut = (BINS - 1, usize::MAX);
         if p.top_p < 1.0 {
-            let (b, i) = find_binned(c, bins, kept, p.top_p as f64 * sum, true, cut);
+            let (b, i) = find_binned(&Pool::List(c), bins, kept, p.top_p as f64 * sum, true, cut);
             cut = (b, i + 1);
         }
-        let total: f64 = bins.w[..cut.0].iter().sum::<f64>() + kept.of(c, cut.0).iter().take(cut.1).map(|x| f64::from(x.w)).sum::<f64>();
+        let total: f64 = bins.w[..cut.0].iter().sum::<f64>() + kept.of(&Pool::List(c), cut.0).iter().take(cut.1).map(|x| f64::from(x.w)).sum::<f64>();
         let r = self.rng.next_f64() * total;
-        let (b, i) = find_binned(c, bins, kept, r, false, cut);
+        let (b, i) = find_binned(&Pool::List(c), bins, kept, r, false, cut);
         // find_binned names a candidate of a non-empty bin (bin 0 holds the largest logit).
-        kept.of(c, b).get(i).map_or_else(|| argmax(logits), |x| x.id())
+        kept.of(&Pool::List(c), b).get(i).map_or_else(|| argmax(logits), |x| x.id())
     }
+
+    /// `sample`'s rule with every logit in place of a candidate list: each logit's weight
+    /// (0 where it is not a candidate) and bin (`BINS` where it is not one or min_p cuts it)
+    /// in one pass the compiler vectorizes, the bins' sums in another; a bin's members are
+    /// found in the bin array when the cut or the draw lands in it. `lmin`: the smallest
+    /// candidate logit (the span's end: the scaled logits are monotonic in the logits).
+    fn sample_dense(&mut self, logits: &[f32], max: f32, lmin: f32) -> u32 {
+        let p = &self.params;
+        let t = p.temperature;
+        let floor = max - WEIGHT_CUT * t;
+        let lo = ((lmin - max) / t).clamp(-2.0 * WEIGHT_CUT, 0.0);
+        let scale = if lo < 0.0 { BINS as f32 / -lo } else { 0.0 };
+        let (w, bin) = (&mut self.cw, &mut self.cbin);
+        dense_weights(logits, Dense { max, t, floor, scale, min_p: p.min_p }, w, bin);
+        // top_p's share is of every candidate's weight, before min_p (the others weigh 0).
+        let sum = sum_f64(w);
+        let bins = &mut self.bins;
+        bins.w.clear();
+        bins.w.resize(HIST * (BINS + 1), 0.0);
+        bins.n.clear();
+        bins.n.resize(HIST * (BINS + 1), 0);
+        let (bw, bn) = (&mut bins.w[..], &mut bins.n[..]);
+        for (k, (&x, &b)) in w.iter().zip(bin.iter()).enumerate() {
+            let at = (k % HIST) * (BINS + 1) + b as usize;
+            bw[at] += f64::from(x);
+            bn[at] += 1;
+        }
+        for h in 1..HIST {
+            for b in 0..BINS {
+                bw[b] += bw[h * (BINS + 1) + b];
+                bn[b] += bn[h * (BINS + 1) + b];
+            }
+        }
+        bins.w.truncate(BINS);
+        bins.n.truncate(BINS);
+        let kept = &mut self.kept;
+        kept.bin = usize::MAX;
+        let pool = Pool::Dense { logits, w, bin };
+        let mut cut = (BINS - 1, usize::MAX);
+        if p.top_p < 1.0 {
+            let (b, i) = find_binned(&pool, bins, kept, p.top_p as f64 * sum, true, cut);
+            cut = (b, i + 1);
+        }
+        let total: f64 = bins.w[..cut.0].iter().sum::<f64>() + kept.of(&pool, cut.0).iter().take(cut.1).map(|x| f64::from(x.w)).sum::<f64>();
+        let r = self.rng.next_f64() * total;
+        let (b, i) = find_binned(&pool, bins, kept, r, false, cut);
+        kept.of(&pool, b).get(i).map_or_else(|| argmax(logits), |x| x.id())
+    }
+}
+
+/// Whether a logit is a candidate: finite and at least `floor` (`max` the largest finite
+/// logit: NaN and -inf fail the first compare, +inf the second).
+#[inline(always)]
+fn is_candidate(l: f32, floor: f32, max: f32) -> bool {
+    l >= floor && l <= max
+}
+
+/// Whether at least a quarter of `logits` look like candidates, by every 16th of them (which
+/// path `sample` takes; both draw alike).
+fn mostly_candidates(logits: &[f32], floor: f32, max: f32) -> bool {
+    let seen = logits.iter().step_by(16).filter(|&&l| is_candidate(l, floor, max)).count();
+    4 * seen >= logits.len().div_ceil(16)
+}
+
+/// The smallest candidate logit (+inf when none), 8 lanes at a time.
+fn min_candidate(logits: &[f32], floor: f32, max: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { min_candidate_avx2(logits, floor, max) };
+    }
+    min_candidate_body(logits, floor, max)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn min_candidate_avx2(logits: &[f32], floor: f32, max: f32) -> f32 {
+    min_candidate_body(logits, floor, max)
+}
+
+#[inline(always)]
+fn min_candidate_body(logits: &[f32], floor: f32, max: f32) -> f32 {
+    let mut lanes = [f32::INFINITY; 8];
+    let chunks = logits.chunks_exact(8);
+    let rest = chunks.remainder();
+    for ch in chunks {
+        for (m, &l) in lanes.iter_mut().zip(ch) {
+            *m = if is_candidate(l, floor, max) && l < *m { l } else { *m };
+        }
+    }
+    for &l in rest {
+        lanes[0] = if is_candidate(l, floor, max) && l < lanes[0] { l } else { lanes[0] };
+    }
+    lanes.iter().fold(f32::INFINITY, |a, &b| if b < a { b } else { a })
+}
+
+/// What the dense pass needs of a draw.
+#[derive(Clone, Copy)]
+struct Dense {
+    max: f32,
+    t: f32,
+    floor: f32,
+    /// Bins per unit of scaled logit below the largest.
+    scale: f32,
+    min_p: f32,
+}
+
+/// w[i]: logit i's weight (0 unless a candidate), bin[i]: its bin (BINS unless a candidate
+/// that min_p keeps), with `sample`'s arithmetic; 8 lanes at a time where the CPU has AVX2
+/// (the same operations, so the same bits).
+fn dense_weights(logits: &[f32], d: Dense, w: &mut Vec<f32>, bin: &mut Vec<u16>) {
+    w.clear();
+    w.resize(logits.len(), 0.0);
+    bin.clear();
+    bin.resize(logits.len(), 0);
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        unsafe { dense_weights_avx2(logits, d, w, bin) };
+        return;
+    }
+    dense_weights_body(logits, d, w, bin);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dense_weights_avx2(logits: &[f32], d: Dense, w: &mut [f32], bin: &mut [u16]) {
+    dense_weights_body(logits, d, w, bin);
+}
+
+#[inline(always)]
+fn dense_weights_body(logits: &[f32], d: Dense, w: &mut [f32], bin: &mut [u16]) {
+    for ((&l, wi), bi) in logits.iter().zip(w.iter_mut()).zip(bin.iter_mut()) {
+        let ok = is_candidate(l, d.floor, d.max);
+        let v = ((l - d.max) / d.t).clamp(-2.0 * WEIGHT_CUT, 0.0);
+        let x = exp_neg(v);
+        // ((-v * scale) as u32).min(BINS - 1), as the list path bins, without the saturating
+        // cast's checks (which keep the loop from vectorizing): clamped first (a NaN to 0).
+        let f = (-v * d.scale).max(0.0).min((BINS - 1) as f32);
+        // SAFETY: f is in [0, BINS - 1], so it fits an i32.
+        let b = unsafe { f.to_int_unchecked::<i32>() };
+        *wi = if ok { x } else { 0.0 };
+        *bi = if ok && x >= d.min_p { b as u16 } else { BINS as u16 };
+    }
+}
+
+/// Where a draw's candidates are: a list, or every logit in place (`Sampler::sample_dense`).
+enum Pool<'a> {
+    List(&'a [Cand]),
+    Dense { logits: &'a [f32], w: &'a [f32], bin: &'a [u16] },
 }
 
 /// Bins a sampling draw splits the candidates' span into (`Sampler::sample`).
@@ -279,10 +450,29 @@ struct BinMembers {
 
 impl BinMembers {
     /// The candidates of bin `b` in the order: a scan and a sort of that bin only.
-    fn of(&mut self, c: &[Cand], b: usize) -> &[Cand] {
+    fn of(&mut self, pool: &Pool<'_>, b: usize) -> &[Cand] {
         if self.bin != b {
             self.members.clear();
-            self.members.extend(c.iter().filter(|x| x.bin as usize == b));
+            match *pool {
+                Pool::List(c) => self.members.extend(c.iter().filter(|x| x.bin as usize == b)),
+                Pool::Dense { logits, w, bin } => {
+                    // Blocks of 64 bins are tested whole (a compare the compiler vectorizes);
+                    // only a block that holds b is walked.
+                    let b16 = b as u16;
+                    for (k, block) in bin.chunks(64).enumerate() {
+                        if !block.iter().fold(false, |a, &x| a | (x == b16)) {
+                            continue;
+                        }
+                        for (j, _) in block.iter().enumerate().filter(|&(_, &x)| x == b16) {
+                            let i = k * 64 + j;
+                            let mut c = Cand::new(i as u32, logits[i]);
+                            c.w = w[i];
+                            c.bin = b as u32;
+                            self.members.push(c);
+                        }
+                    }
+                }
+            }
             self.members.sort_unstable_by(order);
             self.bin = b;
         }
@@ -294,7 +484,7 @@ impl BinMembers {
 /// `target` (`inclusive`: is at least it; else is above it), within what `cut` keeps (see
 /// `Sampler::sample`): (bin, index in the bin's order). The last kept candidate where none
 /// reaches it (rounding: the bins' sums and the walk add in other orders).
-fn find_binned(c: &[Cand], bins: &Bins, kept: &mut BinMembers, target: f64, inclusive: bool, cut: (usize, usize)) -> (usize, usize) {
+fn find_binned(c: &Pool<'_>, bins: &Bins, kept: &mut BinMembers, target: f64, inclusive: bool, cut: (usize, usize)) -> (usize, usize) {
     let reached = |cum: f64| if inclusive { cum >= target } else { cum > target };
     let mut before = 0f64;
     let mut b = 0;
@@ -550,6 +740,51 @@ mod tests {
         }
         // Control: many draws land past the largest logits (the walk goes deep into the order).
         assert!(deep > 250, "{deep}");
+    }
+
+    #[test]
+    fn the_dense_and_the_list_paths_draw_alike() {
+        // Logits where most are candidates (the dense path's case): each path with the same
+        // seed draws the same tokens, over temperatures, top_p and min_p; and the list path
+        // alone on the same logits, so both paths run here whatever `sample` picks.
+        let mut g = Rng::new(7);
+        let mut differ = 0;
+        for case in 0..60 {
+            let n = [50usize, 1000, 20_000][case % 3];
+            let t = [0.5f32, 1.0, 1.5][case % 3];
+            let l: Vec<f32> = (0..n).map(|_| (g.next_f64() as f32 * 20.0 * t * 16.0).round() / 16.0).collect();
+            let p = SamplingParams { temperature: t, top_p: [1.0, 0.9, 0.5][(case / 3) % 3], min_p: [0.0, 0.1][case % 2], seed: Some(case as u64), ..Default::default() };
+            let max = max_finite(&l);
+            let floor = max - WEIGHT_CUT * t;
+            assert!(l.iter().all(|&x| is_candidate(x, floor, max)) && mostly_candidates(&l, floor, max));
+            let lmin = min_candidate(&l, floor, max);
+            assert_eq!(lmin, l.iter().copied().fold(f32::INFINITY, f32::min));
+            let (mut a, mut b) = (Sampler::new(p.clone()), Sampler::new(p.clone()));
+            let mut first = None;
+            for _ in 0..8 {
+                let (x, y) = (a.sample_dense(&l, max, lmin), b.sample_list(&l, max));
+                assert_eq!(x, y, "case {case}: {p:?}");
+                differ += usize::from(first.is_some_and(|f| f != x));
+                first.get_or_insert(x);
+            }
+        }
+        // Control: the draws vary (the paths agree on more than one token).
+        assert!(differ > 100, "{differ}");
+    }
+
+    #[test]
+    fn candidates_are_the_finite_logits_from_the_floor() {
+        let l = [1.0, f32::NAN, f32::NEG_INFINITY, f32::INFINITY, -3.0, 0.5, 2.0, 0.75, 1.5];
+        assert_eq!(l.iter().filter(|&&x| is_candidate(x, 0.5, 2.0)).count(), 5);
+        assert_eq!(min_candidate(&l, 0.5, 2.0), 0.5);
+        assert_eq!(min_candidate(&l, 0.8, 2.0), 1.0);
+        assert_eq!(min_candidate(&l, 2.5, 2.0), f32::INFINITY);
+        // A quarter of every 16th: 2 of 5 sampled candidates pass, 1 of 5 does not.
+        let mut m = vec![-9.0f32; 80];
+        m[0] = 1.0;
+        assert!(!mostly_candidates(&m, 0.0, 1.0));
+        m[16] = 1.0;
+        assert!(mostly_candidates(&m, 0.0, 1.0));
     }
 
     #[test]
