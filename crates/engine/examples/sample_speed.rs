@@ -22,8 +22,9 @@ fn main() {
         })
         .collect();
     println!("vocabulary {n}: median of 9 runs of 20 tokens");
-    for (t, p, k) in [(0.7f32, 0.9f32, 0usize), (1.0, 1.0, 0), (0.8, 0.95, 0), (1.0, 1.0, 40), (0.1, 1.0, 0)] {
-        let mut s = Sampler::new(SamplingParams { temperature: t, top_p: p, top_k: k, seed: Some(1), ..Default::default() });
+    // The last: the server's defaults for what a request leaves out (llama.cpp's).
+    for (t, p, k, m) in [(0.7f32, 0.9f32, 0usize, 0f32), (1.0, 1.0, 0, 0.0), (0.8, 0.95, 0, 0.0), (1.0, 1.0, 40, 0.0), (0.1, 1.0, 0, 0.0), (0.8, 0.95, 40, 0.05)] {
+        let mut s = Sampler::new(SamplingParams { temperature: t, top_p: p, top_k: k, min_p: m, seed: Some(1), ..Default::default() });
         let mut runs: Vec<f64> = (0..9)
             .map(|_| {
                 let now = Instant::now();
@@ -34,6 +35,6 @@ fn main() {
             })
             .collect();
         runs.sort_by(f64::total_cmp);
-        println!("temperature {t}, top_p {p}, top_k {k}: {:.0} us a token", runs[4] * 1e6);
+        println!("temperature {t}, top_p {p}, top_k {k}, min_p {m}: {:.0} us a token", runs[4] * 1e6);
     }
 }

@@ -205,7 +205,18 @@ impl Sampler {
         let floor = max - WEIGHT_CUT * t;
         let c = &mut self.scratch;
         c.clear();
-        c.extend(logits.iter().enumerate().filter(|(_, &l)| l.is_finite() && l >= floor).map(|(i, &l)| Cand::new(i as u32, l)));
+        // A small top_k of many logits: only the candidates from a threshold that at least
+        // top_k of them reach (they precede every other in the order, so top_k's cut is among
+        // them); without one, every candidate.
+        if let Some(tau) = (p.top_k > 0).then(|| top_k_threshold(logits, floor, max, p.top_k)).flatten() {
+            c.extend(logits.iter().enumerate().filter(|&(_, &l)| l >= tau && is_candidate(l, floor, max)).map(|(i, &l)| Cand::new(i as u32, l)));
+            if c.len() < p.top_k {
+                c.clear();
+            }
+        }
+        if c.is_empty() {
+            c.extend(logits.iter().enumerate().filter(|&(_, &l)| is_candidate(l, floor, max)).map(|(i, &l)| Cand::new(i as u32, l)));
+        }
         if p.top_k > 0 && p.top_k < c.len() {
             c.select_nth_unstable_by(p.top_k - 1, order);
             c.truncate(p.top_k);
@@ -326,6 +337,26 @@ impl Sampler {
 fn is_candidate(l: f32, floor: f32, max: f32) -> bool {
     l >= floor && l <= max
 }
+
+/// A logit value that probably `k` or more candidates reach, from every `TOPK_STRIDE`th
+/// logit (None where `k` is not small against the logits, or too few samples are
+/// candidates). The caller checks how many reach it.
+fn top_k_threshold(logits: &[f32], floor: f32, max: f32, k: usize) -> Option<f32> {
+    if k.saturating_mul(8) > logits.len() {
+        return None;
+    }
+    // The m-th largest sample: about TOPK_STRIDE x m logits reach it, k + 4 strides' worth.
+    let m = k / TOPK_STRIDE + 4;
+    let mut samples: Vec<f32> = logits.iter().step_by(TOPK_STRIDE).copied().filter(|&l| is_candidate(l, floor, max)).collect();
+    if samples.len() < m {
+        return None;
+    }
+    let (_, &mut tau, _) = samples.select_nth_unstable_by(m - 1, |a, b| b.total_cmp(a));
+    Some(tau)
+}
+
+/// Every how many logits `top_k_threshold` samples one.
+const TOPK_STRIDE: usize = 32;
 
 /// Whether at least a quarter of `logits` look like candidates, by every 16th of them (which
 /// path `sample` takes; both draw alike).
@@ -770,6 +801,42 @@ mod tests {
         }
         // Control: the draws vary (the paths agree on more than one token).
         assert!(differ > 100, "{differ}");
+    }
+
+    #[test]
+    fn top_k_from_a_threshold_draws_as_from_every_candidate() {
+        // Large vocabularies, small top_k: the threshold path's draws against the reference
+        // (every candidate sorted), on flat and on peaked logits (a few far above the rest,
+        // so the samples miss most of the top: the threshold must fall back or still hold).
+        let mut g = Rng::new(11);
+        let mut hit = 0;
+        for case in 0..24 {
+            let n = [20_000usize, 50_000][case % 2];
+            let peaked = case % 3 == 0;
+            let mut l: Vec<f32> = (0..n).map(|_| (g.next_f64() as f32 * 10.0 * 8.0).round() / 8.0).collect();
+            if peaked {
+                for j in 0..30 {
+                    l[(j * 977 + case) % n] = 30.0 + j as f32 * 0.25;
+                }
+            }
+            let k = [1usize, 5, 40, 100][case % 4];
+            let p = SamplingParams { temperature: [0.7f32, 1.0, 2.0][case % 3], top_k: k, top_p: [1.0, 0.9][case % 2], seed: Some(case as u64), ..Default::default() };
+            let max = max_finite(&l);
+            let floor = max - WEIGHT_CUT * p.temperature;
+            if let Some(tau) = top_k_threshold(&l, floor, max, k) {
+                hit += usize::from(l.iter().filter(|&&x| x >= tau && is_candidate(x, floor, max)).count() >= k);
+            }
+            let mut s = Sampler::new(p.clone());
+            let mut rng = Rng::new(case as u64);
+            for _ in 0..4 {
+                let want = reference_sample(&p, &mut rng, &l);
+                assert_eq!(s.sample(&mut l.clone(), &[]), want, "case {case}: n {n}, peaked {peaked}, {p:?}");
+            }
+        }
+        // Control: the threshold served most cases (the test ran the path it is for).
+        assert!(hit >= 16, "{hit}");
+        // No threshold where k is not small against the vocabulary.
+        assert_eq!(top_k_threshold(&[1.0; 100], 0.0, 1.0, 40), None);
     }
 
     #[test]
