@@ -294,28 +294,16 @@ impl Sampler {
         let lo = ((lmin - max) / t).clamp(-2.0 * WEIGHT_CUT, 0.0);
         let scale = if lo < 0.0 { BINS as f32 / -lo } else { 0.0 };
         let (w, bin) = (&mut self.cw, &mut self.cbin);
-        dense_weights(logits, Dense { max, t, floor, scale, min_p: p.min_p }, w, bin);
+        let d = Dense { max, t, floor, scale, min_p: p.min_p };
+        w.clear();
+        w.resize(logits.len(), 0.0);
+        bin.clear();
+        bin.resize(logits.len(), 0);
+        let bins = &mut self.bins;
+        dense_weights(logits, d, w, bin);
         // top_p's share is of every candidate's weight, before min_p (the others weigh 0).
         let sum = sum_f64(w);
-        let bins = &mut self.bins;
-        bins.w.clear();
-        bins.w.resize(HIST * (BINS + 1), 0.0);
-        bins.n.clear();
-        bins.n.resize(HIST * (BINS + 1), 0);
-        let (bw, bn) = (&mut bins.w[..], &mut bins.n[..]);
-        for (k, (&x, &b)) in w.iter().zip(bin.iter()).enumerate() {
-            let at = (k % HIST) * (BINS + 1) + b as usize;
-            bw[at] += f64::from(x);
-            bn[at] += 1;
-        }
-        for h in 1..HIST {
-            for b in 0..BINS {
-                bw[b] += bw[h * (BINS + 1) + b];
-                bn[b] += bn[h * (BINS + 1) + b];
-            }
-        }
-        bins.w.truncate(BINS);
-        bins.n.truncate(BINS);
+        histogram(w, bin, bins);
         let kept = &mut self.kept;
         kept.bin = usize::MAX;
         let pool = Pool::Dense { logits, w, bin };
@@ -408,14 +396,34 @@ struct Dense {
     min_p: f32,
 }
 
+/// The bins' weights and counts of weights `w` in bins `bin` (BINS: none), in HIST
+/// interleaved histograms added at the end: neighbouring logits often fall in one bin, and
+/// one histogram's adds would wait on each other through memory.
+fn histogram(w: &[f32], bin: &[u16], bins: &mut Bins) {
+    bins.w.clear();
+    bins.w.resize(HIST * (BINS + 1), 0.0);
+    bins.n.clear();
+    bins.n.resize(HIST * (BINS + 1), 0);
+    let (bw, bn) = (&mut bins.w[..], &mut bins.n[..]);
+    for (k, (&x, &b)) in w.iter().zip(bin.iter()).enumerate() {
+        let at = (k % HIST) * (BINS + 1) + b as usize;
+        bw[at] += f64::from(x);
+        bn[at] += 1;
+    }
+    for h in 1..HIST {
+        for b in 0..BINS {
+            bw[b] += bw[h * (BINS + 1) + b];
+            bn[b] += bn[h * (BINS + 1) + b];
+        }
+    }
+    bins.w.truncate(BINS);
+    bins.n.truncate(BINS);
+}
+
 /// w[i]: logit i's weight (0 unless a candidate), bin[i]: its bin (BINS unless a candidate
 /// that min_p keeps), with `sample`'s arithmetic; 8 lanes at a time where the CPU has AVX2
-/// (the same operations, so the same bits).
-fn dense_weights(logits: &[f32], d: Dense, w: &mut Vec<f32>, bin: &mut Vec<u16>) {
-    w.clear();
-    w.resize(logits.len(), 0.0);
-    bin.clear();
-    bin.resize(logits.len(), 0);
+/// (the same operations, so the same bits). `w` and `bin` are as long as `logits`.
+fn dense_weights(logits: &[f32], d: Dense, w: &mut [f32], bin: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked just above).
@@ -781,7 +789,7 @@ mod tests {
         let mut g = Rng::new(7);
         let mut differ = 0;
         for case in 0..60 {
-            let n = [50usize, 1000, 20_000][case % 3];
+            let n = [50usize, 1000, 20_000, 131_072][case % 4];
             let t = [0.5f32, 1.0, 1.5][case % 3];
             let l: Vec<f32> = (0..n).map(|_| (g.next_f64() as f32 * 20.0 * t * 16.0).round() / 16.0).collect();
             let p = SamplingParams { temperature: t, top_p: [1.0, 0.9, 0.5][(case / 3) % 3], min_p: [0.0, 0.1][case % 2], seed: Some(case as u64), ..Default::default() };
