@@ -204,18 +204,22 @@ impl Sampler {
         let t = p.temperature;
         let floor = max - WEIGHT_CUT * t;
         let c = &mut self.scratch;
-        c.clear();
+        // The candidates from `from` (at least the floor) up.
+        let gather = |c: &mut Vec<Cand>, from: f32| {
+            c.clear();
+            c.extend(logits.iter().enumerate().filter(|&(_, &l)| is_candidate(l, from, max)).map(|(i, &l)| Cand::new(i as u32, l)));
+        };
         // A small top_k of many logits: only the candidates from a threshold that at least
         // top_k of them reach (they precede every other in the order, so top_k's cut is among
         // them); without one, every candidate.
-        if let Some(tau) = (p.top_k > 0).then(|| top_k_threshold(logits, floor, max, p.top_k)).flatten() {
-            c.extend(logits.iter().enumerate().filter(|&(_, &l)| l >= tau && is_candidate(l, floor, max)).map(|(i, &l)| Cand::new(i as u32, l)));
-            if c.len() < p.top_k {
-                c.clear();
+        match (p.top_k > 0).then(|| top_k_threshold(logits, floor, max, p.top_k)).flatten() {
+            Some(tau) => {
+                gather(c, tau.max(floor));
+                if c.len() < p.top_k {
+                    gather(c, floor);
+                }
             }
-        }
-        if c.is_empty() {
-            c.extend(logits.iter().enumerate().filter(|&(_, &l)| is_candidate(l, floor, max)).map(|(i, &l)| Cand::new(i as u32, l)));
+            None => gather(c, floor),
         }
         if p.top_k > 0 && p.top_k < c.len() {
             c.select_nth_unstable_by(p.top_k - 1, order);
@@ -242,44 +246,13 @@ impl Sampler {
             c.retain(|x| x.w >= p.min_p);
         }
         let scale = if lo < 0.0 { BINS as f32 / -lo } else { 0.0 };
-        let bins = &mut self.bins;
-        // HIST interleaved histograms, added at the end: neighbouring candidates often fall
-        // in one bin, and one histogram's adds would wait on each other through memory.
+        for x in c.iter_mut() {
+            x.bin = ((-f32::from_bits(x.bin) * scale) as u32).min(BINS as u32 - 1);
+        }
         // (One histogram for a few candidates: clearing and adding four costs more there.)
         let hist = if c.len() >= HIST * BINS { HIST } else { 1 };
-        bins.w.clear();
-        bins.w.resize(hist * BINS, 0.0);
-        bins.n.clear();
-        bins.n.resize(hist * BINS, 0);
-        let (bw, bn) = (&mut bins.w[..], &mut bins.n[..]);
-        for (k, x) in c.iter_mut().enumerate() {
-            x.bin = ((-f32::from_bits(x.bin) * scale) as u32).min(BINS as u32 - 1);
-            let at = (k % hist) * BINS + x.bin as usize;
-            bw[at] += f64::from(x.w);
-            bn[at] += 1;
-        }
-        for h in 1..hist {
-            for b in 0..BINS {
-                bins.w[b] += bins.w[h * BINS + b];
-                bins.n[b] += bins.n[h * BINS + b];
-            }
-        }
-        bins.w.truncate(BINS);
-        bins.n.truncate(BINS);
-        // What is kept: every candidate of the bins before `cut.0`, and the first `cut.1` of
-        // bin `cut.0` in the order (all of the last bin when there is no top-p cut).
-        let kept = &mut self.kept;
-        kept.bin = usize::MAX;
-        let mut cut = (BINS - 1, usize::MAX);
-        if p.top_p < 1.0 {
-            let (b, i) = find_binned(&Pool::List(c), bins, kept, p.top_p as f64 * sum, true, cut);
-            cut = (b, i + 1);
-        }
-        let total: f64 = bins.w[..cut.0].iter().sum::<f64>() + kept.of(&Pool::List(c), cut.0).iter().take(cut.1).map(|x| f64::from(x.w)).sum::<f64>();
-        let r = self.rng.next_f64() * total;
-        let (b, i) = find_binned(&Pool::List(c), bins, kept, r, false, cut);
-        // find_binned names a candidate of a non-empty bin (bin 0 holds the largest logit).
-        kept.of(&Pool::List(c), b).get(i).map_or_else(|| argmax(logits), |x| x.id())
+        histogram(c.iter().map(|x| (x.w, x.bin as usize)), hist, &mut self.bins);
+        cut_and_draw(&Pool::List(c), &self.bins, &mut self.kept, &mut self.rng, p.top_p, sum, logits)
     }
 
     /// `sample`'s rule with every logit in place of a candidate list: each logit's weight
@@ -299,23 +272,11 @@ impl Sampler {
         w.resize(logits.len(), 0.0);
         bin.clear();
         bin.resize(logits.len(), 0);
-        let bins = &mut self.bins;
         dense_weights(logits, d, w, bin);
         // top_p's share is of every candidate's weight, before min_p (the others weigh 0).
         let sum = sum_f64(w);
-        histogram(w, bin, bins);
-        let kept = &mut self.kept;
-        kept.bin = usize::MAX;
-        let pool = Pool::Dense { logits, w, bin };
-        let mut cut = (BINS - 1, usize::MAX);
-        if p.top_p < 1.0 {
-            let (b, i) = find_binned(&pool, bins, kept, p.top_p as f64 * sum, true, cut);
-            cut = (b, i + 1);
-        }
-        let total: f64 = bins.w[..cut.0].iter().sum::<f64>() + kept.of(&pool, cut.0).iter().take(cut.1).map(|x| f64::from(x.w)).sum::<f64>();
-        let r = self.rng.next_f64() * total;
-        let (b, i) = find_binned(&pool, bins, kept, r, false, cut);
-        kept.of(&pool, b).get(i).map_or_else(|| argmax(logits), |x| x.id())
+        histogram(w.iter().zip(bin.iter()).map(|(&x, &b)| (x, b as usize)), HIST, &mut self.bins);
+        cut_and_draw(&Pool::Dense { logits, w, bin }, &self.bins, &mut self.kept, &mut self.rng, p.top_p, sum, logits)
     }
 }
 
@@ -396,28 +357,50 @@ struct Dense {
     min_p: f32,
 }
 
-/// The bins' weights and counts of weights `w` in bins `bin` (BINS: none), in HIST
-/// interleaved histograms added at the end: neighbouring logits often fall in one bin, and
-/// one histogram's adds would wait on each other through memory.
-fn histogram(w: &[f32], bin: &[u16], bins: &mut Bins) {
+/// The bins' weights and counts of (weight, bin) pairs (bin BINS: none), in `hist` (1 or a
+/// power of two) interleaved histograms added at the end: neighbouring candidates often fall
+/// in one bin, and one histogram's adds would wait on each other through memory.
+fn histogram(pairs: impl Iterator<Item = (f32, usize)>, hist: usize, bins: &mut Bins) {
+    const STRIDE: usize = BINS + 1;
+    debug_assert!(hist.is_power_of_two());
+    // A mask, not `k % hist`: a division a pair where hist is not a constant.
+    let mask = hist - 1;
     bins.w.clear();
-    bins.w.resize(HIST * (BINS + 1), 0.0);
+    bins.w.resize(hist * STRIDE, 0.0);
     bins.n.clear();
-    bins.n.resize(HIST * (BINS + 1), 0);
+    bins.n.resize(hist * STRIDE, 0);
     let (bw, bn) = (&mut bins.w[..], &mut bins.n[..]);
-    for (k, (&x, &b)) in w.iter().zip(bin.iter()).enumerate() {
-        let at = (k % HIST) * (BINS + 1) + b as usize;
+    for (k, (x, b)) in pairs.enumerate() {
+        let at = (k & mask) * STRIDE + b;
         bw[at] += f64::from(x);
         bn[at] += 1;
     }
-    for h in 1..HIST {
+    for h in 1..hist {
         for b in 0..BINS {
-            bw[b] += bw[h * (BINS + 1) + b];
-            bn[b] += bn[h * (BINS + 1) + b];
+            bw[b] += bw[h * STRIDE + b];
+            bn[b] += bn[h * STRIDE + b];
         }
     }
     bins.w.truncate(BINS);
     bins.n.truncate(BINS);
+}
+
+/// The top-p cut and the draw over the binned candidates of `pool` (`sum`: every
+/// candidate's weight, before min_p). What is kept: every candidate of the bins before
+/// `cut.0`, and the first `cut.1` of bin `cut.0` in the order (all of the last bin when
+/// there is no top-p cut).
+fn cut_and_draw(pool: &Pool<'_>, bins: &Bins, kept: &mut BinMembers, rng: &mut Rng, top_p: f32, sum: f64, logits: &[f32]) -> u32 {
+    kept.bin = usize::MAX;
+    let mut cut = (BINS - 1, usize::MAX);
+    if top_p < 1.0 {
+        let (b, i) = find_binned(pool, bins, kept, top_p as f64 * sum, true, cut);
+        cut = (b, i + 1);
+    }
+    let total: f64 = bins.w[..cut.0].iter().sum::<f64>() + kept.of(pool, cut.0).iter().take(cut.1).map(|x| f64::from(x.w)).sum::<f64>();
+    let r = rng.next_f64() * total;
+    let (b, i) = find_binned(pool, bins, kept, r, false, cut);
+    // find_binned names a candidate of a non-empty bin (bin 0 holds the largest logit).
+    kept.of(pool, b).get(i).map_or_else(|| argmax(logits), |x| x.id())
 }
 
 /// w[i]: logit i's weight (0 unless a candidate), bin[i]: its bin (BINS unless a candidate

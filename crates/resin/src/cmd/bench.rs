@@ -318,8 +318,8 @@ fn lockstep_run(home: &mut dyn Home, prompts: &[Vec<u32>], gen: usize) -> Result
     let mut steps = Vec::with_capacity(gen);
     let t = Instant::now();
     for k in 0..gen {
-        for (i, &t) in toks.iter().enumerate() {
-            ids[i].push(t);
+        for (i, &tok) in toks.iter().enumerate() {
+            ids[i].push(tok);
         }
         let rows: Vec<Row> = (0..n).map(|i| Row { region: RegionId(i as u32), token: toks[i], pos: (prompts[i].len() + k) as u32 }).collect();
         let s = Instant::now();
@@ -332,8 +332,8 @@ fn lockstep_run(home: &mut dyn Home, prompts: &[Vec<u32>], gen: usize) -> Result
         };
         steps.push(s.elapsed().as_secs_f64());
     }
-    for (i, &t) in toks.iter().enumerate() {
-        ids[i].push(t);
+    for (i, &tok) in toks.iter().enumerate() {
+        ids[i].push(tok);
     }
     Ok(Lockstep { prefill_tps: pp, decode_tps: (n * gen) as f64 / t.elapsed().as_secs_f64(), step_secs: steps, ids })
 }
@@ -350,9 +350,9 @@ fn bench_lockstep(args: BenchArgs) -> Result<()> {
     if spec.regions < args.streams {
         bail!("the home has {} regions for {} streams", spec.regions, args.streams);
     }
-    let n = args.streams.min(spec.step_rows_max);
-    if n < args.streams {
-        bail!("{} streams in lockstep, but the home steps at most {} rows at once", args.streams, spec.step_rows_max);
+    let n = args.streams;
+    if n > spec.step_rows_max {
+        bail!("{n} streams in lockstep, but the home steps at most {} rows at once", spec.step_rows_max);
     }
     let prompts: Vec<Vec<u32>> = (0..n).map(|i| prompt_ids(args.prompt_tokens, spec.vocab, i as u64 + 7)).collect();
     let warm = lockstep_run(home.as_mut(), &prompts, 4)?;
