@@ -57,6 +57,10 @@ pub struct VulkanOptions {
     pub progress: Option<UploadProgress>,
     /// How a step of more than NROW_MAX rows runs (default: `WideMode::from_env`).
     pub wide: WideMode,
+    /// Whether a token command whose rows have regions of their own ropes and stores q, k and
+    /// v in its attention (one dispatch and barrier fewer a layer, the same bits; default on,
+    /// `RESIN_VK_ROPE_IN=0` turns it off for measuring).
+    pub rope_in_attention: bool,
 }
 
 /// How the Vulkan home runs a step of more than NROW_MAX rows (a wide step).
@@ -120,7 +124,7 @@ impl std::fmt::Debug for UploadProgress {
 
 impl Default for VulkanOptions {
     fn default() -> Self {
-        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::from_env() }
+        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::from_env(), rope_in_attention: std::env::var("RESIN_VK_ROPE_IN").as_deref() != Ok("0") }
     }
 }
 
@@ -193,6 +197,9 @@ struct Scratch {
     /// (`RESIN_VK_ATTN_MERGE=0`: a combine dispatch after a barrier, for measuring), and the
     /// words its workgroups count themselves in (zero between dispatches).
     merge_attn: bool,
+    /// Whether token commands of distinct regions rope and store in the attention
+    /// (`VulkanOptions::rope_in_attention`).
+    rope_in: bool,
     done: Buffer,
     /// Split-K GEMM scratch: SPLIT_SLOTS slots of partial sums and of per-tile counters (zero
     /// between dispatches), each `split_part` / `split_done` bytes.
@@ -338,8 +345,9 @@ struct TokenCommand {
 /// device's queues).
 struct Lane {
     // Field order is drop order: the commands before the buffers they use.
-    /// Token commands by (rows, greedy: the logits stay on the device), recorded on first use.
-    commands: std::collections::HashMap<(usize, bool), TokenCommand>,
+    /// Token commands by (rows, greedy: the logits stay on the device, every row's region its
+    /// own: the attention ropes and stores), recorded on first use.
+    commands: std::collections::HashMap<(usize, bool, bool), TokenCommand>,
     fence: Fence,
     scratch: Scratch,
 }
@@ -349,6 +357,7 @@ pub struct VulkanHome {
     lanes: Vec<Lane>,
     pipes: Pipelines,
     wide: WideMode,
+    rope_in_attention: bool,
     layers: Vec<Layer>,
     embd: Mat,
     /// None when tied to the embedding.
@@ -449,7 +458,7 @@ impl VulkanHome {
         let output = if cfg.tied_output { None } else { Some(upload_mat(&gpu, f, resin_model::OUTPUT)?) };
         let output_norm = Buffer::with_data(&gpu, &f32_bytes(&vector(f, resin_model::OUTPUT_NORM)?), Location::Device)?;
         let rope = Buffer::with_data(&gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, cfg.rope_base)), Location::Device)?;
-        let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, plan.out_rows, PF_WINDOW)?;
+        let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, opts.rope_in_attention, plan.out_rows, PF_WINDOW)?;
         let spec = HomeSpec { kind: "vulkan", vocab: cfg.vocab, n_ctx: plan.n_ctx, regions: opts.regions, codec: opts.codec, step_rows_max: HomeSpec::wide_rows(opts.regions), chunk_rows_min: WINDOW_ATTN_MIN_ROWS };
         tracing::info!(
             "vulkan home ready: {} at n_ctx {} x {} regions ({:?} mirror): weights {} MiB, mirror {} MiB, scratch {} MiB",
@@ -465,6 +474,7 @@ impl VulkanHome {
             lanes: vec![Lane { commands: std::collections::HashMap::new(), fence: Fence::new(&gpu)?, scratch }],
             pipes: Pipelines::new(&gpu),
             wide: opts.wide,
+            rope_in_attention: opts.rope_in_attention,
             layers,
             embd,
             output,
@@ -500,7 +510,7 @@ impl VulkanHome {
     /// Make sure lanes 0..count exist (the ones past the first hold NROW_MAX-row scratch).
     fn ensure_lanes(&mut self, count: usize) -> Result<(), VkError> {
         while self.lanes.len() < count {
-            let scratch = Scratch::new(&self.gpu, &self.cfg, self.plan.q8_activations, NROW_MAX, NROW_MAX)?;
+            let scratch = Scratch::new(&self.gpu, &self.cfg, self.plan.q8_activations, self.rope_in_attention, NROW_MAX, NROW_MAX)?;
             self.lanes.push(Lane { commands: std::collections::HashMap::new(), fence: Fence::new(&self.gpu)?, scratch });
         }
         Ok(())
@@ -514,9 +524,11 @@ impl VulkanHome {
     /// server pay for it in their time to first token. Returns the time it took.
     pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
         let t0 = std::time::Instant::now();
+        // Rows of distinct regions (a decode step's); a peel's rows (one region) record theirs
+        // when they first come.
         for n in 1..=rows.clamp(1, NROW_MAX) {
-            self.command(0, n, true)?;
-            self.command(0, n, false)?;
+            self.command(0, n, true, true)?;
+            self.command(0, n, false, true)?;
         }
         // With more rows than a token command takes, the widest step's: its lanes and their
         // group commands, or one GEMM pass (its pipelines serve every width; the commands of
@@ -526,24 +538,27 @@ impl VulkanHome {
             let shape = self.wide.passes(w, true);
             self.ensure_lanes(shape.len())?;
             for (lane, n) in shape {
-                self.command(lane, n, true)?;
-                self.command(lane, n, false)?;
+                self.command(lane, n, true, true)?;
+                self.command(lane, n, false, true)?;
             }
         }
         let keep = [PF_WINDOW as u32 - 1];
-        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true }, None)?);
+        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true, distinct: false }, None)?);
         Ok(t0.elapsed())
     }
 
     /// Lane `lane`'s token command for `n` rows (1..=NROW_MAX; on lane 0 up to step_rows_max,
     /// above NROW_MAX a GEMM pass), recorded on first use and kept; `greedy`: only the argmax
-    /// ids come back to the host.
-    fn command(&mut self, lane: usize, n: usize, greedy: bool) -> Result<ash::vk::CommandBuffer, VkError> {
-        if !self.lanes[lane].commands.contains_key(&(n, greedy)) {
-            let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: !greedy }, None)?;
-            self.lanes[lane].commands.insert((n, greedy), c);
+    /// ids come back to the host; `distinct`: every row's region differs from the others'.
+    fn command(&mut self, lane: usize, n: usize, greedy: bool, distinct: bool) -> Result<ash::vk::CommandBuffer, VkError> {
+        // Rows past ROPE_IN_MAX_ROWS take the same command either way: one key for both.
+        let distinct = distinct && n <= ROPE_IN_MAX_ROWS;
+        let key = (n, greedy, distinct);
+        if !self.lanes[lane].commands.contains_key(&key) {
+            let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: !greedy, distinct }, None)?;
+            self.lanes[lane].commands.insert(key, c);
         }
-        self.lanes[lane].commands.get(&(n, greedy)).map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
+        self.lanes[lane].commands.get(&key).map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
     }
 
     /// Record one pass of `shape` over lane `lane`'s scratch into a command buffer of its own
@@ -586,7 +601,7 @@ impl VulkanHome {
         let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (12 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
         self.write_meta(0, rows)?;
         let mut clock = StageClock { ts: &ts, labels: Vec::new() };
-        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true }, Some(&mut clock))?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true, distinct: narrow.is_none() && distinct_regions(rows) }, Some(&mut clock))?;
         self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         let labels = clock.labels;
         let t = ts.read(labels.len() as u32)?;
@@ -620,7 +635,7 @@ impl VulkanHome {
     /// submitted; returns the logits of the rows in `keep`.
     fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
         self.write_meta(0, rows)?;
-        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true }, None)?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true, distinct: false }, None)?;
         self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         if keep.is_empty() {
             return Ok(Vec::new());
@@ -635,14 +650,13 @@ impl VulkanHome {
     /// keys another row of the step stores.) Returns (lane, rows) of each pass in row order;
     /// its logits and ids are in that lane's scratch.
     fn run_step(&mut self, rows: &[(u32, u32, u32)], greedy: bool) -> Result<Vec<(usize, usize)>, VkError> {
-        let mut seen = std::collections::HashSet::new();
-        let distinct = rows.iter().all(|r| seen.insert(r.0));
+        let distinct = distinct_regions(rows);
         let groups: Vec<usize> = self.wide.passes(rows.len(), distinct).into_iter().map(|(_, n)| n).collect();
         self.ensure_lanes(groups.len())?;
         let mut cmds = Vec::with_capacity(groups.len());
         let mut at = 0;
         for (lane, &n) in groups.iter().enumerate() {
-            cmds.push(self.command(lane, n, greedy)?);
+            cmds.push(self.command(lane, n, greedy, distinct)?);
             self.write_meta(lane, &rows[at..at + n])?;
             at += n;
         }
@@ -688,6 +702,12 @@ impl VulkanHome {
         }
         Ok(out)
     }
+}
+
+/// Whether every row (region, position, token) has a region of its own.
+fn distinct_regions(rows: &[(u32, u32, u32)]) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    rows.iter().all(|r| seen.insert(r.0))
 }
 
 /// The decline said (once) when segments of one prefill cannot share a window chain exactly.
@@ -867,7 +887,7 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
 impl Scratch {
     /// Scratch for passes of up to `rows` rows (PF_WINDOW or NROW_MAX: only windows and GEMM
     /// passes split K) landing up to `out_rows` logits rows; `scratch_bytes` counts it.
-    fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, q8: bool, out_rows: usize, rows: usize) -> Result<Scratch, VkError> {
+    fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, q8: bool, rope_in: bool, out_rows: usize, rows: usize) -> Result<Scratch, VkError> {
         let r = rows;
         let (split_part, split_done) = if rows > NROW_MAX { split_slot_bytes(&gpu.info, cfg) } else { (0, 0) };
         let dev = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Device);
@@ -898,6 +918,7 @@ impl Scratch {
             q8,
             dot: q8 && crate::gemv_dot::dot_ok(&gpu.info) && !matches!(std::env::var("RESIN_VK_GEMV").as_deref(), Ok("portable" | "subgroup")),
             merge_attn: std::env::var("RESIN_VK_ATTN_MERGE").as_deref() != Ok("0"),
+            rope_in,
             done: {
                 let mut b = dev(WINDOW_ATTN_MIN_ROWS.max(HomeSpec::wide_rows(out_rows)) * cfg.n_head)?;
                 b.fill_u32(0)?;
@@ -1112,7 +1133,18 @@ struct PassShape<'a> {
     narrow: Option<&'a [u32]>,
     /// Copy the logits rows to the host (false: a greedy step reads only the argmax ids).
     to_host: bool,
+    /// Every row's region is its own (no row attends to a key another row stores): a token
+    /// command's attention may then rope and store q, k and v itself, one dispatch and barrier
+    /// fewer a layer (f16 and f32 mirrors, no q/k norm, up to ROPE_IN_MAX_ROWS rows).
+    distinct: bool,
 }
+
+/// Rows up to which a token command's attention ropes and stores itself (rows of distinct
+/// regions). Measured on the H200 (BENCHMARKS.md, thirteenth session): the one-row command
+/// gains 4-6% (the 1B's step 1,345 -> 1,268 us, the 3B's 3,095 -> 3,000), while the 8-row
+/// command and the 32-row wide step lose 1-2% (each workgroup's rope costs more than the
+/// dispatch it saves once rows share it).
+const ROPE_IN_MAX_ROWS: usize = 1;
 
 /// One pass: embed, every layer, final norm, classifier, argmax.
 #[allow(clippy::too_many_arguments)]
@@ -1149,6 +1181,9 @@ fn record_pass(
         n_pieces: attn_pieces(n),
         scale: 1.0 / (cfg.head_dim as f32).sqrt(),
     };
+    // A token command of rows with regions of their own: the attention ropes and stores
+    // (VulkanOptions::rope_in_attention; the same bits as the rope_store dispatch).
+    let rope_in = shape.narrow.is_none() && shape.distinct && n <= ROPE_IN_MAX_ROWS && s.merge_attn && s.rope_in && codec != KvCodec::Q8_0 && !cfg.qk_norm && cfg.head_dim <= 256;
     // After the last layer's attention a window keeps only the rows that need logits.
     let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None }, &s.att, n);
     let out = output.unwrap_or(embd);
@@ -1159,10 +1194,12 @@ fn record_pass(
         norm_mm(rec, n, &mut r, &ly.attn_norm, &qkv, s, norm, &mut clock, "attn_norm", l)?;
         rec.barrier();
         mark(&mut clock, cmd, "qkv", l);
-        let binds = [(&s.q).into(), (&s.k).into(), (&s.v).into(), (&ly.bias).into(), (&ly.qk_norm).into(), rope.into(), (&s.meta).into(), (&ly.mk).into(), (&ly.mv).into()];
-        rec.rope_store(style, codec, nr, binds, rp)?;
-        rec.barrier();
-        mark(&mut clock, cmd, "rope_store", l);
+        if !rope_in {
+            let binds = [(&s.q).into(), (&s.k).into(), (&s.v).into(), (&ly.bias).into(), (&ly.qk_norm).into(), rope.into(), (&s.meta).into(), (&ly.mk).into(), (&ly.mv).into()];
+            rec.rope_store(style, codec, nr, binds, rp)?;
+            rec.barrier();
+            mark(&mut clock, cmd, "rope_store", l);
+        }
         if last && shape.narrow.is_some_and(|k| k.is_empty()) {
             // A window landing no logits: its last layer only stores K/V.
             return Ok(());
@@ -1175,7 +1212,8 @@ fn record_pass(
             // The combine rounds its output for attn_out itself, unless rows are gathered after.
             let round = if last && shape.narrow.is_some() { None } else { attn_round(&ly.attn_out, n, cfg, s)? };
             rounded = round.is_some();
-            rec.attention_round(codec, nr, AttnBinds { q: (&s.q).into(), mk: (&ly.mk).into(), mv: (&ly.mv).into(), meta: (&s.meta).into(), part: (&s.part).into(), out: (&s.att).into() }, round, s.merge_attn.then(|| (&s.done).into()), ap)?;
+            let own_rope = rope_in.then(|| AttnRope { k: (&s.k).into(), v: (&s.v).into(), bias: (&ly.bias).into(), table: rope.into(), rope_dims: cfg.rope_dims as u32, style, bias_on: cfg.qkv_bias });
+            rec.attention_round(codec, nr, AttnBinds { q: (&s.q).into(), mk: (&ly.mk).into(), mv: (&ly.mv).into(), meta: (&s.meta).into(), part: (&s.part).into(), out: (&s.att).into() }, round, s.merge_attn.then(|| (&s.done).into()), own_rope, ap)?;
         }
         if last && shape.narrow.is_some() {
             rec.transfer_barrier(); // the gathers below copy

@@ -159,6 +159,32 @@ pub struct AttnBinds<'a> {
     pub out: Bind<'a>,
 }
 
+/// The rope-and-store that the merged decode attention takes in (attn.comp ROPE_IN): the rows'
+/// k and v projections, the biases and the rope table rope_store reads. Every row of the pass
+/// must have a region of its own.
+#[derive(Clone, Copy)]
+pub struct AttnRope<'a> {
+    pub k: Bind<'a>,
+    pub v: Bind<'a>,
+    pub bias: Bind<'a>,
+    pub table: Bind<'a>,
+    pub rope_dims: u32,
+    pub style: RopeStyle,
+    /// Add the q/k/v bias.
+    pub bias_on: bool,
+}
+
+/// The merged attention's push block with its rope's fields (ROPE_IN).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct AttnRopePush {
+    merge: AttnMergePush,
+    rope_dims: u32,
+    rflags: u32,
+}
+const _: () = assert!(std::mem::size_of::<AttnRopePush>() == 36);
+impl Push for AttnRopePush {}
+
 /// The push block of the attention that merges its own pieces (attn.comp COMBINE).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -477,17 +503,31 @@ impl Recorder<'_> {
     /// head_dim, ATTN_SLOTS)` floats. A row's result does not depend on `rows` or `n_pieces`.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(&mut self, codec: KvCodec, rows: u32, b: AttnBinds<'_>, p: AttnPush) -> Result<(), VkError> {
-        self.attention_round(codec, rows, b, None, None, p)
+        self.attention_round(codec, rows, b, None, None, None, p)
     }
 
     /// [`Recorder::attention`] whose combine also writes its output rounded as `round` asks
     /// (see [`AttnRound`]; the block must pass [`attn_round_heads`]), in the same dispatch.
     /// With `done` (at least `rows * n_head` zeroed words, left zeroed) the workgroup that
     /// finishes a row's head group last merges its pieces, in the attention's dispatch (no
-    /// combine dispatch and barrier); the same results bit for bit.
-    pub fn attention_round(&mut self, codec: KvCodec, rows: u32, b: AttnBinds<'_>, round: Option<AttnRound<'_>>, done: Option<Bind<'_>>, p: AttnPush) -> Result<(), VkError> {
+    /// combine dispatch and barrier); the same results bit for bit. With `rope` too (f16 or
+    /// f32 mirror), the attention ropes and stores its rows' q, k and v itself, what
+    /// [`Recorder::rope_store`] then a barrier would do, bit for bit (every row's region its
+    /// own).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_round(&mut self, codec: KvCodec, rows: u32, b: AttnBinds<'_>, round: Option<AttnRound<'_>>, done: Option<Bind<'_>>, rope: Option<AttnRope<'_>>, p: AttnPush) -> Result<(), VkError> {
         let AttnBinds { q, mk, mv, meta, part, out } = b;
         let c = codec_name(codec, p.head_dim)?;
+        if let Some(rp) = rope {
+            if done.is_none() || codec == KvCodec::Q8_0 || p.head_dim > 256 || rp.rope_dims > p.head_dim || !rp.rope_dims.is_multiple_of(2) || p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
+                return Err(VkError::Unsupported(format!(
+                    "the attention's own rope-and-store ({codec:?} mirror, head_dim {}, rope_dims {}, merged: {})",
+                    p.head_dim,
+                    rp.rope_dims,
+                    done.is_some()
+                )));
+            }
+        }
         if !(1..=ATTN_SLOTS).contains(&p.n_pieces) || p.head_dim as usize > MAX_HEAD_DIM || !p.head_dim.is_multiple_of(2) {
             return Err(VkError::Unsupported(format!("decode attention of {} workgroups a head over head_dim {}", p.n_pieces, p.head_dim)));
         }
@@ -508,7 +548,15 @@ impl Recorder<'_> {
         // The merged forms: the combine's binds after the attention's, its push after AttnPush.
         let merged = |rec: &mut Self, form: &str, block: u32, heads: u32, y: Bind<'_>, done: Bind<'_>| {
             let mp = AttnMergePush { attn: p, heads, count };
-            rec.run(&format!("attn_{form}_{c}"), &[WG, block], &[q, mk, mv, meta, part, out, y, done], &mp.bytes(), [p.n_head, p.n_pieces, rows])
+            let groups = [p.n_head, p.n_pieces, rows];
+            match rope {
+                None => rec.run(&format!("attn_{form}_{c}"), &[WG, block], &[q, mk, mv, meta, part, out, y, done], &mp.bytes(), groups),
+                Some(rp) => {
+                    let rflags = u32::from(rp.bias_on) | if rp.style == RopeStyle::Neox { 2 } else { 0 };
+                    let push = AttnRopePush { merge: mp, rope_dims: rp.rope_dims, rflags };
+                    rec.run(&format!("attn_{form}_{c}_rope"), &[WG, block], &[q, mk, mv, meta, part, out, y, done, rp.k, rp.v, rp.bias, rp.table], &push.bytes(), groups)
+                }
+            }
         };
         let (name, block, y) = match round {
             None => {

@@ -35,7 +35,7 @@ fn engine(m: &Model, gpu: &Arc<resin_vulkan::Gpu>, regions: usize) -> Engine {
 
 fn engine_ctx(m: &Model, gpu: &Arc<resin_vulkan::Gpu>, regions: usize, n_ctx: usize) -> Engine {
     let gpu = gpu.clone();
-    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes };
+    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() };
     let home = VulkanHome::on(gpu, m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap();
     Engine::start(Box::new(home), m.tok.clone(), EngineConfig::default())
 }

@@ -670,7 +670,7 @@ fn decode_attention_case(h: &mut Harness, n_head: usize, n_head_kv: usize, hd: u
                     return rec.attention(codec, n as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() }, p);
                 }
                 for _ in 0..2 {
-                    rec.attention_round(codec, n as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() }, None, Some((&done).into()), p)?;
+                    rec.attention_round(codec, n as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() }, None, Some((&done).into()), None, p)?;
                     rec.barrier();
                 }
                 Ok(())
@@ -771,10 +771,10 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
                 h.run(|rec| {
                     let d = merge.then(|| (&done).into());
                     let round = Some(AttnRound::Rounded { block, y: (&fq).into() });
-                    rec.attention_round(codec, rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&oq).into() }, round, d, p)?;
+                    rec.attention_round(codec, rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&oq).into() }, round, d, None, p)?;
                     rec.barrier();
                     let round = Some(AttnRound::Packed { layout: l, out: (&fp).into() });
-                    rec.attention_round(codec, rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&op).into() }, round, d, p)
+                    rec.attention_round(codec, rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&op).into() }, round, d, None, p)
                 });
                 assert_eq!(bits(&oq, count), want_out, "{what}: output (rounding form)");
                 assert_eq!(bits(&op, count), want_out, "{what}: output (packing form)");
@@ -890,4 +890,91 @@ fn grid_sync_floor() {
     }
     let g = h.buf_f32(&vec![0.5f32; 64]);
     eprintln!("for comparison, swiglu of 64 values: {:.2} us a dispatch and barrier", h.time_chained(phases, &mut |rec| rec.swiglu(64, (&g).into(), (&g).into())));
+}
+
+/// The merged decode attention that ropes and stores its rows' q, k and v itself (attn.comp
+/// ROPE_IN) against rope_store, a barrier, then the merged attention: the same mirror bytes
+/// and the same outputs, bit for bit, for NORM and NEOX pairs, with and without bias, rope
+/// over all dims and over part of them, f16 and f32 mirrors, 1 and 4 workgroups a head, rows
+/// of three regions (one key, a few chunks). Controls: another rope style, or no bias, must
+/// move the outputs.
+#[test]
+fn attention_that_ropes_equals_rope_store_then_attention() {
+    let Some(mut h) = Harness::new() else { return };
+    let (n_head, n_head_kv, hd) = (6usize, 2usize, 64usize);
+    let (q_dim, kv_dim, n_ctx) = (n_head * hd, n_head_kv * hd, 160usize);
+    let mut rng = Rng(77);
+    // (keys, region) of each row: its newest key at keys - 1.
+    let rr = [(1usize, 0usize), (77, 1), (150, 2)];
+    let rows = rr.len();
+    let meta: Vec<RowMeta> = rr.iter().map(|&(keys, reg)| RowMeta { token: 0, pos: keys as u32 - 1, kv_base: (reg * n_ctx * kv_dim) as u32, keys: keys as u32 }).collect();
+    let mb = h.buf_bytes(&RowMeta::words(&meta));
+    for (style, codec, bias_on, rope_dims) in [
+        (resin_model::RopeStyle::Norm, resin_core::KvCodec::F16, false, hd),
+        (resin_model::RopeStyle::Neox, resin_core::KvCodec::F16, true, hd),
+        (resin_model::RopeStyle::Norm, resin_core::KvCodec::F32, true, 32),
+        (resin_model::RopeStyle::Neox, resin_core::KvCodec::F32, false, 48),
+    ] {
+        let what = format!("{style:?} {codec:?} bias {bias_on} rope_dims {rope_dims}");
+        let elems = 3 * n_ctx * kv_dim;
+        let mirror: Vec<u8> = if codec == resin_core::KvCodec::F16 {
+            rng.vec(elems, 2.0).iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect()
+        } else {
+            f32_bytes(&rng.vec(elems, 2.0))
+        };
+        let q = rng.vec(rows * q_dim, 2.0);
+        let (k, v) = (rng.vec(rows * kv_dim, 2.0), rng.vec(rows * kv_dim, 2.0));
+        let bias = rng.vec(q_dim + 2 * kv_dim, 0.5);
+        let table = resin_vulkan::home::rope_table(n_ctx, rope_dims, 10000.0);
+        let (kb, vb, bb, tb, nb) = (h.buf_f32(&k), h.buf_f32(&v), h.buf_f32(&bias), h.buf_f32(&table), h.buf_f32(&vec![1.0; 2 * hd]));
+        let scale = 1.0 / (hd as f32).sqrt();
+        // One path: (outputs, K mirror bytes, V mirror bytes).
+        let run = |h: &mut Harness, own: bool, style: resin_model::RopeStyle, bias_on: bool, pieces: u32| -> (Vec<f32>, Vec<u32>, Vec<u32>) {
+            let (mk, mv) = (h.buf_bytes(&mirror), h.buf_bytes(&mirror));
+            let qb = h.buf_f32(&q);
+            let part = h.poisoned(attn_part_len(rows, n_head, hd, ATTN_SLOTS as usize));
+            let ob = h.poisoned(rows * q_dim);
+            let done = h.buf_f32(&vec![0.0; rows * n_head]);
+            let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale };
+            let binds = AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() };
+            h.run(|rec| {
+                if own {
+                    let rope = AttnRope { k: (&kb).into(), v: (&vb).into(), bias: (&bb).into(), table: (&tb).into(), rope_dims: rope_dims as u32, style, bias_on };
+                    return rec.attention_round(codec, rows as u32, binds, None, Some((&done).into()), Some(rope), p);
+                }
+                let rp = RopePush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, rope_dims: rope_dims as u32, flags: if bias_on { ROPE_BIAS } else { 0 }, eps: 1e-6 };
+                rec.rope_store(style, codec, rows as u32, [(&qb).into(), (&kb).into(), (&vb).into(), (&bb).into(), (&nb).into(), (&tb).into(), (&mb).into(), (&mk).into(), (&mv).into()], rp)?;
+                rec.barrier();
+                rec.attention_round(codec, rows as u32, binds, None, Some((&done).into()), None, p)
+            });
+            let words = mirror.len() / 4;
+            (ob.read_f32(0, rows * q_dim).unwrap(), mk.read_u32(0, words).unwrap(), mv.read_u32(0, words).unwrap())
+        };
+        for pieces in [1u32, 4] {
+            let (out_a, mk_a, mv_a) = run(&mut h, false, style, bias_on, pieces);
+            let (out_b, mk_b, mv_b) = run(&mut h, true, style, bias_on, pieces);
+            assert!(mk_a == mk_b, "{what} pieces {pieces}: the K mirror differs ({} words)", mk_a.iter().zip(&mk_b).filter(|(a, b)| a != b).count());
+            assert!(mv_a == mv_b, "{what} pieces {pieces}: the V mirror differs");
+            assert!(mk_a != words_of(&mirror), "{what}: the newest keys were stored");
+            let differ = out_a.iter().zip(&out_b).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            if differ > 0 {
+                for r in 0..rows {
+                    let (a, b) = (&out_a[r * q_dim..(r + 1) * q_dim], &out_b[r * q_dim..(r + 1) * q_dim]);
+                    let n = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+                    eprintln!("row {r}: {n} differ; first {:?} vs {:?}", &a[..4], &b[..4]);
+                }
+            }
+            assert!(differ == 0, "{what} pieces {pieces}: {differ} of {} outputs differ", out_a.len());
+            assert!(out_a.iter().all(|x| x.is_finite()));
+        }
+        // Controls: the other pair style; the bias flipped.
+        let other = if style == resin_model::RopeStyle::Norm { resin_model::RopeStyle::Neox } else { resin_model::RopeStyle::Norm };
+        let (base, _, _) = run(&mut h, true, style, bias_on, 1);
+        assert!(!bits_equal(&run(&mut h, true, other, bias_on, 1).0, &base), "control {what}: another rope style must move the outputs");
+        assert!(!bits_equal(&run(&mut h, true, style, !bias_on, 1).0, &base), "control {what}: the bias must move the outputs");
+    }
+}
+
+fn words_of(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }

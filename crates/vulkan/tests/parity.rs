@@ -24,7 +24,7 @@ fn homes_with(name: &str, n_ctx: usize, regions: usize, q8_activations: bool) ->
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let cpu = CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap();
-    let vk = VulkanHome::on(gpu, file, cfg, &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None, wide: WideMode::from_env() }, Arc::new(Counters::default())).unwrap();
+    let vk = VulkanHome::on(gpu, file, cfg, &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None, wide: WideMode::from_env(), ..VulkanOptions::default() }, Arc::new(Counters::default())).unwrap();
     Some((cpu, vk))
 }
 
@@ -133,6 +133,80 @@ fn nrow_step_equals_rows_alone_and_regions_stay_apart() {
     assert!(rel_l2(a.row(0), b.row(0)) > 1e-3, "regions must not share keys");
 }
 
+/// A Vulkan home alone (no CPU home), its mirror codec and whether its attention ropes.
+fn vk_home(name: &str, regions: usize, codec: KvCodec, rope_in_attention: bool) -> Option<VulkanHome> {
+    let gpu = common::gpu()?;
+    // RESIN_TEST_GGUF (common::model) names another file, as on the GPU machine.
+    let common::Model { file, cfg, .. } = common::model(name);
+    let opts = VulkanOptions { n_ctx: Some(64), regions, codec, rope_in_attention, ..VulkanOptions::default() };
+    Some(VulkanHome::on(gpu, file, cfg, &opts, Arc::new(Counters::default())).unwrap())
+}
+
+/// Token commands whose attention ropes and stores q, k and v itself (rows of distinct
+/// regions: one row, three rows) give the logits of the rope_store
+/// dispatch bit for bit, and store the same K/V (the steps after read them back), on NORM rope
+/// (SmolLM2) and NEOX rope with q/k/v bias (Qwen2.5), f16 and f32 mirrors; a peel (rows of one
+/// region) keeps the dispatch. Control: the next position's logits differ. The profile says
+/// which path ran.
+#[test]
+fn the_attention_ropes_and_stores_as_the_rope_dispatch() {
+    for (name, codec) in [("smollm2-135m", KvCodec::F16), ("qwen2.5-coder-0.5b", KvCodec::F16), ("smollm2-135m", KvCodec::F32)] {
+        let Some(mut own) = vk_home(name, 3, codec, true) else { return };
+        let mut plain = vk_home(name, 3, codec, false).unwrap();
+        let mut plain2 = vk_home(name, 3, codec, false).unwrap();
+        let what = format!("{name} {codec:?}");
+        for h in [&mut own, &mut plain, &mut plain2] {
+            for r in 0..3u32 {
+                let start = r as usize * 2;
+                h.prefill(&[Segment { region: RegionId(r), start: 0, tokens: &PROMPT[start..start + 6] }]).unwrap();
+            }
+        }
+        let same = |rows: &[Row], own: &mut VulkanHome, plain: &mut VulkanHome| {
+            let x = own.step(rows).unwrap();
+            let y = plain.step(rows).unwrap();
+            let differ = x.data.iter().zip(&y.data).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            let worst = x.data.iter().zip(&y.data).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(differ == 0, "{what}: {} rows at {:?}: the attention's own rope differs from the dispatch ({differ} of {} logits, by up to {worst})", rows.len(), rows[0], x.data.len());
+            x
+        };
+        // Two homes of one path agree (the comparison's premise).
+        let r0 = [Row { region: RegionId(0), token: 46, pos: 6 }];
+        let (a, b) = (plain.step(&r0).unwrap(), plain2.step(&r0).unwrap());
+        assert!(common::bits_equal(&a.data, &b.data), "{what}: two homes of the rope_store path differ");
+        let b = own.step(&r0).unwrap();
+        assert!(common::bits_equal(&a.data, &b.data), "{what}: one row: the attention's own rope differs from the dispatch");
+        drop(plain2);
+        // Each region's row alone, then three rows of three regions, twice.
+        let mut prev: Vec<f32> = Vec::new();
+        for (pos, together) in [(6u32, false), (7, true), (8, true)] {
+            let rows: Vec<Row> = (0..3u32).map(|r| Row { region: RegionId(r), token: 40 + r + pos, pos }).collect();
+            let first = if together {
+                same(&rows, &mut own, &mut plain).row(0).to_vec()
+            } else {
+                let x = same(&rows[..1], &mut own, &mut plain).row(0).to_vec();
+                same(&rows[1..2], &mut own, &mut plain);
+                same(&rows[2..], &mut own, &mut plain);
+                x
+            };
+            assert!(first != prev, "control {what}: the next position's logits must differ");
+            prev = first;
+        }
+        let pos = 9u32;
+        // A peel: two rows of region 0 at consecutive positions (the rope_store path).
+        let peel = [Row { region: RegionId(0), token: 7, pos }, Row { region: RegionId(0), token: 8, pos: pos + 1 }];
+        same(&peel, &mut own, &mut plain);
+        // Which path ran.
+        let rope_stages = |h: &mut VulkanHome, rows: &[Row]| h.profile_step(rows).unwrap().map(|st| st.iter().filter(|(l, _)| l.starts_with("rope_store")).count());
+        let row = [Row { region: RegionId(1), token: 9, pos: pos + 2 }];
+        if let (Some(o), Some(p)) = (rope_stages(&mut own, &row), rope_stages(&mut plain, &row)) {
+            assert_eq!(o, 0, "{what}: the one-row command ropes in its attention");
+            assert!(p > 0, "{what}: the plain home runs rope_store");
+            let peel = [Row { region: RegionId(2), token: 9, pos: pos + 2 }, Row { region: RegionId(2), token: 9, pos: pos + 3 }];
+            assert!(rope_stages(&mut own, &peel).unwrap() > 0, "{what}: a peel keeps rope_store");
+        }
+    }
+}
+
 /// A home whose commands and window pipelines were built ahead (`prewarm`, what the binary
 /// does at load) steps and prefills bit for bit as one that builds them on first use.
 #[test]
@@ -206,7 +280,7 @@ fn declines_are_counted_once_with_their_reason() {
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let counters = Arc::new(Counters::default());
-    let opts = VulkanOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::Q8_0, q8_activations: true, progress: None, wide: WideMode::from_env() };
+    let opts = VulkanOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::Q8_0, q8_activations: true, progress: None, wide: WideMode::from_env(), ..VulkanOptions::default() };
     // The q8_0 mirror stores whole 32-value blocks a head: a head dim of 48 (the model's
     // config edited; the plan declines before anything is read with it) is declined.
     let odd = ModelConfig { head_dim: 48, ..cfg.clone() };

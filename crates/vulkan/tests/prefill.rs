@@ -30,7 +30,7 @@ fn vulkan(m: &Model, n_ctx: usize, regions: usize) -> Option<(VulkanHome, Arc<Co
 fn vulkan_wide(m: &Model, n_ctx: usize, regions: usize, wide: WideMode) -> Option<(VulkanHome, Arc<Counters>)> {
     let gpu = common::gpu()?;
     let counters = Arc::new(Counters::default());
-    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations: true, progress: None, wide };
+    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations: true, progress: None, wide, ..VulkanOptions::default() };
     Some((VulkanHome::on(gpu, m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap(), counters))
 }
 

@@ -11,6 +11,13 @@
 // Within a chunk the arithmetic is the CPU home's (attention.rs: ops::dot's order, the weights
 // summed in key order, the values by fused multiply-adds), so up to 64 keys differ from the
 // oracle by exp's ulps alone: fewer flips of the 8-bit roundings downstream.
+// ROPE_IN (with COMBINE; f16 and f32 mirrors): the rope-and-store of the rows' q, k and v
+// happens here, not in a dispatch before: each workgroup ropes its head of q (common/rope.glsl,
+// rope_store.comp's arithmetic), the workgroup whose pieces hold the row's newest key (its own,
+// at pos = keys - 1) ropes that key and takes its value from k and v, rounded as the mirror
+// holds them, and the first head of each kv group writes them into the mirror. Every row's
+// region must differ from the other rows' (a row reads no key another row of the pass
+// writes): the host records this form for such steps.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 
@@ -31,6 +38,25 @@ layout(std430, set = 0, binding = 2) readonly buffer MV { uint mv[]; };
 layout(std430, set = 0, binding = 1) readonly buffer MK { uint mk[]; };
 layout(std430, set = 0, binding = 1) readonly buffer MK4 { uvec4 mk4[]; };
 layout(std430, set = 0, binding = 2) readonly buffer MV { uint mv[]; };
+#endif
+#ifdef ROPE_IN
+// The newest key and value are stored through these (the reads above never reach them:
+// they come from kf and vf), so the reads keep the read-only path.
+#ifdef KV_F32
+layout(std430, set = 0, binding = 1) writeonly buffer MKW { float mkw[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer MVW { float mvw[]; };
+#else
+layout(std430, set = 0, binding = 1) writeonly buffer MKW { uint mkw[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer MVW { uint mvw[]; };
+#endif
+#endif
+#ifdef ROPE_IN
+// The rows' k and v projections, the biases [q_dim | kv_dim | kv_dim] and the (cos, sin)
+// table [n_ctx][rope_dims / 2][2], as rope_store.comp reads them.
+layout(std430, set = 0, binding = 8) readonly buffer K { float kin[]; };
+layout(std430, set = 0, binding = 9) readonly buffer V { float vin[]; };
+layout(std430, set = 0, binding = 10) readonly buffer Bias { float bias[]; };
+layout(std430, set = 0, binding = 11) readonly buffer Rope { float cs[]; };
 #endif
 layout(std430, set = 0, binding = 3) readonly buffer Meta { uint meta[]; };
 // Partials: [row][head][ATTN_SLOTS] -> (m, l) and acc[head_dim].
@@ -60,6 +86,10 @@ layout(push_constant) uniform Push {
     uint heads;   // heads a merge (1 without QACT)
     uint count;   // values of the pass (rows * n_head * head_dim): the packed layout's offsets
 #endif
+#ifdef ROPE_IN
+    uint rope_dims;
+    uint rflags;  // 1: add the q/k/v bias, 2: NEOX pairs (halves), else NORM (neighbours)
+#endif
 } p;
 
 #include "meta.glsl"
@@ -74,6 +104,15 @@ Q8_READER(q8v, mv)
 #endif
 
 shared float qs[256];
+#ifdef ROPE_IN
+#include "rope.glsl"
+shared float rin[512];  // the q head, then the k head, before the rotation
+shared float kf[256];   // the newest key and value, as the mirror holds them
+shared float vf[256];
+shared uint hw[256];    // the newest key's and value's f16 words (KV f16)
+bool fresh_wg;          // this workgroup's pieces hold the newest key
+uint fresh_e;           // the newest key's mirror element (its row's first)
+#endif
 shared float sc[256];   // the chunk's scores
 shared float pe[256];   // the chunk's exp(s - max) (0 past the keys)
 
@@ -147,18 +186,34 @@ float[16] key16(uint e, uint i) {
 
 // q . k in the CPU home's order (ops::dot): 16 lanes of fused multiply-adds over the dims, its
 // reduction tree, then the dims past a multiple of 16 one by one. Loads go out 32 dims at once.
+#ifdef ROPE_IN
+// The newest key from kf (the same values the mirror holds), any other from the mirror.
+float[16] key16s(uint e, uint i) {
+    if (fresh_wg && e == fresh_e) {
+        float kk[16];
+        for (uint k = 0u; k < 16u; k++) kk[k] = kf[i + k];
+        return kk;
+    }
+    return key16(e, i);
+}
+float kvals(uint e, uint i) { return fresh_wg && e == fresh_e ? kf[i] : kval(e + i); }
+#else
+#define key16s key16
+#define kvals(e, i) kval((e) + (i))
+#endif
+
 float score(uint e, uint hd) {
     float acc[16];
     for (uint k = 0u; k < 16u; k++) acc[k] = 0.0;
     uint i = 0u;
     for (; i + 32u <= hd; i += 32u) {
-        float k0[16] = key16(e, i);
-        float k1[16] = key16(e, i + 16u);
+        float k0[16] = key16s(e, i);
+        float k1[16] = key16s(e, i + 16u);
         lanes(acc, i, k0);
         lanes(acc, i + 16u, k1);
     }
     if (i + 16u <= hd) {
-        lanes(acc, i, key16(e, i));
+        lanes(acc, i, key16s(e, i));
         i += 16u;
     }
     precise float t0 = acc[0] + acc[8], t1 = acc[1] + acc[9], t2 = acc[2] + acc[10], t3 = acc[3] + acc[11];
@@ -166,7 +221,7 @@ float score(uint e, uint hd) {
     precise float u0 = t0 + t4, u1 = t1 + t5, u2 = t2 + t6, u3 = t3 + t7;
     precise float sum = (u0 + u2) + (u1 + u3);
     for (; i < hd; i++) {
-        precise float pr = qs[i] * kval(e + i);
+        precise float pr = qs[i] * kvals(e, i);
         sum = sum + pr;
     }
     return sum;
@@ -187,8 +242,91 @@ void main() {
     // The whole workgroup leaves together, before any barrier.
     if (slot >= npc) return;
 
+#ifdef ROPE_IN
+    {
+        uint pos = keys - 1u;
+        uint q_dim = p.n_head * hd;
+        bool bias_on = (p.rflags & 1u) != 0u;
+        fresh_wg = (npc - 1u) % p.n_pieces == slot;
+        fresh_e = base + pos * kv_dim;
+        for (uint i = t; i < hd; i += WG) {
+            float a = q[(r * p.n_head + h) * hd + i];
+            if (bias_on) a = with_bias(a, bias[h * hd + i]);
+            rin[i] = a;
+            if (fresh_wg) {
+                float kk = kin[r * kv_dim + g * hd + i];
+                float vv = vin[r * kv_dim + g * hd + i];
+                if (bias_on) {
+                    kk = with_bias(kk, bias[q_dim + g * hd + i]);
+                    vv = with_bias(vv, bias[q_dim + kv_dim + g * hd + i]);
+                }
+                rin[256u + i] = kk;
+                vf[i] = vv;
+            }
+        }
+        barrier();
+        uint half_r = p.rope_dims / 2u;
+        uint crow = pos * half_r;
+        bool neox = (p.rflags & 2u) != 0u;
+        for (uint i = t; i < hd; i += WG) {
+            if (i < half_r) {
+                uint i0, i1;
+                rope_pair(i, half_r, neox, i0, i1);
+                float c = cs[2u * (crow + i)];
+                float s = cs[2u * (crow + i) + 1u];
+                float o0, o1;
+                rope_rotate(rin[i0], rin[i1], c, s, o0, o1);
+                qs[i0] = o0;
+                qs[i1] = o1;
+                if (fresh_wg) {
+                    rope_rotate(rin[256u + i0], rin[256u + i1], c, s, o0, o1);
+                    kf[i0] = o0;
+                    kf[i1] = o1;
+                }
+            } else if (i >= p.rope_dims) {
+                qs[i] = rin[i];
+                if (fresh_wg) kf[i] = rin[256u + i];
+            }
+        }
+        barrier();
+        if (fresh_wg) {
+            // The group's first head writes the mirror row; every fresh workgroup reads the
+            // key and value back as the mirror holds them.
+            bool writer = h % (p.n_head / p.n_head_kv) == 0u;
+#ifdef KV_F32
+            if (writer) {
+                for (uint i = t; i < hd; i += WG) {
+                    mkw[fresh_e + i] = kf[i];
+                    mvw[fresh_e + i] = vf[i];
+                }
+            }
+#else
+            for (uint j = t; j < hd / 2u; j += WG) {
+                uint i = 2u * j;
+                uint wk = packHalf2x16(vec2(clamp_half(kf[i]), clamp_half(kf[i + 1u])));
+                uint wv = packHalf2x16(vec2(clamp_half(vf[i]), clamp_half(vf[i + 1u])));
+                if (writer) {
+                    mkw[(fresh_e + i) >> 1] = wk;
+                    mvw[(fresh_e + i) >> 1] = wv;
+                }
+                hw[j] = wk;
+                hw[128u + j] = wv;
+            }
+            barrier();
+            // Unpacked from the words in shared memory (a compiler may fold an unpack of the
+            // pack just made into the unrounded value, which the mirror does not hold).
+            for (uint i = t; i < hd; i += WG) {
+                kf[i] = unpackHalf2x16(hw[i >> 1] >> ((i & 1u) * 16u)).x;
+                vf[i] = unpackHalf2x16(hw[128u + (i >> 1)] >> ((i & 1u) * 16u)).x;
+            }
+#endif
+            barrier();
+        }
+    }
+#else
     for (uint i = t; i < hd; i += WG) qs[i] = q[(r * p.n_head + h) * hd + i];
     barrier();
+#endif
 
     for (uint pc = slot; pc < npc; pc += p.n_pieces) {
         uint k0 = pc * per;
@@ -200,8 +338,18 @@ void main() {
 
         for (uint c0 = k0; c0 < k1; c0 += WG) {
             uint cn = min(WG, k1 - c0);
+#ifdef ROPE_IN
+            bool fresh_chunk = fresh_wg && c0 + cn == keys;   // holds the newest key, its last
+#else
+            const bool fresh_chunk = false;
+#endif
             float s = -1.0 / 0.0;
-            if (t < cn) s = score(base + (c0 + t) * kv_dim, hd) * p.scale;
+            // precise: no contraction of the scaling with the max's subtraction below, which a
+            // compiler could otherwise choose differently in each form of this kernel.
+            if (t < cn) {
+                precise float sv = score(base + (c0 + t) * kv_dim, hd) * p.scale;
+                s = sv;
+            }
             sc[t] = s;
             // Also: every thread is done reading the previous chunk's pe.
             barrier();
@@ -210,8 +358,10 @@ void main() {
             for (uint i = 0u; i < WG; i += 4u)
                 for (uint k = 0u; k < 4u; k++) c4[k] = max(c4[k], sc[i + k]);
             float cmax = max(max(c4[0], c4[1]), max(c4[2], c4[3]));
-            float rescale = exp(m - cmax);
-            pe[t] = t < cn ? exp(s - cmax) : 0.0;
+            precise float dm = m - cmax;
+            precise float ds = s - cmax;
+            float rescale = exp(dm);
+            pe[t] = t < cn ? exp(ds) : 0.0;
             barrier();
             // The weights' sum in key order (pe is 0 past cn), taken inside the first dim's
             // value loop so its chain of adds overlaps the value loads (thread 0's is the one
@@ -220,10 +370,12 @@ void main() {
             for (uint d = 0u; d < MAXD; d++) {
                 uint dim = t + d * WG;
                 if (dim >= hd) break;
-                float a = acc[d] * rescale;
+                precise float a = acc[d] * rescale;
                 uint e0 = base + c0 * kv_dim + dim;
                 uint i = 0u;
-                for (; i + VB <= cn; i += VB) {
+                // The keys from the mirror (ROPE_IN: all but the pass's newest, the last key).
+                uint cm = cn - (fresh_chunk ? 1u : 0u);
+                for (; i + VB <= cm; i += VB) {
                     float vv[VB];
                     for (uint k = 0u; k < VB; k++) vv[k] = vval(e0 + (i + k) * kv_dim);
                     for (uint k = 0u; k < VB; k++) {
@@ -231,13 +383,21 @@ void main() {
                         if (d == 0u) psum += pe[i + k];
                     }
                 }
-                for (; i < cn; i++) {
+                for (; i < cm; i++) {
                     a = fma(pe[i], vval(e0 + i * kv_dim), a);
                     if (d == 0u) psum += pe[i];
                 }
+#ifdef ROPE_IN
+                // Then the newest key's value, in its place in the order (the last).
+                if (fresh_chunk) {
+                    a = fma(pe[cm], vf[dim], a);
+                    if (d == 0u) psum += pe[cm];
+                }
+#endif
                 acc[d] = a;
             }
-            l = l * rescale + psum;
+            precise float lr = l * rescale + psum;
+            l = lr;
             m = cmax;
         }
         uint ob = ((r * p.n_head + h) * ATTN_SLOTS + pc) * (hd + 2u);

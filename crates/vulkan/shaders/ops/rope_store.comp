@@ -45,6 +45,7 @@ layout(push_constant) uniform Push {
 } p;
 
 #include "meta.glsl"
+#include "rope.glsl"
 #ifdef KV_Q8
 #include "kvq8.glsl"
 #endif
@@ -94,8 +95,6 @@ shared float qid[32];   // each block's inverse scale 1 / d (0 when d is 0)
     }
 #endif
 
-float clamp_half(float x) { return clamp(x, -65504.0, 65504.0); }
-
 void main() {
     uint h = gl_WorkGroupID.x;
     uint r = gl_WorkGroupID.y;
@@ -111,10 +110,7 @@ void main() {
 
     for (uint i = t; i < hd; i += WG) {
         float a = is_q ? q[src + i] : k[src + i];
-        if ((p.flags & 1u) != 0u) {
-            precise float b = a + bias[boff + i];
-            a = b;
-        }
+        if ((p.flags & 1u) != 0u) a = with_bias(a, bias[boff + i]);
         hin[i] = a;
     }
     barrier();
@@ -140,16 +136,16 @@ void main() {
     uint crow = pos * half_r;
     for (uint i = t; i < hd; i += WG) {
         if (i < half_r) {
+            uint i0, i1;
 #ifdef ROPE_NEOX
-            uint i0 = i, i1 = i + half_r;
+            rope_pair(i, half_r, true, i0, i1);
 #else
-            uint i0 = 2u * i, i1 = 2u * i + 1u;
+            rope_pair(i, half_r, false, i0, i1);
 #endif
             float c = cs[2u * (crow + i)];
             float s = cs[2u * (crow + i) + 1u];
-            float a = hin[i0], b = hin[i1];
-            precise float o0 = a * c - b * s;
-            precise float o1 = a * s + b * c;
+            float o0, o1;
+            rope_rotate(hin[i0], hin[i1], c, s, o0, o1);
             hout[i0] = o0;
             hout[i1] = o1;
         } else if (i >= p.rope_dims) {
@@ -167,20 +163,14 @@ void main() {
     for (uint i = t; i < hd; i += WG) {
         mk[dst + i] = hout[i];
         float a = v[src + i];
-        if ((p.flags & 1u) != 0u) {
-            precise float b = a + bias[vb + i];
-            a = b;
-        }
+        if ((p.flags & 1u) != 0u) a = with_bias(a, bias[vb + i]);
         mv[dst + i] = a;
     }
 #elif defined(KV_Q8)
     // The v head (plus bias) into hin (free since the rotation's barrier).
     for (uint i = t; i < hd; i += WG) {
         float a = v[src + i];
-        if ((p.flags & 1u) != 0u) {
-            precise float b = a + bias[vb + i];
-            a = b;
-        }
+        if ((p.flags & 1u) != 0u) a = with_bias(a, bias[vb + i]);
         hin[i] = a;
     }
     barrier();
@@ -211,10 +201,8 @@ void main() {
         mk[(dst + i) >> 1] = packHalf2x16(vec2(clamp_half(hout[i]), clamp_half(hout[i + 1u])));
         float a0 = v[src + i], a1 = v[src + i + 1u];
         if ((p.flags & 1u) != 0u) {
-            precise float b0 = a0 + bias[vb + i];
-            precise float b1 = a1 + bias[vb + i + 1u];
-            a0 = b0;
-            a1 = b1;
+            a0 = with_bias(a0, bias[vb + i]);
+            a1 = with_bias(a1, bias[vb + i + 1u]);
         }
         mv[(dst + i) >> 1] = packHalf2x16(vec2(clamp_half(a0), clamp_half(a1)));
     }
