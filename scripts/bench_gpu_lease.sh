@@ -27,11 +27,11 @@ OUT=$O bash scripts/bench_gpu.sh $K $W synth > $O/synth.txt 2>&1
 STAGE=${STAGE:-all}
 # j: one resin bench run, its key figures on one line (env overrides before the command).
 j() { local tag=$1; shift; timeout 90 env "$@" > $O/$tag.json 2> $O/$tag.log; echo "$tag: $(grep -o -E '"(pp_tps|tg_tps|tg_greedy_tps|decode_tps|full_width_decode_tps|ttft_p50_s)":[0-9.a-z]*' $O/$tag.json | tr "\n" " ")"; }
-C="-G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_SERVER=OFF"
+. "$(dirname "$0")/llama_cmake.sh"; C=$LLAMA_CMAKE
 if [ $STAGE != peer ]; then
 # The peer's build left the ours stage 10 s to write its results (the all stage 90 s for the peer's runs).
 BL=$([ $STAGE = ours ] && echo 10 || echo 90)
-( cmake -S $W/llama.cpp -B $W/bc $C -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > $O/cmake.log 2>&1 &&
+( cmake -S $W/llama.cpp -B $W/bc $C $LLAMA_CUDA > $O/cmake.log 2>&1 &&
   timeout $(left $((L - BL))) nice -n 19 cmake --build $W/bc -j $([ -n "$PEER_VK" ] && echo 10 || echo 12) --target llama-bench llama-batched-bench > $O/build.log 2>&1 ) &
 B=$!
 if [ -n "$PEER_VK" ]; then

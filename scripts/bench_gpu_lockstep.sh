@@ -19,8 +19,8 @@ left() { local t=$(($1 - (SECONDS - S))); [ $t -lt 1 ] && t=1; echo $t; }
 bash $K/peer.sh $K $W gl >/dev/null
 OUT=$O bash scripts/bench_gpu.sh $K $W synth > $O/synth.txt 2>&1
 if [ $STAGE = ours ]; then
-  C="-G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_SERVER=OFF"
-  ( cmake -S $W/llama.cpp -B $W/bc $C -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > $O/cmake.log 2>&1 &&
+  . "$(dirname "$0")/llama_cmake.sh"; C=$LLAMA_CMAKE
+  ( cmake -S $W/llama.cpp -B $W/bc $C $LLAMA_CUDA > $O/cmake.log 2>&1 &&
     timeout $(left $((L - 10))) nice -n 19 cmake --build $W/bc -j 12 --target llama-batched-bench > $O/build.log 2>&1 ) &
   B=$!
 fi
