@@ -57,9 +57,9 @@ pub struct VulkanOptions {
     pub progress: Option<UploadProgress>,
     /// How a step of more than NROW_MAX rows runs (default: `WideMode::from_env`).
     pub wide: WideMode,
-    /// Whether a token command whose rows have regions of their own ropes and stores q, k and
-    /// v in its attention (one dispatch and barrier fewer a layer, the same bits; default on,
-    /// `RESIN_VK_ROPE_IN=0` turns it off for measuring).
+    /// Whether a one-row token command ropes and stores q, k and v in its attention (one
+    /// dispatch and barrier fewer a layer, the same bits; default on, `RESIN_VK_ROPE_IN=0`
+    /// turns it off for measuring).
     pub rope_in_attention: bool,
 }
 
@@ -197,7 +197,7 @@ struct Scratch {
     /// (`RESIN_VK_ATTN_MERGE=0`: a combine dispatch after a barrier, for measuring), and the
     /// words its workgroups count themselves in (zero between dispatches).
     merge_attn: bool,
-    /// Whether token commands of distinct regions rope and store in the attention
+    /// Whether one-row token commands rope and store in the attention
     /// (`VulkanOptions::rope_in_attention`).
     rope_in: bool,
     done: Buffer,
@@ -345,9 +345,8 @@ struct TokenCommand {
 /// device's queues).
 struct Lane {
     // Field order is drop order: the commands before the buffers they use.
-    /// Token commands by (rows, greedy: the logits stay on the device, every row's region its
-    /// own: the attention ropes and stores), recorded on first use.
-    commands: std::collections::HashMap<(usize, bool, bool), TokenCommand>,
+    /// Token commands by (rows, greedy: the logits stay on the device), recorded on first use.
+    commands: std::collections::HashMap<(usize, bool), TokenCommand>,
     fence: Fence,
     scratch: Scratch,
 }
@@ -524,11 +523,9 @@ impl VulkanHome {
     /// server pay for it in their time to first token. Returns the time it took.
     pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
         let t0 = std::time::Instant::now();
-        // Rows of distinct regions (a decode step's); a peel's rows (one region) record theirs
-        // when they first come.
         for n in 1..=rows.clamp(1, NROW_MAX) {
-            self.command(0, n, true, true)?;
-            self.command(0, n, false, true)?;
+            self.command(0, n, true)?;
+            self.command(0, n, false)?;
         }
         // With more rows than a token command takes, the widest step's: its lanes and their
         // group commands, or one GEMM pass (its pipelines serve every width; the commands of
@@ -538,24 +535,22 @@ impl VulkanHome {
             let shape = self.wide.passes(w, true);
             self.ensure_lanes(shape.len())?;
             for (lane, n) in shape {
-                self.command(lane, n, true, true)?;
-                self.command(lane, n, false, true)?;
+                self.command(lane, n, true)?;
+                self.command(lane, n, false)?;
             }
         }
         let keep = [PF_WINDOW as u32 - 1];
-        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true, distinct: false }, None)?);
+        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true }, None)?);
         Ok(t0.elapsed())
     }
 
     /// Lane `lane`'s token command for `n` rows (1..=NROW_MAX; on lane 0 up to step_rows_max,
     /// above NROW_MAX a GEMM pass), recorded on first use and kept; `greedy`: only the argmax
-    /// ids come back to the host; `distinct`: every row's region differs from the others'.
-    fn command(&mut self, lane: usize, n: usize, greedy: bool, distinct: bool) -> Result<ash::vk::CommandBuffer, VkError> {
-        // Rows past ROPE_IN_MAX_ROWS take the same command either way: one key for both.
-        let distinct = distinct && n <= ROPE_IN_MAX_ROWS;
-        let key = (n, greedy, distinct);
+    /// ids come back to the host.
+    fn command(&mut self, lane: usize, n: usize, greedy: bool) -> Result<ash::vk::CommandBuffer, VkError> {
+        let key = (n, greedy);
         if !self.lanes[lane].commands.contains_key(&key) {
-            let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: !greedy, distinct }, None)?;
+            let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: !greedy }, None)?;
             self.lanes[lane].commands.insert(key, c);
         }
         self.lanes[lane].commands.get(&key).map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
@@ -601,7 +596,7 @@ impl VulkanHome {
         let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (12 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
         self.write_meta(0, rows)?;
         let mut clock = StageClock { ts: &ts, labels: Vec::new() };
-        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true, distinct: narrow.is_none() && distinct_regions(rows) }, Some(&mut clock))?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true }, Some(&mut clock))?;
         self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         let labels = clock.labels;
         let t = ts.read(labels.len() as u32)?;
@@ -635,7 +630,7 @@ impl VulkanHome {
     /// submitted; returns the logits of the rows in `keep`.
     fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
         self.write_meta(0, rows)?;
-        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true, distinct: false }, None)?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true }, None)?;
         self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         if keep.is_empty() {
             return Ok(Vec::new());
@@ -650,13 +645,14 @@ impl VulkanHome {
     /// keys another row of the step stores.) Returns (lane, rows) of each pass in row order;
     /// its logits and ids are in that lane's scratch.
     fn run_step(&mut self, rows: &[(u32, u32, u32)], greedy: bool) -> Result<Vec<(usize, usize)>, VkError> {
-        let distinct = distinct_regions(rows);
+        let mut seen = std::collections::HashSet::new();
+        let distinct = rows.iter().all(|r| seen.insert(r.0));
         let groups: Vec<usize> = self.wide.passes(rows.len(), distinct).into_iter().map(|(_, n)| n).collect();
         self.ensure_lanes(groups.len())?;
         let mut cmds = Vec::with_capacity(groups.len());
         let mut at = 0;
         for (lane, &n) in groups.iter().enumerate() {
-            cmds.push(self.command(lane, n, greedy, distinct)?);
+            cmds.push(self.command(lane, n, greedy)?);
             self.write_meta(lane, &rows[at..at + n])?;
             at += n;
         }
@@ -702,12 +698,6 @@ impl VulkanHome {
         }
         Ok(out)
     }
-}
-
-/// Whether every row (region, position, token) has a region of its own.
-fn distinct_regions(rows: &[(u32, u32, u32)]) -> bool {
-    let mut seen = std::collections::HashSet::new();
-    rows.iter().all(|r| seen.insert(r.0))
 }
 
 /// The decline said (once) when segments of one prefill cannot share a window chain exactly.
@@ -1133,18 +1123,7 @@ struct PassShape<'a> {
     narrow: Option<&'a [u32]>,
     /// Copy the logits rows to the host (false: a greedy step reads only the argmax ids).
     to_host: bool,
-    /// Every row's region is its own (no row attends to a key another row stores): a token
-    /// command's attention may then rope and store q, k and v itself, one dispatch and barrier
-    /// fewer a layer (f16 and f32 mirrors, no q/k norm, up to ROPE_IN_MAX_ROWS rows).
-    distinct: bool,
 }
-
-/// Rows up to which a token command's attention ropes and stores itself (rows of distinct
-/// regions). Measured on the H200 (BENCHMARKS.md, thirteenth session): the one-row command
-/// gains 4-6% (the 1B's step 1,345 -> 1,268 us, the 3B's 3,095 -> 3,000), while the 8-row
-/// command and the 32-row wide step lose 1-2% (each workgroup's rope costs more than the
-/// dispatch it saves once rows share it).
-const ROPE_IN_MAX_ROWS: usize = 1;
 
 /// One pass: embed, every layer, final norm, classifier, argmax.
 #[allow(clippy::too_many_arguments)]
@@ -1181,9 +1160,12 @@ fn record_pass(
         n_pieces: attn_pieces(n),
         scale: 1.0 / (cfg.head_dim as f32).sqrt(),
     };
-    // A token command of rows with regions of their own: the attention ropes and stores
-    // (VulkanOptions::rope_in_attention; the same bits as the rope_store dispatch).
-    let rope_in = shape.narrow.is_none() && shape.distinct && n <= ROPE_IN_MAX_ROWS && s.merge_attn && s.rope_in && codec != KvCodec::Q8_0 && !cfg.qk_norm && cfg.head_dim <= 256;
+    // The one-row token command's attention ropes and stores (VulkanOptions::rope_in_attention;
+    // the same bits as the rope_store dispatch). The kernel serves any rows of regions of their
+    // own (a peel's rows share one), but measured on the H200 (BENCHMARKS.md, thirteenth
+    // session) it pays at one row only: the 1B's step 1,345 -> 1,268 us, the 3B's 3,095 ->
+    // 3,000, while 8-row commands and 32-row wide steps lost 1-2%.
+    let rope_in = shape.narrow.is_none() && n == 1 && s.merge_attn && s.rope_in && !cfg.qk_norm && attn_rope_ok(codec, cfg.head_dim as u32);
     // After the last layer's attention a window keeps only the rows that need logits.
     let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None }, &s.att, n);
     let out = output.unwrap_or(embd);

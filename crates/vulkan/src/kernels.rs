@@ -174,6 +174,12 @@ pub struct AttnRope<'a> {
     pub bias_on: bool,
 }
 
+/// Whether the merged decode attention can rope and store itself over a mirror of `codec`
+/// and heads of `head_dim` (f16 or f32, its shared arrays' 256 dims).
+pub fn attn_rope_ok(codec: KvCodec, head_dim: u32) -> bool {
+    codec != KvCodec::Q8_0 && head_dim <= 256
+}
+
 /// The merged attention's push block with its rope's fields (ROPE_IN).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -519,7 +525,7 @@ impl Recorder<'_> {
         let AttnBinds { q, mk, mv, meta, part, out } = b;
         let c = codec_name(codec, p.head_dim)?;
         if let Some(rp) = rope {
-            if done.is_none() || codec == KvCodec::Q8_0 || p.head_dim > 256 || rp.rope_dims > p.head_dim || !rp.rope_dims.is_multiple_of(2) || p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
+            if done.is_none() || !attn_rope_ok(codec, p.head_dim) || rp.rope_dims > p.head_dim || !rp.rope_dims.is_multiple_of(2) || p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
                 return Err(VkError::Unsupported(format!(
                     "the attention's own rope-and-store ({codec:?} mirror, head_dim {}, rope_dims {}, merged: {})",
                     p.head_dim,

@@ -17,7 +17,7 @@
 // at pos = keys - 1) ropes that key and takes its value from k and v, rounded as the mirror
 // holds them, and the first head of each kv group writes them into the mirror. Every row's
 // region must differ from the other rows' (a row reads no key another row of the pass
-// writes): the host records this form for such steps.
+// writes): the host takes this form for one-row commands.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 
@@ -49,8 +49,6 @@ layout(std430, set = 0, binding = 2) writeonly buffer MVW { float mvw[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer MKW { uint mkw[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer MVW { uint mvw[]; };
 #endif
-#endif
-#ifdef ROPE_IN
 // The rows' k and v projections, the biases [q_dim | kv_dim | kv_dim] and the (cos, sin)
 // table [n_ctx][rope_dims / 2][2], as rope_store.comp reads them.
 layout(std430, set = 0, binding = 8) readonly buffer K { float kin[]; };

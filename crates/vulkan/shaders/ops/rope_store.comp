@@ -46,6 +46,11 @@ layout(push_constant) uniform Push {
 
 #include "meta.glsl"
 #include "rope.glsl"
+#ifdef ROPE_NEOX
+const bool NEOX = true;
+#else
+const bool NEOX = false;
+#endif
 #ifdef KV_Q8
 #include "kvq8.glsl"
 #endif
@@ -137,11 +142,7 @@ void main() {
     for (uint i = t; i < hd; i += WG) {
         if (i < half_r) {
             uint i0, i1;
-#ifdef ROPE_NEOX
-            rope_pair(i, half_r, true, i0, i1);
-#else
-            rope_pair(i, half_r, false, i0, i1);
-#endif
+            rope_pair(i, half_r, NEOX, i0, i1);
             float c = cs[2u * (crow + i)];
             float s = cs[2u * (crow + i) + 1u];
             float o0, o1;
