@@ -130,6 +130,10 @@ pub struct Gpu {
     pub pool: vk::CommandPool,
     pub memory: vk::PhysicalDeviceMemoryProperties,
     pub info: DeviceInfo,
+    /// `RESIN_VK_PIPELINE_STATS=1` on a device with VK_KHR_pipeline_executable_properties: each
+    /// pipeline's compiler statistics (registers, shared memory, spills: whatever the driver
+    /// reports) are logged once when it is made, to see what bounds a kernel's occupancy.
+    pub exec_stats: Option<ash::khr::pipeline_executable_properties::Device>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -428,6 +432,16 @@ impl Gpu {
         if f.int_dot_ext {
             exts.push(ash::khr::shader_integer_dot_product::NAME.as_ptr());
         }
+        let want_stats = std::env::var("RESIN_VK_PIPELINE_STATS").is_ok_and(|v| v != "0")
+            && (has_ext(instance, pd, ash::khr::pipeline_executable_properties::NAME)
+                || {
+                    tracing::warn!("RESIN_VK_PIPELINE_STATS: this device lacks VK_KHR_pipeline_executable_properties");
+                    false
+                });
+        if want_stats {
+            exts.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+        }
+        let mut fx = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default().pipeline_executable_info(true);
         let mut f11 = vk::PhysicalDevice16BitStorageFeatures::default().storage_buffer16_bit_access(f.storage16);
         let mut f8 = vk::PhysicalDevice8BitStorageFeatures::default().storage_buffer8_bit_access(f.storage8);
         let mut fh = vk::PhysicalDeviceShaderFloat16Int8Features::default().shader_float16(f.float16).shader_int8(f.int8);
@@ -444,6 +458,9 @@ impl Gpu {
         }
         if f.memory_model {
             feats = feats.push_next(&mut fm);
+        }
+        if want_stats {
+            feats = feats.push_next(&mut fx);
         }
         let dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&qinfo).enabled_extension_names(&exts).push_next(&mut feats);
         // SAFETY: the create info chain lives across the call; pd came from this instance.
@@ -466,7 +483,8 @@ impl Gpu {
         // SAFETY: pd came from this instance.
         let memory = unsafe { instance.get_physical_device_memory_properties(pd) };
         READY.call_once(|| tracing::info!("device ready: {}", info.describe()));
-        Ok(Arc::new(Gpu { _entry: entry, instance: instance.clone(), physical: pd, device, queues, queue_family: fam, pool, memory, info }))
+        let exec_stats = want_stats.then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device));
+        Ok(Arc::new(Gpu { _entry: entry, instance: instance.clone(), physical: pd, device, queues, queue_family: fam, pool, memory, info, exec_stats }))
     }
 
     /// Block until the queue is idle.

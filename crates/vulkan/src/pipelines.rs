@@ -85,10 +85,16 @@ impl Kernel {
         let data: Vec<u8> = spec.iter().flat_map(|x| x.to_le_bytes()).collect();
         let sinfo = vk::SpecializationInfo::default().map_entries(&entries).data(&data);
         let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main").specialization_info(&sinfo);
-        let cinfo = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(k.layout)];
+        let mut cinfo = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(k.layout)];
+        if gpu.exec_stats.is_some() {
+            cinfo[0] = cinfo[0].flags(vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR);
+        }
         let made = unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &cinfo, None) };
         unsafe { d.destroy_shader_module(module, None) };
         k.pipeline = made.map_err(|(_, r)| VkError::Vk { what: "vkCreateComputePipelines", result: r })?[0];
+        if let Some(x) = &gpu.exec_stats {
+            tracing::info!("pipeline {} {:?}: {}", k.name, spec, executable_stats(x, k.pipeline));
+        }
         Ok(k)
     }
 
@@ -106,6 +112,45 @@ impl Kernel {
             d.cmd_dispatch(cmd, groups[0], groups[1], groups[2]);
         }
     }
+}
+
+/// The driver's statistics of a pipeline made with CAPTURE_STATISTICS, as `name=value` pairs
+/// (each executable's, joined by " | "), or why there are none.
+fn executable_stats(x: &ash::khr::pipeline_executable_properties::Device, pipeline: vk::Pipeline) -> String {
+    // SAFETY: the pipeline is live and was made with CAPTURE_STATISTICS on a device that has
+    // the extension and its feature enabled.
+    let execs = match unsafe { x.get_pipeline_executable_properties(&vk::PipelineInfoKHR::default().pipeline(pipeline)) } {
+        Ok(v) => v.len() as u32,
+        Err(r) => return format!("no statistics ({r})"),
+    };
+    let mut out = Vec::new();
+    for i in 0..execs {
+        let info = vk::PipelineExecutableInfoKHR::default().pipeline(pipeline).executable_index(i);
+        // SAFETY: as above; i is below the executable count.
+        let stats = match unsafe { x.get_pipeline_executable_statistics(&info) } {
+            Ok(v) => v,
+            Err(r) => return format!("no statistics ({r})"),
+        };
+        let pairs: Vec<String> = stats
+            .iter()
+            .map(|s| {
+                let name = s.name_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+                // SAFETY: the union member read is the one `format` names.
+                let value = unsafe {
+                    match s.format {
+                        vk::PipelineExecutableStatisticFormatKHR::BOOL32 => (s.value.b32 != 0).to_string(),
+                        vk::PipelineExecutableStatisticFormatKHR::INT64 => s.value.i64.to_string(),
+                        vk::PipelineExecutableStatisticFormatKHR::UINT64 => s.value.u64.to_string(),
+                        vk::PipelineExecutableStatisticFormatKHR::FLOAT64 => format!("{:.3}", s.value.f64),
+                        _ => "?".into(),
+                    }
+                };
+                format!("{name}={value}")
+            })
+            .collect();
+        out.push(pairs.join(", "));
+    }
+    out.join(" | ")
 }
 
 impl Drop for Kernel {
