@@ -20,20 +20,24 @@
 #define WGQ 256u
 layout(local_size_x = 256) in;
 
+// Every access is 16 (or 8) bytes: a thread's chunk of 8 values is 32-byte aligned (count and
+// the bindings' starts are multiples of 8 values), so a subgroup touches a quarter of the
+// memory sectors that one float at a time did.
 #ifdef SWIGLU
-layout(std430, set = 0, binding = 0) readonly buffer G { float g[]; };
-layout(std430, set = 0, binding = 1) readonly buffer U { float u[]; };
+layout(std430, set = 0, binding = 0) readonly buffer G { vec4 g4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer U { vec4 u4[]; };
 #define OUT_BINDING 2
 #else
-layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
+layout(std430, set = 0, binding = 0) readonly buffer X { vec4 x4[]; };
 #define OUT_BINDING 1
 #endif
 #ifdef QPACK
 layout(std430, set = 0, binding = OUT_BINDING) writeonly buffer Y { uint P[]; };
+layout(std430, set = 0, binding = OUT_BINDING) writeonly buffer Y2 { uvec2 P2[]; };
 #define SUMG (QBLOCK == 256u ? 16u : 32u)
 shared int ps[WGQ];
 #else
-layout(std430, set = 0, binding = OUT_BINDING) writeonly buffer Y { float y[]; };
+layout(std430, set = 0, binding = OUT_BINDING) writeonly buffer Y { vec4 y4[]; };
 #endif
 
 layout(push_constant) uniform Push {
@@ -49,12 +53,18 @@ void main() {
     float amax = 0.0;
     float xv[CH];
     if (o < p.count) {
+#ifdef SWIGLU
+        vec4 ga = g4[o >> 2], gb = g4[(o >> 2) + 1u];
+        vec4 ua = u4[o >> 2], ub = u4[(o >> 2) + 1u];
+#else
+        vec4 xa = x4[o >> 2], xb = x4[(o >> 2) + 1u];
+#endif
         for (uint i = 0u; i < CH; i++) {
 #ifdef SWIGLU
-            float a = g[o + i];
-            precise float v = a / (1.0 + exp(-a)) * u[o + i];
+            float a = i < 4u ? ga[i] : gb[i - 4u];
+            precise float v = a / (1.0 + exp(-a)) * (i < 4u ? ua[i] : ub[i - 4u]);
 #else
-            float v = x[o + i];
+            float v = i < 4u ? xa[i] : xb[i - 4u];
 #endif
             xv[i] = v;
             amax = max(amax, abs(v));
@@ -80,8 +90,7 @@ void main() {
             qsum += qi;
             wd[i >> 2] |= (uint(qi) & 0xFFu) << ((i & 3u) * 8u);
         }
-        P[o >> 2] = wd[0];
-        P[(o >> 2) + 1u] = wd[1];
+        P2[o >> 3] = uvec2(wd[0], wd[1]);
         if (t == t0) P[(p.count >> 2) + o / QBLOCK] = floatBitsToUint(d);
     }
     ps[t] = qsum;
@@ -101,10 +110,13 @@ void main() {
     for (uint j = t0; j < t0 + per; j++) bmax = max(bmax, pm[j]);
     float d = bmax / 127.0;
     float id = bmax > 0.0 ? 127.0 / bmax : 0.0;
+    float yv[CH];
     for (uint i = 0u; i < CH; i++) {
         precise float q = roundEven(xv[i] * id);
         precise float v = q * d;
-        y[o + i] = v;
+        yv[i] = v;
     }
+    y4[o >> 2] = vec4(yv[0], yv[1], yv[2], yv[3]);
+    y4[(o >> 2) + 1u] = vec4(yv[4], yv[5], yv[6], yv[7]);
 }
 #endif

@@ -13,12 +13,16 @@ layout(constant_id = 0) const uint WG = 256;
 layout(constant_id = 1) const uint QMASK = 3;
 #ifdef QPACK
 // Packed for the int8 dot GEMV (qact.comp QPACK's layout over the pass's `count` values).
-layout(std430, set = 0, binding = 4) writeonly buffer P32 { uint np32[]; };
-layout(std430, set = 0, binding = 5) writeonly buffer P256 { uint np256[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer P32 { uvec2 np32_2[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer P256 { uvec2 np256_2[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer P32w { uint np32[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer P256w { uint np256[]; };
 shared int ps[2048];
 #else
 layout(std430, set = 0, binding = 4) writeonly buffer Q32 { float nq32[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer Q256 { float nq256[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer Q32v { vec4 nq32_4[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer Q256v { vec4 nq256_4[]; };
 #endif
 shared float pm[2048];
 #endif
@@ -26,6 +30,13 @@ layout(std430, set = 0, binding = 0) buffer X { float nx[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Add { float nadd[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Wn { float nw[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer Out { float nout[]; };
+// The same buffers 16 bytes a load or store, where a row is whole chunks of 8 values (every
+// binding starts 16-byte aligned): a subgroup's accesses then touch a quarter of the memory
+// sectors one float at a time did (norm.glsl).
+layout(std430, set = 0, binding = 0) buffer X4 { vec4 nx4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer Add4 { vec4 nadd4[]; };
+layout(std430, set = 0, binding = 2) readonly buffer Wn4 { vec4 nw4[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Out4 { vec4 nout4[]; };
 
 layout(push_constant) uniform Push {
     uint n;
