@@ -432,12 +432,11 @@ impl Gpu {
         if f.int_dot_ext {
             exts.push(ash::khr::shader_integer_dot_product::NAME.as_ptr());
         }
-        let want_stats = std::env::var("RESIN_VK_PIPELINE_STATS").is_ok_and(|v| v != "0")
-            && (has_ext(instance, pd, ash::khr::pipeline_executable_properties::NAME)
-                || {
-                    tracing::warn!("RESIN_VK_PIPELINE_STATS: this device lacks VK_KHR_pipeline_executable_properties");
-                    false
-                });
+        let stats_asked = std::env::var("RESIN_VK_PIPELINE_STATS").is_ok_and(|v| v != "0");
+        let want_stats = stats_asked && has_ext(instance, pd, ash::khr::pipeline_executable_properties::NAME);
+        if stats_asked && !want_stats {
+            tracing::warn!("RESIN_VK_PIPELINE_STATS: this device lacks VK_KHR_pipeline_executable_properties");
+        }
         if want_stats {
             exts.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
         }

@@ -85,10 +85,8 @@ impl Kernel {
         let data: Vec<u8> = spec.iter().flat_map(|x| x.to_le_bytes()).collect();
         let sinfo = vk::SpecializationInfo::default().map_entries(&entries).data(&data);
         let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main").specialization_info(&sinfo);
-        let mut cinfo = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(k.layout)];
-        if gpu.exec_stats.is_some() {
-            cinfo[0] = cinfo[0].flags(vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR);
-        }
+        let flags = if gpu.exec_stats.is_some() { vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR } else { vk::PipelineCreateFlags::empty() };
+        let cinfo = [vk::ComputePipelineCreateInfo::default().flags(flags).stage(stage).layout(k.layout)];
         let made = unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &cinfo, None) };
         unsafe { d.destroy_shader_module(module, None) };
         k.pipeline = made.map_err(|(_, r)| VkError::Vk { what: "vkCreateComputePipelines", result: r })?[0];
