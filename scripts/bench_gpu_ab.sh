@@ -69,4 +69,7 @@ for m in ["llama3.2-1b-q8_0", "llama3.2-3b-q4_k_m"]:
         ratios = [f"{x / v[0]:.3f}" if x and v[0] else "-" for x in v[1:]]
         print(f"| {m} | {name} | " + " | ".join(fmt(x) for x in v) + " | " + " | ".join(ratios) + " |")
 PY
+# Every run's JSON (with the whole per-stage profile: the lines above show its six largest
+# stages) comes back under $OUT/ab-runs when the device tool gives an $OUT.
+if [ -n "${OUT:-}" ]; then mkdir -p "$OUT/ab-runs" && cp $R/*.json "$OUT/ab-runs/"; fi
 echo "end at $((SECONDS - S)) s"
