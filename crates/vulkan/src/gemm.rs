@@ -5,7 +5,8 @@
 //! rows. Two tiers from one shader body:
 //! - [`GemmTier::Tiled`], portable: 64x64 tiles of weight rows x activation rows, weights
 //!   dequantized once per tile and K step into 16 KiB of shared memory, f32 throughout.
-//! - [`GemmTier::CoopMat`]: the same tiles through `GL_KHR_cooperative_matrix` 16x16x16
+//! - [`GemmTier::CoopMat`]: tiles of 64 weight rows x 64 or 128 activation rows
+//!   ([`coopmat_tile_n`]) through `GL_KHR_cooperative_matrix` 16x16x16
 //!   f16 x f16 -> f32 (weights and activations rounded to f16). Chosen by [`pick_tier`] only
 //!   when the device offers that shape and everything else the module needs.
 
@@ -22,12 +23,26 @@ pub const TILE_ROWS: u32 = 64;
 pub const TILE_N: u32 = 64;
 /// Threads of a portable-tier workgroup (the shader's literal local size).
 pub const TILED_THREADS: u32 = 128;
-/// Subgroups a cooperative-matrix workgroup is sized for (one per 32x32 region of the tile).
+/// Subgroups a cooperative-matrix workgroup of a 64-row activation tile is sized for (one per
+/// 32x32 region of the tile; a 128-row tile takes twice as many).
 pub const COOPMAT_SUBGROUPS: u32 = 4;
-/// Shared memory of the cooperative-matrix tier at `ku` 32-value units a K step: f16 weights
-/// and activations (64 rows each, padded by 8 values) and four 16x16 f32 staging slots.
-pub const fn coopmat_shared_bytes(ku: u32) -> u32 {
-    2 * 64 * (32 * ku + 8) * 2 + 4 * 16 * 16 * 4
+/// The widest activation tile of the cooperative-matrix tier.
+pub const COOPMAT_TILE_N_MAX: u32 = 128;
+/// Shared memory of the cooperative-matrix tier at `ku` 32-value units a K step and `tile_n`
+/// activation rows a tile: f16 weights (64 rows) and activations (`tile_n` rows), each row
+/// padded by 8 values, and a 16x16 f32 staging slot a 32x32 region.
+pub const fn coopmat_shared_bytes(ku: u32, tile_n: u32) -> u32 {
+    (64 + tile_n) * (32 * ku + 8) * 2 + (2 * tile_n / 32) * 16 * 16 * 4
+}
+
+/// Activation rows a cooperative-matrix tile covers for a pass of `n` rows: 128 when the pass
+/// has more than 64 (each weight unit dequantized once for twice the rows), else 64, or
+/// `RESIN_VK_GEMM_BN` (64 or 128) for measuring. A row's sums are the same 16x16x16 products
+/// in the same K order in either tile, so its result does not depend on the choice.
+pub fn coopmat_tile_n(n: u32) -> u32 {
+    static BN: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let forced = *BN.get_or_init(|| std::env::var("RESIN_VK_GEMM_BN").ok().and_then(|v| v.parse().ok()).filter(|b| [64, 128].contains(b)));
+    forced.unwrap_or(if n > 64 { COOPMAT_TILE_N_MAX } else { TILE_N })
 }
 
 /// 32-value units the cooperative-matrix tier stages a K step for a workgroup of `wg` threads:
@@ -101,10 +116,12 @@ pub fn gemm_part_floats(rows: u32, cols: u32, n: u32) -> usize {
     if pieces == 1 {
         return 0;
     }
-    (rows.div_ceil(TILE_ROWS) * n.div_ceil(TILE_N) * pieces) as usize * (TILE_ROWS * TILE_N) as usize
+    // Either activation tile (64 or 128 rows) fits: tiles x their rows covers n rounded up.
+    (rows.div_ceil(TILE_ROWS) * pieces) as usize * (TILE_ROWS * n.next_multiple_of(COOPMAT_TILE_N_MAX)) as usize
 }
 
-/// Counter words a split GEMM of `rows` weight rows over `n` activation rows uses (a tile each).
+/// Counter words a split GEMM of `rows` weight rows over `n` activation rows uses (a tile each,
+/// at the narrowest activation tile).
 pub fn gemm_done_words(rows: u32, n: u32) -> usize {
     (rows.div_ceil(TILE_ROWS) * n.div_ceil(TILE_N)) as usize
 }
@@ -183,7 +200,7 @@ pub fn pick_tier(c: &GemmCaps) -> GemmTier {
         && c.subgroup_size > 0
         && wg <= c.max_workgroup_invocations
         && wg >= 32
-        && coopmat_shared_bytes(coopmat_k_units(wg)) <= c.shared_memory
+        && coopmat_shared_bytes(coopmat_k_units(wg), TILE_N) <= c.shared_memory
         && c.vulkan_memory_model;
     if ok {
         GemmTier::CoopMat
@@ -192,10 +209,16 @@ pub fn pick_tier(c: &GemmCaps) -> GemmTier {
     }
 }
 
-/// Workgroups of a GEMM: x over weight-row tiles, y over activation-row tiles, z over K pieces.
+/// Workgroups of a GEMM of 64-row activation tiles: x over weight-row tiles, y over
+/// activation-row tiles, z over K pieces.
 pub fn gemm_groups(rows: u32, n: u32, pieces: u32) -> Result<[u32; 3], VkError> {
+    gemm_grid(rows, n, pieces, TILE_N)
+}
+
+/// [`gemm_groups`] for activation tiles of `tile_n` rows.
+pub fn gemm_grid(rows: u32, n: u32, pieces: u32, tile_n: u32) -> Result<[u32; 3], VkError> {
     let tm = rows.div_ceil(TILE_ROWS).max(1);
-    let tn = n.div_ceil(TILE_N).max(1);
+    let tn = n.div_ceil(tile_n.max(1)).max(1);
     if tn > 65535 || tm > 65535 || pieces > 65535 {
         return Err(VkError::TooLarge(format!("GEMM of {rows} weight rows x {n} activation rows")));
     }
@@ -241,7 +264,6 @@ impl Recorder<'_> {
             return Err(VkError::Unsupported(format!("GEMM weights at byte {} (16-byte aligned needed)", w.offset)));
         }
         let gp = GemmPush::new(p, n, split.is_some());
-        let groups = gemm_groups(p.rows, n, gp.pieces)?;
         let push = gp.bytes();
         // Unsplit, the partial-sum bindings are never touched: y stands in for them.
         let (part, done) = split.map_or((y, y), |s| (s.part, s.done));
@@ -249,13 +271,18 @@ impl Recorder<'_> {
             return Err(VkError::Unsupported(format!("split GEMM of {} x {} over {n} rows: partial-sum buffers too small", p.rows, p.cols)));
         }
         match tier {
-            GemmTier::Tiled => self.run(&name, &[], &[w, x, y, part, done], &push, groups),
+            GemmTier::Tiled => self.run(&name, &[], &[w, x, y, part, done], &push, gemm_groups(p.rows, n, gp.pieces)?),
             GemmTier::CoopMat => {
                 let info = &self.gpu.info;
                 if !info.coopmat || !has_f16_16x16x16(&info.coopmat_shapes) {
                     return Err(VkError::Unsupported("cooperative-matrix GEMM: no 16x16x16 f16 x f16 -> f32 shape on this device".into()));
                 }
-                let wg = COOPMAT_SUBGROUPS * info.subgroup_size.max(1);
+                let sg = info.subgroup_size.max(1);
+                // The wide tile where the device takes its workgroup and shared memory.
+                let tile_n = Some(coopmat_tile_n(n))
+                    .filter(|&t| (2 * t / 32) * sg <= info.max_workgroup_invocations && coopmat_shared_bytes(coopmat_k_units((2 * t / 32) * sg), t) <= info.shared_memory)
+                    .unwrap_or(TILE_N);
+                let wg = (2 * tile_n / 32) * sg;
                 if wg < 32 {
                     return Err(VkError::Unsupported(format!("cooperative-matrix GEMM: workgroups of {wg} threads (32 or more)")));
                 }
@@ -263,7 +290,7 @@ impl Recorder<'_> {
                 if !x.offset.is_multiple_of(16) || !p.x_stride.is_multiple_of(4) {
                     return Err(VkError::Unsupported(format!("cooperative-matrix GEMM: activations at byte {} with a stride of {} values (16-byte aligned rows needed)", x.offset, p.x_stride)));
                 }
-                self.run(&name, &[wg, coopmat_k_units(wg)], &[w, x, y, part, done], &push, groups)
+                self.run(&name, &[wg, coopmat_k_units(wg), tile_n / 32], &[w, x, y, part, done], &push, gemm_grid(p.rows, n, gp.pieces, tile_n)?)
             }
         }
     }

@@ -213,6 +213,7 @@ fn gemm_coopmat_tier_where_offered() {
         let wbuf = h.buf_bytes(&wbytes);
         let xs = rng.vec(NMAX * cols, 2.0);
         let xbuf = h.buf_f32(&xs);
+        let mut first9: Vec<u32> = Vec::new();
         for n in [1usize, 9, 65, NMAX] {
             let (ys, yo) = (rows + 5, 3usize);
             let len = (n + 1) * ys + yo;
@@ -220,6 +221,16 @@ fn gemm_coopmat_tier_where_offered() {
             let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: (wbytes.len() / rows) as u32, x_stride: cols as u32, y_stride: ys as u32, y_off: yo as u32 };
             h.run(|rec| rec.gemm_in(GemmTier::CoopMat, ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p, Some(split)));
             let got = ybuf.read_f32(0, len).unwrap();
+            // Each row the same bits whatever the row count: 9 rows run in a 64-row activation
+            // tile, 65 and 200 in 128-row tiles (coopmat_tile_n).
+            if n >= 9 {
+                let rows9: Vec<u32> = (0..9).flat_map(|c| got[c * ys + yo..c * ys + yo + rows].iter().map(|v| v.to_bits())).collect();
+                if first9.is_empty() {
+                    first9 = rows9;
+                } else {
+                    assert!(first9 == rows9, "coopmat gemm {ty} {rows}x{cols}: rows 0..9 at n={n} (tile {}) differ from n=9 (tile {})", coopmat_tile_n(n as u32), coopmat_tile_n(9));
+                }
+            }
             let mut written = vec![false; len];
             for c in 0..n {
                 let (want, mut bar) = gemv_oracle(&wq, &xs[c * cols..(c + 1) * cols], rows, cols);

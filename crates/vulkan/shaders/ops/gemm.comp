@@ -25,7 +25,8 @@
 //   by 32-value units (load_unit: a block's scales read once a unit, neighbouring threads on
 //   neighbouring units of a row), the activations 4 values a load; 16x16x16
 //   f16 x f16 -> f32 tiles. The workgroup is WG threads (specialization constant 0, meant to
-//   be 4 subgroups); each subgroup owns a 32x32 region (2x2 accumulators) of the 64x64 tile.
+//   be a subgroup a region); each subgroup owns a 32x32 region (2x2 accumulators) of the
+//   64 x BN tile (BN 64 or 128: specialization constant 2).
 //   With fewer subgroups than regions the K walk repeats until every region is done, so the
 //   result never depends on the subgroup size the driver picks, nor on KU.
 #version 450
@@ -38,14 +39,19 @@
 #endif
 
 #define BM 64u
-#define BN 64u
 #define BK 32u
 
 #ifdef COOPMAT
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 128;
 layout(constant_id = 1) const uint KU = 2;      // 32-value units a K step (1, 2 or 4)
+// 32-row regions of activation rows a tile (2 or 4): BN = 32 RN, a region a subgroup. The
+// wider tile dequantizes each weight unit once for twice the activation rows (gemm.rs
+// coopmat_tile_n chooses it for passes of more than 64 rows).
+layout(constant_id = 2) const uint RN = 2;
+#define BN (32u * RN)
 #else
+#define BN 64u
 #define TM 4u                                   // weight rows a thread
 #define TN 8u                                   // activation rows a thread
 #define THREADS ((BM / TM) * (BN / TN))         // 128
@@ -181,7 +187,7 @@ void main() {
 #else
 // ---------------------------------------------------------------- cooperative-matrix tier
 #define CM 16u
-#define NREG 4u                                  // 32x32 regions of the 64x64 tile
+#define NREG (2u * RN)                           // 32x32 regions of the 64 x BN tile
 #define F16MAX 65504.0
 #define CBK (KU * 32u)                           // values a K step
 // Shared rows are CBK + 8 halves (144 bytes) apart: the 8 rows of a cooperative load's phase
