@@ -45,6 +45,17 @@ pub fn coopmat_tile_n(n: u32) -> u32 {
     forced.unwrap_or(if n > 64 { COOPMAT_TILE_N_MAX } else { TILE_N })
 }
 
+/// Whether a device of subgroup size `sg`, at most `max_threads` a workgroup and
+/// `shared_memory` bytes of it runs the cooperative-matrix tile of `tile_n` activation rows
+/// (a subgroup a 32x32 region): the workgroup, its shared memory, and a K step's activation
+/// quads held in registers (gemm.comp MAXXP: tile_n * KU * 8 quads over the threads, at most
+/// 16 each). The home falls back to the 64-row tile where the 128-row one does not fit.
+pub fn coopmat_tile_fits(tile_n: u32, sg: u32, max_threads: u32, shared_memory: u32) -> bool {
+    let wg = (2 * tile_n / 32) * sg;
+    let ku = coopmat_k_units(wg);
+    wg >= 32 && wg <= max_threads && coopmat_shared_bytes(ku, tile_n) <= shared_memory && tile_n * ku * 8 <= 16 * wg
+}
+
 /// 32-value units the cooperative-matrix tier stages a K step for a workgroup of `wg` threads:
 /// `RESIN_VK_GEMM_KU` (1, 2 or 4), else 2, cut to wg / 32 (a thread holds at most 8 weight
 /// pieces and 16 activation quads of a step in registers: gemm.comp `fetch`). The results do
@@ -278,10 +289,7 @@ impl Recorder<'_> {
                     return Err(VkError::Unsupported("cooperative-matrix GEMM: no 16x16x16 f16 x f16 -> f32 shape on this device".into()));
                 }
                 let sg = info.subgroup_size.max(1);
-                // The wide tile where the device takes its workgroup and shared memory.
-                let tile_n = Some(coopmat_tile_n(n))
-                    .filter(|&t| (2 * t / 32) * sg <= info.max_workgroup_invocations && coopmat_shared_bytes(coopmat_k_units((2 * t / 32) * sg), t) <= info.shared_memory)
-                    .unwrap_or(TILE_N);
+                let tile_n = Some(coopmat_tile_n(n)).filter(|&t| coopmat_tile_fits(t, sg, info.max_workgroup_invocations, info.shared_memory)).unwrap_or(TILE_N);
                 let wg = (2 * tile_n / 32) * sg;
                 if wg < 32 {
                     return Err(VkError::Unsupported(format!("cooperative-matrix GEMM: workgroups of {wg} threads (32 or more)")));

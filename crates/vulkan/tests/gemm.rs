@@ -292,6 +292,21 @@ fn lavapipe() -> GemmCaps {
 }
 
 #[test]
+fn coopmat_tile_choice() {
+    // The H200 (subgroup 32, 1024 threads, 48 KiB): both tiles; 128 rows take 8 subgroups.
+    assert!(coopmat_tile_fits(128, 32, 1024, 49_152) && coopmat_tile_fits(64, 32, 1024, 49_152));
+    // Subgroups of 64 (512 threads) and 16 (128 threads) still hold a step's quads.
+    assert!(coopmat_tile_fits(128, 64, 1024, 49_152) && coopmat_tile_fits(128, 16, 1024, 49_152));
+    // Subgroups of 8: 64 threads would hold 32 quads each at 2 units a step; 16 KiB of shared
+    // memory or 128 threads at most: no room. The 64-row tile stays.
+    assert!(!coopmat_tile_fits(128, 8, 1024, 49_152));
+    assert!(!coopmat_tile_fits(128, 32, 1024, 16_384));
+    assert!(!coopmat_tile_fits(128, 32, 128, 49_152));
+    assert_eq!(coopmat_tile_n(200), 128);
+    assert_eq!(coopmat_tile_n(64), 64);
+}
+
+#[test]
 fn tier_choice() {
     assert_eq!(pick_tier(&h200()), GemmTier::CoopMat);
     assert_eq!(pick_tier(&lavapipe()), GemmTier::Tiled);
