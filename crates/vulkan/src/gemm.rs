@@ -23,16 +23,20 @@ pub const TILE_ROWS: u32 = 64;
 pub const TILE_N: u32 = 64;
 /// Threads of a portable-tier workgroup (the shader's literal local size).
 pub const TILED_THREADS: u32 = 128;
-/// Subgroups a cooperative-matrix workgroup of a 64-row activation tile is sized for (one per
-/// 32x32 region of the tile; a 128-row tile takes twice as many).
-pub const COOPMAT_SUBGROUPS: u32 = 4;
+/// Subgroups a cooperative-matrix workgroup of a `tile_n`-row activation tile is sized for:
+/// one per 32x32 region of the 64 x `tile_n` tile.
+pub const fn coopmat_subgroups(tile_n: u32) -> u32 {
+    (TILE_ROWS / 32) * (tile_n / 32)
+}
+/// Those of the 64-row activation tile (the one every cooperative-matrix device runs).
+pub const COOPMAT_SUBGROUPS: u32 = coopmat_subgroups(TILE_N);
 /// The widest activation tile of the cooperative-matrix tier.
 pub const COOPMAT_TILE_N_MAX: u32 = 128;
 /// Shared memory of the cooperative-matrix tier at `ku` 32-value units a K step and `tile_n`
 /// activation rows a tile: f16 weights (64 rows) and activations (`tile_n` rows), each row
 /// padded by 8 values, and a 16x16 f32 staging slot a 32x32 region.
 pub const fn coopmat_shared_bytes(ku: u32, tile_n: u32) -> u32 {
-    (64 + tile_n) * (32 * ku + 8) * 2 + (2 * tile_n / 32) * 16 * 16 * 4
+    (TILE_ROWS + tile_n) * (32 * ku + 8) * 2 + coopmat_subgroups(tile_n) * 16 * 16 * 4
 }
 
 /// Activation rows a cooperative-matrix tile covers for a pass of `n` rows: 128 when the pass
@@ -51,7 +55,7 @@ pub fn coopmat_tile_n(n: u32) -> u32 {
 /// quads held in registers (gemm.comp MAXXP: tile_n * KU * 8 quads over the threads, at most
 /// 16 each). The home falls back to the 64-row tile where the 128-row one does not fit.
 pub fn coopmat_tile_fits(tile_n: u32, sg: u32, max_threads: u32, shared_memory: u32) -> bool {
-    let wg = (2 * tile_n / 32) * sg;
+    let wg = coopmat_subgroups(tile_n) * sg;
     let ku = coopmat_k_units(wg);
     wg >= 32 && wg <= max_threads && coopmat_shared_bytes(ku, tile_n) <= shared_memory && tile_n * ku * 8 <= 16 * wg
 }
@@ -290,7 +294,7 @@ impl Recorder<'_> {
                 }
                 let sg = info.subgroup_size.max(1);
                 let tile_n = Some(coopmat_tile_n(n)).filter(|&t| coopmat_tile_fits(t, sg, info.max_workgroup_invocations, info.shared_memory)).unwrap_or(TILE_N);
-                let wg = (2 * tile_n / 32) * sg;
+                let wg = coopmat_subgroups(tile_n) * sg;
                 if wg < 32 {
                     return Err(VkError::Unsupported(format!("cooperative-matrix GEMM: workgroups of {wg} threads (32 or more)")));
                 }
