@@ -70,26 +70,17 @@ uint spread4(uint h) {
 
 #if defined(FMT_Q8_0) || defined(FMT_Q4_0) || defined(FMT_Q4_1) || defined(FMT_Q5_0)
 void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
-    uint b = row_off + u * BLOCK_BYTES;
     wi = ivec2(0);
 #if defined(FMT_Q8_0)
-    // The block's 34 bytes lie in the 9 words from b >> 2 (b is even): each loaded once, d in
-    // the first word's low half and the quants straddling word pairs, or (b & 2) d in its
-    // high half and the quants word-aligned after it.
-    uint w0 = WDATA[b >> 2];
-    bool odd = (b & 2u) != 0u;
-    wf = vec2(unpackHalf2x16(odd ? w0 >> 16 : w0).x, 0.0);
-    uint prev = w0;
-    for (uint j = 0u; j < 8u; j++) {
-        uint w = WDATA[(b >> 2) + 1u + j];
-        qw[j] = odd ? w : (prev >> 16) | (w << 16);
-        prev = w;
-    }
+    // The device's Q8_0 rows (formats.glsl): the unit's quants in two aligned 16-byte loads,
+    // its scale from the row's scales.
+    wf = vec2(q8_scale(row_off, u), 0.0);
+    q8_quants(row_off, u, qw);
 #else
+    uint b = row_off + u * BLOCK_BYTES;
     wf = vec2(rd_f16(b), 0.0);
 #endif
-#if defined(FMT_Q8_0)
-#elif defined(FMT_Q4_0)
+#if defined(FMT_Q4_0)
     for (uint j = 0u; j < 4u; j++) {
         uint w = rd_u32(b + 2u + 4u * j);
         qw[j] = w & 0x0F0F0F0Fu;
@@ -102,7 +93,7 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
         qw[j] = w & 0x0F0F0F0Fu;
         qw[j + 4u] = (w >> 4) & 0x0F0F0F0Fu;
     }
-#else
+#elif defined(FMT_Q5_0)
     // Q5_0: value i's fifth bit is bit i of qh.
     uint qh = rd_u32(b + 2u);
     for (uint j = 0u; j < 4u; j++) {

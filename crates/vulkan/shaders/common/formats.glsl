@@ -146,21 +146,39 @@ void load8(uint row_off, uint g, out float v[8]) {
     }
 }
 #elif defined(FMT_Q8_0)
+// Q8_0 as the device holds it (src/layout.rs): a row's quants first (32 a block, in block
+// order: ROW_COLS bytes), then its blocks' f16 scales, the row padded to 16 bytes. A unit's
+// quants are 8 aligned words (two 16-byte loads with HAVE_WDATA4), neighbouring units
+// neighbouring bytes. The includer defines ROW_COLS, the values a row.
+#ifndef ROW_COLS
+#error "FMT_Q8_0 needs ROW_COLS (values a row) defined before formats.glsl"
+#endif
 #define BLOCK_VALUES 32u
-#define BLOCK_BYTES 34u
+// The f16 scale of block u of the row at row_off.
+float q8_scale(uint row_off, uint u) { return rd_f16(row_off + ROW_COLS + 2u * u); }
+// The 32 quants of block u, 4 a word (value 4j+k in byte k of w[j]).
+void q8_quants(uint row_off, uint u, out uint w[8]) {
+#ifdef HAVE_WDATA4
+    uint i4 = (row_off + 32u * u) >> 4;
+    uvec4 a = WDATA4[i4], b = WDATA4[i4 + 1u];
+    w = uint[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+#else
+    uint i = (row_off >> 2) + 8u * u;
+    for (uint j = 0u; j < 8u; j++) w[j] = WDATA[i + j];
+#endif
+}
 void load_unit(uint row_off, uint u, out float v[32]) {
-    uint b = row_off + u * BLOCK_BYTES;
-    float d = rd_f16(b);
+    float d = q8_scale(row_off, u);
     uint w[8];
-    rd_u32x8(b + 2u, w);   // the 9 words the quants lie in, each loaded once
+    q8_quants(row_off, u, w);
     for (uint j = 0u; j < 8u; j++)
         for (uint k = 0u; k < 4u; k++) v[4u * j + k] = float(sbyte_of(w[j], k)) * d;
 }
 void load8(uint row_off, uint g, out float v[8]) {
-    uint b = row_off + (g >> 2) * BLOCK_BYTES;
-    float d = rd_f16(b);
+    float d = q8_scale(row_off, g >> 2);
+    uint i = (row_off >> 2) + 2u * g;
     for (uint j = 0u; j < 2u; j++) {
-        uint w = rd_u32(b + 2u + 8u * (g & 3u) + 4u * j);
+        uint w = WDATA[i + j];
         for (uint k = 0u; k < 4u; k++) v[4u * j + k] = float(sbyte_of(w, k)) * d;
     }
 }
