@@ -162,19 +162,20 @@ float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
 #elif defined(FMT_Q6_K)
 // Quants 0..63 (real quant + 32); wi = the two signed scales of the unit's 16-value halves.
 void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
-    uint b = row_off + (u >> 3) * BLOCK_BYTES;
+    // The device's Q6_K rows (formats.glsl): quants in aligned 16-byte loads, d after them.
+    uint b = q6_block(row_off, u);
     uint s = u & 7u;
     uint n = s >> 2;
     uint g = s & 3u;
-    wf = vec2(rd_f16(b + 208u), 0.0);
+    wf = vec2(q6_d(row_off, u), 0.0);
     uint sb = b + 192u + 8u * n + 2u * g;
     wi = ivec2(bitfieldExtract(int(rd_u8(sb)), 0, 8), bitfieldExtract(int(rd_u8(sb + 1u)), 0, 8));
     uint ql = b + 64u * n + (g & 1u) * 32u;
     uint qh = b + 128u + 32u * n;
     uint lshift = (g >> 1) * 4u;
     uint wl[8], wh[8];
-    rd_u32x8(ql, wl);
-    rd_u32x8(qh, wh);
+    rd_u32x8_a16(ql, wl);
+    rd_u32x8_a16(qh, wh);
     for (uint j = 0u; j < 8u; j++) {
         uint lo = (wl[j] >> lshift) & 0x0F0F0F0Fu;
         uint hi = ((wh[j] >> (2u * g)) & 0x03030303u) << 4;
