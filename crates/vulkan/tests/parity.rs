@@ -19,17 +19,20 @@ fn homes(name: &str, n_ctx: usize, regions: usize) -> Option<(CpuHome, VulkanHom
 }
 
 fn homes_with(name: &str, n_ctx: usize, regions: usize, q8_activations: bool) -> Option<(CpuHome, VulkanHome)> {
-    common::gpu()?;
+    let gpu = common::gpu()?;
     let path = resin_hub::ensure(name, false).unwrap_or_else(|e| panic!("fetching {name}: {e}"));
-    homes_on(Arc::new(GgufFile::open(&path).unwrap()), n_ctx, regions, q8_activations)
+    Some(homes_on(gpu, Arc::new(GgufFile::open(&path).unwrap()), n_ctx, regions, q8_activations))
 }
 
-fn homes_on(file: Arc<GgufFile>, n_ctx: usize, regions: usize, q8_activations: bool) -> Option<(CpuHome, VulkanHome)> {
-    let gpu = common::gpu()?;
+fn cpu_home(file: Arc<GgufFile>, n_ctx: usize, regions: usize) -> CpuHome {
     let cfg = ModelConfig::from_gguf(&file).unwrap();
-    let cpu = CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap();
-    let vk = VulkanHome::on(gpu, file, cfg, &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None, wide: WideMode::from_env(), ..VulkanOptions::default() }, Arc::new(Counters::default())).unwrap();
-    Some((cpu, vk))
+    CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap()
+}
+
+fn homes_on(gpu: Arc<resin_vulkan::Gpu>, file: Arc<GgufFile>, n_ctx: usize, regions: usize, q8_activations: bool) -> (CpuHome, VulkanHome) {
+    let cfg = ModelConfig::from_gguf(&file).unwrap();
+    let vk = VulkanHome::on(gpu, file.clone(), cfg, &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None, wide: WideMode::from_env(), ..VulkanOptions::default() }, Arc::new(Counters::default())).unwrap();
+    (cpu_home(file, n_ctx, regions), vk)
 }
 
 const PROMPT: [u32; 12] = [1, 9690, 2683, 314, 253, 1691, 282, 2476, 28, 357, 4073, 30];
@@ -51,16 +54,14 @@ fn margin(v: &[f32]) -> f32 {
 }
 
 fn greedy_parity(name: &str, steps: usize, bar: f64) {
-    if common::gpu().is_none() {
-        return;
-    }
+    let Some(gpu) = common::gpu() else { return };
     let path = resin_hub::ensure(name, false).unwrap_or_else(|e| panic!("fetching {name}: {e}"));
-    greedy_parity_on(name, Arc::new(GgufFile::open(&path).unwrap()), steps, bar);
+    greedy_parity_on(gpu, name, Arc::new(GgufFile::open(&path).unwrap()), steps, bar);
 }
 
 /// `greedy_parity` on a model file already open (`name` labels the messages).
-fn greedy_parity_on(name: &str, file: Arc<GgufFile>, steps: usize, bar: f64) {
-    let Some((mut cpu, mut vk)) = homes_on(file.clone(), 256, 1, true) else { return };
+fn greedy_parity_on(gpu: Arc<resin_vulkan::Gpu>, name: &str, file: Arc<GgufFile>, steps: usize, bar: f64) {
+    let (mut cpu, mut vk) = homes_on(gpu, file.clone(), 256, 1, true);
     let tok = resin_model::Tokenizer::from_gguf(&file).unwrap();
     let prompt = tok.encode(COUNTING, true, false).unwrap();
     // First-step logits on the fixed-id prompt, then greedy on the counting prompt.
@@ -73,7 +74,7 @@ fn greedy_parity_on(name: &str, file: Arc<GgufFile>, steps: usize, bar: f64) {
     // Control: the CPU logits of a prompt with one token changed must fail the bar.
     let mut other = PROMPT;
     other[10] = 1000;
-    let mut cpu2 = homes_on(file.clone(), 256, 1, true).unwrap().0;
+    let mut cpu2 = cpu_home(file.clone(), 256, 1);
     let lo = cpu2.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &other }]).unwrap();
     let control = rel_l2(lv.row(0), lo.row(0));
     eprintln!("{name}: control (one prompt token changed): relative L2 {control:.2e}");
@@ -159,12 +160,10 @@ fn smollm2_as_q8_0_greedy_32_and_first_logits() {
     // (the layout moves bytes, not arithmetic), and as the Q4_1 file's float subgroup tier
     // (the 8-bit activation roundings the two homes flip apart); the control (one prompt
     // token changed) measured 2.8e-1.
-    if common::gpu().is_none() {
-        return;
-    }
+    let Some(gpu) = common::gpu() else { return };
     let file = requantized("smollm2-135m", resin_gguf::GgmlType::Q8_0);
     assert!(file.tensors().iter().filter(|t| t.dims.len() == 2).all(|t| t.ty == resin_gguf::GgmlType::Q8_0));
-    greedy_parity_on("smollm2-135m as Q8_0", file, 32, 1.5e-2);
+    greedy_parity_on(gpu, "smollm2-135m as Q8_0", file, 32, 1.5e-2);
 }
 
 #[test]
