@@ -772,20 +772,29 @@ fn triples(rows: &[Row]) -> Vec<(u32, u32, u32)> {
     rows.iter().map(|r| (r.region.0, r.pos, r.token)).collect()
 }
 
-/// Upload a matrix in parts of whole rows that each fit the device's storage range.
+/// Upload a matrix in parts of whole rows that each fit the device's storage range, its rows
+/// in the device layout (`layout`).
 fn upload_mat(gpu: &Arc<Gpu>, f: &GgufFile, name: &str) -> Result<Mat, VkError> {
     let t = tensor(f, name)?;
     let (rows, cols) = t.rows_cols();
     let data = f.tensor_data(t);
-    let row_bytes = data.len() / rows.max(1);
+    let src_row = data.len() / rows.max(1);
+    let row_bytes = crate::layout::device_row_bytes(t.ty, cols, src_row);
     let per = (gpu.info.max_storage_range as usize / row_bytes.max(1)).max(1);
+    // Rows rearranged and written this many at a time (one 64 MiB staging copy each).
+    let chunk = ((64usize << 20) / row_bytes.max(1)).max(1);
     let mut parts = Vec::new();
     let mut r0 = 0;
     while r0 < rows {
         let nr = per.min(rows - r0);
-        let bytes = &data[r0 * row_bytes..(r0 + nr) * row_bytes];
-        let mut b = Buffer::new(gpu, bytes.len() as u64, Location::Device)?;
-        b.write(0, bytes)?;
+        let mut b = Buffer::new(gpu, (nr * row_bytes) as u64, Location::Device)?;
+        let mut c0 = 0;
+        while c0 < nr {
+            let cn = chunk.min(nr - c0);
+            let src = &data[(r0 + c0) * src_row..(r0 + c0 + cn) * src_row];
+            b.write((c0 * row_bytes) as u64, &crate::layout::device_rows(t.ty, cols, src))?;
+            c0 += cn;
+        }
         parts.push((b, r0, nr));
         r0 += nr;
     }
@@ -836,7 +845,7 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
         if row_bytes as u64 > gpu.info.max_storage_range || !row_bytes.is_multiple_of(2) {
             return Err(decline(counters, format!("vulkan: {name} rows of {row_bytes} bytes")));
         }
-        weights += t.size;
+        weights += (rows * crate::layout::device_row_bytes(t.ty, cols, row_bytes)) as u64;
     }
     // Bytes of one position of one layer's side in the codec (q8_0: 34 a block of 32).
     let side_row = opts.codec.bytes_for(cfg.kv_dim()) as u64;

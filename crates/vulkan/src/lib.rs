@@ -4,7 +4,8 @@
 //!
 //! Modules: [`device`] (start, pick, tiers), [`buffers`] (buffers, one-shot submits,
 //! timestamps), [`pipelines`] (the variant table of embedded SPIR-V and pipeline creation),
-//! [`kernels`] (push-constant blocks and dispatch recording of each operation), [`home`]
+//! [`kernels`] (push-constant blocks and dispatch recording of each operation), [`layout`]
+//! (how weight rows lie on the device), [`home`]
 //! (the residency plan, the token command and `resin_core::Home`).
 
 pub mod attn_window;
@@ -14,6 +15,7 @@ pub mod gemm;
 pub mod gemv_dot;
 pub mod home;
 pub mod kernels;
+pub mod layout;
 pub mod pipelines;
 
 pub use device::{probe, DeviceInfo, Gpu};

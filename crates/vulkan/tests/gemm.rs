@@ -56,8 +56,7 @@ fn gemm_every_format_edges_strides_and_gemv_agreement() {
             let wbytes = formats::quantize(ty, &src).unwrap();
             let mut wq = vec![0f32; rows * cols];
             formats::dequantize(ty, &wbytes, &mut wq).unwrap();
-            let row_bytes = wbytes.len() / rows;
-            let wbuf = h.buf_bytes(&wbytes);
+            let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
             // x: NMAX activation rows of `cols` values at x_stride = cols + 64 (a multiple of
             // 256 bytes, so each row can also be bound alone for the GEMV); the gaps are NaN.
             let xs_stride = cols + 64;
@@ -148,8 +147,8 @@ fn gemm_classifier_sized_rows() {
     let mut wq = vec![0f32; rows * cols];
     formats::dequantize(GgmlType::Q8_0, &wbytes, &mut wq).unwrap();
     let x = rng.vec(n * cols, 1.0);
-    let (wbuf, xbuf, ybuf) = (h.buf_bytes(&wbytes), h.buf_f32(&x), h.poisoned(n * rows));
-    let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: 34, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+    let ((wbuf, row_bytes), xbuf, ybuf) = (h.weights(GgmlType::Q8_0, cols, &wbytes), h.buf_f32(&x), h.poisoned(n * rows));
+    let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
     assert_eq!(gemm_split(rows as u32, cols as u32).1, 1, "one unit a row cannot split");
     h.run(|rec| rec.gemm_in(GemmTier::Tiled, GgmlType::Q8_0, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p, None));
     let got = ybuf.read_f32(0, n * rows).unwrap();
@@ -210,7 +209,7 @@ fn gemm_coopmat_tier_where_offered() {
         let wbytes = formats::quantize(ty, &src).unwrap();
         let mut wq = vec![0f32; rows * cols];
         formats::dequantize(ty, &wbytes, &mut wq).unwrap();
-        let wbuf = h.buf_bytes(&wbytes);
+        let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
         let xs = rng.vec(NMAX * cols, 2.0);
         let xbuf = h.buf_f32(&xs);
         let mut first9: Vec<u32> = Vec::new();
@@ -218,7 +217,7 @@ fn gemm_coopmat_tier_where_offered() {
             let (ys, yo) = (rows + 5, 3usize);
             let len = (n + 1) * ys + yo;
             let ybuf = h.poisoned(len);
-            let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: (wbytes.len() / rows) as u32, x_stride: cols as u32, y_stride: ys as u32, y_off: yo as u32 };
+            let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: ys as u32, y_off: yo as u32 };
             h.run(|rec| rec.gemm_in(GemmTier::CoopMat, ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p, Some(split)));
             let got = ybuf.read_f32(0, len).unwrap();
             // Each row the same bits whatever the row count: 9 rows run in a 64-row activation

@@ -212,8 +212,7 @@ fn gemv_dot_format(ty: GgmlType) {
         let mut wq = vec![0f32; rows * cols];
         formats::dequantize(ty, &wbytes, &mut wq).unwrap();
         let off = offsets(ty, &wbytes, rows, cols);
-        let row_bytes = wbytes.len() / rows;
-        let wbuf = h.buf_bytes(&wbytes);
+        let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
         let xs = rng.vec(8 * cols, 2.0);
         let (xr, words, layout) = round_and_pack(&mut h, &xs, block);
         let pk = h.buf_bytes(&resin_vulkan::buffers::u32_bytes(&words));
@@ -386,7 +385,7 @@ fn gemv_dot_speed() {
         let mut wbytes: Vec<u8> = (0..rows * row_bytes / 8).flat_map(|_| rng.next_u64().to_le_bytes()).collect();
         // Finite f16 scales are not needed for timing, but keep NaNs out of the way anyway.
         wbytes.iter_mut().skip(1).step_by(2).for_each(|b| *b &= 0x3B);
-        let wbuf = h.buf_bytes(&wbytes);
+        let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
         let xs = rng.vec(cols, 1.0);
         let (xr, words, layout) = round_and_pack(&mut h, &xs, resin_vulkan::kernels::act_block(ty).unwrap());
         let xrb = h.buf_f32(&xr);

@@ -54,8 +54,7 @@ fn gemv_every_format_and_row_count(tier: GemvTier) {
         let wbytes = formats::quantize(ty, &src).unwrap();
         let mut wq = vec![0f32; rows * cols];
         formats::dequantize(ty, &wbytes, &mut wq).unwrap();
-        let row_bytes = wbytes.len() / rows;
-        let wbuf = h.buf_bytes(&wbytes);
+        let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
         let xs = rng.vec(8 * cols, 2.0);
         let xbuf = h.buf_f32(&xs);
         let mut one_row: Vec<Vec<f32>> = Vec::new();
@@ -126,11 +125,10 @@ fn gemv_row_counts_not_a_multiple_of_the_workgroup_rows() {
                 let wbytes = formats::quantize(ty, &src).unwrap();
                 let mut wq = vec![0f32; (rows + 3) * cols];
                 formats::dequantize(ty, &wbytes, &mut wq).unwrap();
-                let row_bytes = wbytes.len() / (rows + 3);
                 let n = 3usize;
                 let stride = rows + 2;
                 let xs = rng.vec(n * cols, 2.0);
-                let (wbuf, xbuf, ybuf) = (h.buf_bytes(&wbytes), h.buf_f32(&xs), h.poisoned(n * stride + 4));
+                let ((wbuf, row_bytes), xbuf, ybuf) = (h.weights(ty, cols, &wbytes), h.buf_f32(&xs), h.poisoned(n * stride + 4));
                 let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: stride as u32, y_off: 1 };
                 h.run(|rec| rec.gemv_tier(tier, ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
                 let got = ybuf.read_f32(0, n * stride + 4).unwrap();
@@ -161,8 +159,8 @@ fn gemv_output_offset_and_large_row_grid() {
         let mut wq = vec![0f32; rows * cols];
         formats::dequantize(GgmlType::Q8_0, &wbytes, &mut wq).unwrap();
         let x = rng.vec(cols, 1.0);
-        let (wbuf, xbuf, ybuf) = (h.buf_bytes(&wbytes), h.buf_f32(&x), h.poisoned(rows + 4));
-        let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: 34, x_stride: 32, y_stride: 0, y_off: 3 };
+        let ((wbuf, row_bytes), xbuf, ybuf) = (h.weights(GgmlType::Q8_0, cols, &wbytes), h.buf_f32(&x), h.poisoned(rows + 4));
+        let p = GemvPush { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: 32, y_stride: 0, y_off: 3 };
         h.run(|rec| rec.gemv_tier(tier, GgmlType::Q8_0, 1, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p));
         let got = ybuf.read_f32(0, rows + 4).unwrap();
         assert!(got[..3].iter().all(|v| v.to_bits() == POISON));
@@ -186,15 +184,14 @@ fn embed_every_format() {
         formats::dequantize(ty, &wbytes, &mut wq).unwrap();
         let tokens = [3u32, 39, 0, 17];
         let meta: Vec<RowMeta> = tokens.iter().map(|&t| RowMeta { token: t, ..Default::default() }).collect();
-        let (wbuf, mbuf, xbuf) = (h.buf_bytes(&wbytes), h.buf_bytes(&RowMeta::words(&meta)), h.poisoned(tokens.len() * cols));
+        let (mbuf, xbuf) = (h.buf_bytes(&RowMeta::words(&meta)), h.poisoned(tokens.len() * cols));
         // Two parts (rows 0..20 and 20..40), as a matrix split past the storage range is bound.
-        let rb = wbytes.len() / vocab;
-        let (w0, w1) = (h.buf_bytes(&wbytes[..20 * rb]), h.buf_bytes(&wbytes[20 * rb..]));
+        let grb = wbytes.len() / vocab;
+        let ((w0, rb), (w1, _)) = (h.weights(ty, cols, &wbytes[..20 * grb]), h.weights(ty, cols, &wbytes[20 * grb..]));
         h.run(|rec| {
             rec.embed(ty, tokens.len() as u32, (&w0).into(), (&mbuf).into(), (&xbuf).into(), EmbedPush { cols: cols as u32, row_bytes: rb as u32, row_start: 0, part_rows: 20 })?;
             rec.embed(ty, tokens.len() as u32, (&w1).into(), (&mbuf).into(), (&xbuf).into(), EmbedPush { cols: cols as u32, row_bytes: rb as u32, row_start: 20, part_rows: 20 })
         });
-        let _ = &wbuf;
         let got = xbuf.read_f32(0, tokens.len() * cols).unwrap();
         let want: Vec<f64> = tokens.iter().flat_map(|&t| wq[t as usize * cols..(t as usize + 1) * cols].iter().map(|&v| v as f64)).collect();
         let bar: Vec<f64> = want.iter().map(|w| 2.0 * U * w.abs()).collect();

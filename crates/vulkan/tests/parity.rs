@@ -153,10 +153,13 @@ fn requantized(name: &str, ty: resin_gguf::GgmlType) -> Arc<GgufFile> {
 
 #[test]
 fn smollm2_as_q8_0_greedy_32_and_first_logits() {
-    // Q8_0 is the benchmarks' format (the 1B synth on the GPU machine), and none of the
-    // fetched models is Q8_0: SmolLM2 requantized. Bar 1.5e-2: measured 1.06e-2, as the Q4_1
-    // file's float subgroup tier (the 8-bit activation roundings the two homes flip apart);
-    // the control (one prompt token changed) measured 2.8e-1.
+    // Q8_0 is the benchmarks' format (the 1B synth on the GPU machine) and one of the two the
+    // device holds in a layout of its own (src/layout.rs: a row's quants, then its scales);
+    // none of the fetched models is Q8_0, so SmolLM2 requantized.
+    // Bar 1.5e-2: measured 1.06e-2, the same to the bit as with the GGUF layout before it
+    // (the layout moves bytes, not arithmetic), and as the Q4_1 file's float subgroup tier
+    // (the 8-bit activation roundings the two homes flip apart); the control (one prompt
+    // token changed) measured 2.8e-1.
     let Some(gpu) = common::gpu() else { return };
     let file = requantized("smollm2-135m", resin_gguf::GgmlType::Q8_0);
     assert!(file.tensors().iter().filter(|t| t.dims.len() == 2).all(|t| t.ty == resin_gguf::GgmlType::Q8_0));

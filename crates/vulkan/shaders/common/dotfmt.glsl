@@ -70,26 +70,17 @@ uint spread4(uint h) {
 
 #if defined(FMT_Q8_0) || defined(FMT_Q4_0) || defined(FMT_Q4_1) || defined(FMT_Q5_0)
 void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
-    uint b = row_off + u * BLOCK_BYTES;
     wi = ivec2(0);
 #if defined(FMT_Q8_0)
-    // The block's 34 bytes lie in the 9 words from b >> 2 (b is even): each loaded once, d in
-    // the first word's low half and the quants straddling word pairs, or (b & 2) d in its
-    // high half and the quants word-aligned after it.
-    uint w0 = WDATA[b >> 2];
-    bool odd = (b & 2u) != 0u;
-    wf = vec2(unpackHalf2x16(odd ? w0 >> 16 : w0).x, 0.0);
-    uint prev = w0;
-    for (uint j = 0u; j < 8u; j++) {
-        uint w = WDATA[(b >> 2) + 1u + j];
-        qw[j] = odd ? w : (prev >> 16) | (w << 16);
-        prev = w;
-    }
+    // The device's Q8_0 rows (formats.glsl): the unit's quants in two aligned 16-byte loads,
+    // its scale from the row's scales.
+    wf = vec2(q8_scale(row_off, u), 0.0);
+    q8_quants(row_off, u, qw);
 #else
+    uint b = row_off + u * BLOCK_BYTES;
     wf = vec2(rd_f16(b), 0.0);
 #endif
-#if defined(FMT_Q8_0)
-#elif defined(FMT_Q4_0)
+#if defined(FMT_Q4_0)
     for (uint j = 0u; j < 4u; j++) {
         uint w = rd_u32(b + 2u + 4u * j);
         qw[j] = w & 0x0F0F0F0Fu;
@@ -102,7 +93,7 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
         qw[j] = w & 0x0F0F0F0Fu;
         qw[j + 4u] = (w >> 4) & 0x0F0F0F0Fu;
     }
-#else
+#elif defined(FMT_Q5_0)
     // Q5_0: value i's fifth bit is bit i of qh.
     uint qh = rd_u32(b + 2u);
     for (uint j = 0u; j < 4u; j++) {
@@ -171,19 +162,20 @@ float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
 #elif defined(FMT_Q6_K)
 // Quants 0..63 (real quant + 32); wi = the two signed scales of the unit's 16-value halves.
 void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
-    uint b = row_off + (u >> 3) * BLOCK_BYTES;
+    // The device's Q6_K rows (formats.glsl): quants in aligned 16-byte loads, d after them.
+    uint b = q6_block(row_off, u);
     uint s = u & 7u;
     uint n = s >> 2;
     uint g = s & 3u;
-    wf = vec2(rd_f16(b + 208u), 0.0);
+    wf = vec2(q6_d(row_off, u), 0.0);
     uint sb = b + 192u + 8u * n + 2u * g;
     wi = ivec2(bitfieldExtract(int(rd_u8(sb)), 0, 8), bitfieldExtract(int(rd_u8(sb + 1u)), 0, 8));
     uint ql = b + 64u * n + (g & 1u) * 32u;
     uint qh = b + 128u + 32u * n;
     uint lshift = (g >> 1) * 4u;
     uint wl[8], wh[8];
-    rd_u32x8(ql, wl);
-    rd_u32x8(qh, wh);
+    rd_u32x8_a16(ql, wl);
+    rd_u32x8_a16(qh, wh);
     for (uint j = 0u; j < 8u; j++) {
         uint lo = (wl[j] >> lshift) & 0x0F0F0F0Fu;
         uint hi = ((wh[j] >> (2u * g)) & 0x03030303u) << 4;

@@ -1,5 +1,6 @@
-// GGUF block formats, read in place. Each format defines
-//   BLOCK_VALUES, BLOCK_BYTES,
+// GGUF block formats, read in place (Q8_0 and Q6_K in the device's arrangement of their
+// bytes, src/layout.rs). Each format defines
+//   BLOCK_VALUES (and BLOCK_BYTES, where blocks lie whole in GGUF order),
 //   void load_unit(uint row_off, uint u, out float v[32])
 // which writes values 32*u .. 32*u+31 of the row starting at byte `row_off`, and
 //   void load8(uint row_off, uint g, out float v[8])
@@ -10,6 +11,25 @@
 #ifndef RESIN_FORMATS_GLSL
 #define RESIN_FORMATS_GLSL
 #include "bytes.glsl"
+
+#if defined(FMT_Q8_0) || defined(FMT_Q6_K)
+// These two are held in the device's layout (src/layout.rs: each row 16-byte aligned, its
+// scales after its quants), whose offsets need the row length: the includer defines
+// ROW_COLS, the values a row.
+#ifndef ROW_COLS
+#error "FMT_Q8_0 and FMT_Q6_K need ROW_COLS (values a row) defined before formats.glsl"
+#endif
+// The 8 words at a 16-byte aligned offset: two 16-byte loads where the includer binds the
+// weights as WDATA4 too (HAVE_WDATA4), else 8 aligned words.
+void rd_u32x8_a16(uint o, out uint w[8]) {
+#ifdef HAVE_WDATA4
+    uvec4 a = WDATA4[o >> 4], b = WDATA4[(o >> 4) + 1u];
+    w = uint[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+#else
+    for (uint j = 0u; j < 8u; j++) w[j] = WDATA[(o >> 2) + j];
+#endif
+}
+#endif
 
 #if defined(FMT_F32)
 #define BLOCK_VALUES 1u
@@ -146,21 +166,27 @@ void load8(uint row_off, uint g, out float v[8]) {
     }
 }
 #elif defined(FMT_Q8_0)
+// Q8_0 as the device holds it (src/layout.rs): a row's quants first (32 a block, in block
+// order: ROW_COLS bytes), then its blocks' f16 scales, the row padded to 16 bytes. A unit's
+// quants are 8 aligned words (two 16-byte loads with HAVE_WDATA4), neighbouring units
+// neighbouring bytes.
 #define BLOCK_VALUES 32u
-#define BLOCK_BYTES 34u
+// The f16 scale of block u of the row at row_off.
+float q8_scale(uint row_off, uint u) { return rd_f16(row_off + ROW_COLS + 2u * u); }
+// The 32 quants of block u, 4 a word (value 4j+k in byte k of w[j]).
+void q8_quants(uint row_off, uint u, out uint w[8]) { rd_u32x8_a16(row_off + 32u * u, w); }
 void load_unit(uint row_off, uint u, out float v[32]) {
-    uint b = row_off + u * BLOCK_BYTES;
-    float d = rd_f16(b);
+    float d = q8_scale(row_off, u);
     uint w[8];
-    rd_u32x8(b + 2u, w);   // the 9 words the quants lie in, each loaded once
+    q8_quants(row_off, u, w);
     for (uint j = 0u; j < 8u; j++)
         for (uint k = 0u; k < 4u; k++) v[4u * j + k] = float(sbyte_of(w[j], k)) * d;
 }
 void load8(uint row_off, uint g, out float v[8]) {
-    uint b = row_off + (g >> 2) * BLOCK_BYTES;
-    float d = rd_f16(b);
+    float d = q8_scale(row_off, g >> 2);
+    uint i = (row_off >> 2) + 2u * g;
     for (uint j = 0u; j < 2u; j++) {
-        uint w = rd_u32(b + 2u + 8u * (g & 3u) + 4u * j);
+        uint w = WDATA[i + j];
         for (uint k = 0u; k < 4u; k++) v[4u * j + k] = float(sbyte_of(w, k)) * d;
     }
 }
@@ -260,21 +286,27 @@ void load8(uint row_off, uint g, out float v[8]) {
     }
 }
 #elif defined(FMT_Q6_K)
+// Q6_K as the device holds it (src/layout.rs): each block's first 208 bytes (ql[128],
+// qh[64], scales[16]) in block order, then the blocks' f16 d, the row padded to 16 bytes, so
+// a block starts 16-byte aligned and its quants are aligned 16-byte loads.
 #define BLOCK_VALUES 256u
-#define BLOCK_BYTES 210u
+#define Q6_BODY 208u
+// The block of unit u (32 values) of the row at row_off, and its d.
+uint q6_block(uint row_off, uint u) { return row_off + (u >> 3) * Q6_BODY; }
+float q6_d(uint row_off, uint u) { return rd_f16(row_off + (ROW_COLS / 256u) * Q6_BODY + 2u * (u >> 3)); }
 void load_unit(uint row_off, uint u, out float v[32]) {
-    uint b = row_off + (u >> 3) * BLOCK_BYTES;
+    uint b = q6_block(row_off, u);
     uint s = u & 7u;
     uint n = s >> 2;          // 128-value half
     uint g = s & 3u;          // which of q1..q4
-    float d = rd_f16(b + 208u);
+    float d = q6_d(row_off, u);
     uint ql = b + 64u * n + (g & 1u) * 32u;
     uint qh = b + 128u + 32u * n;
     uint lshift = (g >> 1) * 4u;
     uint wls[8];
     uint whs[8];
-    rd_u32x8(ql, wls);     // blocks are 210 bytes: 2-byte aligned, each word loaded once
-    rd_u32x8(qh, whs);
+    rd_u32x8_a16(ql, wls);
+    rd_u32x8_a16(qh, whs);
     int scs[2] = int[2](bitfieldExtract(int(rd_u8(b + 192u + 8u * n + 2u * g)), 0, 8),
                         bitfieldExtract(int(rd_u8(b + 192u + 8u * n + 1u + 2u * g)), 0, 8));
     for (uint j = 0u; j < 8u; j++) {
@@ -293,18 +325,18 @@ void load_unit(uint row_off, uint u, out float v[32]) {
 void load8(uint row_off, uint g, out float v[8]) {
     uint u = g >> 2;
     uint h = g & 3u;
-    uint b = row_off + (u >> 3) * BLOCK_BYTES;
+    uint b = q6_block(row_off, u);
     uint s = u & 7u;
     uint n = s >> 2;
     uint gq = s & 3u;
-    float d = rd_f16(b + 208u);
+    float d = q6_d(row_off, u);
     uint ql = b + 64u * n + (gq & 1u) * 32u + 8u * h;
     uint qh = b + 128u + 32u * n + 8u * h;
     uint lshift = (gq >> 1) * 4u;
     int sc = bitfieldExtract(int(rd_u8(b + 192u + 8u * n + (h >> 1) + 2u * gq)), 0, 8);
     for (uint j = 0u; j < 2u; j++) {
-        uint wl = rd_u32(ql + 4u * j);
-        uint wh = rd_u32(qh + 4u * j);
+        uint wl = WDATA[(ql >> 2) + j];
+        uint wh = WDATA[(qh >> 2) + j];
         for (uint k = 0u; k < 4u; k++) {
             int q = int(((byte_of(wl, k) >> lshift) & 0xFu) | (((byte_of(wh, k) >> (2u * gq)) & 3u) << 4)) - 32;
             precise float t = (d * float(sc)) * float(q);

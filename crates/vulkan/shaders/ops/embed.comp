@@ -18,6 +18,7 @@ layout(push_constant) uniform Push {
     uint part_rows;
 } p;
 
+#define ROW_COLS p.cols   // formats.glsl: the device's Q8_0 rows hold their scales after the quants
 #include "formats.glsl"
 #include "meta.glsl"
 

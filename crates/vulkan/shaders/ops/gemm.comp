@@ -87,6 +87,7 @@ layout(push_constant) uniform Push {
     uint pieces;
 } p;
 
+#define ROW_COLS p.cols   // formats.glsl: the device's Q8_0 rows hold their scales after the quants
 #include "formats.glsl"
 
 #define TILE (BM * BN)

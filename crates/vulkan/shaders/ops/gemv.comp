@@ -84,6 +84,7 @@ layout(push_constant) uniform Push {
 #endif
 } p;
 
+#define ROW_COLS p.cols   // formats.glsl: the device's Q8_0 rows hold their scales after the quants
 #include "formats.glsl"
 #ifdef TIER_DOT
 #include "dotfmt.glsl"

@@ -74,6 +74,15 @@ impl Harness {
         Buffer::with_data(&self.gpu, &b, Location::Device).unwrap()
     }
 
+    /// Whole GGUF rows of `ty` (`cols` values a row) uploaded as the Vulkan home holds them
+    /// (`resin_vulkan::layout`: Q8_0's quants apart from its scales), and the device's bytes a
+    /// row (the kernels' `row_bytes`).
+    pub fn weights(&self, ty: resin_gguf::GgmlType, cols: usize, gguf: &[u8]) -> (Buffer, usize) {
+        let rows = gguf.len() / (cols / ty.block_len() * ty.block_bytes());
+        let dev = resin_vulkan::layout::device_rows(ty, cols, gguf);
+        (self.buf_bytes(&dev), dev.len() / rows.max(1))
+    }
+
     /// An output buffer of `n` f32 poisoned with NaN.
     pub fn poisoned(&self, n: usize) -> Buffer {
         let mut b = Buffer::new(&self.gpu, (n * 4) as u64, Location::Device).unwrap();
