@@ -10,7 +10,8 @@
 #   cp <each test executable> .kit/t-<name>
 # On the device machine, from the repo root:
 #   bash scripts/gpu_tests.sh engine "prefill a_wide_step_in_lanes" ...
-# Each argument is a test binary's name (.kit/t-<name>) and its filter; one line a run.
+# Each argument is a test binary's name (.kit/t-<name>) and its filter; one line a run. Each run
+# stops after RESIN_GPU_TEST_TIMEOUT seconds (default 200; the whole kernels suite needs more).
 set -uo pipefail
 S=$SECONDS; W=/tmp/w; K=.kit; O=${OUT:-/tmp/out}/gpu_tests; mkdir -p $O $W
 bash $K/peer.sh $K $W gl >/dev/null 2>&1
@@ -20,7 +21,7 @@ export RESIN_TEST_GGUF=$W/m1.gguf RESIN_REQUIRE_VULKAN=1
 i=0; failed=0
 for t in "$@"; do
   set -- $t; i=$((i + 1)); log=$O/$i-$1.log
-  timeout 200 $K/t-$1 "${@:2}" --nocapture > $log 2>&1
+  timeout ${RESIN_GPU_TEST_TIMEOUT:-200} $K/t-$1 "${@:2}" --nocapture > $log 2>&1
   rc=$?; [ $rc -eq 0 ] || failed=1
   echo "$t: rc $rc $(grep -o 'test result: [a-z]*. [0-9]* passed; [0-9]* failed' $log) at $((SECONDS - S)) s"
   grep -E "panicked" -A2 $log | head -6
