@@ -512,9 +512,9 @@ fn topk_lists_the_largest_logits_in_the_samplers_order() {
             let mut want: Vec<(u32, u32)> = row.iter().enumerate().filter_map(|(i, &v)| key(i, v)).collect();
             want.sort();
             let g: Vec<(u32, u32)> = (0..k as usize).map(|j| (got[2 * (r * k as usize + j)], got[2 * (r * k as usize + j) + 1])).collect();
-            for j in 0..k as usize {
+            for (j, gj) in g.iter().enumerate() {
                 let w = want.get(j).copied().unwrap_or((u32::MAX, u32::MAX));
-                assert_eq!(g[j], w, "n {n} k {k} row {r}: key {j}");
+                assert_eq!(*gj, w, "n {n} k {k} row {r}: key {j}");
                 if let Some((id, v)) = topk_decode(w.0, w.1) {
                     assert_eq!((id, v.to_bits()), (id, row[id as usize].to_bits()), "n {n} row {r}: key {j} decodes to its logit");
                 }
