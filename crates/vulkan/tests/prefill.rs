@@ -262,6 +262,45 @@ fn greedy_steps_read_back_the_device_argmax_of_the_same_logits() {
     assert!(want[0] != want[1] || want[1] != want[2]);
 }
 
+/// Each row's TOP_CANDIDATES largest finite logits in the sampler's order (descending, 0.0
+/// before -0.0, ties by id), from a row of logits.
+fn host_top(row: &[f32]) -> Vec<(u32, u32)> {
+    let key = |b: u32| if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
+    let mut c: Vec<(u32, u32)> = row.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(i, x)| (!key(x.to_bits()), i as u32)).collect();
+    c.sort_unstable();
+    c.truncate(resin_core::TOP_CANDIDATES);
+    c.iter().map(|&(_, i)| (i, row[i as usize].to_bits())).collect()
+}
+
+/// The device's top candidates (`Home::step_top`) of the same rows are the host's top of
+/// `step`'s logits, every id and logit bit, at 3 rows; a control with the order's tie rule
+/// reversed is not what came back.
+#[test]
+fn top_steps_read_back_the_device_top_of_the_same_logits() {
+    let m = model();
+    let Some((mut vk, counters)) = vulkan(&m, 64, 3) else { return };
+    let prompt = counting(&m.tok, 12);
+    for r in 0..3 {
+        vk.prefill(&[Segment { region: RegionId(r), start: 0, tokens: &prompt[..4 + 2 * r as usize] }]).unwrap();
+    }
+    let rows: Vec<Row> = (0..3).map(|r| Row { region: RegionId(r), token: prompt[4 + 2 * r as usize], pos: 4 + 2 * r }).collect();
+    let l = vk.step(&rows).unwrap();
+    let before = counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed);
+    let tops = vk.step_top(&rows).unwrap().expect("the Vulkan home reads back its top candidates");
+    assert_eq!(tops.len(), 3);
+    for (i, top) in tops.iter().enumerate() {
+        let got: Vec<(u32, u32)> = top.iter().map(|&(id, x)| (id, x.to_bits())).collect();
+        let want = host_top(l.row(i));
+        assert_eq!(got.len(), resin_core::TOP_CANDIDATES);
+        assert_eq!(got, want, "row {i}: the device's top of the same logits");
+        // Control: the candidates are in descending order, not the reverse.
+        let mut rev = want.clone();
+        rev.reverse();
+        assert_ne!(got, rev);
+    }
+    assert_eq!(counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed) - before, 3);
+}
+
 /// A wide step in lanes (more than NROW_MAX rows of distinct regions as balanced groups of
 /// N-row token commands, each on its own scratch and queue, submitted together): every row
 /// equals that row stepped alone bit for bit, in logits and in greedy ids; rows that share a
@@ -281,6 +320,12 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     let wide = vk.step(&rows).unwrap();
     let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
     assert_eq!(wide.rows(), N);
+    // Each lane's top candidates read back as the host's top of the same logits.
+    let tops = vk.step_top(&rows).unwrap().expect("the Vulkan home reads back its top candidates");
+    for (i, top) in tops.iter().enumerate() {
+        let got: Vec<(u32, u32)> = top.iter().map(|&(id, x)| (id, x.to_bits())).collect();
+        assert_eq!(got, host_top(wide.row(i)), "row {i}: a lane's top candidates");
+    }
     for (i, r) in rows.iter().enumerate() {
         let alone = vk.step(std::slice::from_ref(r)).unwrap();
         assert!(bits_equal(wide.row(i), alone.row(0)), "row {i}: a lane's row differs from the row alone");
@@ -288,9 +333,10 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     }
     // Control: rows differ from each other (19 different contexts), so equality above means something.
     assert!(!bits_equal(wide.row(0), wide.row(1)));
-    // Counted as what ran: two grouped steps of 3 N-row commands each, no wide pass.
+    // Counted as what ran: three grouped steps (logits, ids, top candidates) of 3 N-row
+    // commands each, no wide pass.
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!((count(&counters.grouped_steps), count(&counters.nrow_steps), count(&counters.wide_steps)), (2, 6, 0));
+    assert_eq!((count(&counters.grouped_steps), count(&counters.nrow_steps), count(&counters.wide_steps)), (3, 9, 0));
     // Ten rows of one region (a continuation): one pass, the CPU home's greedy ids.
     let tail = counting(&m.tok, 20);
     let cont: Vec<Row> = (0..10).map(|k| Row { region: RegionId(0), token: tail[10 + k], pos: (lens[0] + 1 + k) as u32 }).collect();
