@@ -242,6 +242,9 @@ pub type Result<T> = std::result::Result<T, HomeError>;
 /// draw from them alone.
 pub const TOP_CANDIDATES: usize = 64;
 
+/// A row's largest logits as (id, logit), best first (`Home::step_top`).
+pub type TopCandidates = Vec<(u32, f32)>;
+
 pub trait Home: Send {
     fn spec(&self) -> &HomeSpec;
 
@@ -269,7 +272,7 @@ pub trait Home: Send {
     /// fewer where the row has fewer finite logits; read back instead of the logits where the
     /// home selects them on the device. None where the home has no such path (the caller
     /// takes `step`).
-    fn step_top(&mut self, _rows: &[Row]) -> Result<Option<Vec<Vec<(u32, f32)>>>> {
+    fn step_top(&mut self, _rows: &[Row]) -> Result<Option<Vec<TopCandidates>>> {
         Ok(None)
     }
 

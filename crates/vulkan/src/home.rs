@@ -1370,7 +1370,7 @@ impl Home for VulkanHome {
 
     /// The on-device top-k (`Recorder::topk`): TOP_CANDIDATES key pairs a row come back
     /// instead of the logits (512 bytes against half a megabyte for a 128k vocabulary).
-    fn step_top(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<Vec<(u32, f32)>>>> {
+    fn step_top(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<resin_core::TopCandidates>>> {
         if !self.top_cut {
             return Ok(None);
         }

@@ -242,8 +242,21 @@ fn a_region_saved_to_host_and_loaded_into_another_continues_the_same() {
     assert!(vk.save_region(RegionId(9), 4).is_err(), "no such region");
 }
 
+/// Each row's TOP_CANDIDATES largest finite logits in the sampler's order (descending, 0.0
+/// before -0.0, ties by id), from a row of logits.
+fn host_top(row: &[f32]) -> Vec<(u32, u32)> {
+    let key = |b: u32| if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
+    let mut c: Vec<(u32, u32)> = row.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(i, x)| (!key(x.to_bits()), i as u32)).collect();
+    c.sort_unstable();
+    c.truncate(resin_core::TOP_CANDIDATES);
+    c.iter().map(|&(_, i)| (i, row[i as usize].to_bits())).collect()
+}
+
+/// Greedy steps read back the device's argmax ids, and top steps (`Home::step_top`) the
+/// device's top candidates, of the same logits `step` gives: every id, and every candidate's
+/// id and logit bits against the host's top of the logits (a reversed order is not it).
 #[test]
-fn greedy_steps_read_back_the_device_argmax_of_the_same_logits() {
+fn greedy_and_top_steps_read_back_the_device_argmax_and_top_of_the_same_logits() {
     let m = model();
     let Some((mut vk, counters)) = vulkan(&m, 64, 3) else { return };
     let prompt = counting(&m.tok, 12);
@@ -257,35 +270,6 @@ fn greedy_steps_read_back_the_device_argmax_of_the_same_logits() {
     let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
     let want: Vec<u32> = (0..3).map(|i| argmax(l.row(i))).collect();
     assert_eq!(ids, want, "the device's argmax of the same logits");
-    assert_eq!(counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed) - before, 3);
-    // Control: the rows' ids differ from each other (three different contexts).
-    assert!(want[0] != want[1] || want[1] != want[2]);
-}
-
-/// Each row's TOP_CANDIDATES largest finite logits in the sampler's order (descending, 0.0
-/// before -0.0, ties by id), from a row of logits.
-fn host_top(row: &[f32]) -> Vec<(u32, u32)> {
-    let key = |b: u32| if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
-    let mut c: Vec<(u32, u32)> = row.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(i, x)| (!key(x.to_bits()), i as u32)).collect();
-    c.sort_unstable();
-    c.truncate(resin_core::TOP_CANDIDATES);
-    c.iter().map(|&(_, i)| (i, row[i as usize].to_bits())).collect()
-}
-
-/// The device's top candidates (`Home::step_top`) of the same rows are the host's top of
-/// `step`'s logits, every id and logit bit, at 3 rows; a control with the order's tie rule
-/// reversed is not what came back.
-#[test]
-fn top_steps_read_back_the_device_top_of_the_same_logits() {
-    let m = model();
-    let Some((mut vk, counters)) = vulkan(&m, 64, 3) else { return };
-    let prompt = counting(&m.tok, 12);
-    for r in 0..3 {
-        vk.prefill(&[Segment { region: RegionId(r), start: 0, tokens: &prompt[..4 + 2 * r as usize] }]).unwrap();
-    }
-    let rows: Vec<Row> = (0..3).map(|r| Row { region: RegionId(r), token: prompt[4 + 2 * r as usize], pos: 4 + 2 * r }).collect();
-    let l = vk.step(&rows).unwrap();
-    let before = counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed);
     let tops = vk.step_top(&rows).unwrap().expect("the Vulkan home reads back its top candidates");
     assert_eq!(tops.len(), 3);
     for (i, top) in tops.iter().enumerate() {
@@ -293,12 +277,14 @@ fn top_steps_read_back_the_device_top_of_the_same_logits() {
         let want = host_top(l.row(i));
         assert_eq!(got.len(), resin_core::TOP_CANDIDATES);
         assert_eq!(got, want, "row {i}: the device's top of the same logits");
-        // Control: the candidates are in descending order, not the reverse.
+        assert_eq!(got[0].0, ids[i], "row {i}: the first candidate is the argmax");
         let mut rev = want.clone();
         rev.reverse();
-        assert_ne!(got, rev);
+        assert_ne!(got, rev, "control: the candidates are best first");
     }
-    assert_eq!(counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed) - before, 3);
+    assert_eq!(counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed) - before, 6);
+    // Control: the rows' ids differ from each other (three different contexts).
+    assert!(want[0] != want[1] || want[1] != want[2]);
 }
 
 /// A wide step in lanes (more than NROW_MAX rows of distinct regions as balanced groups of
