@@ -238,6 +238,13 @@ pub enum HomeError {
 pub type Result<T> = std::result::Result<T, HomeError>;
 
 /// A backend that runs the whole model. The CPU home and the Vulkan home implement it.
+/// Candidates a row a home's `step_top` returns: samplers whose top_k is at most this can
+/// draw from them alone.
+pub const TOP_CANDIDATES: usize = 64;
+
+/// A row's largest logits as (id, logit), best first (`Home::step_top`).
+pub type TopCandidates = Vec<(u32, f32)>;
+
 pub trait Home: Send {
     fn spec(&self) -> &HomeSpec;
 
@@ -256,6 +263,16 @@ pub trait Home: Send {
     /// largest logit), read back instead of the logits where the home computes it on the
     /// device. None where the home has no such path (the caller takes `step` and its argmax).
     fn step_greedy(&mut self, _rows: &[Row]) -> Result<Option<Vec<u32>>> {
+        Ok(None)
+    }
+
+    /// As `step`, for rows whose samplers keep at most [`TOP_CANDIDATES`] candidates (a
+    /// top_k, no penalties): each row's TOP_CANDIDATES largest finite logits as (id, logit),
+    /// best first in the sampler's order (descending logits, 0.0 before -0.0, ties by id),
+    /// fewer where the row has fewer finite logits; read back instead of the logits where the
+    /// home selects them on the device. None where the home has no such path (the caller
+    /// takes `step`).
+    fn step_top(&mut self, _rows: &[Row]) -> Result<Option<Vec<TopCandidates>>> {
         Ok(None)
     }
 

@@ -504,6 +504,50 @@ impl Scheduler {
                     }
                 }
             }
+            // Streams whose draws depend only on the rows' largest logits (a top_k, no
+            // penalties): homes that select them on the device read back those alone.
+            if members.iter().all(|&i| self.streams[i].top_only()) {
+                let t = Instant::now();
+                let r = self.home.step_top(&rows);
+                (in_home, home_calls) = (in_home + t.elapsed(), home_calls + 1);
+                match r {
+                    Ok(Some(tops)) if tops.len() == members.len() => {
+                        for (j, &i) in members.iter().enumerate() {
+                            self.streams[i].fed.push(rows[j].token);
+                        }
+                        let vocab = self.home.spec().vocab;
+                        let picks: Vec<u32> = {
+                            let mut jobs: Vec<(&mut Stream, &[(u32, f32)])> = Vec::with_capacity(members.len());
+                            let mut next = members.iter().peekable();
+                            let mut tops_of = tops.iter();
+                            for (i, s) in self.streams.iter_mut().enumerate() {
+                                if next.next_if(|&&m| m == i).is_some() {
+                                    if let Some(top) = tops_of.next() {
+                                        jobs.push((s, top));
+                                    }
+                                }
+                            }
+                            jobs.into_par_iter().map(|(s, top)| s.pick_top(top, vocab)).collect()
+                        };
+                        for (j, &i) in members.iter().enumerate() {
+                            if let After::Finish(r) = self.streams[i].emit(picks[j], &self.tokenizer, self.home.spec().n_ctx) {
+                                done.push((i, Ok(r)));
+                            }
+                        }
+                        continue;
+                    }
+                    Ok(Some(tops)) => {
+                        let e = format!("the home returned {} candidate rows for {} rows", tops.len(), members.len());
+                        done.extend(members.iter().map(|&i| (i, Err(e.clone()))));
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        done.extend(members.iter().map(|&i| (i, Err(e.to_string()))));
+                        continue;
+                    }
+                }
+            }
             let t = Instant::now();
             let r = self.home.step(&rows);
             (in_home, home_calls) = (in_home + t.elapsed(), home_calls + 1);
@@ -725,6 +769,24 @@ impl Stream {
     /// penalties, greedy).
     fn argmax_only(&self) -> bool {
         self.req.constraint.is_none() && self.sampler.is_plain_greedy()
+    }
+
+    /// Whether this stream's next token depends only on the row's TOP_CANDIDATES largest
+    /// logits (no constraint; see `Sampler::draws_from_top`).
+    fn top_only(&self) -> bool {
+        self.req.constraint.is_none() && self.sampler.draws_from_top(resin_core::TOP_CANDIDATES)
+    }
+
+    /// The next token from a row's largest logits (`Home::step_top`): the row rebuilt with
+    /// -inf elsewhere, which the sampler draws from as from the whole row.
+    fn pick_top(&mut self, top: &[(u32, f32)], vocab: usize) -> u32 {
+        let mut row = vec![f32::NEG_INFINITY; vocab];
+        for &(id, l) in top {
+            if let Some(x) = row.get_mut(id as usize) {
+                *x = l;
+            }
+        }
+        self.pick(&mut row)
     }
 
     /// Emit sampled token `t` (stop ids, stop strings, the constraint, limits).

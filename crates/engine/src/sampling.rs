@@ -141,6 +141,15 @@ impl Sampler {
         p.is_greedy() && p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0
     }
 
+    /// Whether a draw depends only on the `n` largest finite logits (in `sample`'s order): a
+    /// top_k of at most `n`, not greedy (the argmax keeps -0.0 and 0.0 apart by index, not
+    /// by that order), no penalties (they move logits across the cut). Then a row holding
+    /// only those, -inf elsewhere, draws what the whole row draws.
+    pub fn draws_from_top(&self, n: usize) -> bool {
+        let p = &self.params;
+        !p.is_greedy() && p.top_k >= 1 && p.top_k <= n && p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0
+    }
+
     pub fn apply_penalties(&self, logits: &mut [f32], history: &[u32]) {
         let p = &self.params;
         if p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 {
@@ -224,6 +233,12 @@ impl Sampler {
         if p.top_k > 0 && p.top_k < c.len() {
             c.select_nth_unstable_by(p.top_k - 1, order);
             c.truncate(p.top_k);
+        }
+        if p.top_k > 0 {
+            // top_k's few in the order: the sums below then run in an order of the kept
+            // candidates alone, not of what else the row held (a row of only its largest
+            // logits, `draws_from_top`, draws the same to the bit).
+            c.sort_unstable_by(order);
         }
         // The weights of what top_k kept, and their bins: BINS equal slices of the kept
         // logits' span, the largest in bin 0, so a bin's candidates all come before the next
@@ -828,6 +843,60 @@ mod tests {
         assert!(hit >= 16, "{hit}");
         // No threshold where k is not small against the vocabulary.
         assert_eq!(top_k_threshold(&[1.0; 100], 0.0, 1.0, 40), None);
+    }
+
+    /// A row of only its 64 largest logits (in the order: ties by id, 0.0 before -0.0),
+    /// -inf elsewhere: what a home's `step_top` gives the engine.
+    fn top_row(l: &[f32], n: usize) -> Vec<f32> {
+        let mut c: Vec<Cand> = l.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(i, &x)| Cand::new(i as u32, x)).collect();
+        c.sort_unstable_by(order);
+        let mut row = vec![f32::NEG_INFINITY; l.len()];
+        for x in c.iter().take(n) {
+            row[x.id() as usize] = l[x.id() as usize];
+        }
+        row
+    }
+
+    #[test]
+    fn a_row_of_its_largest_logits_draws_what_the_whole_row_draws() {
+        // Samplers with a top_k up to 64 and no penalties (`draws_from_top`), on flat, tied
+        // and peaked rows of a large vocabulary: 8 draws each from the whole row and from its
+        // top 64, same seed, the same ids. Control: a top 32 under a top_k of 64 draws
+        // otherwise somewhere.
+        let mut g = Rng::new(23);
+        let mut control_differs = false;
+        for case in 0..36 {
+            let n = 60_000usize;
+            let mut l: Vec<f32> = (0..n).map(|_| (g.next_f64() as f32 * 12.0 * 4.0).round() / 4.0).collect();
+            if case % 3 == 0 {
+                for j in 0..50 {
+                    l[(j * 1181 + case) % n] = 20.0 + (j % 9) as f32 * 0.5;
+                }
+            }
+            l[5] = f32::NAN;
+            let k = [1usize, 5, 40, 64][case % 4];
+            let p = SamplingParams { temperature: [0.7f32, 1.0, 3.0][case % 3], top_k: k, top_p: [1.0, 0.9, 0.95][case % 3], min_p: [0.0, 0.05][case % 2], seed: Some(case as u64), ..Default::default() };
+            let s0 = Sampler::new(p.clone());
+            assert!(s0.draws_from_top(64));
+            let (mut whole, mut top) = (s0.clone(), s0.clone());
+            let cut = top_row(&l, 64);
+            for d in 0..8 {
+                let want = whole.sample(&mut l.clone(), &[]);
+                assert_eq!(top.sample(&mut cut.clone(), &[]), want, "case {case} draw {d}: {p:?}");
+            }
+            if k == 64 {
+                let mut a = s0.clone();
+                let mut b = s0.clone();
+                let short = top_row(&l, 32);
+                control_differs |= (0..8).any(|_| a.sample(&mut l.clone(), &[]) != b.sample(&mut short.clone(), &[]));
+            }
+        }
+        assert!(control_differs, "control: a top 32 must draw otherwise than the whole row somewhere");
+        // Greedy, penalties and a top_k past the cut do not draw from the top alone.
+        assert!(!Sampler::new(SamplingParams { temperature: 0.0, top_k: 40, ..Default::default() }).draws_from_top(64));
+        assert!(!Sampler::new(SamplingParams { top_k: 40, repetition_penalty: 1.1, ..Default::default() }).draws_from_top(64));
+        assert!(!Sampler::new(SamplingParams { top_k: 65, ..Default::default() }).draws_from_top(64));
+        assert!(!Sampler::new(SamplingParams { top_k: 0, ..Default::default() }).draws_from_top(64));
     }
 
     #[test]

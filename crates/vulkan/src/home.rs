@@ -61,6 +61,10 @@ pub struct VulkanOptions {
     /// dispatch and barrier fewer a layer, the same bits; default on, `RESIN_VK_ROPE_IN=0`
     /// turns it off for measuring).
     pub rope_in_attention: bool,
+    /// Whether sampled rows whose samplers keep at most TOP_CANDIDATES candidates read back
+    /// only those (`Home::step_top`, the top-k on the device; the same draws; default on,
+    /// `RESIN_VK_TOP_CUT=0` reads back the logits).
+    pub top_cut: bool,
 }
 
 /// How the Vulkan home runs a step of more than NROW_MAX rows (a wide step).
@@ -124,7 +128,7 @@ impl std::fmt::Debug for UploadProgress {
 
 impl Default for VulkanOptions {
     fn default() -> Self {
-        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::from_env(), rope_in_attention: std::env::var("RESIN_VK_ROPE_IN").as_deref() != Ok("0") }
+        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::from_env(), rope_in_attention: std::env::var("RESIN_VK_ROPE_IN").as_deref() != Ok("0"), top_cut: std::env::var("RESIN_VK_TOP_CUT").as_deref() != Ok("0") }
     }
 }
 
@@ -182,6 +186,11 @@ struct Scratch {
     logits: Buffer,
     logits_host: Buffer,
     ids: Buffer,
+    /// The top-k's lists between its stages, and each row's candidates read back
+    /// (`ReadBack::Top`; key pairs, `kernels::topk_decode`).
+    top_a: Buffer,
+    top_b: Buffer,
+    top_host: Buffer,
     /// Activations rounded through 8-bit blocks of 32 and 256 values (see `act_block`).
     xq32: Buffer,
     xq256: Buffer,
@@ -292,8 +301,13 @@ fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: 
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
     let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
     let (sp, sd) = if rows > NROW_MAX { split_slot_bytes(info, cfg) } else { (0, 0) };
-    let out = out + SPLIT_SLOTS * (sp + sd) as usize / 4;
+    let out = out + SPLIT_SLOTS * (sp + sd) as usize / 4 + 4 * topk_pairs(cfg, out_rows) + 2 * out_rows * TOPK_MAX as usize;
     ((rows * per_row + out + attn_part_floats(cfg, out_rows)) * 4) as u64
+}
+
+/// Key pairs of each of the top-k's scratch lists for `out_rows` rows.
+fn topk_pairs(cfg: &ModelConfig, out_rows: usize) -> usize {
+    crate::kernels::topk_scratch_pairs(out_rows as u32, cfg.vocab as u32, TOPK_MAX) as usize
 }
 
 /// Lanes beyond the first a home of `regions` regions takes for its widest step in `wide` mode.
@@ -346,7 +360,7 @@ struct TokenCommand {
 struct Lane {
     // Field order is drop order: the commands before the buffers they use.
     /// Token commands by (rows, greedy: the logits stay on the device), recorded on first use.
-    commands: std::collections::HashMap<(usize, bool), TokenCommand>,
+    commands: std::collections::HashMap<(usize, ReadBack), TokenCommand>,
     fence: Fence,
     scratch: Scratch,
 }
@@ -357,6 +371,7 @@ pub struct VulkanHome {
     pipes: Pipelines,
     wide: WideMode,
     rope_in_attention: bool,
+    top_cut: bool,
     layers: Vec<Layer>,
     embd: Mat,
     /// None when tied to the embedding.
@@ -474,6 +489,7 @@ impl VulkanHome {
             pipes: Pipelines::new(&gpu),
             wide: opts.wide,
             rope_in_attention: opts.rope_in_attention,
+            top_cut: opts.top_cut,
             layers,
             embd,
             output,
@@ -523,9 +539,11 @@ impl VulkanHome {
     /// server pay for it in their time to first token. Returns the time it took.
     pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
         let t0 = std::time::Instant::now();
+        let backs: &[ReadBack] = if self.top_cut { &[ReadBack::Ids, ReadBack::Logits, ReadBack::Top] } else { &[ReadBack::Ids, ReadBack::Logits] };
         for n in 1..=rows.clamp(1, NROW_MAX) {
-            self.command(0, n, true)?;
-            self.command(0, n, false)?;
+            for &b in backs {
+                self.command(0, n, b)?;
+            }
         }
         // With more rows than a token command takes, the widest step's: its lanes and their
         // group commands, or one GEMM pass (its pipelines serve every width; the commands of
@@ -535,22 +553,23 @@ impl VulkanHome {
             let shape = self.wide.passes(w, true);
             self.ensure_lanes(shape.len())?;
             for (lane, n) in shape {
-                self.command(lane, n, true)?;
-                self.command(lane, n, false)?;
+                for &b in backs {
+                    self.command(lane, n, b)?;
+                }
             }
         }
         let keep = [PF_WINDOW as u32 - 1];
-        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true }, None)?);
+        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true, top: false }, None)?);
         Ok(t0.elapsed())
     }
 
     /// Lane `lane`'s token command for `n` rows (1..=NROW_MAX; on lane 0 up to step_rows_max,
-    /// above NROW_MAX a GEMM pass), recorded on first use and kept; `greedy`: only the argmax
-    /// ids come back to the host.
-    fn command(&mut self, lane: usize, n: usize, greedy: bool) -> Result<ash::vk::CommandBuffer, VkError> {
-        let key = (n, greedy);
+    /// above NROW_MAX a GEMM pass), recorded on first use and kept; `back`: what comes back to
+    /// the host besides the argmax ids.
+    fn command(&mut self, lane: usize, n: usize, back: ReadBack) -> Result<ash::vk::CommandBuffer, VkError> {
+        let key = (n, back);
         if !self.lanes[lane].commands.contains_key(&key) {
-            let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: !greedy }, None)?;
+            let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: back == ReadBack::Logits, top: back == ReadBack::Top }, None)?;
             self.lanes[lane].commands.insert(key, c);
         }
         self.lanes[lane].commands.get(&key).map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
@@ -596,7 +615,7 @@ impl VulkanHome {
         let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (12 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
         self.write_meta(0, rows)?;
         let mut clock = StageClock { ts: &ts, labels: Vec::new() };
-        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true }, Some(&mut clock))?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true, top: false }, Some(&mut clock))?;
         self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         let labels = clock.labels;
         let t = ts.read(labels.len() as u32)?;
@@ -630,7 +649,7 @@ impl VulkanHome {
     /// submitted; returns the logits of the rows in `keep`.
     fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
         self.write_meta(0, rows)?;
-        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true }, None)?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true, top: false }, None)?;
         self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         if keep.is_empty() {
             return Ok(Vec::new());
@@ -644,7 +663,7 @@ impl VulkanHome {
     /// before any is waited for. (Rows that share a region take one pass: a row may attend to
     /// keys another row of the step stores.) Returns (lane, rows) of each pass in row order;
     /// its logits and ids are in that lane's scratch.
-    fn run_step(&mut self, rows: &[(u32, u32, u32)], greedy: bool) -> Result<Vec<(usize, usize)>, VkError> {
+    fn run_step(&mut self, rows: &[(u32, u32, u32)], back: ReadBack) -> Result<Vec<(usize, usize)>, VkError> {
         let mut seen = std::collections::HashSet::new();
         let distinct = rows.iter().all(|r| seen.insert(r.0));
         let groups: Vec<usize> = self.wide.passes(rows.len(), distinct).into_iter().map(|(_, n)| n).collect();
@@ -652,7 +671,7 @@ impl VulkanHome {
         let mut cmds = Vec::with_capacity(groups.len());
         let mut at = 0;
         for (lane, &n) in groups.iter().enumerate() {
-            cmds.push(self.command(lane, n, greedy)?);
+            cmds.push(self.command(lane, n, back)?);
             self.write_meta(lane, &rows[at..at + n])?;
             at += n;
         }
@@ -681,11 +700,11 @@ impl VulkanHome {
 
     /// Run a step over `rows` (already checked) and read each pass's `n` rows of results from
     /// its lane's scratch in row order (`read` appends them to a vector of `cap`: the logits,
-    /// or with `greedy` the argmax ids);
+    /// the argmax ids or the top candidates, as `back` has them);
     /// the step is counted by what ran: one pass (a token command, or a wide GEMM pass), or
     /// groups of token commands on lanes (a grouped step, each group an N-row step).
-    fn run_rows<T>(&mut self, rows: &[(u32, u32, u32)], greedy: bool, cap: usize, read: impl Fn(&Scratch, usize, &mut Vec<T>) -> Result<(), VkError>) -> Result<Vec<T>, VkError> {
-        let passes = self.run_step(rows, greedy)?;
+    fn run_rows<T>(&mut self, rows: &[(u32, u32, u32)], back: ReadBack, cap: usize, read: impl Fn(&Scratch, usize, &mut Vec<T>) -> Result<(), VkError>) -> Result<Vec<T>, VkError> {
+        let passes = self.run_step(rows, back)?;
         let mut out = Vec::with_capacity(cap);
         for &(lane, n) in &passes {
             read(&self.lanes[lane].scratch, n, &mut out)?;
@@ -910,6 +929,9 @@ impl Scratch {
             logits: dev(out_rows * cfg.vocab)?,
             logits_host: host(out_rows * cfg.vocab)?,
             ids: host(out_rows)?,
+            top_a: dev(2 * topk_pairs(cfg, out_rows))?,
+            top_b: dev(2 * topk_pairs(cfg, out_rows))?,
+            top_host: host(2 * out_rows * TOPK_MAX as usize)?,
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xp32: Buffer::new(gpu, packed_bytes(cfg, 32), Location::Device)?,
@@ -1132,7 +1154,21 @@ struct PassShape<'a> {
     narrow: Option<&'a [u32]>,
     /// Copy the logits rows to the host (false: a greedy step reads only the argmax ids).
     to_host: bool,
+    /// Select each row's TOP_CANDIDATES largest logits into `Scratch::top_host`.
+    top: bool,
 }
+
+/// What a token command reads back besides the argmax ids (which every pass computes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum ReadBack {
+    /// The logits rows.
+    Logits,
+    /// Only the argmax ids.
+    Ids,
+    /// Each row's TOP_CANDIDATES largest logits (`Recorder::topk`), not the logits.
+    Top,
+}
+const _: () = assert!(resin_core::TOP_CANDIDATES == crate::kernels::TOPK_MAX as usize);
 
 /// One pass: embed, every layer, final norm, classifier, argmax.
 #[allow(clippy::too_many_arguments)]
@@ -1247,6 +1283,9 @@ fn record_pass(
     rec.transfer_barrier(); // the logits are copied to the host below
     mark(&mut clock, cmd, "classifier", 0);
     rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.part).into(), (&s.ids).into())?;
+    if shape.top {
+        rec.topk(mr, cfg.vocab as u32, TOPK_MAX, (&s.logits).into(), (&s.top_a).into(), (&s.top_b).into(), (&s.top_host).into())?;
+    }
     if shape.to_host {
         let bytes = (m * cfg.vocab * 4) as u64;
         // SAFETY: the command buffer is recording; both buffers hold out_rows logits rows (m <= out_rows).
@@ -1308,7 +1347,7 @@ impl Home for VulkanHome {
         let r = triples(rows);
         let vocab = self.cfg.vocab;
         // The rows' logits straight from host memory into the step's rows: one copy.
-        let data = self.run_rows(&r, false, r.len() * vocab, |s, n, out| s.logits_host.read_f32_into(0, n * vocab, out)).map_err(HomeError::from)?;
+        let data = self.run_rows(&r, ReadBack::Logits, r.len() * vocab, |s, n, out| s.logits_host.read_f32_into(0, n * vocab, out)).map_err(HomeError::from)?;
         Ok(Logits { vocab: self.spec.vocab, data })
     }
 
@@ -1321,12 +1360,31 @@ impl Home for VulkanHome {
         check_rows(&self.spec, rows)?;
         let r = triples(rows);
         let ids = self
-            .run_rows(&r, true, r.len(), |s, n, out| {
+            .run_rows(&r, ReadBack::Ids, r.len(), |s, n, out| {
                 out.extend(s.ids.read_u32(0, n)?);
                 Ok(())
             })
             .map_err(HomeError::from)?;
         Ok(Some(ids))
+    }
+
+    /// The on-device top-k (`Recorder::topk`): TOP_CANDIDATES key pairs a row come back
+    /// instead of the logits (512 bytes against half a megabyte for a 128k vocabulary).
+    fn step_top(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<resin_core::TopCandidates>>> {
+        if !self.top_cut {
+            return Ok(None);
+        }
+        check_rows(&self.spec, rows)?;
+        let r = triples(rows);
+        let k = resin_core::TOP_CANDIDATES;
+        let top = self
+            .run_rows(&r, ReadBack::Top, r.len(), |s, n, out| {
+                let w = s.top_host.read_u32(0, 2 * n * k)?;
+                out.extend(w.chunks(2 * k).map(|row| row.chunks(2).map_while(|p| crate::kernels::topk_decode(p[0], p[1])).collect::<Vec<_>>()));
+                Ok(())
+            })
+            .map_err(HomeError::from)?;
+        Ok(Some(top))
     }
 
     fn profile_step(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<(String, f64)>>> {

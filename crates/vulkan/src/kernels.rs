@@ -26,6 +26,30 @@ pub const NORM_MAX: u32 = 16384;
 /// Workgroups a row of the argmax's first stage (shaders/ops/argmax.comp SLICES).
 pub const ARGMAX_SLICES: u32 = 64;
 
+/// Logits a workgroup of the top-k's stages sorts (shaders/ops/topk.comp SPAN).
+pub const TOPK_SPAN: u32 = 2048;
+
+/// Keys ([`Recorder::topk`]) a row's largest logits take at most (a power of two up to 256):
+/// a sampler with a top_k up to it can draw from them.
+pub const TOPK_MAX: u32 = 64;
+
+/// Key pairs (two words each) of the largest of the scratch lists [`Recorder::topk`] writes
+/// between its stages, for `rows` rows of `n` logits and `k` keys a list.
+pub fn topk_scratch_pairs(rows: u32, n: u32, k: u32) -> u64 {
+    rows as u64 * n.div_ceil(TOPK_SPAN).max(1) as u64 * k as u64
+}
+
+/// The (id, logit) of a key of [`Recorder::topk`]'s output, None for no candidate (fewer
+/// finite logits than keys).
+pub fn topk_decode(hi: u32, lo: u32) -> Option<(u32, f32)> {
+    if hi == u32::MAX && lo == u32::MAX {
+        return None;
+    }
+    let mono = !hi;
+    let bits = if mono >> 31 == 1 { mono & 0x7FFF_FFFF } else { !mono };
+    Some((lo, f32::from_bits(bits)))
+}
+
 /// Words per row of the metadata block (see shaders/common/meta.glsl).
 pub const META_WORDS: usize = 4;
 
@@ -606,6 +630,37 @@ impl Recorder<'_> {
         }
         // A workgroup rounds 2048 values (whole blocks of either size).
         self.run(name, &[], &[x, y], &CountPush { count }.bytes(), grid(count.div_ceil(2048)))
+    }
+
+    /// The `k` largest finite logits of each of `rows` rows of `n`, best first, as key pairs
+    /// (see shaders/ops/topk.comp; [`topk_decode`] reads one) into `out` (`rows * k` pairs),
+    /// ordered as the host sampler orders candidates (descending logits, ties by id). `a` and
+    /// `b` hold [`topk_scratch_pairs`] pairs each between the stages (`b` unused up to
+    /// TOPK_SPAN x TOPK_SPAN / k logits a row). `k`: a power of two up to 256.
+    #[allow(clippy::too_many_arguments)]
+    pub fn topk(&mut self, rows: u32, n: u32, k: u32, logits: Bind<'_>, a: Bind<'_>, b: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
+        if !k.is_power_of_two() || k > 256 || n == 0 {
+            return Err(VkError::Unsupported(format!("the top {k} of {n} logits (a power of two up to 256)")));
+        }
+        let scratch = topk_scratch_pairs(rows, n, k) * 8;
+        if out.range < rows as u64 * k as u64 * 8 || a.range < scratch || b.range < scratch {
+            return Err(VkError::OutOfRange(format!("top-k buffers of {}, {} and {} bytes for {rows} rows of {n} (k {k})", out.range, a.range, b.range)));
+        }
+        let fan = TOPK_SPAN / k;
+        let mut lists = n.div_ceil(TOPK_SPAN);
+        let push = |n: u32, lists: u32, out_lists: u32| [n, lists, out_lists].iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
+        let first = if lists == 1 { out } else { a };
+        self.run("topk_part", &[k], &[logits, first], &push(n, lists, lists), [lists, rows, 1])?;
+        let (mut src, mut dst) = (a, b);
+        while lists > 1 {
+            self.barrier();
+            let groups = lists.div_ceil(fan);
+            let to = if groups == 1 { out } else { dst };
+            self.run("topk_merge", &[k], &[src, to], &push(n, lists, groups), [groups, rows, 1])?;
+            (src, dst) = (dst, src);
+            lists = groups;
+        }
+        Ok(())
     }
 
     /// ids[r] = argmax of logits row r (n values a row).

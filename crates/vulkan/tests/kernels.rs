@@ -459,6 +459,84 @@ fn argmax_rows_with_ties() {
     assert_ne!(got, vec![40_000, n as u32 - 1, 12_345]);
 }
 
+/// The top-k kernel against the host sampler's order (descending logits, -0.0 after 0.0, ties
+/// by id, non-finite logits never), every key of every row: vocabularies of one stage, of two
+/// and three (128,256 and 151,936 logits), fewer finite logits than k, planted ties and
+/// signed zeros among the best. Control: the tie order reversed fails.
+#[test]
+fn topk_lists_the_largest_logits_in_the_samplers_order() {
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0x70b);
+    for (n, k) in [(1000usize, 64u32), (2048, 64), (2049, 8), (128_256, 64), (151_936, 64), (151_936, 256), (40, 64)] {
+        let rows = 3usize;
+        let mut l = rng.vec(rows * n, 4.0);
+        for r in 0..rows {
+            let row = &mut l[r * n..(r + 1) * n];
+            // Ties among the best (the lower id first), a signed zero pair, non-finite values.
+            let top = 30.0 + r as f32;
+            for (j, &i) in [n / 2, 3, n - 1, n / 3].iter().enumerate() {
+                row[i] = if j < 3 { top } else { top - 1.0 };
+            }
+            if n > 100 {
+                row[17] = f32::NAN;
+                row[18] = f32::INFINITY;
+                row[19] = f32::NEG_INFINITY;
+                row[20] = 0.0;
+                row[21] = -0.0;
+                if r == 2 {
+                    // A row whose other logits are very small: the zeros are among its best.
+                    for (i, x) in row.iter_mut().enumerate() {
+                        if !(17..=21).contains(&i) && *x < 25.0 {
+                            *x = -100.0 - (i % 7) as f32;
+                        }
+                    }
+                }
+            }
+        }
+        let key = |i: usize, v: f32| -> Option<(u32, u32)> {
+            if !v.is_finite() {
+                return None;
+            }
+            let b = v.to_bits();
+            let mono = if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
+            Some((!mono, i as u32))
+        };
+        let lb = h.buf_f32(&l);
+        let pairs = topk_scratch_pairs(rows as u32, n as u32, k) as usize;
+        let (a, b) = (h.poisoned(2 * pairs), h.poisoned(2 * pairs));
+        let out = h.poisoned(2 * rows * k as usize);
+        h.run(|rec| rec.topk(rows as u32, n as u32, k, (&lb).into(), (&a).into(), (&b).into(), (&out).into()));
+        let got = out.read_u32(0, 2 * rows * k as usize).unwrap();
+        for r in 0..rows {
+            let row = &l[r * n..(r + 1) * n];
+            let mut want: Vec<(u32, u32)> = row.iter().enumerate().filter_map(|(i, &v)| key(i, v)).collect();
+            want.sort();
+            let g: Vec<(u32, u32)> = (0..k as usize).map(|j| (got[2 * (r * k as usize + j)], got[2 * (r * k as usize + j) + 1])).collect();
+            for (j, gj) in g.iter().enumerate() {
+                let w = want.get(j).copied().unwrap_or((u32::MAX, u32::MAX));
+                assert_eq!(*gj, w, "n {n} k {k} row {r}: key {j}");
+                if let Some((id, v)) = topk_decode(w.0, w.1) {
+                    assert_eq!((id, v.to_bits()), (id, row[id as usize].to_bits()), "n {n} row {r}: key {j} decodes to its logit");
+                }
+            }
+            // The planted ties are among the keys, in id order; control: the other order fails.
+            let ties: Vec<u32> = g.iter().take(3).map(|x| x.1).collect();
+            let mut sorted = ties.clone();
+            sorted.sort();
+            if n >= 3 * 4 {
+                assert_eq!(ties, sorted, "n {n} row {r}: ties by id");
+                let mut rev = g.clone();
+                rev[..3].reverse();
+                assert_ne!(rev, g, "control: a reversed tie order must differ");
+            }
+            if n > 100 && r == 2 && (k as usize) > 6 {
+                // The zeros: 0.0 before -0.0, right after the planted four.
+                assert_eq!((g[4].1, g[5].1), (20, 21), "n {n}: 0.0 then -0.0");
+            }
+        }
+    }
+}
+
 fn f16_to_f32(h: u16) -> f32 {
     half::f16::from_bits(h).to_f32()
 }

@@ -242,8 +242,21 @@ fn a_region_saved_to_host_and_loaded_into_another_continues_the_same() {
     assert!(vk.save_region(RegionId(9), 4).is_err(), "no such region");
 }
 
+/// Each row's TOP_CANDIDATES largest finite logits in the sampler's order (descending, 0.0
+/// before -0.0, ties by id), from a row of logits.
+fn host_top(row: &[f32]) -> Vec<(u32, u32)> {
+    let key = |b: u32| if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
+    let mut c: Vec<(u32, u32)> = row.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(i, x)| (!key(x.to_bits()), i as u32)).collect();
+    c.sort_unstable();
+    c.truncate(resin_core::TOP_CANDIDATES);
+    c.iter().map(|&(_, i)| (i, row[i as usize].to_bits())).collect()
+}
+
+/// Greedy steps read back the device's argmax ids, and top steps (`Home::step_top`) the
+/// device's top candidates, of the same logits `step` gives: every id, and every candidate's
+/// id and logit bits against the host's top of the logits (a reversed order is not it).
 #[test]
-fn greedy_steps_read_back_the_device_argmax_of_the_same_logits() {
+fn greedy_and_top_steps_read_back_the_device_argmax_and_top_of_the_same_logits() {
     let m = model();
     let Some((mut vk, counters)) = vulkan(&m, 64, 3) else { return };
     let prompt = counting(&m.tok, 12);
@@ -257,7 +270,19 @@ fn greedy_steps_read_back_the_device_argmax_of_the_same_logits() {
     let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
     let want: Vec<u32> = (0..3).map(|i| argmax(l.row(i))).collect();
     assert_eq!(ids, want, "the device's argmax of the same logits");
-    assert_eq!(counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed) - before, 3);
+    let tops = vk.step_top(&rows).unwrap().expect("the Vulkan home reads back its top candidates");
+    assert_eq!(tops.len(), 3);
+    for (i, top) in tops.iter().enumerate() {
+        let got: Vec<(u32, u32)> = top.iter().map(|&(id, x)| (id, x.to_bits())).collect();
+        let want = host_top(l.row(i));
+        assert_eq!(got.len(), resin_core::TOP_CANDIDATES);
+        assert_eq!(got, want, "row {i}: the device's top of the same logits");
+        assert_eq!(got[0].0, ids[i], "row {i}: the first candidate is the argmax");
+        let mut rev = want.clone();
+        rev.reverse();
+        assert_ne!(got, rev, "control: the candidates are best first");
+    }
+    assert_eq!(counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed) - before, 6);
     // Control: the rows' ids differ from each other (three different contexts).
     assert!(want[0] != want[1] || want[1] != want[2]);
 }
@@ -281,6 +306,12 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     let wide = vk.step(&rows).unwrap();
     let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
     assert_eq!(wide.rows(), N);
+    // Each lane's top candidates read back as the host's top of the same logits.
+    let tops = vk.step_top(&rows).unwrap().expect("the Vulkan home reads back its top candidates");
+    for (i, top) in tops.iter().enumerate() {
+        let got: Vec<(u32, u32)> = top.iter().map(|&(id, x)| (id, x.to_bits())).collect();
+        assert_eq!(got, host_top(wide.row(i)), "row {i}: a lane's top candidates");
+    }
     for (i, r) in rows.iter().enumerate() {
         let alone = vk.step(std::slice::from_ref(r)).unwrap();
         assert!(bits_equal(wide.row(i), alone.row(0)), "row {i}: a lane's row differs from the row alone");
@@ -288,9 +319,10 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     }
     // Control: rows differ from each other (19 different contexts), so equality above means something.
     assert!(!bits_equal(wide.row(0), wide.row(1)));
-    // Counted as what ran: two grouped steps of 3 N-row commands each, no wide pass.
+    // Counted as what ran: three grouped steps (logits, ids, top candidates) of 3 N-row
+    // commands each, no wide pass.
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!((count(&counters.grouped_steps), count(&counters.nrow_steps), count(&counters.wide_steps)), (2, 6, 0));
+    assert_eq!((count(&counters.grouped_steps), count(&counters.nrow_steps), count(&counters.wide_steps)), (3, 9, 0));
     // Ten rows of one region (a continuation): one pass, the CPU home's greedy ids.
     let tail = counting(&m.tok, 20);
     let cont: Vec<Row> = (0..10).map(|k| Row { region: RegionId(0), token: tail[10 + k], pos: (lens[0] + 1 + k) as u32 }).collect();

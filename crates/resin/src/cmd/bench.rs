@@ -44,6 +44,10 @@ pub struct BenchArgs {
     /// With --streams and a temperature: nucleus sampling's top_p.
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
+    /// With --streams and a temperature: keep only the top_k most likely tokens (0: all). Up
+    /// to 64 (and no penalties), a home that selects them on the device reads back only those.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
     /// With --streams: drive the home in lockstep, as llama-batched-bench does: every stream's
     /// prompt prefilled first (one segmented window chain), then every stream stepped together
     /// each step (greedy, argmax ids), so each step is N rows wide. Measures the home's
@@ -132,18 +136,18 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         bail!("--reps, --prompt-tokens and --gen-tokens must be at least 1");
     }
     if args.lockstep {
-        if args.streams < 2 || args.temperature != 0.0 || args.top_p != 1.0 || args.profile {
-            bail!("--lockstep takes --streams of 2 or more, greedy (no --temperature, --top-p or --profile)");
+        if args.streams < 2 || args.temperature != 0.0 || args.top_p != 1.0 || args.top_k != 0 || args.profile {
+            bail!("--lockstep takes --streams of 2 or more, greedy (no --temperature, --top-p, --top-k or --profile)");
         }
         return bench_lockstep(args);
     }
     if args.streams > 1 {
-        let params = SamplingParams { temperature: args.temperature, top_p: args.top_p, ..SamplingParams::default() };
+        let params = SamplingParams { temperature: args.temperature, top_p: args.top_p, top_k: args.top_k, ..SamplingParams::default() };
         params.validate().map_err(anyhow::Error::msg)?;
         return bench_streams(args, params);
     }
-    if args.temperature != 0.0 || args.top_p != 1.0 {
-        bail!("--temperature and --top-p apply with --streams above 1 (a single stream's tg128 takes each step's argmax, as llama-bench's figure compares)");
+    if args.temperature != 0.0 || args.top_p != 1.0 || args.top_k != 0 {
+        bail!("--temperature, --top-p and --top-k apply with --streams above 1 (a single stream's tg128 takes each step's argmax, as llama-bench's figure compares)");
     }
     let mut model = args.model.clone();
     // Room for the run and for the warm-up (64 prompt rows, 4 steps).
@@ -470,6 +474,7 @@ fn bench_streams(args: BenchArgs, params: SamplingParams) -> Result<()> {
         "max_segments": args.max_segments,
         "temperature": args.temperature,
         "top_p": args.top_p,
+        "top_k": args.top_k,
         "counters": counters_json(engine.counters()),
         "decode_step_ms": step_ms,
     });
