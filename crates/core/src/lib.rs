@@ -237,7 +237,6 @@ pub enum HomeError {
 
 pub type Result<T> = std::result::Result<T, HomeError>;
 
-/// A backend that runs the whole model. The CPU home and the Vulkan home implement it.
 /// Candidates a row a home's `step_top` returns: samplers whose top_k is at most this can
 /// draw from them alone.
 pub const TOP_CANDIDATES: usize = 64;
@@ -245,6 +244,7 @@ pub const TOP_CANDIDATES: usize = 64;
 /// A row's largest logits as (id, logit), best first (`Home::step_top`).
 pub type TopCandidates = Vec<(u32, f32)>;
 
+/// A backend that runs the whole model. The CPU home and the Vulkan home implement it.
 pub trait Home: Send {
     fn spec(&self) -> &HomeSpec;
 

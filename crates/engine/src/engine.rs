@@ -489,12 +489,9 @@ impl Scheduler {
                 match r {
                     Ok(Some(ids)) => {
                         for (j, &i) in members.iter().enumerate() {
-                            let s = &mut self.streams[i];
-                            s.fed.push(rows[j].token);
-                            if let After::Finish(r) = s.emit(ids[j], &self.tokenizer, self.home.spec().n_ctx) {
-                                done.push((i, Ok(r)));
-                            }
+                            self.streams[i].fed.push(rows[j].token);
                         }
+                        self.emit_picks(members, &ids, &mut done);
                         continue;
                     }
                     Ok(None) => {}
@@ -516,24 +513,8 @@ impl Scheduler {
                             self.streams[i].fed.push(rows[j].token);
                         }
                         let vocab = self.home.spec().vocab;
-                        let picks: Vec<u32> = {
-                            let mut jobs: Vec<(&mut Stream, &[(u32, f32)])> = Vec::with_capacity(members.len());
-                            let mut next = members.iter().peekable();
-                            let mut tops_of = tops.iter();
-                            for (i, s) in self.streams.iter_mut().enumerate() {
-                                if next.next_if(|&&m| m == i).is_some() {
-                                    if let Some(top) = tops_of.next() {
-                                        jobs.push((s, top));
-                                    }
-                                }
-                            }
-                            jobs.into_par_iter().map(|(s, top)| s.pick_top(top, vocab)).collect()
-                        };
-                        for (j, &i) in members.iter().enumerate() {
-                            if let After::Finish(r) = self.streams[i].emit(picks[j], &self.tokenizer, self.home.spec().n_ctx) {
-                                done.push((i, Ok(r)));
-                            }
-                        }
+                        let picks = pick_members(&mut self.streams, members, tops.iter(), |s, top| s.pick_top(top, vocab));
+                        self.emit_picks(members, &picks, &mut done);
                         continue;
                     }
                     Ok(Some(tops)) => {
@@ -556,35 +537,16 @@ impl Scheduler {
                     for (j, &i) in members.iter().enumerate() {
                         self.streams[i].fed.push(rows[j].token);
                     }
-                    // Each stream's draw (its constraint, penalties, sampler) is its own work
-                    // over its own row, in place: the rows in parallel (a 128k vocabulary's
-                    // draw takes 0.1-0.5 ms of host time, a good part of a GPU step). The
-                    // picks are the same in any order: each stream has its own generator.
+                    // Each stream's draw (its constraint, penalties, sampler) over its own row,
+                    // in place, the rows in parallel (`pick_members`).
                     let vocab = logits.vocab.max(1);
-                    let picks: Vec<u32> = {
-                        let mut rows_of = logits.data.chunks_mut(vocab);
-                        let mut jobs: Vec<(&mut Stream, &mut [f32])> = Vec::with_capacity(members.len());
-                        let mut next = members.iter().peekable();
-                        for (i, s) in self.streams.iter_mut().enumerate() {
-                            if next.next_if(|&&m| m == i).is_some() {
-                                match rows_of.next() {
-                                    Some(row) => jobs.push((s, row)),
-                                    None => break,
-                                }
-                            }
-                        }
-                        jobs.into_par_iter().map(|(s, row)| s.pick(row)).collect()
-                    };
+                    let picks = pick_members(&mut self.streams, members, logits.data.chunks_mut(vocab), |s, row| s.pick(row));
                     if picks.len() != members.len() {
                         let e = format!("the home returned {} logits rows for {} rows", logits.rows(), members.len());
                         done.extend(members.iter().map(|&i| (i, Err(e.clone()))));
                         continue;
                     }
-                    for (j, &i) in members.iter().enumerate() {
-                        if let After::Finish(r) = self.streams[i].emit(picks[j], &self.tokenizer, self.home.spec().n_ctx) {
-                            done.push((i, Ok(r)));
-                        }
-                    }
+                    self.emit_picks(members, &picks, &mut done);
                 }
                 Err(e) => done.extend(members.iter().map(|&i| (i, Err(e.to_string())))),
             }
@@ -595,6 +557,17 @@ impl Scheduler {
         Counters::add(&c.decode_home_microseconds, in_home.as_micros() as u64);
         Counters::add(&c.decode_host_microseconds, host.as_micros() as u64);
         self.finish(done);
+    }
+
+    /// Emit each member stream's picked token (`picks[j]` for `members[j]`); the streams that
+    /// finish go to `done`.
+    fn emit_picks(&mut self, members: &[usize], picks: &[u32], done: &mut Vec<(usize, Result<FinishReason, String>)>) {
+        let n_ctx = self.home.spec().n_ctx;
+        for (&i, &t) in members.iter().zip(picks) {
+            if let After::Finish(r) = self.streams[i].emit(t, &self.tokenizer, n_ctx) {
+                done.push((i, Ok(r)));
+            }
+        }
     }
 
     /// Prefill: a peel (token command rows) for short continuations, else segments of one window.
@@ -824,6 +797,24 @@ impl Stream {
         self.phase = Phase::Decode { next: t };
         After::Continue
     }
+}
+
+/// Each member stream's pick (`members` ascending, one item of `items` each, in order), the
+/// streams' draws in parallel: each is its own work over its own row (a 128k vocabulary's draw
+/// takes 0.1-0.5 ms of host time, a good part of a GPU step), and the picks are the same in any
+/// order (each stream has its own generator). Fewer picks than members where `items` runs out.
+fn pick_members<T: Send>(streams: &mut [Stream], members: &[usize], mut items: impl Iterator<Item = T>, pick: impl Fn(&mut Stream, T) -> u32 + Sync + Send) -> Vec<u32> {
+    let mut jobs: Vec<(&mut Stream, T)> = Vec::with_capacity(members.len());
+    let mut next = members.iter().peekable();
+    for (i, s) in streams.iter_mut().enumerate() {
+        if next.next_if(|&&m| m == i).is_some() {
+            match items.next() {
+                Some(item) => jobs.push((s, item)),
+                None => break,
+            }
+        }
+    }
+    jobs.into_par_iter().map(|(s, item)| pick(s, item)).collect()
 }
 
 #[cfg(test)]
