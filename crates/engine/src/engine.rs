@@ -750,9 +750,13 @@ impl Stream {
         self.req.constraint.is_none() && self.sampler.draws_from_top(resin_core::TOP_CANDIDATES)
     }
 
-    /// The next token from a row's largest logits (`Home::step_top`): the row rebuilt with
-    /// -inf elsewhere, which the sampler draws from as from the whole row.
+    /// The next token from a row's largest logits (`Home::step_top`), which the sampler draws
+    /// from as from the whole row; where it cannot (no finite logit among them), from the row
+    /// rebuilt with -inf elsewhere.
     fn pick_top(&mut self, top: &[(u32, f32)], vocab: usize) -> u32 {
+        if let Some(t) = self.req.constraint.is_none().then(|| self.sampler.sample_top(top)).flatten() {
+            return t;
+        }
         let mut row = vec![f32::NEG_INFINITY; vocab];
         for &(id, l) in top {
             if let Some(x) = row.get_mut(id as usize) {

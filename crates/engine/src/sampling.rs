@@ -207,6 +207,29 @@ impl Sampler {
         self.sample_list(logits, max)
     }
 
+    /// `sample` for a row of which only its largest logits are known, `top` (ids and logits,
+    /// in any order; `Home::step_top`), as if every other logit were -inf, without building
+    /// that row: the same draw to the bit, since top_k's kept candidates are sorted before
+    /// anything is summed. None, drawing nothing, where the draw needs more than `top`: the
+    /// sampler does not `draws_from_top(top.len())`, or no logit of `top` is finite (the
+    /// whole row's rule then picks by index). Not for a row with constraints or penalties
+    /// applied; there are none where `draws_from_top` holds.
+    pub fn sample_top(&mut self, top: &[(u32, f32)]) -> Option<u32> {
+        if !self.draws_from_top(top.len()) {
+            return None;
+        }
+        let max = top.iter().fold(f32::NEG_INFINITY, |m, &(_, l)| if l.is_finite() && l > m { l } else { m });
+        if max == f32::NEG_INFINITY {
+            return None;
+        }
+        let floor = max - WEIGHT_CUT * self.params.temperature;
+        self.scratch.clear();
+        self.scratch.extend(top.iter().filter(|&&(_, l)| is_candidate(l, floor, max)).map(|&(id, l)| Cand::new(id, l)));
+        // Not reached: the largest candidate is kept and drawn whenever the rest weigh nothing.
+        let first = self.scratch.iter().min_by(|a, b| order(a, b)).map_or(0, Cand::id);
+        Some(self.draw_candidates(max, || first))
+    }
+
     /// `sample`'s rule over a list of the candidates (a few of many logits, or top_k's cut).
     fn sample_list(&mut self, logits: &[f32], max: f32) -> u32 {
         let p = &self.params;
@@ -230,6 +253,16 @@ impl Sampler {
             }
             None => gather(c, floor),
         }
+        self.draw_candidates(max, || argmax(logits))
+    }
+
+    /// The draw over the candidates gathered in `scratch` (every finite logit from the floor
+    /// below `max`, or at least top_k's cut of them, in any order): top_k, the weights, min_p,
+    /// top_p and the draw. `fallback`: the pick should no candidate be kept (not reached).
+    fn draw_candidates(&mut self, max: f32, fallback: impl FnOnce() -> u32) -> u32 {
+        let p = &self.params;
+        let t = p.temperature;
+        let c = &mut self.scratch;
         if p.top_k > 0 && p.top_k < c.len() {
             c.select_nth_unstable_by(p.top_k - 1, order);
             c.truncate(p.top_k);
@@ -246,7 +279,7 @@ impl Sampler {
         // The scaled logits, then their weights: two passes the compiler vectorizes.
         let (cv, cw) = (&mut self.cv, &mut self.cw);
         cv.clear();
-        cv.extend(c.iter().map(|x| ((logits[x.id() as usize] - max) / t).clamp(-2.0 * WEIGHT_CUT, 0.0)));
+        cv.extend(c.iter().map(|x| ((x.logit() - max) / t).clamp(-2.0 * WEIGHT_CUT, 0.0)));
         weights(cv, cw);
         for ((x, &v), &w) in c.iter_mut().zip(cv.iter()).zip(cw.iter()) {
             x.w = w;
@@ -267,7 +300,7 @@ impl Sampler {
         // (One histogram for a few candidates: clearing and adding four costs more there.)
         let hist = if c.len() >= HIST * BINS { HIST } else { 1 };
         histogram(c.iter().map(|x| (x.w, x.bin as usize)), hist, &mut self.bins);
-        cut_and_draw(&Pool::List(c), &self.bins, &mut self.kept, &mut self.rng, p.top_p, sum, logits)
+        cut_and_draw(&Pool::List(c), &self.bins, &mut self.kept, &mut self.rng, p.top_p, sum, fallback)
     }
 
     /// `sample`'s rule with every logit in place of a candidate list: each logit's weight
@@ -291,7 +324,7 @@ impl Sampler {
         // top_p's share is of every candidate's weight, before min_p (the others weigh 0).
         let sum = sum_f64(w);
         histogram(w.iter().zip(bin.iter()).map(|(&x, &b)| (x, b as usize)), HIST, &mut self.bins);
-        cut_and_draw(&Pool::Dense { logits, w, bin }, &self.bins, &mut self.kept, &mut self.rng, p.top_p, sum, logits)
+        cut_and_draw(&Pool::Dense { logits, w, bin }, &self.bins, &mut self.kept, &mut self.rng, p.top_p, sum, || argmax(logits))
     }
 }
 
@@ -404,7 +437,7 @@ fn histogram(pairs: impl Iterator<Item = (f32, usize)>, hist: usize, bins: &mut 
 /// candidate's weight, before min_p). What is kept: every candidate of the bins before
 /// `cut.0`, and the first `cut.1` of bin `cut.0` in the order (all of the last bin when
 /// there is no top-p cut).
-fn cut_and_draw(pool: &Pool<'_>, bins: &Bins, kept: &mut BinMembers, rng: &mut Rng, top_p: f32, sum: f64, logits: &[f32]) -> u32 {
+fn cut_and_draw(pool: &Pool<'_>, bins: &Bins, kept: &mut BinMembers, rng: &mut Rng, top_p: f32, sum: f64, fallback: impl FnOnce() -> u32) -> u32 {
     kept.bin = usize::MAX;
     let mut cut = (BINS - 1, usize::MAX);
     if top_p < 1.0 {
@@ -415,7 +448,7 @@ fn cut_and_draw(pool: &Pool<'_>, bins: &Bins, kept: &mut BinMembers, rng: &mut R
     let r = rng.next_f64() * total;
     let (b, i) = find_binned(pool, bins, kept, r, false, cut);
     // find_binned names a candidate of a non-empty bin (bin 0 holds the largest logit).
-    kept.of(pool, b).get(i).map_or_else(|| argmax(logits), |x| x.id())
+    kept.of(pool, b).get(i).map_or_else(fallback, |x| x.id())
 }
 
 /// w[i]: logit i's weight (0 unless a candidate), bin[i]: its bin (BINS unless a candidate
@@ -635,6 +668,11 @@ impl Cand {
     fn id(&self) -> u32 {
         self.key as u32
     }
+    /// The logit `new` was given (its bits back from the key's high half).
+    fn logit(&self) -> f32 {
+        let mono = !((self.key >> 32) as u32);
+        f32::from_bits(if mono >> 31 == 1 { mono & 0x7fff_ffff } else { !mono })
+    }
 }
 
 #[cfg(test)]
@@ -847,14 +885,28 @@ mod tests {
 
     /// A row of only its 64 largest logits (in the order: ties by id, 0.0 before -0.0),
     /// -inf elsewhere: what a home's `step_top` gives the engine.
-    fn top_row(l: &[f32], n: usize) -> Vec<f32> {
+    /// The `n` largest finite logits of `l` in the sampler's order (ids and logits, as
+    /// `Home::step_top` lists them).
+    fn top_list(l: &[f32], n: usize) -> Vec<(u32, f32)> {
         let mut c: Vec<Cand> = l.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(i, &x)| Cand::new(i as u32, x)).collect();
         c.sort_unstable_by(order);
+        c.iter().take(n).map(|x| (x.id(), l[x.id() as usize])).collect()
+    }
+
+    /// `l`'s `n` largest finite logits, -inf elsewhere.
+    fn top_row(l: &[f32], n: usize) -> Vec<f32> {
         let mut row = vec![f32::NEG_INFINITY; l.len()];
-        for x in c.iter().take(n) {
-            row[x.id() as usize] = l[x.id() as usize];
+        for (id, x) in top_list(l, n) {
+            row[id as usize] = x;
         }
         row
+    }
+
+    #[test]
+    fn a_candidate_keeps_its_logit() {
+        for x in [0.0f32, -0.0, 1.5, -1.5, f32::MIN_POSITIVE, -f32::MAX, f32::MAX, 1e-42, -1e-42] {
+            assert_eq!(Cand::new(7, x).logit().to_bits(), x.to_bits(), "{x}");
+        }
     }
 
     #[test]
@@ -878,25 +930,41 @@ mod tests {
             let p = SamplingParams { temperature: [0.7f32, 1.0, 3.0][case % 3], top_k: k, top_p: [1.0, 0.9, 0.95][case % 3], min_p: [0.0, 0.05][case % 2], seed: Some(case as u64), ..Default::default() };
             let s0 = Sampler::new(p.clone());
             assert!(s0.draws_from_top(64));
-            let (mut whole, mut top) = (s0.clone(), s0.clone());
+            let (mut whole, mut top, mut listed) = (s0.clone(), s0.clone(), s0.clone());
             let cut = top_row(&l, 64);
+            // The list as the device gives it, and shuffled: `sample_top` takes any order.
+            let mut list = top_list(&l, 64);
+            if case % 2 == 1 {
+                list.reverse();
+                list.rotate_left(case % 7);
+            }
             for d in 0..8 {
                 let want = whole.sample(&mut l.clone(), &[]);
                 assert_eq!(top.sample(&mut cut.clone(), &[]), want, "case {case} draw {d}: {p:?}");
+                assert_eq!(listed.sample_top(&list), Some(want), "case {case} draw {d} from the list: {p:?}");
             }
             if k == 64 {
                 let mut a = s0.clone();
                 let mut b = s0.clone();
-                let short = top_row(&l, 32);
-                control_differs |= (0..8).any(|_| a.sample(&mut l.clone(), &[]) != b.sample(&mut short.clone(), &[]));
+                let short = top_list(&l, 32);
+                control_differs |= (0..8).any(|_| Some(a.sample(&mut l.clone(), &[])) != b.sample_top(&short));
             }
         }
         assert!(control_differs, "control: a top 32 must draw otherwise than the whole row somewhere");
-        // Greedy, penalties and a top_k past the cut do not draw from the top alone.
+        // Greedy, penalties and a top_k past the cut (or none) do not draw from the top alone.
         assert!(!Sampler::new(SamplingParams { temperature: 0.0, top_k: 40, ..Default::default() }).draws_from_top(64));
-        assert!(!Sampler::new(SamplingParams { top_k: 40, repetition_penalty: 1.1, ..Default::default() }).draws_from_top(64));
-        assert!(!Sampler::new(SamplingParams { top_k: 65, ..Default::default() }).draws_from_top(64));
-        assert!(!Sampler::new(SamplingParams { top_k: 0, ..Default::default() }).draws_from_top(64));
+        assert!(!Sampler::new(SamplingParams { temperature: 1.0, top_k: 40, repetition_penalty: 1.1, ..Default::default() }).draws_from_top(64));
+        assert!(!Sampler::new(SamplingParams { temperature: 1.0, top_k: 65, ..Default::default() }).draws_from_top(64));
+        assert!(!Sampler::new(SamplingParams { temperature: 1.0, top_k: 0, ..Default::default() }).draws_from_top(64));
+        assert!(Sampler::new(SamplingParams { temperature: 1.0, top_k: 64, ..Default::default() }).draws_from_top(64));
+        // ... and `sample_top` declines them, as it does a list with no finite logit, and
+        // a top_k longer than the list.
+        let list = [(3u32, 1.0f32), (9, 0.5)];
+        assert_eq!(Sampler::new(SamplingParams { temperature: 0.0, top_k: 1, ..Default::default() }).sample_top(&list), None);
+        assert_eq!(Sampler::new(SamplingParams { temperature: 1.0, top_k: 2, repetition_penalty: 1.1, ..Default::default() }).sample_top(&list), None);
+        assert_eq!(Sampler::new(SamplingParams { temperature: 1.0, top_k: 3, ..Default::default() }).sample_top(&list), None);
+        assert_eq!(Sampler::new(SamplingParams { temperature: 1.0, top_k: 2, ..Default::default() }).sample_top(&[(3, f32::NAN), (9, f32::NEG_INFINITY)]), None);
+        assert_eq!(Sampler::new(SamplingParams { temperature: 1.0, top_k: 1, ..Default::default() }).sample_top(&list), Some(3));
     }
 
     #[test]

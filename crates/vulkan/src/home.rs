@@ -186,10 +186,11 @@ struct Scratch {
     logits: Buffer,
     logits_host: Buffer,
     ids: Buffer,
-    /// The top-k's lists between its stages, and each row's candidates read back
-    /// (`ReadBack::Top`; key pairs, `kernels::topk_decode`).
+    /// The top-k's candidates (`top_sel`) and sorted lists between its stages, and each
+    /// row's best read back (`ReadBack::Top`; key pairs, `kernels::topk_decode`).
     top_a: Buffer,
     top_b: Buffer,
+    top_sel: Buffer,
     top_host: Buffer,
     /// Activations rounded through 8-bit blocks of 32 and 256 values (see `act_block`).
     xq32: Buffer,
@@ -301,7 +302,7 @@ fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: 
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
     let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
     let (sp, sd) = if rows > NROW_MAX { split_slot_bytes(info, cfg) } else { (0, 0) };
-    let out = out + SPLIT_SLOTS * (sp + sd) as usize / 4 + 4 * topk_pairs(cfg, out_rows) + 2 * out_rows * TOPK_MAX as usize;
+    let out = out + SPLIT_SLOTS * (sp + sd) as usize / 4 + 4 * topk_pairs(cfg, out_rows) + crate::kernels::topk_sel_words(out_rows as u32, TOPK_MAX) as usize + 2 * out_rows * TOPK_MAX as usize;
     ((rows * per_row + out + attn_part_floats(cfg, out_rows)) * 4) as u64
 }
 
@@ -931,6 +932,7 @@ impl Scratch {
             ids: host(out_rows)?,
             top_a: dev(2 * topk_pairs(cfg, out_rows))?,
             top_b: dev(2 * topk_pairs(cfg, out_rows))?,
+            top_sel: dev(crate::kernels::topk_sel_words(out_rows as u32, TOPK_MAX) as usize)?,
             top_host: host(2 * out_rows * TOPK_MAX as usize)?,
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
@@ -1284,7 +1286,7 @@ fn record_pass(
     mark(&mut clock, cmd, "classifier", 0);
     rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.part).into(), (&s.ids).into())?;
     if shape.top {
-        rec.topk(mr, cfg.vocab as u32, TOPK_MAX, (&s.logits).into(), (&s.top_a).into(), (&s.top_b).into(), (&s.top_host).into())?;
+        rec.topk(mr, cfg.vocab as u32, TOPK_MAX, (&s.logits).into(), (&s.top_a).into(), (&s.top_b).into(), (&s.top_sel).into(), (&s.top_host).into())?;
     }
     if shape.to_host {
         let bytes = (m * cfg.vocab * 4) as u64;

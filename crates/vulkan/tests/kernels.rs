@@ -462,11 +462,14 @@ fn argmax_rows_with_ties() {
 /// The top-k kernel against the host sampler's order (descending logits, -0.0 after 0.0, ties
 /// by id, non-finite logits never), every key of every row: vocabularies of one stage, of two
 /// and three (128,256 and 151,936 logits), fewer finite logits than k, planted ties and
-/// signed zeros among the best. Control: the tie order reversed fails.
+/// signed zeros among the best, rows through the selection and rows through the sort.
+/// Control: the tie order reversed fails.
 #[test]
 fn topk_lists_the_largest_logits_in_the_samplers_order() {
     let Some(mut h) = Harness::new() else { return };
     let mut rng = Rng(0x70b);
+    // Rows served by the selection (at most TOPK_SPAN candidates) and by the sort.
+    let (mut selected, mut sorted_rows) = (0, 0);
     for (n, k) in [(1000usize, 64u32), (2048, 64), (2049, 8), (128_256, 64), (151_936, 64), (151_936, 256), (40, 64)] {
         let rows = 3usize;
         let mut l = rng.vec(rows * n, 4.0);
@@ -505,8 +508,12 @@ fn topk_lists_the_largest_logits_in_the_samplers_order() {
         let pairs = topk_scratch_pairs(rows as u32, n as u32, k) as usize;
         let (a, b) = (h.poisoned(2 * pairs), h.poisoned(2 * pairs));
         let out = h.poisoned(2 * rows * k as usize);
-        h.run(|rec| rec.topk(rows as u32, n as u32, k, (&lb).into(), (&a).into(), (&b).into(), (&out).into()));
+        let sel = h.poisoned(topk_sel_words(rows as u32, k) as usize);
+        h.run(|rec| rec.topk(rows as u32, n as u32, k, (&lb).into(), (&a).into(), (&b).into(), (&sel).into(), (&out).into()));
         let got = out.read_u32(0, 2 * rows * k as usize).unwrap();
+        for &c in &sel.read_u32(0, rows).unwrap() {
+            if c as usize <= TOPK_SPAN as usize { selected += 1 } else { sorted_rows += 1 }
+        }
         for r in 0..rows {
             let row = &l[r * n..(r + 1) * n];
             let mut want: Vec<(u32, u32)> = row.iter().enumerate().filter_map(|(i, &v)| key(i, v)).collect();
@@ -535,6 +542,9 @@ fn topk_lists_the_largest_logits_in_the_samplers_order() {
             }
         }
     }
+    // Both paths ran: random rows through the selection, rows of many equal logits (row 2's
+    // seven values) through the sort.
+    assert!(selected > 0 && sorted_rows > 0, "selected {selected}, sorted {sorted_rows}");
 }
 
 fn f16_to_f32(h: u16) -> f32 {
