@@ -23,6 +23,11 @@ pub struct Counters {
     /// host around it (rows, the draws of sampled streams, stop checks, detokenizing, sending).
     /// Where a step's time goes, so a slow sampled stream shows its host share.
     pub decode_steps: AtomicU64,
+    /// Decode steps whose rows came back as argmax ids alone (every stream greedy), and as
+    /// top candidates with argmax ids (streams with a top_k up to TOP_CANDIDATES and no
+    /// penalties, greedy ones among them): the rest read back whole logits rows.
+    pub decode_argmax_steps: AtomicU64,
+    pub decode_top_steps: AtomicU64,
     pub decode_home_microseconds: AtomicU64,
     pub decode_host_microseconds: AtomicU64,
     /// Parked sessions whose K/V rows were copied to host memory when their region was reused.
@@ -72,6 +77,8 @@ impl Counters {
             ("prompt_tokens_prefilled", g(&self.prompt_tokens_prefilled)),
             ("decode_rows", g(&self.decode_rows)),
             ("decode_steps", g(&self.decode_steps)),
+            ("decode_argmax_steps", g(&self.decode_argmax_steps)),
+            ("decode_top_steps", g(&self.decode_top_steps)),
             ("decode_home_microseconds", g(&self.decode_home_microseconds)),
             ("decode_host_microseconds", g(&self.decode_host_microseconds)),
             ("sessions_saved_to_host", g(&self.sessions_saved_to_host)),

@@ -241,8 +241,15 @@ pub type Result<T> = std::result::Result<T, HomeError>;
 /// draw from them alone.
 pub const TOP_CANDIDATES: usize = 64;
 
-/// A row's largest logits as (id, logit), best first (`Home::step_top`).
-pub type TopCandidates = Vec<(u32, f32)>;
+/// A row of a top step (`Home::step_top`): its largest logits, and its argmax id (what
+/// `step_greedy` reads back), so a step can hold greedy rows beside sampled ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopCandidates {
+    /// The first index of the largest logit (`argmax`'s rule).
+    pub argmax: u32,
+    /// The TOP_CANDIDATES largest finite logits as (id, logit), best first.
+    pub top: Vec<(u32, f32)>,
+}
 
 /// A backend that runs the whole model. The CPU home and the Vulkan home implement it.
 pub trait Home: Send {
@@ -267,11 +274,11 @@ pub trait Home: Send {
     }
 
     /// As `step`, for rows whose samplers keep at most [`TOP_CANDIDATES`] candidates (a
-    /// top_k, no penalties): each row's TOP_CANDIDATES largest finite logits as (id, logit),
-    /// best first in the sampler's order (descending logits, 0.0 before -0.0, ties by id),
-    /// fewer where the row has fewer finite logits; read back instead of the logits where the
-    /// home selects them on the device. None where the home has no such path (the caller
-    /// takes `step`).
+    /// top_k, no penalties) or are plain greedy: each row's TOP_CANDIDATES largest finite
+    /// logits as (id, logit), best first in the sampler's order (descending logits, 0.0
+    /// before -0.0, ties by id), fewer where the row has fewer finite logits, and its argmax
+    /// id as `step_greedy` gives it; read back instead of the logits where the home selects
+    /// them on the device. None where the home has no such path (the caller takes `step`).
     fn step_top(&mut self, _rows: &[Row]) -> Result<Option<Vec<TopCandidates>>> {
         Ok(None)
     }

@@ -488,6 +488,7 @@ impl Scheduler {
                 (in_home, home_calls) = (in_home + t.elapsed(), home_calls + 1);
                 match r {
                     Ok(Some(ids)) => {
+                        Counters::add(&self.home.counters().decode_argmax_steps, 1);
                         for (j, &i) in members.iter().enumerate() {
                             self.streams[i].fed.push(rows[j].token);
                         }
@@ -502,18 +503,20 @@ impl Scheduler {
                 }
             }
             // Streams whose draws depend only on the rows' largest logits (a top_k, no
-            // penalties): homes that select them on the device read back those alone.
-            if members.iter().all(|&i| self.streams[i].top_only()) {
+            // penalties), greedy ones among them (their argmax ids come back too): homes that
+            // select them on the device read back those alone.
+            if members.iter().all(|&i| self.streams[i].top_only() || self.streams[i].argmax_only()) {
                 let t = Instant::now();
                 let r = self.home.step_top(&rows);
                 (in_home, home_calls) = (in_home + t.elapsed(), home_calls + 1);
                 match r {
                     Ok(Some(tops)) if tops.len() == members.len() => {
+                        Counters::add(&self.home.counters().decode_top_steps, 1);
                         for (j, &i) in members.iter().enumerate() {
                             self.streams[i].fed.push(rows[j].token);
                         }
                         let vocab = self.home.spec().vocab;
-                        let picks = pick_members(&mut self.streams, members, tops.iter(), |s, top| s.pick_top(top, vocab));
+                        let picks = pick_members(&mut self.streams, members, tops.iter(), |s, t| if s.argmax_only() { t.argmax } else { s.pick_top(&t.top, vocab) });
                         self.emit_picks(members, &picks, &mut done);
                         continue;
                     }

@@ -1370,8 +1370,9 @@ impl Home for VulkanHome {
         Ok(Some(ids))
     }
 
-    /// The on-device top-k (`Recorder::topk`): TOP_CANDIDATES key pairs a row come back
-    /// instead of the logits (512 bytes against half a megabyte for a 128k vocabulary).
+    /// The on-device top-k (`Recorder::topk`): TOP_CANDIDATES key pairs and the argmax id
+    /// a row come back instead of the logits (516 bytes against half a megabyte for a 128k
+    /// vocabulary).
     fn step_top(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<resin_core::TopCandidates>>> {
         if !self.top_cut {
             return Ok(None);
@@ -1382,7 +1383,8 @@ impl Home for VulkanHome {
         let top = self
             .run_rows(&r, ReadBack::Top, r.len(), |s, n, out| {
                 let w = s.top_host.read_u32(0, 2 * n * k)?;
-                out.extend(w.chunks(2 * k).map(|row| row.chunks(2).map_while(|p| crate::kernels::topk_decode(p[0], p[1])).collect::<Vec<_>>()));
+                let ids = s.ids.read_u32(0, n)?;
+                out.extend(w.chunks(2 * k).zip(ids).map(|(row, argmax)| resin_core::TopCandidates { argmax, top: row.chunks(2).map_while(|p| crate::kernels::topk_decode(p[0], p[1])).collect() }));
                 Ok(())
             })
             .map_err(HomeError::from)?;

@@ -272,8 +272,9 @@ fn greedy_and_top_steps_read_back_the_device_argmax_and_top_of_the_same_logits()
     assert_eq!(ids, want, "the device's argmax of the same logits");
     let tops = vk.step_top(&rows).unwrap().expect("the Vulkan home reads back its top candidates");
     assert_eq!(tops.len(), 3);
-    for (i, top) in tops.iter().enumerate() {
-        let got: Vec<(u32, u32)> = top.iter().map(|&(id, x)| (id, x.to_bits())).collect();
+    for (i, t) in tops.iter().enumerate() {
+        assert_eq!(t.argmax, ids[i], "row {i}: a top step's argmax id is the greedy step's");
+        let got: Vec<(u32, u32)> = t.top.iter().map(|&(id, x)| (id, x.to_bits())).collect();
         let want = host_top(l.row(i));
         assert_eq!(got.len(), resin_core::TOP_CANDIDATES);
         assert_eq!(got, want, "row {i}: the device's top of the same logits");
@@ -308,9 +309,10 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     assert_eq!(wide.rows(), N);
     // Each lane's top candidates read back as the host's top of the same logits.
     let tops = vk.step_top(&rows).unwrap().expect("the Vulkan home reads back its top candidates");
-    for (i, top) in tops.iter().enumerate() {
-        let got: Vec<(u32, u32)> = top.iter().map(|&(id, x)| (id, x.to_bits())).collect();
+    for (i, t) in tops.iter().enumerate() {
+        let got: Vec<(u32, u32)> = t.top.iter().map(|&(id, x)| (id, x.to_bits())).collect();
         assert_eq!(got, host_top(wide.row(i)), "row {i}: a lane's top candidates");
+        assert_eq!(t.argmax, ids[i], "row {i}: a lane's argmax id in a top step");
     }
     for (i, r) in rows.iter().enumerate() {
         let alone = vk.step(std::slice::from_ref(r)).unwrap();
