@@ -485,7 +485,8 @@ impl Scheduler {
             if members.iter().all(|&i| self.streams[i].argmax_only()) {
                 let t = Instant::now();
                 let r = self.home.step_greedy(&rows);
-                (in_home, home_calls) = (in_home + t.elapsed(), home_calls + 1);
+                // A home without the path (None) ran nothing: not a step.
+                (in_home, home_calls) = (in_home + t.elapsed(), home_calls + u64::from(!matches!(r, Ok(None))));
                 match r {
                     Ok(Some(ids)) => {
                         Counters::add(&self.home.counters().decode_argmax_steps, 1);
@@ -508,15 +509,14 @@ impl Scheduler {
             if members.iter().all(|&i| self.streams[i].top_only() || self.streams[i].argmax_only()) {
                 let t = Instant::now();
                 let r = self.home.step_top(&rows);
-                (in_home, home_calls) = (in_home + t.elapsed(), home_calls + 1);
+                (in_home, home_calls) = (in_home + t.elapsed(), home_calls + u64::from(!matches!(r, Ok(None))));
                 match r {
                     Ok(Some(tops)) if tops.len() == members.len() => {
                         Counters::add(&self.home.counters().decode_top_steps, 1);
                         for (j, &i) in members.iter().enumerate() {
                             self.streams[i].fed.push(rows[j].token);
                         }
-                        let vocab = self.home.spec().vocab;
-                        let picks = pick_members(&mut self.streams, members, tops.iter(), |s, t| if s.argmax_only() { t.argmax } else { s.pick_top(&t.top, vocab) });
+                        let picks = pick_members(&mut self.streams, members, tops.iter(), |s, t| if s.argmax_only() { t.argmax } else { s.pick_top(t) });
                         self.emit_picks(members, &picks, &mut done);
                         continue;
                     }
@@ -753,20 +753,11 @@ impl Stream {
         self.req.constraint.is_none() && self.sampler.draws_from_top(resin_core::TOP_CANDIDATES)
     }
 
-    /// The next token from a row's largest logits (`Home::step_top`), which the sampler draws
-    /// from as from the whole row; where it cannot (no finite logit among them), from the row
-    /// rebuilt with -inf elsewhere.
-    fn pick_top(&mut self, top: &[(u32, f32)], vocab: usize) -> u32 {
-        if let Some(t) = self.req.constraint.is_none().then(|| self.sampler.sample_top(top)).flatten() {
-            return t;
-        }
-        let mut row = vec![f32::NEG_INFINITY; vocab];
-        for &(id, l) in top {
-            if let Some(x) = row.get_mut(id as usize) {
-                *x = l;
-            }
-        }
-        self.pick(&mut row)
+    /// The next token of a `top_only` stream from a row's largest logits (`Home::step_top`),
+    /// which the sampler draws from as from the whole row; where the row has no finite logit
+    /// (none listed), its argmax id, which is what `sample` picks from such a row.
+    fn pick_top(&mut self, t: &resin_core::TopCandidates) -> u32 {
+        self.sampler.sample_top(&t.top).unwrap_or(t.argmax)
     }
 
     /// Emit sampled token `t` (stop ids, stop strings, the constraint, limits).

@@ -210,10 +210,11 @@ impl Sampler {
     /// `sample` for a row of which only its largest logits are known, `top` (ids and logits,
     /// in any order; `Home::step_top`), as if every other logit were -inf, without building
     /// that row: the same draw to the bit, since top_k's kept candidates are sorted before
-    /// anything is summed. None, drawing nothing, where the draw needs more than `top`: the
-    /// sampler does not `draws_from_top(top.len())`, or no logit of `top` is finite (the
-    /// whole row's rule then picks by index). Not for a row with constraints or penalties
-    /// applied; there are none where `draws_from_top` holds.
+    /// anything is summed. None, drawing nothing (the generator does not move), where the
+    /// draw needs more than `top`: the sampler does not `draws_from_top(top.len())`, or no
+    /// logit of `top` is finite (the whole row's rule is then its argmax, which the caller
+    /// has from the home). Not for a row with constraints or penalties applied; there are
+    /// none where `draws_from_top` holds.
     pub fn sample_top(&mut self, top: &[(u32, f32)]) -> Option<u32> {
         if !self.draws_from_top(top.len()) {
             return None;
@@ -964,6 +965,19 @@ mod tests {
         assert_eq!(Sampler::new(SamplingParams { temperature: 1.0, top_k: 2, repetition_penalty: 1.1, ..Default::default() }).sample_top(&list), None);
         assert_eq!(Sampler::new(SamplingParams { temperature: 1.0, top_k: 3, ..Default::default() }).sample_top(&list), None);
         assert_eq!(Sampler::new(SamplingParams { temperature: 1.0, top_k: 2, ..Default::default() }).sample_top(&[(3, f32::NAN), (9, f32::NEG_INFINITY)]), None);
+        // A row with no finite logit (whose top list is empty) draws its argmax, the id the
+        // engine takes from the home where `sample_top` declines; the generator stays put.
+        let mut none = vec![f32::NEG_INFINITY; 100];
+        none[5] = f32::INFINITY;
+        none[7] = f32::NAN;
+        let s = Sampler::new(SamplingParams { temperature: 1.0, top_k: 40, seed: Some(3), ..Default::default() });
+        let (mut a, mut b) = (s.clone(), s.clone());
+        assert_eq!(a.sample(&mut none.clone(), &[]), resin_core::argmax(&none));
+        assert_eq!(resin_core::argmax(&none), 5);
+        assert_eq!(b.sample_top(&[]), None);
+        let row: Vec<f32> = (0..40).map(|i| (i % 7) as f32 * 0.1).collect();
+        let draws = |x: &mut Sampler| (0..8).map(|_| x.sample(&mut row.clone(), &[])).collect::<Vec<u32>>();
+        assert_eq!(draws(&mut b), draws(&mut a), "a declined sample_top leaves the generator where it was");
         assert_eq!(Sampler::new(SamplingParams { temperature: 1.0, top_k: 1, ..Default::default() }).sample_top(&list), Some(3));
     }
 

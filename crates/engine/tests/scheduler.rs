@@ -55,6 +55,27 @@ fn prompts(m: &Model, n: usize) -> Vec<Vec<u32>> {
     (0..n).map(|i| m.tok.encode(&format!("Here is a short note about {}:", subjects[i % subjects.len()]), false, false).unwrap()).collect()
 }
 
+/// The decode steps are counted by what the home ran: on the CPU home (argmax ids from the
+/// host, no top path) a greedy stream's 11 steps are argmax steps, and a top-k stream's 11
+/// are logits steps, each counted once though the engine asked for the top path first.
+#[test]
+fn decode_steps_count_what_the_home_ran() {
+    let m = model();
+    let p = prompts(&m, 1).remove(0);
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    for sampled in [false, true] {
+        let e = engine(&m, 1, EngineConfig::default());
+        let mut r = request(p.clone(), 12);
+        if sampled {
+            r.params = resin_engine::SamplingParams { temperature: 0.8, top_k: 40, seed: Some(1), ..Default::default() };
+        }
+        assert_eq!(collect(e.submit(r).unwrap()).0.len(), 12);
+        let c = e.counters();
+        let got = (n(&c.decode_steps), n(&c.decode_argmax_steps), n(&c.decode_top_steps));
+        assert_eq!(got, (11, if sampled { 0 } else { 11 }, 0), "sampled {sampled}: (steps, argmax steps, top steps)");
+    }
+}
+
 /// `wide`: steps above NROW_MAX rows run as one wide step; otherwise wide steps off, so more
 /// than NROW_MAX streams take balanced groups of token commands.
 fn concurrent_equals_alone(streams: usize, wide: bool) {

@@ -302,7 +302,7 @@ fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: 
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
     let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
     let (sp, sd) = if rows > NROW_MAX { split_slot_bytes(info, cfg) } else { (0, 0) };
-    let out = out + SPLIT_SLOTS * (sp + sd) as usize / 4 + 4 * topk_pairs(cfg, out_rows) + crate::kernels::topk_sel_words(out_rows as u32, TOPK_MAX) as usize + 2 * out_rows * TOPK_MAX as usize;
+    let out = out + SPLIT_SLOTS * (sp + sd) as usize / 4 + 4 * topk_pairs(cfg, out_rows) + crate::kernels::topk_sel_words(out_rows as u32) as usize + 2 * out_rows * TOPK_MAX as usize;
     ((rows * per_row + out + attn_part_floats(cfg, out_rows)) * 4) as u64
 }
 
@@ -932,7 +932,7 @@ impl Scratch {
             ids: host(out_rows)?,
             top_a: dev(2 * topk_pairs(cfg, out_rows))?,
             top_b: dev(2 * topk_pairs(cfg, out_rows))?,
-            top_sel: dev(crate::kernels::topk_sel_words(out_rows as u32, TOPK_MAX) as usize)?,
+            top_sel: dev(crate::kernels::topk_sel_words(out_rows as u32) as usize)?,
             top_host: host(2 * out_rows * TOPK_MAX as usize)?,
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
@@ -1171,6 +1171,8 @@ enum ReadBack {
     Top,
 }
 const _: () = assert!(resin_core::TOP_CANDIDATES == crate::kernels::TOPK_MAX as usize);
+// The home's top goes through the selection (a larger one would be sorted whole).
+const _: () = assert!(crate::kernels::TOPK_MAX <= crate::kernels::TOPK_SLICES);
 
 /// One pass: embed, every layer, final norm, classifier, argmax.
 #[allow(clippy::too_many_arguments)]

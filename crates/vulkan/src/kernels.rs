@@ -39,16 +39,14 @@ pub fn topk_scratch_pairs(rows: u32, n: u32, k: u32) -> u64 {
     rows as u64 * n.div_ceil(TOPK_SPAN).max(1) as u64 * k as u64
 }
 
-/// Workgroups a row of the top-k's selection stages (at least `k`: as many slice bests; see
-/// shaders/ops/topk.comp).
-fn topk_slices(k: u32) -> u32 {
-    k.max(64)
-}
+/// Workgroups a row of the top-k's selection stages: as many slice bests, so the selection
+/// serves a top of at most this many (a larger one is sorted; see shaders/ops/topk.comp).
+pub const TOPK_SLICES: u32 = 64;
 
-/// Words of the selection's buffer ([`Recorder::topk`] `sel`) for `rows` rows and `k` keys:
-/// a count, the slice bests and TOPK_SPAN candidates a row.
-pub fn topk_sel_words(rows: u32, k: u32) -> u64 {
-    rows as u64 * (1 + 2 * topk_slices(k) as u64 + 2 * TOPK_SPAN as u64)
+/// Words of the selection's buffer ([`Recorder::topk`] `sel`) for `rows` rows: a count, the
+/// slice bests and TOPK_SPAN candidates a row.
+pub fn topk_sel_words(rows: u32) -> u64 {
+    rows as u64 * (1 + 2 * TOPK_SLICES as u64 + 2 * TOPK_SPAN as u64)
 }
 
 /// The (id, logit) of a key of [`Recorder::topk`]'s output, None for no candidate (fewer
@@ -648,31 +646,34 @@ impl Recorder<'_> {
     /// (see shaders/ops/topk.comp; [`topk_decode`] reads one) into `out` (`rows * k` pairs),
     /// ordered as the host sampler orders candidates (descending logits, ties by id). `sel`
     /// holds [`topk_sel_words`] words: the selection's candidates, the few hundred keys a row
-    /// that can be among the best, ranked by one workgroup a row. A row with more (many equal
-    /// or non-finite logits) is sorted instead: `a` and `b` hold [`topk_scratch_pairs`] pairs
-    /// each between the sort's stages (`b` unused up to TOPK_SPAN x TOPK_SPAN / k logits a
-    /// row), whose workgroups pass over the rows the selection served. `k`: a power of two up
-    /// to 256.
+    /// that can be among the best, ranked by one workgroup a row (for `k` up to
+    /// TOPK_SLICES). A row with more (many equal or non-finite logits), or every row of a
+    /// larger `k`, is sorted instead: `a` and `b` hold [`topk_scratch_pairs`] pairs each
+    /// between the sort's stages (`b` unused up to TOPK_SPAN x TOPK_SPAN / k logits a row),
+    /// whose workgroups pass over the rows the selection served. `k`: a power of two up to
+    /// 256.
     #[allow(clippy::too_many_arguments)]
     pub fn topk(&mut self, rows: u32, n: u32, k: u32, logits: Bind<'_>, a: Bind<'_>, b: Bind<'_>, sel: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
         if !k.is_power_of_two() || k > 256 || n == 0 {
             return Err(VkError::Unsupported(format!("the top {k} of {n} logits (a power of two up to 256)")));
         }
         let scratch = topk_scratch_pairs(rows, n, k) * 8;
-        if out.range < rows as u64 * k as u64 * 8 || a.range < scratch || b.range < scratch || sel.range < topk_sel_words(rows, k) * 4 {
+        if out.range < rows as u64 * k as u64 * 8 || a.range < scratch || b.range < scratch || sel.range < topk_sel_words(rows) * 4 {
             return Err(VkError::OutOfRange(format!("top-k buffers of {}, {}, {} and {} bytes for {rows} rows of {n} (k {k})", out.range, a.range, b.range, sel.range)));
         }
         let fan = TOPK_SPAN / k;
-        let slices = topk_slices(k);
+        let slices = if k <= TOPK_SLICES { TOPK_SLICES } else { 0 };
         let mut lists = n.div_ceil(TOPK_SPAN);
         let push = |lists: u32, out_lists: u32| [n, lists, out_lists, slices].iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
-        // The selection: slice bests, then the candidates up to the worst of them, ranked.
-        self.run("topk_thresh", &[k], &[logits, out, sel], &push(lists, 1), [slices, rows, 1])?;
-        self.barrier();
-        self.run("topk_gather", &[k], &[logits, out, sel], &push(lists, 1), [slices, rows, 1])?;
-        self.barrier();
-        self.run("topk_select", &[k], &[logits, out, sel], &push(lists, 1), [1, rows, 1])?;
-        self.barrier();
+        if slices > 0 {
+            // The selection: slice bests, then the candidates up to the worst of them, ranked.
+            self.run("topk_thresh", &[k], &[logits, out, sel], &push(lists, 1), [slices, rows, 1])?;
+            self.barrier();
+            self.run("topk_gather", &[k], &[logits, out, sel], &push(lists, 1), [slices, rows, 1])?;
+            self.barrier();
+            self.run("topk_select", &[k], &[logits, out, sel], &push(lists, 1), [1, rows, 1])?;
+            self.barrier();
+        }
         // The sort, of the rows with too many candidates.
         let first = if lists == 1 { out } else { a };
         self.run("topk_part", &[k], &[logits, first, sel], &push(lists, lists), [lists, rows, 1])?;

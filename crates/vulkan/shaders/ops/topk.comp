@@ -4,7 +4,7 @@
 // ascending: hi = the logit's bits made monotonic then inverted (descending logits; -0.0
 // after 0.0), lo = the id (ties by id). Non-finite logits are never candidates: key
 // (~0, ~0), after every other.
-// The selection (three stages, a few microseconds each):
+// The selection (three stages, a few microseconds each; TOPK up to 64, p.slices = 64):
 //   THRESH:  workgroup (slice, row) of p.slices (>= TOPK) finds the best key among the row's
 //            logits slice * 256 + t + m * p.slices * 256 (coalesced), and zeroes the row's
 //            candidate count;
@@ -16,7 +16,8 @@
 //            and writes those ranked below TOPK in rank order: the same keys a full sort
 //            puts first.
 // A row with more than CAP candidates (a row of many equal or non-finite logits) is left to
-// the sort, whose workgroups pass over every other row:
+// the sort, whose workgroups pass over every other row (p.slices = 0: no selection ran, the
+// sort takes every row; a larger TOPK would leave too many candidates a row):
 //   PARTIAL: workgroup (slice, row) sorts logits slice * SPAN .. + SPAN of its row and writes
 //            its first TOPK keys as list `slice` of the row;
 //   MERGE:   workgroup (group, row) sorts the TOPK keys of lists group * FAN .. + FAN of its
@@ -48,11 +49,13 @@ layout(push_constant) uniform Push {
     uint n;       // logits a row (MERGE: unused)
     uint lists;   // lists a row read (MERGE), or written (PARTIAL)
     uint out_lists;   // lists a row written
-    uint slices;  // THRESH and GATHER workgroups a row (>= TOPK)
+    uint slices;  // THRESH and GATHER workgroups a row (>= TOPK); 0: no selection
 } p;
 
 shared uint khi[SPAN];
 shared uint klo[SPAN];
+// A row's candidate count, read by one thread: every branch on it is uniform.
+shared uint row_count;
 
 uint rows() { return gl_NumWorkGroups.y; }
 uint best_at(uint r, uint s) { return rows() + (r * p.slices + s) * 2u; }
@@ -124,7 +127,9 @@ void main() {
 void main() {
     uint r = gl_WorkGroupID.y;
     uint t = gl_LocalInvocationID.x;
-    uint c = sel[r];
+    if (t == 0u) row_count = sel[r];
+    barrier();
+    uint c = row_count;
     if (c > CAP) return;   // the sort serves this row
     for (uint j = t; j < c; j += 256u) {
         khi[j] = sel[cand_at(r, j)];
@@ -145,7 +150,9 @@ void main() {
     uint g = gl_WorkGroupID.x;
     uint r = gl_WorkGroupID.y;
     uint t = gl_LocalInvocationID.x;
-    if (sel[r] <= CAP) return;   // SELECT served this row
+    if (t == 0u) row_count = p.slices == 0u ? ~0u : sel[r];
+    barrier();
+    if (row_count <= CAP) return;   // SELECT served this row
     for (uint j = t; j < SPAN; j += 256u) {
         uvec2 k = uvec2(~0u, ~0u);
 #ifndef MERGE
