@@ -241,6 +241,22 @@ pub type Result<T> = std::result::Result<T, HomeError>;
 /// draw from them alone.
 pub const TOP_CANDIDATES: usize = 64;
 
+/// The high word of a logit's candidate key: ascending keys are the sampler's candidate order
+/// (descending logits, 0.0 before -0.0), with the id as the low word for ties. The engine's
+/// sampler sorts by it and the Vulkan home's top-k (shaders/ops/topk.comp `key_of`) lists by
+/// it, so a top step's candidates come in the order the sampler draws them.
+pub fn candidate_key(logit: f32) -> u32 {
+    let b = logit.to_bits();
+    let mono = if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
+    !mono
+}
+
+/// The logit whose [`candidate_key`] is `key`.
+pub fn candidate_logit(key: u32) -> f32 {
+    let mono = !key;
+    f32::from_bits(if mono >> 31 == 1 { mono & 0x7FFF_FFFF } else { !mono })
+}
+
 /// A row of a top step (`Home::step_top`): its largest logits, and its argmax id (what
 /// `step_greedy` reads back), so a step can hold greedy rows beside sampled ones.
 #[derive(Debug, Clone, PartialEq)]

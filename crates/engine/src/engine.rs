@@ -490,15 +490,13 @@ impl Scheduler {
                 match r {
                     Ok(Some(ids)) => {
                         Counters::add(&self.home.counters().decode_argmax_steps, 1);
-                        for (j, &i) in members.iter().enumerate() {
-                            self.streams[i].fed.push(rows[j].token);
-                        }
+                        self.feed(members, &rows);
                         self.emit_picks(members, &ids, &mut done);
                         continue;
                     }
                     Ok(None) => {}
                     Err(e) => {
-                        done.extend(members.iter().map(|&i| (i, Err(e.to_string()))));
+                        fail(&mut done, members, &e.to_string());
                         continue;
                     }
                 }
@@ -513,21 +511,18 @@ impl Scheduler {
                 match r {
                     Ok(Some(tops)) if tops.len() == members.len() => {
                         Counters::add(&self.home.counters().decode_top_steps, 1);
-                        for (j, &i) in members.iter().enumerate() {
-                            self.streams[i].fed.push(rows[j].token);
-                        }
+                        self.feed(members, &rows);
                         let picks = pick_members(&mut self.streams, members, tops.iter(), |s, t| if s.argmax_only() { t.argmax } else { s.pick_top(t) });
                         self.emit_picks(members, &picks, &mut done);
                         continue;
                     }
                     Ok(Some(tops)) => {
-                        let e = format!("the home returned {} candidate rows for {} rows", tops.len(), members.len());
-                        done.extend(members.iter().map(|&i| (i, Err(e.clone()))));
+                        fail(&mut done, members, &format!("the home returned {} candidate rows for {} rows", tops.len(), members.len()));
                         continue;
                     }
                     Ok(None) => {}
                     Err(e) => {
-                        done.extend(members.iter().map(|&i| (i, Err(e.to_string()))));
+                        fail(&mut done, members, &e.to_string());
                         continue;
                     }
                 }
@@ -537,21 +532,18 @@ impl Scheduler {
             (in_home, home_calls) = (in_home + t.elapsed(), home_calls + 1);
             match r {
                 Ok(mut logits) => {
-                    for (j, &i) in members.iter().enumerate() {
-                        self.streams[i].fed.push(rows[j].token);
-                    }
+                    self.feed(members, &rows);
                     // Each stream's draw (its constraint, penalties, sampler) over its own row,
                     // in place, the rows in parallel (`pick_members`).
                     let vocab = logits.vocab.max(1);
                     let picks = pick_members(&mut self.streams, members, logits.data.chunks_mut(vocab), |s, row| s.pick(row));
                     if picks.len() != members.len() {
-                        let e = format!("the home returned {} logits rows for {} rows", logits.rows(), members.len());
-                        done.extend(members.iter().map(|&i| (i, Err(e.clone()))));
+                        fail(&mut done, members, &format!("the home returned {} logits rows for {} rows", logits.rows(), members.len()));
                         continue;
                     }
                     self.emit_picks(members, &picks, &mut done);
                 }
-                Err(e) => done.extend(members.iter().map(|&i| (i, Err(e.to_string())))),
+                Err(e) => fail(&mut done, members, &e.to_string()),
             }
         }
         let c = self.home.counters();
@@ -560,6 +552,14 @@ impl Scheduler {
         Counters::add(&c.decode_home_microseconds, in_home.as_micros() as u64);
         Counters::add(&c.decode_host_microseconds, host.as_micros() as u64);
         self.finish(done);
+    }
+
+    /// Each member stream takes its row's token into its history (`rows[j]` for `members[j]`):
+    /// the step ran, whatever comes of its draws.
+    fn feed(&mut self, members: &[usize], rows: &[Row]) {
+        for (&i, r) in members.iter().zip(rows) {
+            self.streams[i].fed.push(r.token);
+        }
     }
 
     /// Emit each member stream's picked token (`picks[j]` for `members[j]`); the streams that
@@ -795,6 +795,11 @@ impl Stream {
         self.phase = Phase::Decode { next: t };
         After::Continue
     }
+}
+
+/// Every member stream ends with error `e` (its step failed).
+fn fail(done: &mut Vec<(usize, Result<FinishReason, String>)>, members: &[usize], e: &str) {
+    done.extend(members.iter().map(|&i| (i, Err(e.to_string()))));
 }
 
 /// Each member stream's pick (`members` ascending, one item of `items` each, in order), the

@@ -45,6 +45,10 @@ impl SamplingParams {
     pub fn is_greedy(&self) -> bool {
         self.temperature <= 0.0
     }
+    /// Whether any penalty moves logits (by the tokens so far) before the draw.
+    pub fn has_penalties(&self) -> bool {
+        self.repetition_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
+    }
     /// Parameter ranges, checked before a request is accepted.
     pub fn validate(&self) -> Result<(), String> {
         let bad = |what: &str| Err(what.to_string());
@@ -138,7 +142,7 @@ impl Sampler {
     /// home's on-device argmax id can stand in for the logits.
     pub fn is_plain_greedy(&self) -> bool {
         let p = &self.params;
-        p.is_greedy() && p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0
+        p.is_greedy() && !p.has_penalties()
     }
 
     /// Whether a draw depends only on the `n` largest finite logits (in `sample`'s order): a
@@ -147,12 +151,12 @@ impl Sampler {
     /// only those, -inf elsewhere, draws what the whole row draws.
     pub fn draws_from_top(&self, n: usize) -> bool {
         let p = &self.params;
-        !p.is_greedy() && p.top_k >= 1 && p.top_k <= n && p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0
+        !p.is_greedy() && p.top_k >= 1 && p.top_k <= n && !p.has_penalties()
     }
 
     pub fn apply_penalties(&self, logits: &mut [f32], history: &[u32]) {
         let p = &self.params;
-        if p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 {
+        if !p.has_penalties() {
             return;
         }
         let window = if p.penalty_last_n == 0 { history } else { &history[history.len().saturating_sub(p.penalty_last_n)..] };
@@ -662,17 +666,14 @@ impl Cand {
     /// inverted) in the high half, the id ascending in the low half. One integer compare
     /// where a float compare and a tie-break were (top_k's selection, a bin's sort).
     fn new(id: u32, logit: f32) -> Cand {
-        let b = logit.to_bits();
-        let mono = if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
-        Cand { key: (u64::from(!mono) << 32) | u64::from(id), w: 0.0, bin: 0 }
+        Cand { key: (u64::from(resin_core::candidate_key(logit)) << 32) | u64::from(id), w: 0.0, bin: 0 }
     }
     fn id(&self) -> u32 {
         self.key as u32
     }
     /// The logit `new` was given (its bits back from the key's high half).
     fn logit(&self) -> f32 {
-        let mono = !((self.key >> 32) as u32);
-        f32::from_bits(if mono >> 31 == 1 { mono & 0x7fff_ffff } else { !mono })
+        resin_core::candidate_logit((self.key >> 32) as u32)
     }
 }
 
@@ -884,8 +885,6 @@ mod tests {
         assert_eq!(top_k_threshold(&[1.0; 100], 0.0, 1.0, 40), None);
     }
 
-    /// A row of only its 64 largest logits (in the order: ties by id, 0.0 before -0.0),
-    /// -inf elsewhere: what a home's `step_top` gives the engine.
     /// The `n` largest finite logits of `l` in the sampler's order (ids and logits, as
     /// `Home::step_top` lists them).
     fn top_list(l: &[f32], n: usize) -> Vec<(u32, f32)> {

@@ -55,9 +55,7 @@ pub fn topk_decode(hi: u32, lo: u32) -> Option<(u32, f32)> {
     if hi == u32::MAX && lo == u32::MAX {
         return None;
     }
-    let mono = !hi;
-    let bits = if mono >> 31 == 1 { mono & 0x7FFF_FFFF } else { !mono };
-    Some((lo, f32::from_bits(bits)))
+    Some((lo, resin_core::candidate_logit(hi)))
 }
 
 /// Words per row of the metadata block (see shaders/common/meta.glsl).

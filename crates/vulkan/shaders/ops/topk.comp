@@ -1,6 +1,6 @@
 // The TOPK largest finite logits of each row, best first, for a sampler that keeps at most
 // that many (top_k): the read-back of a sampled row shrinks from the vocabulary to TOPK
-// pairs. The order is the host sampler's (engine sampling.rs `Cand`): a key of two words,
+// pairs. The order is the host sampler's (`resin_core::candidate_key`): a key of two words,
 // ascending: hi = the logit's bits made monotonic then inverted (descending logits; -0.0
 // after 0.0), lo = the id (ties by id). Non-finite logits are never candidates: key
 // (~0, ~0), after every other.
