@@ -28,6 +28,10 @@ pub struct Counters {
     /// penalties, greedy ones among them): the rest read back whole logits rows.
     pub decode_argmax_steps: AtomicU64,
     pub decode_top_steps: AtomicU64,
+    /// Decode rows whose whole logits row came back: every row of a logits step, and the
+    /// rows of a top step whose streams' draws need it (penalties, a constraint, a larger or
+    /// no top_k).
+    pub decode_logits_rows: AtomicU64,
     pub decode_home_microseconds: AtomicU64,
     pub decode_host_microseconds: AtomicU64,
     /// Parked sessions whose K/V rows were copied to host memory when their region was reused.
@@ -79,6 +83,7 @@ impl Counters {
             ("decode_steps", g(&self.decode_steps)),
             ("decode_argmax_steps", g(&self.decode_argmax_steps)),
             ("decode_top_steps", g(&self.decode_top_steps)),
+            ("decode_logits_rows", g(&self.decode_logits_rows)),
             ("decode_home_microseconds", g(&self.decode_home_microseconds)),
             ("decode_host_microseconds", g(&self.decode_host_microseconds)),
             ("sessions_saved_to_host", g(&self.sessions_saved_to_host)),

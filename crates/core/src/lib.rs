@@ -82,7 +82,7 @@ pub struct Segment<'a> {
 }
 
 /// Logits rows, row-major: `data[i * vocab .. (i + 1) * vocab]` is row `i`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Logits {
     pub vocab: usize,
     pub data: Vec<f32>,
@@ -225,6 +225,8 @@ pub enum HomeError {
     BadToken { token: u32, vocab: usize },
     #[error("a step takes 1..={max} rows, got {got}")]
     BadRowCount { got: usize, max: usize },
+    #[error("the logits rows a top step reads back are ascending indices of its {rows} rows, got {got:?}")]
+    BadRowIndex { got: Vec<usize>, rows: usize },
     #[error("empty prefill segment for region {0:?}")]
     EmptySegment(RegionId),
     #[error("a saved K/V snapshot does not fit: {0}")]
@@ -257,6 +259,15 @@ pub fn candidate_logit(key: u32) -> f32 {
     f32::from_bits(if mono >> 31 == 1 { mono & 0x7FFF_FFFF } else { !mono })
 }
 
+/// Whether `logit_rows` are ascending indices of `rows` rows, each once (`Home::step_top`).
+pub fn check_logit_rows(logit_rows: &[usize], rows: usize) -> Result<()> {
+    if logit_rows.windows(2).all(|w| w[0] < w[1]) && logit_rows.last().is_none_or(|&i| i < rows) {
+        Ok(())
+    } else {
+        Err(HomeError::BadRowIndex { got: logit_rows.to_vec(), rows })
+    }
+}
+
 /// A row of a top step (`Home::step_top`): its largest logits, and its argmax id (what
 /// `step_greedy` reads back), so a step can hold greedy rows beside sampled ones.
 #[derive(Debug, Clone, PartialEq)]
@@ -265,6 +276,18 @@ pub struct TopCandidates {
     pub argmax: u32,
     /// The TOP_CANDIDATES largest finite logits as (id, logit), best first.
     pub top: Vec<(u32, f32)>,
+}
+
+/// What a top step (`Home::step_top`) reads back: every row's [`TopCandidates`], and the
+/// whole logits rows of the rows the call named (streams whose draw needs more than the
+/// largest logits: penalties, a constraint, a larger or no top_k), so one such stream does not
+/// make the whole step read back logits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopStep {
+    /// One a row, in row order.
+    pub tops: Vec<TopCandidates>,
+    /// The named rows' logits, in the order named.
+    pub logits: Logits,
 }
 
 /// A backend that runs the whole model. The CPU home and the Vulkan home implement it.
@@ -294,8 +317,11 @@ pub trait Home: Send {
     /// logits as (id, logit), best first in the sampler's order (descending logits, 0.0
     /// before -0.0, ties by id), fewer where the row has fewer finite logits, and its argmax
     /// id as `step_greedy` gives it; read back instead of the logits where the home selects
-    /// them on the device. None where the home has no such path (the caller takes `step`).
-    fn step_top(&mut self, _rows: &[Row]) -> Result<Option<Vec<TopCandidates>>> {
+    /// them on the device. `logit_rows` (ascending indices into `rows`, each once) also read
+    /// back their whole logits rows, for the streams of a step whose draws need them (a
+    /// [`HomeError::BadRowIndex`] where they are not so). None where the home has no such
+    /// path (the caller takes `step`).
+    fn step_top(&mut self, _rows: &[Row], _logit_rows: &[usize]) -> Result<Option<TopStep>> {
         Ok(None)
     }
 
@@ -396,6 +422,17 @@ mod tests {
         assert_eq!(balanced_groups(64, 8), vec![8; 8]);
         assert_eq!(balanced_groups(64, 64), vec![64]);
         assert_eq!(balanced_groups(100, 64), vec![50, 50]);
+    }
+
+    #[test]
+    fn a_top_steps_logit_rows_are_ascending_indices_of_its_rows() {
+        use super::{check_logit_rows, HomeError};
+        for ok in [&[][..], &[0], &[2], &[0, 1, 2], &[1, 2]] {
+            assert!(check_logit_rows(ok, 3).is_ok(), "{ok:?}");
+        }
+        for bad in [&[3][..], &[1, 1], &[2, 1], &[0, 5]] {
+            assert!(matches!(check_logit_rows(bad, 3), Err(HomeError::BadRowIndex { rows: 3, .. })), "{bad:?}");
+        }
     }
 
     #[test]

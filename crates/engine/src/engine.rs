@@ -480,9 +480,12 @@ impl Scheduler {
                     Row { region: s.region, token: next, pos: s.fed.len() as u32 }
                 })
                 .collect();
+            // What each member's draw needs of its row: the argmax id (plain greedy), the
+            // largest logits (a top_k up to TOP_CANDIDATES, no penalties), or the whole row.
+            let needs: Vec<Need> = members.iter().map(|&i| self.streams[i].need()).collect();
             // Streams that sample plain greedy need only each row's argmax id: homes that
             // compute it on the device read back four bytes a row instead of the logits.
-            if members.iter().all(|&i| self.streams[i].argmax_only()) {
+            if needs.iter().all(|&n| n == Need::Argmax) {
                 let t = Instant::now();
                 let r = self.home.step_greedy(&rows);
                 // A home without the path (None) ran nothing: not a step.
@@ -501,23 +504,39 @@ impl Scheduler {
                     }
                 }
             }
-            // Streams whose draws depend only on the rows' largest logits (a top_k, no
-            // penalties), greedy ones among them (their argmax ids come back too): homes that
-            // select them on the device read back those alone.
-            if members.iter().all(|&i| self.streams[i].top_only() || self.streams[i].argmax_only()) {
+            // A step holding any stream that needs less than its whole row: homes that select
+            // the largest logits on the device read back those (greedy rows' argmax ids with
+            // them), and whole logits rows only for the streams that need them.
+            if needs.iter().any(|&n| n != Need::Logits) {
+                let logit_rows: Vec<usize> = (0..needs.len()).filter(|&j| needs[j] == Need::Logits).collect();
                 let t = Instant::now();
-                let r = self.home.step_top(&rows);
+                let r = self.home.step_top(&rows, &logit_rows);
                 (in_home, home_calls) = (in_home + t.elapsed(), home_calls + u64::from(!matches!(r, Ok(None))));
                 match r {
-                    Ok(Some(tops)) if tops.len() == members.len() => {
-                        Counters::add(&self.home.counters().decode_top_steps, 1);
+                    Ok(Some(ts)) if ts.tops.len() == members.len() && ts.logits.rows() == logit_rows.len() && (logit_rows.is_empty() || ts.logits.vocab == self.home.spec().vocab) => {
+                        let c = self.home.counters();
+                        Counters::add(&c.decode_top_steps, 1);
+                        Counters::add(&c.decode_logits_rows, logit_rows.len() as u64);
                         self.feed(members, &rows);
-                        let picks = pick_members(&mut self.streams, members, tops.iter(), |s, t| if s.argmax_only() { t.argmax } else { s.pick_top(t) });
+                        let vocab = ts.logits.vocab.max(1);
+                        let mut whole = ts.logits.data;
+                        let mut rest = whole.chunks_mut(vocab);
+                        // Each member's own part of what came back, in member order.
+                        let items: Vec<Back<'_>> = ts.tops.iter().zip(&needs).map(|(t, n)| match n {
+                            Need::Argmax => Back::Id(t.argmax),
+                            Need::Top => Back::Top(t),
+                            Need::Logits => rest.next().map_or(Back::Id(t.argmax), Back::Row),
+                        }).collect();
+                        let picks = pick_members(&mut self.streams, members, items.into_iter(), |s, b| match b {
+                            Back::Id(id) => id,
+                            Back::Top(t) => s.pick_top(t),
+                            Back::Row(row) => s.pick(row),
+                        });
                         self.emit_picks(members, &picks, &mut done);
                         continue;
                     }
-                    Ok(Some(tops)) => {
-                        fail(&mut done, members, &format!("the home returned {} candidate rows for {} rows", tops.len(), members.len()));
+                    Ok(Some(ts)) => {
+                        fail(&mut done, members, &format!("the home returned {} candidate rows and {} logits rows for {} rows ({} wanted whole)", ts.tops.len(), ts.logits.rows(), members.len(), logit_rows.len()));
                         continue;
                     }
                     Ok(None) => {}
@@ -532,6 +551,7 @@ impl Scheduler {
             (in_home, home_calls) = (in_home + t.elapsed(), home_calls + 1);
             match r {
                 Ok(mut logits) => {
+                    Counters::add(&self.home.counters().decode_logits_rows, logits.rows() as u64);
                     self.feed(members, &rows);
                     // Each stream's draw (its constraint, penalties, sampler) over its own row,
                     // in place, the rows in parallel (`pick_members`).
@@ -741,19 +761,22 @@ impl Stream {
         self.sampler.sample(logits, &self.fed)
     }
 
-    /// Whether this stream's next token is the plain argmax of the logits (no constraint, no
-    /// penalties, greedy).
-    fn argmax_only(&self) -> bool {
-        self.req.constraint.is_none() && self.sampler.is_plain_greedy()
+    /// What this stream's next draw needs of its row: the plain argmax (no constraint, no
+    /// penalties, greedy), only the TOP_CANDIDATES largest logits (no constraint; see
+    /// `Sampler::draws_from_top`), or the whole logits row.
+    fn need(&self) -> Need {
+        if self.req.constraint.is_some() {
+            Need::Logits
+        } else if self.sampler.is_plain_greedy() {
+            Need::Argmax
+        } else if self.sampler.draws_from_top(resin_core::TOP_CANDIDATES) {
+            Need::Top
+        } else {
+            Need::Logits
+        }
     }
 
-    /// Whether this stream's next token depends only on the row's TOP_CANDIDATES largest
-    /// logits (no constraint; see `Sampler::draws_from_top`).
-    fn top_only(&self) -> bool {
-        self.req.constraint.is_none() && self.sampler.draws_from_top(resin_core::TOP_CANDIDATES)
-    }
-
-    /// The next token of a `top_only` stream from a row's largest logits (`Home::step_top`),
+    /// The next token of a `Need::Top` stream from a row's largest logits (`Home::step_top`),
     /// which the sampler draws from as from the whole row; where the row has no finite logit
     /// (none listed), its argmax id, which is what `sample` picks from such a row.
     fn pick_top(&mut self, t: &resin_core::TopCandidates) -> u32 {
@@ -795,6 +818,22 @@ impl Stream {
         self.phase = Phase::Decode { next: t };
         After::Continue
     }
+}
+
+/// What a stream's next draw needs of its row of a decode step (`Stream::need`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    Argmax,
+    Top,
+    Logits,
+}
+
+/// A member's part of a top step's results (`Home::step_top`): its argmax id, its top
+/// candidates, or its whole logits row.
+enum Back<'a> {
+    Id(u32),
+    Top(&'a resin_core::TopCandidates),
+    Row(&'a mut [f32]),
 }
 
 /// Every member stream ends with error `e` (its step failed).

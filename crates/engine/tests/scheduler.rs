@@ -71,9 +71,114 @@ fn decode_steps_count_what_the_home_ran() {
         }
         assert_eq!(collect(e.submit(r).unwrap()).0.len(), 12);
         let c = e.counters();
-        let got = (n(&c.decode_steps), n(&c.decode_argmax_steps), n(&c.decode_top_steps));
-        assert_eq!(got, (11, if sampled { 0 } else { 11 }, 0), "sampled {sampled}: (steps, argmax steps, top steps)");
+        let got = (n(&c.decode_steps), n(&c.decode_argmax_steps), n(&c.decode_top_steps), n(&c.decode_logits_rows));
+        assert_eq!(got, (11, if sampled { 0 } else { 11 }, 0, if sampled { 11 } else { 0 }), "sampled {sampled}: (steps, argmax steps, top steps, logits rows)");
     }
+}
+
+/// A CPU home with a top path (`Home::step_top`) computed on the host from its logits, as a
+/// home that selects on its device would: each row's TOP_CANDIDATES largest finite logits in
+/// the sampler's order and its argmax id, and the named rows' whole logits. `step_top` calls
+/// are counted, with the rows they named.
+struct TopHome {
+    home: CpuHome,
+    named: Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+impl resin_core::Home for TopHome {
+    fn spec(&self) -> &resin_core::HomeSpec {
+        self.home.spec()
+    }
+    fn prefill(&mut self, segments: &[resin_core::Segment<'_>]) -> resin_core::Result<resin_core::Logits> {
+        self.home.prefill(segments)
+    }
+    fn step(&mut self, rows: &[resin_core::Row]) -> resin_core::Result<resin_core::Logits> {
+        self.home.step(rows)
+    }
+    fn step_top(&mut self, rows: &[resin_core::Row], logit_rows: &[usize]) -> resin_core::Result<Option<resin_core::TopStep>> {
+        resin_core::check_logit_rows(logit_rows, rows.len())?;
+        let l = self.home.step(rows)?;
+        let tops = (0..l.rows())
+            .map(|i| {
+                let row = l.row(i);
+                let mut c: Vec<(u32, u32)> = row.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(id, &x)| (resin_core::candidate_key(x), id as u32)).collect();
+                c.sort_unstable();
+                c.truncate(resin_core::TOP_CANDIDATES);
+                resin_core::TopCandidates { argmax: resin_core::argmax(row), top: c.iter().map(|&(_, id)| (id, row[id as usize])).collect() }
+            })
+            .collect();
+        let data = logit_rows.iter().flat_map(|&i| l.row(i).to_vec()).collect();
+        self.named.lock().unwrap().push(logit_rows.len());
+        Ok(Some(resin_core::TopStep { tops, logits: resin_core::Logits { vocab: l.vocab, data } }))
+    }
+    fn counters(&self) -> &Arc<Counters> {
+        self.home.counters()
+    }
+    fn save_region(&mut self, region: resin_core::RegionId, rows: usize) -> resin_core::Result<Vec<u8>> {
+        self.home.save_region(region, rows)
+    }
+    fn load_region(&mut self, region: resin_core::RegionId, rows: usize, snapshot: &[u8]) -> resin_core::Result<()> {
+        self.home.load_region(region, rows, snapshot)
+    }
+}
+
+/// A step whose streams need different things of their rows reads each what it needs: greedy
+/// streams the argmax id, top-k streams the largest logits, and streams with penalties or no
+/// top_k their whole row, named to the home's top path, which then serves every step of
+/// concurrent streams of all three kinds. The tokens equal those of the same streams on the
+/// plain CPU home (every row's logits). Controls: the named rows are exactly the two whole-row
+/// streams' 11 decode steps each (a home that named none, or all, would count otherwise), and
+/// other seeds draw other tokens.
+#[test]
+fn a_step_reads_back_whole_rows_only_for_the_streams_that_need_them() {
+    let m = model();
+    let ps = prompts(&m, 5);
+    let params = |i: usize, seed0: u64| {
+        let mut p = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, seed: Some(seed0 + i as u64), ..Default::default() };
+        match i {
+            0 => p.temperature = 0.0,
+            3 => (p.repetition_penalty, p.presence_penalty) = (1.3, 0.4),
+            4 => (p.top_k, p.top_p) = (0, 0.9),
+            _ => {}
+        }
+        p
+    };
+    let run = |top: bool, seed0: u64| -> (Vec<Vec<u32>>, Vec<usize>, Arc<Counters>) {
+        let opts = CpuOptions { n_ctx: Some(512), regions: ps.len(), codec: KvCodec::F16, threads: None };
+        let counters = Arc::new(Counters::default());
+        let cpu = CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap();
+        let named = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let home: Box<dyn resin_core::Home> = if top { Box::new(TopHome { home: cpu, named: named.clone() }) } else { Box::new(cpu) };
+        let e = Engine::start(home, m.tok.clone(), EngineConfig::default());
+        let hs: Vec<GenHandle> = ps
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut r = request(p.clone(), 12);
+                r.params = params(i, seed0);
+                e.submit(r).unwrap()
+            })
+            .collect();
+        let out = hs.into_iter().map(|h| collect(h).0).collect();
+        drop(e);
+        let named = named.lock().unwrap().clone();
+        (out, named, counters)
+    };
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let (plain, none, pc) = run(false, 11);
+    assert!(none.is_empty());
+    // The plain CPU home: every row whole, but the greedy stream's once it decodes alone (the
+    // CPU home's argmax steps).
+    assert_eq!((n(&pc.decode_top_steps), n(&pc.decode_logits_rows)), (0, 5 * 11 - n(&pc.decode_argmax_steps)), "the plain CPU home reads the rows whole");
+    let (topped, named, tc) = run(true, 11);
+    assert_eq!(topped, plain, "the top path draws what the logits draw");
+    // Every step holds a stream that needs less than its row (a greedy one alone asks for
+    // argmax ids first, which this home does not serve, then for its top): all top steps.
+    assert_eq!(named.iter().sum::<usize>(), 2 * 11, "whole rows for the two streams' decode steps alone");
+    assert_eq!(n(&tc.decode_top_steps), n(&tc.decode_steps));
+    assert_eq!(n(&tc.decode_top_steps) as usize, named.len());
+    assert_eq!(n(&tc.decode_logits_rows), 2 * 11);
+    assert_ne!(run(true, 1011).0, topped, "control: other seeds draw other tokens");
 }
 
 /// `wide`: steps above NROW_MAX rows run as one wide step; otherwise wide steps off, so more

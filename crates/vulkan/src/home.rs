@@ -192,6 +192,9 @@ struct Scratch {
     top_b: Buffer,
     top_sel: Buffer,
     top_host: Buffer,
+    /// The logits rows a `ReadBack::TopRows` pass copies to `logits_host` (its first rows):
+    /// a count, then the indices (`kernels::rows_copy_words`), written before each submit.
+    rows_list: Buffer,
     /// Activations rounded through 8-bit blocks of 32 and 256 values (see `act_block`).
     xq32: Buffer,
     xq256: Buffer,
@@ -302,7 +305,7 @@ fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: 
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
     let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
     let (sp, sd) = if rows > NROW_MAX { split_slot_bytes(info, cfg) } else { (0, 0) };
-    let out = out + SPLIT_SLOTS * (sp + sd) as usize / 4 + 4 * topk_pairs(cfg, out_rows) + crate::kernels::topk_sel_words(out_rows as u32) as usize + 2 * out_rows * TOPK_MAX as usize;
+    let out = out + SPLIT_SLOTS * (sp + sd) as usize / 4 + 4 * topk_pairs(cfg, out_rows) + crate::kernels::topk_sel_words(out_rows as u32) as usize + 2 * out_rows * TOPK_MAX as usize + crate::kernels::rows_copy_words(out_rows as u32) as usize;
     ((rows * per_row + out + attn_part_floats(cfg, out_rows)) * 4) as u64
 }
 
@@ -540,7 +543,7 @@ impl VulkanHome {
     /// server pay for it in their time to first token. Returns the time it took.
     pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
         let t0 = std::time::Instant::now();
-        let backs: &[ReadBack] = if self.top_cut { &[ReadBack::Ids, ReadBack::Logits, ReadBack::Top] } else { &[ReadBack::Ids, ReadBack::Logits] };
+        let backs: &[ReadBack] = if self.top_cut { &[ReadBack::Ids, ReadBack::Logits, ReadBack::Top, ReadBack::TopRows] } else { &[ReadBack::Ids, ReadBack::Logits] };
         for n in 1..=rows.clamp(1, NROW_MAX) {
             for &b in backs {
                 self.command(0, n, b)?;
@@ -560,7 +563,7 @@ impl VulkanHome {
             }
         }
         let keep = [PF_WINDOW as u32 - 1];
-        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true, top: false }, None)?);
+        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true, top: false, listed: false }, None)?);
         Ok(t0.elapsed())
     }
 
@@ -570,7 +573,7 @@ impl VulkanHome {
     fn command(&mut self, lane: usize, n: usize, back: ReadBack) -> Result<ash::vk::CommandBuffer, VkError> {
         let key = (n, back);
         if !self.lanes[lane].commands.contains_key(&key) {
-            let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: back == ReadBack::Logits, top: back == ReadBack::Top }, None)?;
+            let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: back == ReadBack::Logits, top: matches!(back, ReadBack::Top | ReadBack::TopRows), listed: back == ReadBack::TopRows }, None)?;
             self.lanes[lane].commands.insert(key, c);
         }
         self.lanes[lane].commands.get(&key).map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
@@ -616,7 +619,7 @@ impl VulkanHome {
         let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (12 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
         self.write_meta(0, rows)?;
         let mut clock = StageClock { ts: &ts, labels: Vec::new() };
-        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true, top: false }, Some(&mut clock))?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true, top: false, listed: false }, Some(&mut clock))?;
         self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         let labels = clock.labels;
         let t = ts.read(labels.len() as u32)?;
@@ -650,7 +653,7 @@ impl VulkanHome {
     /// submitted; returns the logits of the rows in `keep`.
     fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
         self.write_meta(0, rows)?;
-        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true, top: false }, None)?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true, top: false, listed: false }, None)?;
         self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         if keep.is_empty() {
             return Ok(Vec::new());
@@ -662,18 +665,27 @@ impl VulkanHome {
     /// pass on lane 0, or with `WideMode::Lanes` and more than NROW_MAX rows of distinct
     /// regions, balanced groups of N-row token commands on lanes 0, 1, ..., all submitted
     /// before any is waited for. (Rows that share a region take one pass: a row may attend to
-    /// keys another row of the step stores.) Returns (lane, rows) of each pass in row order;
-    /// its logits and ids are in that lane's scratch.
-    fn run_step(&mut self, rows: &[(u32, u32, u32)], back: ReadBack) -> Result<Vec<(usize, usize)>, VkError> {
+    /// keys another row of the step stores.) `listed`: with `ReadBack::TopRows`, the rows
+    /// (ascending indices into `rows`) whose whole logits come back, each pass's in its lane's
+    /// `rows_list`. Returns (lane, rows, listed rows) of each pass in row order; its results
+    /// are in that lane's scratch.
+    fn run_step(&mut self, rows: &[(u32, u32, u32)], back: ReadBack, listed: &[usize]) -> Result<Vec<(usize, usize, usize)>, VkError> {
         let mut seen = std::collections::HashSet::new();
         let distinct = rows.iter().all(|r| seen.insert(r.0));
         let groups: Vec<usize> = self.wide.passes(rows.len(), distinct).into_iter().map(|(_, n)| n).collect();
         self.ensure_lanes(groups.len())?;
         let mut cmds = Vec::with_capacity(groups.len());
+        let mut lists = Vec::with_capacity(groups.len());
         let mut at = 0;
         for (lane, &n) in groups.iter().enumerate() {
             cmds.push(self.command(lane, n, back)?);
             self.write_meta(lane, &rows[at..at + n])?;
+            let list: Vec<u32> = listed.iter().filter(|&&i| (at..at + n).contains(&i)).map(|&i| (i - at) as u32).collect();
+            if back == ReadBack::TopRows {
+                let words: Vec<u8> = std::iter::once(list.len() as u32).chain(list.iter().copied()).flat_map(u32::to_le_bytes).collect();
+                self.lanes[lane].scratch.rows_list.write(0, &words)?;
+            }
+            lists.push(list.len());
             at += n;
         }
         // Wait for every submitted pass even when a later submit fails: nothing a pass uses
@@ -696,26 +708,31 @@ impl VulkanHome {
                 res = waited;
             }
         }
-        res.map(|()| groups.into_iter().enumerate().collect())
+        res.map(|()| groups.into_iter().zip(lists).enumerate().map(|(lane, (n, m))| (lane, n, m)).collect())
+    }
+
+    /// Count a step by what ran: one pass (a token command, or a wide GEMM pass), or groups of
+    /// token commands on lanes (a grouped step, each group an N-row step).
+    fn count_passes(&self, passes: &[(usize, usize, usize)]) {
+        if passes.len() > 1 {
+            Counters::add(&self.counters.grouped_steps, 1);
+        }
+        for &(_, n, _) in passes {
+            self.counters.count_step(n);
+        }
     }
 
     /// Run a step over `rows` (already checked) and read each pass's `n` rows of results from
     /// its lane's scratch in row order (`read` appends them to a vector of `cap`: the logits,
-    /// the argmax ids or the top candidates, as `back` has them);
-    /// the step is counted by what ran: one pass (a token command, or a wide GEMM pass), or
-    /// groups of token commands on lanes (a grouped step, each group an N-row step).
+    /// the argmax ids or the top candidates, as `back` has them), and count the step
+    /// (`count_passes`).
     fn run_rows<T>(&mut self, rows: &[(u32, u32, u32)], back: ReadBack, cap: usize, read: impl Fn(&Scratch, usize, &mut Vec<T>) -> Result<(), VkError>) -> Result<Vec<T>, VkError> {
-        let passes = self.run_step(rows, back)?;
+        let passes = self.run_step(rows, back, &[])?;
         let mut out = Vec::with_capacity(cap);
-        for &(lane, n) in &passes {
+        for &(lane, n, _) in &passes {
             read(&self.lanes[lane].scratch, n, &mut out)?;
         }
-        if passes.len() > 1 {
-            Counters::add(&self.counters.grouped_steps, 1);
-        }
-        for &(_, n) in &passes {
-            self.counters.count_step(n);
-        }
+        self.count_passes(&passes);
         Ok(out)
     }
 }
@@ -934,6 +951,7 @@ impl Scratch {
             top_b: dev(2 * topk_pairs(cfg, out_rows))?,
             top_sel: dev(crate::kernels::topk_sel_words(out_rows as u32) as usize)?,
             top_host: host(2 * out_rows * TOPK_MAX as usize)?,
+            rows_list: host(crate::kernels::rows_copy_words(out_rows as u32) as usize)?,
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xp32: Buffer::new(gpu, packed_bytes(cfg, 32), Location::Device)?,
@@ -1158,6 +1176,8 @@ struct PassShape<'a> {
     to_host: bool,
     /// Select each row's TOP_CANDIDATES largest logits into `Scratch::top_host`.
     top: bool,
+    /// Copy the logits rows `Scratch::rows_list` names to the first rows of `logits_host`.
+    listed: bool,
 }
 
 /// What a token command reads back besides the argmax ids (which every pass computes).
@@ -1169,6 +1189,9 @@ enum ReadBack {
     Ids,
     /// Each row's TOP_CANDIDATES largest logits (`Recorder::topk`), not the logits.
     Top,
+    /// `Top`, and the whole logits rows the lane's `Scratch::rows_list` names (the streams of
+    /// a top step whose draws need them).
+    TopRows,
 }
 const _: () = assert!(resin_core::TOP_CANDIDATES == crate::kernels::TOPK_MAX as usize);
 // The home's top goes through the selection (a larger one would be sorted whole).
@@ -1290,6 +1313,9 @@ fn record_pass(
     if shape.top {
         rec.topk(mr, cfg.vocab as u32, TOPK_MAX, (&s.logits).into(), (&s.top_a).into(), (&s.top_b).into(), (&s.top_sel).into(), (&s.top_host).into())?;
     }
+    if shape.listed {
+        rec.rows_copy(mr, cfg.vocab as u32, mr, (&s.logits).into(), (&s.rows_list).into(), (&s.logits_host).into())?;
+    }
     if shape.to_host {
         let bytes = (m * cfg.vocab * 4) as u64;
         // SAFETY: the command buffer is recording; both buffers hold out_rows logits rows (m <= out_rows).
@@ -1374,23 +1400,31 @@ impl Home for VulkanHome {
 
     /// The on-device top-k (`Recorder::topk`): TOP_CANDIDATES key pairs and the argmax id
     /// a row come back instead of the logits (516 bytes against half a megabyte for a 128k
-    /// vocabulary).
-    fn step_top(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<resin_core::TopCandidates>>> {
+    /// vocabulary), and the whole rows of `logit_rows` alone, copied on the device into the
+    /// first rows of the host's logits buffer (`Recorder::rows_copy`).
+    fn step_top(&mut self, rows: &[Row], logit_rows: &[usize]) -> resin_core::Result<Option<resin_core::TopStep>> {
         if !self.top_cut {
             return Ok(None);
         }
         check_rows(&self.spec, rows)?;
+        resin_core::check_logit_rows(logit_rows, rows.len())?;
         let r = triples(rows);
-        let k = resin_core::TOP_CANDIDATES;
-        let top = self
-            .run_rows(&r, ReadBack::Top, r.len(), |s, n, out| {
-                let w = s.top_host.read_u32(0, 2 * n * k)?;
-                let ids = s.ids.read_u32(0, n)?;
-                out.extend(w.chunks(2 * k).zip(ids).map(|(row, argmax)| resin_core::TopCandidates { argmax, top: row.chunks(2).map_while(|p| crate::kernels::topk_decode(p[0], p[1])).collect() }));
-                Ok(())
-            })
-            .map_err(HomeError::from)?;
-        Ok(Some(top))
+        let (k, vocab) = (resin_core::TOP_CANDIDATES, self.cfg.vocab);
+        let back = if logit_rows.is_empty() { ReadBack::Top } else { ReadBack::TopRows };
+        let passes = self.run_step(&r, back, logit_rows).map_err(HomeError::from)?;
+        let mut tops = Vec::with_capacity(r.len());
+        let mut data = Vec::with_capacity(logit_rows.len() * vocab);
+        for &(lane, n, m) in &passes {
+            let s = &self.lanes[lane].scratch;
+            let w = s.top_host.read_u32(0, 2 * n * k).map_err(HomeError::from)?;
+            let ids = s.ids.read_u32(0, n).map_err(HomeError::from)?;
+            tops.extend(w.chunks(2 * k).zip(ids).map(|(row, argmax)| resin_core::TopCandidates { argmax, top: row.chunks(2).map_while(|p| crate::kernels::topk_decode(p[0], p[1])).collect() }));
+            if m > 0 {
+                s.logits_host.read_f32_into(0, m * vocab, &mut data).map_err(HomeError::from)?;
+            }
+        }
+        self.count_passes(&passes);
+        Ok(Some(resin_core::TopStep { tops, logits: Logits { vocab: self.spec.vocab, data } }))
     }
 
     fn profile_step(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<(String, f64)>>> {

@@ -26,6 +26,14 @@ pub const NORM_MAX: u32 = 16384;
 /// Workgroups a row of the argmax's first stage (shaders/ops/argmax.comp SLICES).
 pub const ARGMAX_SLICES: u32 = 64;
 
+/// Workgroups a row of [`Recorder::rows_copy`] (shaders/ops/rows_copy.comp SLICES).
+pub const ROWS_COPY_SLICES: u32 = 64;
+
+/// Words of [`Recorder::rows_copy`]'s list for up to `slots` rows: the count, then the indices.
+pub fn rows_copy_words(slots: u32) -> u64 {
+    1 + slots as u64
+}
+
 /// Logits a workgroup of the top-k's stages sorts (shaders/ops/topk.comp SPAN).
 pub const TOPK_SPAN: u32 = 2048;
 
@@ -685,6 +693,19 @@ impl Recorder<'_> {
             lists = groups;
         }
         Ok(())
+    }
+
+    /// dst row j = src row list[1 + j] for j < list[0] (at most `slots`), rows of `n` values,
+    /// `rows` of them in src (an index past them copies nothing): the rows a top step reads
+    /// back whole, named by a list the host writes before each submit ([`rows_copy_words`]),
+    /// so the recorded command serves any choice of them.
+    pub fn rows_copy(&mut self, slots: u32, n: u32, rows: u32, src: Bind<'_>, list: Bind<'_>, dst: Bind<'_>) -> Result<(), VkError> {
+        let need = slots as u64 * n as u64 * 4;
+        if src.range < rows as u64 * n as u64 * 4 || dst.range < need || list.range < rows_copy_words(slots) * 4 {
+            return Err(VkError::OutOfRange(format!("row copy buffers of {}, {} and {} bytes for {slots} of {rows} rows of {n}", src.range, list.range, dst.range)));
+        }
+        let push = [n, rows].iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
+        self.run("rows_copy", &[], &[src, list, dst], &push, [ROWS_COPY_SLICES, slots, 1])
     }
 
     /// ids[r] = argmax of logits row r (n values a row).

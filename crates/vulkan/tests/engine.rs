@@ -162,40 +162,53 @@ fn engines_on_a_device_each_start_and_drop_in_turn() {
 /// Sampled streams whose samplers keep at most 64 candidates (top_k 40, the server's
 /// defaults otherwise) draw the same tokens when the Vulkan home reads back only each row's
 /// top 64 (`VulkanOptions::top_cut`, the engine's `step_top` path) as when it reads back the
-/// logits: 5 concurrent streams, 12 tokens each, two of them greedy (a step of both kinds
-/// takes the top path too: the greedy rows' argmax ids come back with it). Controls: the cut
-/// is what the home serves (`step_top` answers with it on, not off; with it on every engine
-/// step is a top step or an argmax step, with it off none is a top step), and other seeds draw
-/// other tokens.
+/// logits: 7 concurrent streams, 12 tokens each, two of them greedy (a step of both kinds
+/// takes the top path too: the greedy rows' argmax ids come back with it), and two whose draws
+/// need their whole rows (penalties; no top_k), which a top step reads back for them alone.
+/// Controls: the cut is what the home serves (`step_top` answers with it on, not off; with it
+/// on whole rows come back for the two streams' 11 decode steps each and no others; with it
+/// off none is a top step), and other seeds draw other tokens.
 #[test]
 fn sampled_streams_draw_the_same_tokens_from_the_top_candidates() {
     let m = common::model("smollm2-135m");
     let Some(gpu) = common::gpu() else { return };
-    let subjects = ["cats", "the sea", "bread", "trains", "winter"];
+    let subjects = ["cats", "the sea", "bread", "trains", "winter", "a lamp", "rivers"];
     let ps: Vec<Vec<u32>> = subjects.iter().map(|s| m.tok.encode(&format!("A story about {s}:"), false, false).unwrap()).collect();
+    const TOKENS: usize = 12;
+    // Streams 5 and 6 need their whole rows: penalties, and top_p without a top_k.
+    let whole = [5usize, 6];
     let run = |top_cut: bool, seed0: u64| -> Vec<Vec<u32>> {
-        let opts = VulkanOptions { n_ctx: Some(128), regions: 5, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes, top_cut, ..VulkanOptions::default() };
+        let opts = VulkanOptions { n_ctx: Some(128), regions: ps.len(), codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes, top_cut, ..VulkanOptions::default() };
         let counters = Arc::new(Counters::default());
         let mut home = VulkanHome::on(gpu.clone(), m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap();
         let row = [resin_core::Row { region: resin_core::RegionId(0), token: ps[0][0], pos: 0 }];
-        assert_eq!(resin_core::Home::step_top(&mut home, &row).unwrap().is_some(), top_cut, "the home's top path follows top_cut");
+        assert_eq!(resin_core::Home::step_top(&mut home, &row, &[]).unwrap().is_some(), top_cut, "the home's top path follows top_cut");
         let e = Engine::start(Box::new(home), m.tok.clone(), EngineConfig::default());
         let hs: Vec<GenHandle> = ps
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let mut r = request_n(p.clone(), 12);
+                let mut r = request_n(p.clone(), TOKENS);
                 let temperature = if i % 3 == 0 { 0.0 } else { 0.8 };
                 r.params = resin_engine::SamplingParams { temperature, top_k: 40, top_p: 0.95, min_p: 0.05, seed: Some(seed0 + i as u64), ..Default::default() };
+                match i {
+                    5 => (r.params.repetition_penalty, r.params.frequency_penalty) = (1.3, 0.5),
+                    6 => (r.params.temperature, r.params.top_k, r.params.top_p) = (0.8, 0, 0.9),
+                    _ => {}
+                }
                 e.submit(r).unwrap()
             })
             .collect();
-        let out = hs.into_iter().map(collect).collect();
+        let out: Vec<Vec<u32>> = hs.into_iter().map(collect).collect();
+        assert!(out.iter().all(|o| o.len() == TOKENS));
         let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-        let (steps, top, argmax) = (n(&counters.decode_steps), n(&counters.decode_top_steps), n(&counters.decode_argmax_steps));
-        // With the cut no step reads back logits (greedy streams left alone take argmax steps).
+        let (steps, top, argmax, rows) = (n(&counters.decode_steps), n(&counters.decode_top_steps), n(&counters.decode_argmax_steps), n(&counters.decode_logits_rows));
         if top_cut {
-            assert!(top > 0 && top + argmax == steps, "{steps} steps: {top} top, {argmax} argmax");
+            // Whole rows come back for the two streams' decode steps alone (their first token
+            // is the prefill's): a step holding other streams is a top step (greedy streams
+            // left alone take argmax steps), and only a step of the two alone is a logits step.
+            assert!(top > 0 && top + argmax <= steps, "{steps} steps: {top} top, {argmax} argmax");
+            assert_eq!(rows as usize, whole.len() * (TOKENS - 1), "whole rows for the streams that need them alone");
         } else {
             assert_eq!(top, 0, "no top steps without the cut");
         }

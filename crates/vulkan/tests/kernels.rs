@@ -459,6 +459,38 @@ fn argmax_rows_with_ties() {
     assert_ne!(got, vec![40_000, n as u32 - 1, 12_345]);
 }
 
+/// The row copy a top step reads named logits rows back with: every value of every named row
+/// bit for bit, in the order named (a row of a vocabulary not a multiple of the workgroup's
+/// span); the slots past the count and a named index past the source's rows copy nothing (their
+/// poison stays). Control: the same check against the rows in ascending order fails.
+#[test]
+fn rows_copy_copies_the_named_rows_in_the_order_named() {
+    let Some(mut h) = Harness::new() else { return };
+    let (rows, n) = (6usize, 49_999usize);
+    let src: Vec<f32> = Rng(0xc0b).vec(rows * n, 8.0);
+    let sb = h.buf_f32(&src);
+    let slots = rows as u32;
+    // Three named rows, out of order, then an index past the rows; the count says four.
+    let named = [4u32, 0, 5, rows as u32];
+    let words: Vec<u8> = std::iter::once(named.len() as u32).chain(named).chain([1, 2]).flat_map(u32::to_le_bytes).collect();
+    assert_eq!(words.len() as u64, rows_copy_words(slots) * 4);
+    let list = h.buf_bytes(&words);
+    let dst = h.poisoned(rows * n);
+    h.run(|rec| rec.rows_copy(slots, n as u32, rows as u32, (&sb).into(), (&list).into(), (&dst).into()));
+    let got = dst.read_f32(0, rows * n).unwrap();
+    let row = |v: &[f32], i: usize| v[i * n..(i + 1) * n].to_vec();
+    for (j, &i) in named[..3].iter().enumerate() {
+        assert!(bits_equal(&row(&got, j), &row(&src, i as usize)), "slot {j}: row {i}");
+    }
+    for j in 3..rows {
+        assert!(row(&got, j).iter().all(|x| x.is_nan()), "slot {j}: past the named rows, nothing copied");
+    }
+    // Control: the rows in ascending order are not what the slots hold.
+    assert!(!bits_equal(&row(&got, 0), &row(&src, 0)));
+    // A list longer than the buffer holds is refused, not dispatched.
+    assert!(h.try_run(|rec| rec.rows_copy(slots + 1, n as u32, rows as u32, (&sb).into(), (&list).into(), (&dst).into())).is_err());
+}
+
 /// The top-k kernel against the host sampler's order (descending logits, -0.0 after 0.0, ties
 /// by id, non-finite logits never), every key of every row: vocabularies of one stage, of two
 /// and three (128,256 and 151,936 logits), fewer finite logits than k, planted ties and

@@ -254,7 +254,10 @@ fn host_top(row: &[f32]) -> Vec<(u32, u32)> {
 
 /// Greedy steps read back the device's argmax ids, and top steps (`Home::step_top`) the
 /// device's top candidates, of the same logits `step` gives: every id, and every candidate's
-/// id and logit bits against the host's top of the logits (a reversed order is not it).
+/// id and logit bits against the host's top of the logits (a reversed order is not it). A top
+/// step that also names rows reads back those rows' whole logits, bit for bit, in the order
+/// named (the rows differ, so another row's logits would fail), with the same candidates;
+/// rows named out of order or past the step are refused.
 #[test]
 fn greedy_and_top_steps_read_back_the_device_argmax_and_top_of_the_same_logits() {
     let m = model();
@@ -270,7 +273,9 @@ fn greedy_and_top_steps_read_back_the_device_argmax_and_top_of_the_same_logits()
     let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
     let want: Vec<u32> = (0..3).map(|i| argmax(l.row(i))).collect();
     assert_eq!(ids, want, "the device's argmax of the same logits");
-    let tops = vk.step_top(&rows).unwrap().expect("the Vulkan home reads back its top candidates");
+    let ts = vk.step_top(&rows, &[]).unwrap().expect("the Vulkan home reads back its top candidates");
+    let tops = ts.tops;
+    assert_eq!(ts.logits.rows(), 0, "no rows named, no logits rows");
     assert_eq!(tops.len(), 3);
     for (i, t) in tops.iter().enumerate() {
         assert_eq!(t.argmax, ids[i], "row {i}: a top step's argmax id is the greedy step's");
@@ -283,7 +288,16 @@ fn greedy_and_top_steps_read_back_the_device_argmax_and_top_of_the_same_logits()
         rev.reverse();
         assert_ne!(got, rev, "control: the candidates are best first");
     }
-    assert_eq!(counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed) - before, 6);
+    let named = vk.step_top(&rows, &[0, 2]).unwrap().expect("the Vulkan home reads back named rows");
+    assert_eq!(named.tops, tops, "naming rows leaves every row's candidates as they were");
+    assert_eq!((named.logits.vocab, named.logits.rows()), (l.vocab, 2));
+    assert!(bits_equal(named.logits.row(0), l.row(0)), "named row 0: its logits");
+    assert!(bits_equal(named.logits.row(1), l.row(2)), "named row 2: its logits");
+    assert!(!bits_equal(named.logits.row(1), l.row(1)), "control: row 1's logits are not row 2's");
+    for bad in [&[2, 0][..], &[1, 1], &[3]] {
+        assert!(matches!(vk.step_top(&rows, bad), Err(resin_core::HomeError::BadRowIndex { .. })), "{bad:?} refused");
+    }
+    assert_eq!(counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed) - before, 9, "the refused calls ran nothing");
     // Control: the rows' ids differ from each other (three different contexts).
     assert!(want[0] != want[1] || want[1] != want[2]);
 }
@@ -308,11 +322,19 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
     assert_eq!(wide.rows(), N);
     // Each lane's top candidates read back as the host's top of the same logits.
-    let tops = vk.step_top(&rows).unwrap().expect("the Vulkan home reads back its top candidates");
+    let tops = vk.step_top(&rows, &[]).unwrap().expect("the Vulkan home reads back its top candidates").tops;
     for (i, t) in tops.iter().enumerate() {
         let got: Vec<(u32, u32)> = t.top.iter().map(|&(id, x)| (id, x.to_bits())).collect();
         assert_eq!(got, host_top(wide.row(i)), "row {i}: a lane's top candidates");
         assert_eq!(t.argmax, ids[i], "row {i}: a lane's argmax id in a top step");
+    }
+    // Named rows of every lane (7 + 6 + 6: rows 0-6, 7-12, 13-18), each lane copying its own.
+    let named = [0, 6, 7, 13, 18];
+    let ts = vk.step_top(&rows, &named).unwrap().expect("the Vulkan home reads back named rows");
+    assert_eq!(ts.tops, tops, "naming rows leaves every row's candidates as they were");
+    assert_eq!(ts.logits.rows(), named.len());
+    for (j, &i) in named.iter().enumerate() {
+        assert!(bits_equal(ts.logits.row(j), wide.row(i)), "named row {i}: its lane's logits");
     }
     for (i, r) in rows.iter().enumerate() {
         let alone = vk.step(std::slice::from_ref(r)).unwrap();
@@ -321,10 +343,10 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     }
     // Control: rows differ from each other (19 different contexts), so equality above means something.
     assert!(!bits_equal(wide.row(0), wide.row(1)));
-    // Counted as what ran: three grouped steps (logits, ids, top candidates) of 3 N-row
-    // commands each, no wide pass.
+    // Counted as what ran: four grouped steps (logits, ids, top candidates, top candidates
+    // with named rows) of 3 N-row commands each, no wide pass.
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!((count(&counters.grouped_steps), count(&counters.nrow_steps), count(&counters.wide_steps)), (3, 9, 0));
+    assert_eq!((count(&counters.grouped_steps), count(&counters.nrow_steps), count(&counters.wide_steps)), (4, 12, 0));
     // Ten rows of one region (a continuation): one pass, the CPU home's greedy ids.
     let tail = counting(&m.tok, 20);
     let cont: Vec<Row> = (0..10).map(|k| Row { region: RegionId(0), token: tail[10 + k], pos: (lens[0] + 1 + k) as u32 }).collect();

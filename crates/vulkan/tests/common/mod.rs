@@ -92,6 +92,11 @@ impl Harness {
 
     /// Record with `f`, submit once, wait.
     pub fn run(&mut self, f: impl FnOnce(&mut Recorder<'_>) -> Result<(), resin_vulkan::VkError>) {
+        self.try_run(f).unwrap();
+    }
+
+    /// As `run`, returning what recording with `f` returned (an empty submission on an error).
+    pub fn try_run(&mut self, f: impl FnOnce(&mut Recorder<'_>) -> Result<(), resin_vulkan::VkError>) -> Result<(), resin_vulkan::VkError> {
         let gpu = self.gpu.clone();
         let mut res = Ok(());
         submit_once(&gpu, |cmd| {
@@ -99,7 +104,7 @@ impl Harness {
             res = f(&mut rec);
         })
         .unwrap();
-        res.unwrap();
+        res
     }
 
     /// Microseconds a run of `f` takes when `reps` of them are chained by barriers in one
