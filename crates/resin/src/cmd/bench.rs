@@ -48,6 +48,14 @@ pub struct BenchArgs {
     /// to 64 (and no penalties), a home that selects them on the device reads back only those.
     #[arg(long, default_value_t = 0)]
     pub top_k: usize,
+    /// With --streams and a temperature: a repetition penalty (llama.cpp's repeat_penalty) for
+    /// the first --penalty-streams streams. A penalty needs a stream's whole logits row, so a
+    /// step holding such streams beside top-k ones measures reading back those rows alone.
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// With --repeat-penalty: how many streams take it (default: all).
+    #[arg(long)]
+    pub penalty_streams: Option<usize>,
     /// With --streams: drive the home in lockstep, as llama-batched-bench does: every stream's
     /// prompt prefilled first (one segmented window chain), then every stream stepped together
     /// each step (greedy, argmax ids), so each step is N rows wide. Measures the home's
@@ -136,18 +144,26 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         bail!("--reps, --prompt-tokens and --gen-tokens must be at least 1");
     }
     if args.lockstep {
-        if args.streams < 2 || args.temperature != 0.0 || args.top_p != 1.0 || args.top_k != 0 || args.profile {
-            bail!("--lockstep takes --streams of 2 or more, greedy (no --temperature, --top-p, --top-k or --profile)");
+        if args.streams < 2 || args.temperature != 0.0 || args.top_p != 1.0 || args.top_k != 0 || args.repeat_penalty != 1.0 || args.profile {
+            bail!("--lockstep takes --streams of 2 or more, greedy (no --temperature, --top-p, --top-k, --repeat-penalty or --profile)");
         }
         return bench_lockstep(args);
     }
     if args.streams > 1 {
         let params = SamplingParams { temperature: args.temperature, top_p: args.top_p, top_k: args.top_k, ..SamplingParams::default() };
         params.validate().map_err(anyhow::Error::msg)?;
-        return bench_streams(args, params);
+        let penalized = SamplingParams { repetition_penalty: args.repeat_penalty, ..params.clone() };
+        penalized.validate().map_err(anyhow::Error::msg)?;
+        if (args.repeat_penalty != 1.0 || args.penalty_streams.is_some()) && args.temperature == 0.0 {
+            bail!("--repeat-penalty and --penalty-streams apply to sampled streams (a --temperature above 0)");
+        }
+        if args.penalty_streams.is_some() && args.repeat_penalty == 1.0 {
+            bail!("--penalty-streams takes a --repeat-penalty other than 1");
+        }
+        return bench_streams(args, params, penalized);
     }
-    if args.temperature != 0.0 || args.top_p != 1.0 || args.top_k != 0 {
-        bail!("--temperature, --top-p and --top-k apply with --streams above 1 (a single stream's tg128 takes each step's argmax, as llama-bench's figure compares)");
+    if args.temperature != 0.0 || args.top_p != 1.0 || args.top_k != 0 || args.repeat_penalty != 1.0 || args.penalty_streams.is_some() {
+        bail!("--temperature, --top-p, --top-k and --repeat-penalty apply with --streams above 1 (a single stream's tg128 takes each step's argmax, as llama-bench's figure compares)");
     }
     let mut model = args.model.clone();
     // Room for the run and for the warm-up (64 prompt rows, 4 steps).
@@ -396,8 +412,10 @@ fn bench_lockstep(args: BenchArgs) -> Result<()> {
 }
 
 /// N streams at once through the engine: aggregate decode tokens/s, time to first token.
-/// `params`: each stream's sampling (validated), stream i seeded with i.
-fn bench_streams(args: BenchArgs, params: SamplingParams) -> Result<()> {
+/// `params`: each stream's sampling (validated), stream i seeded with i; `penalized`: the
+/// sampling of the first `--penalty-streams` streams (all by default).
+fn bench_streams(args: BenchArgs, params: SamplingParams, penalized: SamplingParams) -> Result<()> {
+    let penalty_streams = args.penalty_streams.unwrap_or(args.streams).min(args.streams);
     let mut model = args.model.clone();
     model.ctx = Some(model.ctx.unwrap_or(0).max(args.prompt_tokens + args.gen_tokens + 1));
     let loaded = model.load(args.streams)?;
@@ -422,7 +440,8 @@ fn bench_streams(args: BenchArgs, params: SamplingParams) -> Result<()> {
             .map(|i| {
                 let mut req = GenRequest::new(prompt_ids(args.prompt_tokens, vocab, (rep * 1000 + i) as u64 + 7), args.gen_tokens);
                 req.stop_ids = Some(Vec::new()); // generate exactly gen_tokens
-                req.params = SamplingParams { seed: Some(i as u64), ..params.clone() };
+                let p = if i < penalty_streams { &penalized } else { &params };
+                req.params = SamplingParams { seed: Some(i as u64), ..p.clone() };
                 engine.submit(req)
             })
             .collect::<Result<_, _>>()?;
@@ -475,6 +494,8 @@ fn bench_streams(args: BenchArgs, params: SamplingParams) -> Result<()> {
         "temperature": args.temperature,
         "top_p": args.top_p,
         "top_k": args.top_k,
+        "repeat_penalty": args.repeat_penalty,
+        "penalty_streams": if args.repeat_penalty != 1.0 { penalty_streams } else { 0 },
         "counters": counters_json(engine.counters()),
         "decode_step_ms": step_ms,
     });
