@@ -27,7 +27,9 @@ for m in $MODELS; do
       timeout 120 $b bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --reps 1 $args --format json > /tmp/r.json 2>/dev/null
       python3 -c "
 import json,sys; d=json.load(open('/tmp/r.json'))
-print(sys.argv[1], sys.argv[2], sys.argv[3], 'decode_tps', round(d['decode_tps']), 'full', d.get('full_width_decode_tps') and round(d['full_width_decode_tps']), 'step_ms', d.get('decode_step_ms'))" $(basename $b) $m "$args" || echo "$b $m $args: no result"
+c = d.get('counters', {})
+print(sys.argv[1], sys.argv[2], sys.argv[3], 'decode_tps', round(d['decode_tps']), 'full', d.get('full_width_decode_tps') and round(d['full_width_decode_tps']), 'step_ms', d.get('decode_step_ms'),
+      'steps', c.get('decode_steps'), 'top', c.get('decode_top_steps'), 'argmax', c.get('decode_argmax_steps'), 'whole_rows', c.get('decode_logits_rows'))" $(basename $b) $m "$args" || echo "$b $m $args: no result"
     done
     done
   done

@@ -16,8 +16,8 @@ set -uo pipefail
 S=$SECONDS; W=/tmp/w; K=.kit; O=${OUT:-/tmp/out}/gpu_tests; mkdir -p $O $W
 bash $K/peer.sh $K $W gl >/dev/null 2>&1
 [ -d $W/llama.cpp ] || tar xzf $K/llama.cpp-src.tgz -C $W
-[ -f $W/m1.gguf ] || $K/resin synth --shape llama3.2-1b --type q8_0 --vocab $W/llama.cpp/models/ggml-vocab-llama-bpe.gguf --out $W/m1.gguf > $O/synth.log 2>&1 || { tail -3 $O/synth.log; exit 1; }
-export RESIN_TEST_GGUF=$W/m1.gguf RESIN_REQUIRE_VULKAN=1
+[ -f $W/llama3.2-1b-q8_0.gguf ] || $K/resin synth --shape llama3.2-1b --type q8_0 --vocab $W/llama.cpp/models/ggml-vocab-llama-bpe.gguf --out $W/llama3.2-1b-q8_0.gguf > $O/synth.log 2>&1 || { tail -3 $O/synth.log; exit 1; }
+export RESIN_TEST_GGUF=$W/llama3.2-1b-q8_0.gguf RESIN_REQUIRE_VULKAN=1
 i=0; failed=0
 for t in "$@"; do
   set -- $t; i=$((i + 1)); log=$O/$i-$1.log

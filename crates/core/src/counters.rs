@@ -24,8 +24,9 @@ pub struct Counters {
     /// Where a step's time goes, so a slow sampled stream shows its host share.
     pub decode_steps: AtomicU64,
     /// Decode steps whose rows came back as argmax ids alone (every stream greedy), and as
-    /// top candidates with argmax ids (streams with a top_k up to TOP_CANDIDATES and no
-    /// penalties, greedy ones among them): the rest read back whole logits rows.
+    /// top candidates with argmax ids (`Home::step_top`: any stream greedy or with a top_k up
+    /// to TOP_CANDIDATES and no penalties; the others' whole rows named with them): the rest
+    /// read back every row's logits.
     pub decode_argmax_steps: AtomicU64,
     pub decode_top_steps: AtomicU64,
     /// Decode rows whose whole logits row came back: every row of a logits step, and the

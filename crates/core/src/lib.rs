@@ -312,15 +312,16 @@ pub trait Home: Send {
         Ok(None)
     }
 
-    /// As `step`, for rows whose samplers keep at most [`TOP_CANDIDATES`] candidates (a
-    /// top_k, no penalties) or are plain greedy: each row's TOP_CANDIDATES largest finite
-    /// logits as (id, logit), best first in the sampler's order (descending logits, 0.0
-    /// before -0.0, ties by id), fewer where the row has fewer finite logits, and its argmax
-    /// id as `step_greedy` gives it; read back instead of the logits where the home selects
-    /// them on the device. `logit_rows` (ascending indices into `rows`, each once) also read
-    /// back their whole logits rows, for the streams of a step whose draws need them (a
-    /// [`HomeError::BadRowIndex`] where they are not so). None where the home has no such
-    /// path (the caller takes `step`).
+    /// As `step`, for a step of which some rows' samplers keep at most [`TOP_CANDIDATES`]
+    /// candidates (a top_k, no penalties) or are plain greedy: each row's TOP_CANDIDATES
+    /// largest finite logits as (id, logit), best first in the sampler's order (descending
+    /// logits, 0.0 before -0.0, ties by id), fewer where the row has fewer finite logits, and
+    /// its argmax id as `step_greedy` gives it; read back instead of the logits where the
+    /// home selects them on the device. `logit_rows` (ascending indices into `rows`, each
+    /// once), the rows whose streams' draws need more (penalties, a constraint, a larger or
+    /// no top_k), also read back their whole logits rows (a [`HomeError::BadRowIndex`] where
+    /// the indices are not so). None where the home has no such path (the caller takes
+    /// `step`).
     fn step_top(&mut self, _rows: &[Row], _logit_rows: &[usize]) -> Result<Option<TopStep>> {
         Ok(None)
     }

@@ -521,12 +521,22 @@ impl Scheduler {
                         let vocab = ts.logits.vocab.max(1);
                         let mut whole = ts.logits.data;
                         let mut rest = whole.chunks_mut(vocab);
-                        // Each member's own part of what came back, in member order.
-                        let items: Vec<Back<'_>> = ts.tops.iter().zip(&needs).map(|(t, n)| match n {
-                            Need::Argmax => Back::Id(t.argmax),
-                            Need::Top => Back::Top(t),
-                            Need::Logits => rest.next().map_or(Back::Id(t.argmax), Back::Row),
-                        }).collect();
+                        // Each member's own part of what came back, in member order (the
+                        // whole rows in the order named, as many as named: checked above).
+                        let items: Option<Vec<Back<'_>>> = ts
+                            .tops
+                            .iter()
+                            .zip(&needs)
+                            .map(|(t, n)| match n {
+                                Need::Argmax => Some(Back::Id(t.argmax)),
+                                Need::Top => Some(Back::Top(t)),
+                                Need::Logits => rest.next().map(Back::Row),
+                            })
+                            .collect();
+                        let Some(items) = items else {
+                            fail(&mut done, members, "the home returned fewer logits rows than named");
+                            continue;
+                        };
                         let picks = pick_members(&mut self.streams, members, items.into_iter(), |s, b| match b {
                             Back::Id(id) => id,
                             Back::Top(t) => s.pick_top(t),

@@ -126,9 +126,9 @@ impl resin_core::Home for TopHome {
 /// streams the argmax id, top-k streams the largest logits, and streams with penalties or no
 /// top_k their whole row, named to the home's top path, which then serves every step of
 /// concurrent streams of all three kinds. The tokens equal those of the same streams on the
-/// plain CPU home (every row's logits). Controls: the named rows are exactly the two whole-row
-/// streams' 11 decode steps each (a home that named none, or all, would count otherwise), and
-/// other seeds draw other tokens.
+/// plain CPU home (every row's logits). Controls: the rows read back whole are exactly the two
+/// whole-row streams' 11 decode steps each (an engine that named none, or all, or took the
+/// logits path for mixed steps would count otherwise), and other seeds draw other tokens.
 #[test]
 fn a_step_reads_back_whole_rows_only_for_the_streams_that_need_them() {
     let m = model();
@@ -165,19 +165,20 @@ fn a_step_reads_back_whole_rows_only_for_the_streams_that_need_them() {
         (out, named, counters)
     };
     let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    let (plain, none, pc) = run(false, 11);
-    assert!(none.is_empty());
+    let (plain, _, pc) = run(false, 11);
     // The plain CPU home: every row whole, but the greedy stream's once it decodes alone (the
     // CPU home's argmax steps).
     assert_eq!((n(&pc.decode_top_steps), n(&pc.decode_logits_rows)), (0, 5 * 11 - n(&pc.decode_argmax_steps)), "the plain CPU home reads the rows whole");
     let (topped, named, tc) = run(true, 11);
     assert_eq!(topped, plain, "the top path draws what the logits draw");
-    // Every step holds a stream that needs less than its row (a greedy one alone asks for
-    // argmax ids first, which this home does not serve, then for its top): all top steps.
-    assert_eq!(named.iter().sum::<usize>(), 2 * 11, "whole rows for the two streams' decode steps alone");
-    assert_eq!(n(&tc.decode_top_steps), n(&tc.decode_steps));
+    // Whole rows come back for the two streams' 11 decode steps each and no others: named in
+    // the top steps that hold other streams too (a greedy one alone asks for argmax ids first,
+    // which this home does not serve, then for its top), or in a logits step of the two alone
+    // (should the others have finished first).
+    assert_eq!(n(&tc.decode_logits_rows), 2 * 11, "whole rows for the two streams' decode steps alone");
     assert_eq!(n(&tc.decode_top_steps) as usize, named.len());
-    assert_eq!(n(&tc.decode_logits_rows), 2 * 11);
+    let named_rows: usize = named.iter().sum();
+    assert!(n(&tc.decode_top_steps) > 0 && named_rows > 0 && named_rows <= 2 * 11, "{named_rows} rows named");
     assert_ne!(run(true, 1011).0, topped, "control: other seeds draw other tokens");
 }
 

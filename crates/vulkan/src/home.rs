@@ -8,7 +8,9 @@
 //!
 //! The token command for N rows (1..=8) is recorded once, on first use, and resubmitted; per
 //! step only the metadata block (token, position, region base, key count a row) is written,
-//! and the logits (and the on-device argmax ids) are read back.
+//! and what the step's streams need is read back: the on-device argmax ids (greedy), each
+//! row's top candidates with them (top-k samplers; `ReadBack::Top`), and whole logits rows
+//! for the rest (every row's, or only the rows a top step names: `ReadBack::TopRows`).
 //!
 //! Prefill is a window chain (`resin_core::plan_chain`: the same windows the CPU home cuts):
 //! each window of up to PF_WINDOW rows, from any number of segments, is one pass in which
@@ -682,8 +684,7 @@ impl VulkanHome {
             self.write_meta(lane, &rows[at..at + n])?;
             let list: Vec<u32> = listed.iter().filter(|&&i| (at..at + n).contains(&i)).map(|&i| (i - at) as u32).collect();
             if back == ReadBack::TopRows {
-                let words: Vec<u8> = std::iter::once(list.len() as u32).chain(list.iter().copied()).flat_map(u32::to_le_bytes).collect();
-                self.lanes[lane].scratch.rows_list.write(0, &words)?;
+                self.lanes[lane].scratch.rows_list.write(0, &crate::kernels::rows_copy_list(&list))?;
             }
             lists.push(list.len());
             at += n;

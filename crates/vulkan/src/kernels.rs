@@ -34,6 +34,11 @@ pub fn rows_copy_words(slots: u32) -> u64 {
     1 + slots as u64
 }
 
+/// The bytes of [`Recorder::rows_copy`]'s list naming `rows`: the count, then the indices.
+pub fn rows_copy_list(rows: &[u32]) -> Vec<u8> {
+    std::iter::once(rows.len() as u32).chain(rows.iter().copied()).flat_map(u32::to_le_bytes).collect()
+}
+
 /// Logits a workgroup of the top-k's stages sorts (shaders/ops/topk.comp SPAN).
 pub const TOPK_SPAN: u32 = 2048;
 

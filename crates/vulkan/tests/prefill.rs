@@ -415,9 +415,11 @@ fn a_wide_step_matches_the_cpu_home_and_each_row_is_independent_of_the_others() 
     let lc = c.step(&rows).unwrap();
     assert_eq!(wide.rows(), N);
     // Bar: after these short prompts the token command itself (groups of 8 rows) sits up to
-    // 7e-2 from the CPU home on some rows (8-bit activation roundings flipping in another
-    // summation order; wide logits are a few 1e-2 from it the same way). So: each row's
-    // greedy id equal, each row within WIDE_BAR, and the median row within CPU_BAR.
+    // 7e-2 from the CPU home on some rows with its AVX-512 kernels, 0.111 with its AVX2 ones
+    // (an AMD EPYC: 8-bit activation roundings flipping in another summation order; wide
+    // logits are a few 1e-2 from it the same way). So: each row's greedy id equal, each row
+    // within WIDE_BAR or, where the token command's own row is farther, 1.5 times that, and
+    // the median row within CPU_BAR.
     const WIDE_BAR: f64 = 0.1;
     let mut by8 = Vec::new();
     for g in rows.chunks(8) {
@@ -428,7 +430,7 @@ fn a_wide_step_matches_the_cpu_home_and_each_row_is_independent_of_the_others() 
     for (i, alone8) in by8.iter().enumerate() {
         let (e, e8) = (rel_l2(wide.row(i), lc.row(i)), rel_l2(alone8, lc.row(i)));
         eprintln!("row {i}: relative L2 against the CPU home: wide {e:.2e}, token command {e8:.2e}");
-        assert!(e < WIDE_BAR, "wide row {i}: relative L2 {e} against the CPU home");
+        assert!(e < WIDE_BAR.max(1.5 * e8), "wide row {i}: relative L2 {e} against the CPU home (the token command's {e8})");
         assert_eq!(argmax(wide.row(i)), argmax(lc.row(i)), "wide row {i}: greedy id");
         errs.push(e);
     }
@@ -443,7 +445,15 @@ fn a_wide_step_matches_the_cpu_home_and_each_row_is_independent_of_the_others() 
     }
     let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
     assert_eq!(ids, (0..N).map(|i| argmax(wide.row(i))).collect::<Vec<_>>());
-    assert_eq!(counters.wide_steps.load(std::sync::atomic::Ordering::Relaxed), 3, "the 8-row groups are token commands");
+    // A top step of the one pass that names rows: their logits, the same bits, in order.
+    let named = [0, 9, 19];
+    let ts = vk.step_top(&rows, &named).unwrap().expect("the Vulkan home reads back named rows");
+    assert_eq!((ts.tops.len(), ts.logits.rows()), (N, named.len()));
+    for (j, &i) in named.iter().enumerate() {
+        assert!(bits_equal(ts.logits.row(j), wide.row(i)), "named row {i} of the one pass");
+        assert_eq!(ts.tops[i].argmax, ids[i], "row {i}: argmax id in a top step");
+    }
+    assert_eq!(counters.wide_steps.load(std::sync::atomic::Ordering::Relaxed), 4, "the 8-row groups are token commands");
     // More rows than the home takes in a step: a clear error.
     let mut too_many = rows.clone();
     too_many.extend(rows.iter().cloned());

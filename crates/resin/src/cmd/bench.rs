@@ -144,8 +144,8 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         bail!("--reps, --prompt-tokens and --gen-tokens must be at least 1");
     }
     if args.lockstep {
-        if args.streams < 2 || args.temperature != 0.0 || args.top_p != 1.0 || args.top_k != 0 || args.repeat_penalty != 1.0 || args.profile {
-            bail!("--lockstep takes --streams of 2 or more, greedy (no --temperature, --top-p, --top-k, --repeat-penalty or --profile)");
+        if args.streams < 2 || args.temperature != 0.0 || args.top_p != 1.0 || args.top_k != 0 || args.repeat_penalty != 1.0 || args.penalty_streams.is_some() || args.profile {
+            bail!("--lockstep takes --streams of 2 or more, greedy (no --temperature, --top-p, --top-k, --repeat-penalty, --penalty-streams or --profile)");
         }
         return bench_lockstep(args);
     }
