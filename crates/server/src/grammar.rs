@@ -24,15 +24,15 @@ const MAX_DIGITS: u8 = 16;
 /// Deepest nesting of free-form values.
 const MAX_DEPTH: usize = 32;
 
-/// The bytes of every token, grouped for the mask. Built once per model.
+/// The bytes of every token, arranged for the mask. Built once per model.
 pub struct TokenTable {
     bytes: Vec<Vec<u8>>,
-    /// Tokens by first byte (tokens with no bytes, e.g. control tokens, are in none).
-    by_first: Vec<Vec<u32>>,
-    /// Like `by_first`, only tokens that are not plain string content.
-    nonplain_by_first: Vec<Vec<u32>>,
-    /// Tokens whose every byte may stand inside a JSON string as is.
-    plain: Vec<u32>,
+    /// Every token with bytes (control tokens have none and are never allowed).
+    all: Trie,
+    /// Only the tokens that are not plain string content (`plain`).
+    nonplain: Trie,
+    /// `plain[id]`: every byte of token `id` may stand inside a JSON string as is.
+    plain: Vec<bool>,
     /// Ids that end generation: allowed only if the automaton is stuck.
     stop_ids: Vec<u32>,
 }
@@ -40,29 +40,92 @@ pub struct TokenTable {
 impl TokenTable {
     /// `bytes[id]` is token `id`'s text as bytes (empty for tokens that are not text).
     pub fn new(bytes: Vec<Vec<u8>>, stop_ids: Vec<u32>) -> Self {
-        let mut by_first = vec![Vec::new(); 256];
-        let mut nonplain_by_first = vec![Vec::new(); 256];
-        let mut plain = Vec::new();
-        for (id, b) in bytes.iter().enumerate() {
-            let Some(&first) = b.first() else { continue };
-            by_first[first as usize].push(id as u32);
-            if b.iter().all(|&c| c >= 0x20 && c != b'"' && c != b'\\') {
-                plain.push(id as u32);
-            } else {
-                nonplain_by_first[first as usize].push(id as u32);
-            }
-        }
-        TokenTable {
-            bytes,
-            by_first,
-            nonplain_by_first,
-            plain,
-            stop_ids,
-        }
+        let is_plain = |b: &[u8]| !b.is_empty() && b.iter().all(|&c| c >= 0x20 && c != b'"' && c != b'\\');
+        let plain: Vec<bool> = bytes.iter().map(|b| is_plain(b)).collect();
+        let ids = |keep: &dyn Fn(usize) -> bool| (0..bytes.len()).filter(|&i| !bytes[i].is_empty() && keep(i)).map(|i| i as u32).collect::<Vec<u32>>();
+        let all = Trie::new(ids(&|_| true), &bytes);
+        let nonplain = Trie::new(ids(&|i| !plain[i]), &bytes);
+        TokenTable { bytes, all, nonplain, plain, stop_ids }
     }
 
     pub fn vocab(&self) -> usize {
         self.bytes.len()
+    }
+}
+
+/// The tokens' bytes as a trie, each node's children side by side: the mask walks it once a
+/// step, feeding a shared prefix to the automaton once and leaving a whole subtree the moment
+/// a byte is refused (a 150k vocabulary's tokens after a space, say, are refused at their
+/// second byte together instead of one by one).
+struct Trie {
+    nodes: Vec<TrieNode>,
+    /// The ids of the tokens that end at each node (`TrieNode::ids`).
+    ids: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct TrieNode {
+    /// The byte on the edge into this node (unused at the root).
+    byte: u8,
+    /// The children: nodes `children .. children + n_children`.
+    children: u32,
+    n_children: u32,
+    /// The tokens ending here: `ids[ids_at .. ids_at + n_ids]`.
+    ids_at: u32,
+    n_ids: u32,
+}
+
+impl Trie {
+    /// The trie of tokens `ids` (each with at least one byte).
+    fn new(mut ids: Vec<u32>, bytes: &[Vec<u8>]) -> Trie {
+        // In byte order a token comes before those it is a prefix of, so each node's range of
+        // tokens starts with the ones that end there, then its children's ranges in order.
+        ids.sort_by(|&a, &b| bytes[a as usize].cmp(&bytes[b as usize]));
+        let mut t = Trie { nodes: vec![TrieNode::default()], ids: Vec::with_capacity(ids.len()) };
+        // (node, the node's tokens ids[lo..hi], its depth): explicit, as tokens can be long.
+        let mut work = vec![(0usize, 0usize, ids.len(), 0usize)];
+        while let Some((node, mut lo, hi, depth)) = work.pop() {
+            let ids_at = t.ids.len();
+            while lo < hi && bytes[ids[lo] as usize].len() == depth {
+                t.ids.push(ids[lo]);
+                lo += 1;
+            }
+            let children = t.nodes.len();
+            while lo < hi {
+                let b = bytes[ids[lo] as usize][depth];
+                let end = lo + ids[lo..hi].partition_point(|&id| bytes[id as usize][depth] == b);
+                t.nodes.push(TrieNode { byte: b, ..TrieNode::default() });
+                work.push((t.nodes.len() - 1, lo, end, depth + 1));
+                lo = end;
+            }
+            let (n_children, n_ids) = ((t.nodes.len() - children) as u32, (t.ids.len() - ids_at) as u32);
+            let n = &mut t.nodes[node];
+            (n.children, n.n_children, n.ids_at, n.n_ids) = (children as u32, n_children, ids_at as u32, n_ids);
+        }
+        t
+    }
+
+    /// Mark in `ok` every token whose bytes `m` accepts in full, from the root.
+    fn allow(&self, m: &Matcher, ok: &mut [bool]) {
+        let mut work = vec![(0usize, m.clone())];
+        while let Some((node, m)) = work.pop() {
+            let n = self.nodes[node];
+            for child in n.children as usize..(n.children + n.n_children) as usize {
+                let c = self.nodes[child];
+                let mut after = m.clone();
+                if !after.feed(c.byte) {
+                    continue;
+                }
+                for &id in &self.ids[c.ids_at as usize..(c.ids_at + c.n_ids) as usize] {
+                    if let Some(o) = ok.get_mut(id as usize) {
+                        *o = true;
+                    }
+                }
+                if c.n_children > 0 {
+                    work.push((child, after));
+                }
+            }
+        }
     }
 }
 
@@ -839,43 +902,21 @@ impl ToolCallConstraint {
         }
     }
 
-    /// Which tokens may come next (true = allowed), over `n` logits.
+    /// Which tokens may come next (true = allowed), over `n` logits: a token whose every byte
+    /// the automaton accepts in turn. Inside a plain string every plain token is (one copy);
+    /// the rest are found by a walk of the token trie.
     pub fn allowed(&self, n: usize) -> Vec<bool> {
         let t = &self.table;
         let mut ok = vec![false; n];
         if self.broken || self.m.is_done() {
             return ok;
         }
-        let plain = self.m.in_plain_string();
-        if plain {
-            for &id in &t.plain {
-                if let Some(o) = ok.get_mut(id as usize) {
-                    *o = true;
-                }
-            }
-        }
-        let groups = if plain {
-            &t.nonplain_by_first
+        if self.m.in_plain_string() {
+            let k = n.min(t.plain.len());
+            ok[..k].copy_from_slice(&t.plain[..k]);
+            t.nonplain.allow(&self.m, &mut ok);
         } else {
-            &t.by_first
-        };
-        for (first, group) in groups.iter().enumerate() {
-            if group.is_empty() {
-                continue;
-            }
-            let mut after = self.m.clone();
-            if !after.feed(first as u8) {
-                continue;
-            }
-            for &id in group {
-                if id as usize >= n {
-                    continue;
-                }
-                let rest = &t.bytes[id as usize][1..];
-                if rest.is_empty() || after.clone().feed_all(rest) {
-                    ok[id as usize] = true;
-                }
-            }
+            t.all.allow(&self.m, &mut ok);
         }
         ok
     }
@@ -997,46 +1038,7 @@ mod tests {
     #[test]
     fn random_walks_give_valid_calls() {
         let g = weather();
-        let mut vocab: Vec<String> = [
-            "{", "}", "[", "]", ",", ":", " ", "\n", "\"", "\\", "u", "e", "E", "-", "+", ".", "0",
-            "1", "9", "true", "false", "null",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        for w in [
-            "{\"name\": \"",
-            "get_weather",
-            "get_time",
-            "free",
-            "\", \"arguments\": ",
-            "\"city\"",
-            "\"unit\"",
-            "\"days\"",
-            "\"tags\"",
-            "\"tz\"",
-            "\"lat\"",
-            "\"detailed\"",
-            "celsius",
-            "\"celsius\"",
-            "Paris",
-            "a\"",
-            "\"}",
-            "}}",
-            "\": ",
-            "12",
-            "3.5",
-            "e-2",
-            "\\n",
-            "\\u00e9",
-            "x y",
-            "ab",
-        ] {
-            vocab.push(w.to_string());
-        }
-        // Like a byte-level vocabulary: every printable byte alone, so no prefix is a dead end.
-        vocab.extend((0x20u8..0x7f).map(|b| (b as char).to_string()));
-        vocab.push(String::new()); // a control token: never allowed
+        let vocab = walk_vocab();
         let table = Arc::new(TokenTable::new(
             vocab.iter().map(|s| s.as_bytes().to_vec()).collect(),
             vec![vocab.len() as u32 - 1],
@@ -1084,6 +1086,90 @@ mod tests {
             assert_eq!(calls.len(), 1);
         }
         assert!(done > 30, "only {done} walks finished");
+    }
+
+    /// The mask's trie walk (and its plain-string copy) allows exactly the tokens whose bytes
+    /// the automaton accepts one by one, at every step of random walks over a vocabulary with
+    /// shared prefixes, tokens that are prefixes of others, duplicates, multi-byte UTF-8 pieces
+    /// and runs of whitespace. Control: the walks pass states where some tokens are refused
+    /// and others allowed, plain strings among them.
+    #[test]
+    fn the_mask_allows_what_feeding_each_token_allows() {
+        let g = weather();
+        let mut vocab = walk_vocab();
+        vocab.pop(); // the control token goes last again below
+        for w in ["Pa", "Par", "Paris", "Paris\"", "\"ci", "\"city\": \"", "    ", "\n\n  ", " \"", "é", "日本", "\"}}", "get_", "get_weather\""] {
+            vocab.push(w.to_string());
+        }
+        vocab.push(String::new());
+        let bytes: Vec<Vec<u8>> = vocab.iter().map(|s| s.as_bytes().to_vec()).collect();
+        let table = Arc::new(TokenTable::new(bytes.clone(), vec![vocab.len() as u32 - 1]));
+        let mut rng = resin_engine::Rng::new(11);
+        let (mut mixed, mut plain) = (0, 0);
+        for _ in 0..100 {
+            let mut c = ToolCallConstraint::new(table.clone(), g.clone());
+            for _ in 0..200 {
+                let got = c.allowed(vocab.len());
+                let want: Vec<bool> = bytes.iter().map(|b| !b.is_empty() && c.m.clone().feed_all(b)).collect();
+                assert_eq!(got, want, "the mask after {:?}", c.m.stack);
+                let ok: Vec<usize> = (0..got.len()).filter(|&i| got[i]).collect();
+                if ok.is_empty() {
+                    break;
+                }
+                mixed += usize::from(ok.len() < vocab.len() - 1);
+                plain += usize::from(c.m.in_plain_string());
+                if c.accept(ok[(rng.next_u64() % ok.len() as u64) as usize] as u32) {
+                    break;
+                }
+            }
+        }
+        assert!(mixed > 100 && plain > 10, "{mixed} steps refused some tokens, {plain} in plain strings");
+    }
+
+    /// A vocabulary of JSON pieces, words of the `weather` tools, every printable byte alone
+    /// (so no prefix is a dead end) and, last, a control token (no bytes: never allowed).
+    fn walk_vocab() -> Vec<String> {
+        let mut vocab: Vec<String> = [
+            "{", "}", "[", "]", ",", ":", " ", "\n", "\"", "\\", "u", "e", "E", "-", "+", ".", "0",
+            "1", "9", "true", "false", "null",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for w in [
+            "{\"name\": \"",
+            "get_weather",
+            "get_time",
+            "free",
+            "\", \"arguments\": ",
+            "\"city\"",
+            "\"unit\"",
+            "\"days\"",
+            "\"tags\"",
+            "\"tz\"",
+            "\"lat\"",
+            "\"detailed\"",
+            "celsius",
+            "\"celsius\"",
+            "Paris",
+            "a\"",
+            "\"}",
+            "}}",
+            "\": ",
+            "12",
+            "3.5",
+            "e-2",
+            "\\n",
+            "\\u00e9",
+            "x y",
+            "ab",
+        ] {
+            vocab.push(w.to_string());
+        }
+        // Like a byte-level vocabulary: every printable byte alone, so no prefix is a dead end.
+        vocab.extend((0x20u8..0x7f).map(|b| (b as char).to_string()));
+        vocab.push(String::new()); // a control token: never allowed
+        vocab
     }
 
     #[test]
