@@ -156,14 +156,17 @@ fn smollm2_as_q8_0_greedy_32_and_first_logits() {
     // Q8_0 is the benchmarks' format (the 1B synth on the GPU machine) and one of the two the
     // device holds in a layout of its own (src/layout.rs: a row's quants, then its scales);
     // none of the fetched models is Q8_0, so SmolLM2 requantized.
-    // Bar 1.5e-2: measured 1.06e-2, the same to the bit as with the GGUF layout before it
-    // (the layout moves bytes, not arithmetic), and as the Q4_1 file's float subgroup tier
-    // (the 8-bit activation roundings the two homes flip apart); the control (one prompt
-    // token changed) measured 2.8e-1.
+    // Bar 3e-2: measured 1.06e-2 against the CPU home's AVX-512 kernels (an Intel Xeon), the
+    // same to the bit as with the GGUF layout before it (the layout moves bytes, not
+    // arithmetic), and as the Q4_1 file's float subgroup tier; 1.89e-2 against its AVX2 ones
+    // (an AMD EPYC: other float sums, so other 8-bit activation roundings flip apart; the
+    // Qwen2.5-Coder file's homes part by 2.8e-2 to 3.6e-2 the same way, while each home with
+    // f32 activations sits within 5e-4 of float32, `*_match_float32_reference`). The control
+    // (one prompt token changed) measured 2.8e-1.
     let Some(gpu) = common::gpu() else { return };
     let file = requantized("smollm2-135m", resin_gguf::GgmlType::Q8_0);
     assert!(file.tensors().iter().filter(|t| t.dims.len() == 2).all(|t| t.ty == resin_gguf::GgmlType::Q8_0));
-    greedy_parity_on(gpu, "smollm2-135m as Q8_0", file, 32, 1.5e-2);
+    greedy_parity_on(gpu, "smollm2-135m as Q8_0", file, 32, 3e-2);
 }
 
 #[test]
