@@ -76,16 +76,25 @@ fn decode_steps_count_what_the_home_ran() {
     }
 }
 
-/// A CPU home with a top path (`Home::step_top`) computed on the host from its logits, as a
-/// home that selects on its device would: each row's TOP_CANDIDATES largest finite logits in
-/// the sampler's order and its argmax id, and the named rows' whole logits. `step_top` calls
-/// are counted, with the rows they named.
-struct TopHome {
+/// A CPU home that says when it is dropped (`dropped`), and, with `named`, has a top path
+/// (`Home::step_top`) computed on the host from its logits as a home that selects on its
+/// device would: each row's TOP_CANDIDATES largest finite logits in the sampler's order and
+/// its argmax id, and the named rows' whole logits; each call's count of named rows is kept.
+struct Wrapped {
     home: CpuHome,
-    named: Arc<std::sync::Mutex<Vec<usize>>>,
+    dropped: Option<Arc<std::sync::atomic::AtomicBool>>,
+    named: Option<Arc<std::sync::Mutex<Vec<usize>>>>,
 }
 
-impl resin_core::Home for TopHome {
+impl Drop for Wrapped {
+    fn drop(&mut self) {
+        if let Some(d) = &self.dropped {
+            d.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+impl resin_core::Home for Wrapped {
     fn spec(&self) -> &resin_core::HomeSpec {
         self.home.spec()
     }
@@ -96,6 +105,7 @@ impl resin_core::Home for TopHome {
         self.home.step(rows)
     }
     fn step_top(&mut self, rows: &[resin_core::Row], logit_rows: &[usize]) -> resin_core::Result<Option<resin_core::TopStep>> {
+        let Some(named) = self.named.clone() else { return Ok(None) };
         resin_core::check_logit_rows(logit_rows, rows.len())?;
         let l = self.home.step(rows)?;
         let tops = (0..l.rows())
@@ -108,7 +118,7 @@ impl resin_core::Home for TopHome {
             })
             .collect();
         let data = logit_rows.iter().flat_map(|&i| l.row(i).to_vec()).collect();
-        self.named.lock().unwrap().push(logit_rows.len());
+        named.lock().unwrap().push(logit_rows.len());
         Ok(Some(resin_core::TopStep { tops, logits: resin_core::Logits { vocab: l.vocab, data } }))
     }
     fn counters(&self) -> &Arc<Counters> {
@@ -148,7 +158,7 @@ fn a_step_reads_back_whole_rows_only_for_the_streams_that_need_them() {
         let counters = Arc::new(Counters::default());
         let cpu = CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap();
         let named = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let home: Box<dyn resin_core::Home> = if top { Box::new(TopHome { home: cpu, named: named.clone() }) } else { Box::new(cpu) };
+        let home: Box<dyn resin_core::Home> = if top { Box::new(Wrapped { home: cpu, dropped: None, named: Some(named.clone()) }) } else { Box::new(cpu) };
         let e = Engine::start(home, m.tok.clone(), EngineConfig::default());
         let hs: Vec<GenHandle> = ps
             .iter()
@@ -434,39 +444,6 @@ fn shutdown_ends_live_streams_joins_the_thread_and_refuses_later_work() {
     e.shutdown();
 }
 
-/// A CPU home that says when it is dropped.
-struct Watched {
-    home: CpuHome,
-    dropped: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Drop for Watched {
-    fn drop(&mut self) {
-        self.dropped.store(true, Ordering::SeqCst);
-    }
-}
-
-impl resin_core::Home for Watched {
-    fn spec(&self) -> &resin_core::HomeSpec {
-        self.home.spec()
-    }
-    fn prefill(&mut self, segments: &[resin_core::Segment<'_>]) -> resin_core::Result<resin_core::Logits> {
-        self.home.prefill(segments)
-    }
-    fn step(&mut self, rows: &[resin_core::Row]) -> resin_core::Result<resin_core::Logits> {
-        self.home.step(rows)
-    }
-    fn counters(&self) -> &Arc<Counters> {
-        self.home.counters()
-    }
-    fn save_region(&mut self, region: resin_core::RegionId, rows: usize) -> resin_core::Result<Vec<u8>> {
-        self.home.save_region(region, rows)
-    }
-    fn load_region(&mut self, region: resin_core::RegionId, rows: usize, snapshot: &[u8]) -> resin_core::Result<()> {
-        self.home.load_region(region, rows, snapshot)
-    }
-}
-
 /// `serve` and `bench` end by dropping their handles: the last one dropped stops the engine
 /// thread and returns only once the home is dropped (a GPU home torn down while the process
 /// exits can crash it). A clone still held keeps the engine running.
@@ -476,7 +453,7 @@ fn dropping_the_last_handle_stops_the_engine_and_drops_the_home() {
     let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let opts = CpuOptions { n_ctx: Some(512), regions: 1, codec: KvCodec::F16, threads: None };
     let home = CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap();
-    let e = Engine::start(Box::new(Watched { home, dropped: dropped.clone() }), m.tok.clone(), EngineConfig::default());
+    let e = Engine::start(Box::new(Wrapped { home, dropped: Some(dropped.clone()), named: None }), m.tok.clone(), EngineConfig::default());
     let other = e.clone();
     let p = m.tok.encode("Count slowly:", false, false).unwrap();
     let mut h = e.submit(request(p, 400)).unwrap();
