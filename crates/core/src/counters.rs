@@ -23,15 +23,13 @@ pub struct Counters {
     /// host around it (rows, the draws of sampled streams, stop checks, detokenizing, sending).
     /// Where a step's time goes, so a slow sampled stream shows its host share.
     pub decode_steps: AtomicU64,
-    /// Decode steps whose rows came back as argmax ids alone (every stream greedy), and as
-    /// top candidates with argmax ids (`Home::step_top`: any stream greedy or with a top_k up
-    /// to TOP_CANDIDATES and no penalties; the others' whole rows named with them): the rest
-    /// read back every row's logits.
+    /// Decode steps whose rows came back as argmax ids alone (every stream plain greedy), and
+    /// steps with top candidates (any stream with a top_k up to TOP_CANDIDATES and no
+    /// penalties; the others' argmax ids or whole rows with them): see `Need`.
     pub decode_argmax_steps: AtomicU64,
     pub decode_top_steps: AtomicU64,
-    /// Decode rows whose whole logits row came back: every row of a logits step, and the
-    /// rows of a top step whose streams' draws need it (penalties, a constraint, a larger or
-    /// no top_k).
+    /// Decode rows whose whole logits row came back (`Need::Logits`: penalties, a constraint,
+    /// a larger or no top_k).
     pub decode_logits_rows: AtomicU64,
     pub decode_home_microseconds: AtomicU64,
     pub decode_host_microseconds: AtomicU64,

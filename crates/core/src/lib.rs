@@ -225,8 +225,8 @@ pub enum HomeError {
     BadToken { token: u32, vocab: usize },
     #[error("a step takes 1..={max} rows, got {got}")]
     BadRowCount { got: usize, max: usize },
-    #[error("the logits rows a top step reads back are ascending indices of its {rows} rows, got {got:?}")]
-    BadRowIndex { got: Vec<usize>, rows: usize },
+    #[error("a step of {rows} rows needs one Need a row, got {needs}")]
+    BadNeeds { needs: usize, rows: usize },
     #[error("empty prefill segment for region {0:?}")]
     EmptySegment(RegionId),
     #[error("a saved K/V snapshot does not fit: {0}")]
@@ -239,14 +239,14 @@ pub enum HomeError {
 
 pub type Result<T> = std::result::Result<T, HomeError>;
 
-/// Candidates a row a home's `step_top` returns: samplers whose top_k is at most this can
-/// draw from them alone.
+/// Candidates a [`Need::Top`] row gets back: samplers whose top_k is at most this draw from
+/// them alone.
 pub const TOP_CANDIDATES: usize = 64;
 
 /// The high word of a logit's candidate key: ascending keys are the sampler's candidate order
 /// (descending logits, 0.0 before -0.0), with the id as the low word for ties. The engine's
 /// sampler sorts by it and the Vulkan home's top-k (shaders/ops/topk.comp `key_of`) lists by
-/// it, so a top step's candidates come in the order the sampler draws them.
+/// it, so a top row's candidates come in the order the sampler draws them.
 pub fn candidate_key(logit: f32) -> u32 {
     let b = logit.to_bits();
     let mono = if b >> 31 == 1 { !b } else { b | 0x8000_0000 };
@@ -259,35 +259,97 @@ pub fn candidate_logit(key: u32) -> f32 {
     f32::from_bits(if mono >> 31 == 1 { mono & 0x7FFF_FFFF } else { !mono })
 }
 
-/// Whether `logit_rows` are ascending indices of `rows` rows, each once (`Home::step_top`).
-pub fn check_logit_rows(logit_rows: &[usize], rows: usize) -> Result<()> {
-    if logit_rows.windows(2).all(|w| w[0] < w[1]) && logit_rows.last().is_none_or(|&i| i < rows) {
-        Ok(())
-    } else {
-        Err(HomeError::BadRowIndex { got: logit_rows.to_vec(), rows })
-    }
+/// What a row of a step needs back: the home reads back only that (a 128k vocabulary's
+/// logits row is half a megabyte; an argmax id four bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Need {
+    /// The row's argmax id (a plain greedy draw).
+    Argmax,
+    /// The row's [`TopCandidates`] (a sampler that keeps at most TOP_CANDIDATES candidates).
+    Top,
+    /// The whole logits row (penalties, a constraint, a larger or no top_k).
+    Logits,
 }
 
-/// A row of a top step (`Home::step_top`): its largest logits, and its argmax id (what
-/// `step_greedy` reads back), so a step can hold greedy rows beside sampled ones.
+/// A row's largest logits, its argmax id and its log-sum-exp: what a [`Need::Top`] row gets.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopCandidates {
     /// The first index of the largest logit (`argmax`'s rule).
     pub argmax: u32,
-    /// The TOP_CANDIDATES largest finite logits as (id, logit), best first.
+    /// The TOP_CANDIDATES largest finite logits as (id, logit), best first in the sampler's
+    /// order (descending logits, 0.0 before -0.0, ties by id); fewer where the row has fewer.
     pub top: Vec<(u32, f32)>,
+    /// ln(sum(exp(logit))) over the whole row (NaN skipped; -inf for a row with no logit
+    /// above -inf), so a candidate's log-probability needs no whole row.
+    pub lse: f32,
 }
 
-/// What a top step (`Home::step_top`) reads back: every row's [`TopCandidates`], and the
-/// whole logits rows of the rows the call named (streams whose draw needs more than the
-/// largest logits: penalties, a constraint, a larger or no top_k), so one such stream does not
-/// make the whole step read back logits.
+impl TopCandidates {
+    /// A row's candidates, selected on the host: what a home without a device selection
+    /// returns, and the oracle of the ones that select on a device.
+    pub fn of(row: &[f32]) -> TopCandidates {
+        let mut c: Vec<(u32, u32)> = row.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(id, &x)| (candidate_key(x), id as u32)).collect();
+        if c.len() > TOP_CANDIDATES {
+            c.select_nth_unstable(TOP_CANDIDATES - 1);
+            c.truncate(TOP_CANDIDATES);
+        }
+        c.sort_unstable();
+        TopCandidates { argmax: argmax(row), top: c.iter().map(|&(_, id)| (id, row[id as usize])).collect(), lse: log_sum_exp(row) }
+    }
+}
+
+/// ln(sum(exp(x))) over `row`, NaN skipped, in f64: -inf when no value is above -inf, +inf
+/// when one is +inf.
+pub fn log_sum_exp(row: &[f32]) -> f32 {
+    let m = max_of(row, |x| !x.is_nan());
+    if !m.is_finite() {
+        return m;
+    }
+    let s: f64 = row.iter().filter(|x| !x.is_nan()).map(|&x| ((x - m) as f64).exp()).sum();
+    (m as f64 + s.ln()) as f32
+}
+
+/// One row's part of a step's result, as its [`Need`] asked.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TopStep {
-    /// One a row, in row order.
-    pub tops: Vec<TopCandidates>,
-    /// The named rows' logits, in the order named.
-    pub logits: Logits,
+pub enum RowOut {
+    Argmax(u32),
+    Top(TopCandidates),
+    Logits(Vec<f32>),
+}
+
+impl RowOut {
+    /// The row's result as `need` asks for it, from its whole logits row (a home that
+    /// computes every row's logits on the host).
+    pub fn from_logits(need: Need, row: &[f32]) -> RowOut {
+        match need {
+            Need::Argmax => RowOut::Argmax(argmax(row)),
+            Need::Top => RowOut::Top(TopCandidates::of(row)),
+            Need::Logits => RowOut::Logits(row.to_vec()),
+        }
+    }
+
+    /// The row's argmax id, whatever came back.
+    pub fn argmax(&self) -> u32 {
+        match self {
+            RowOut::Argmax(id) => *id,
+            RowOut::Top(t) => t.argmax,
+            RowOut::Logits(row) => argmax(row),
+        }
+    }
+
+    /// The whole logits row, where it came back.
+    pub fn logits(&self) -> Option<&[f32]> {
+        match self {
+            RowOut::Logits(row) => Some(row),
+            _ => None,
+        }
+    }
+}
+
+/// What a step returns: one [`RowOut`] a row, in row order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StepOut {
+    pub rows: Vec<RowOut>,
 }
 
 /// A backend that runs the whole model. The CPU home and the Vulkan home implement it.
@@ -297,34 +359,14 @@ pub trait Home: Send {
     /// Prefill segments (window chain); returns one logits row per segment (its last row).
     fn prefill(&mut self, segments: &[Segment<'_>]) -> Result<Logits>;
 
-    /// One step over `rows` (1..=spec().step_rows_max; each row a session's next token):
-    /// up to NROW_MAX rows the token command, more a wide step; returns one logits row per
-    /// row. A row's result does not depend on the other rows of the step.
-    fn step(&mut self, rows: &[Row]) -> Result<Logits>;
+    /// One step over `rows` (1..=spec().step_rows_max; each row a session's next token, or a
+    /// peel's prompt rows), `needs[i]` saying what row i needs back. The home alone decides
+    /// how to run the rows (one pass, groups, lanes); a row's result does not depend on the
+    /// other rows of the step.
+    fn step(&mut self, rows: &[Row], needs: &[Need]) -> Result<StepOut>;
 
     /// The counters this home updates (shared with the engine and the server's /metrics).
     fn counters(&self) -> &std::sync::Arc<Counters>;
-
-    /// As `step`, for rows sampled greedily: each row's argmax id (the first index of its
-    /// largest logit), read back instead of the logits where the home computes it on the
-    /// device. None where the home has no such path (the caller takes `step` and its argmax).
-    fn step_greedy(&mut self, _rows: &[Row]) -> Result<Option<Vec<u32>>> {
-        Ok(None)
-    }
-
-    /// As `step`, for a step of which some rows' samplers keep at most [`TOP_CANDIDATES`]
-    /// candidates (a top_k, no penalties) or are plain greedy: each row's TOP_CANDIDATES
-    /// largest finite logits as (id, logit), best first in the sampler's order (descending
-    /// logits, 0.0 before -0.0, ties by id), fewer where the row has fewer finite logits, and
-    /// its argmax id as `step_greedy` gives it; read back instead of the logits where the
-    /// home selects them on the device. `logit_rows` (ascending indices into `rows`, each
-    /// once), the rows whose streams' draws need more (penalties, a constraint, a larger or
-    /// no top_k), also read back their whole logits rows (a [`HomeError::BadRowIndex`] where
-    /// the indices are not so). None where the home has no such path (the caller takes
-    /// `step`).
-    fn step_top(&mut self, _rows: &[Row], _logit_rows: &[usize]) -> Result<Option<TopStep>> {
-        Ok(None)
-    }
 
     /// The K/V rows `0..rows` of `region`, every layer, as bytes in this home's layout: what a
     /// host-cached session keeps while its region serves another session.
@@ -334,19 +376,59 @@ pub trait Home: Send {
     /// on a home of the same model and codec) into rows `0..rows` of `region`.
     fn load_region(&mut self, region: RegionId, rows: usize, snapshot: &[u8]) -> Result<()>;
 
-    /// One token command over `rows` (written as a step would) with the device time of each
-    /// stage, `(op.layer, microseconds)` in order; None where the home has no such clock.
-    fn profile_step(&mut self, _rows: &[Row]) -> Result<Option<Vec<(String, f64)>>> {
-        Ok(None)
+    /// The home's stage clock, where it has one (`resin bench --profile`).
+    fn profiler(&mut self) -> Option<&mut dyn Profile> {
+        None
     }
+}
+
+/// A home that times the stages of its passes.
+pub trait Profile {
+    /// One step over `rows` (run as a step would, its K/V written) with the device time of
+    /// each stage, `(op.layer, microseconds)` in order; None where the device has no clock.
+    fn profile_step(&mut self, rows: &[Row]) -> Result<Option<Vec<(String, f64)>>>;
 
     /// As `profile_step`, for one prefill window of `segment` (its first PF_WINDOW rows).
-    fn profile_window(&mut self, _segment: &Segment<'_>) -> Result<Option<Vec<(String, f64)>>> {
-        Ok(None)
+    fn profile_window(&mut self, segment: &Segment<'_>) -> Result<Option<Vec<(String, f64)>>>;
+}
+
+/// Shorthands over [`Home::step`] for callers that want one kind of result for every row
+/// (tests, `resin bench`).
+pub trait StepAll {
+    /// Every row's whole logits row.
+    fn step_logits(&mut self, rows: &[Row]) -> Result<Logits>;
+    /// Every row's argmax id.
+    fn step_ids(&mut self, rows: &[Row]) -> Result<Vec<u32>>;
+}
+
+impl<H: Home + ?Sized> StepAll for H {
+    fn step_logits(&mut self, rows: &[Row]) -> Result<Logits> {
+        let out = self.step(rows, &vec![Need::Logits; rows.len()])?;
+        let vocab = self.spec().vocab;
+        let mut data = Vec::with_capacity(rows.len() * vocab);
+        for r in &out.rows {
+            match r.logits() {
+                Some(l) if l.len() == vocab => data.extend_from_slice(l),
+                _ => return Err(HomeError::Device("a step did not return the logits rows asked for".into())),
+            }
+        }
+        Ok(Logits { vocab, data })
+    }
+
+    fn step_ids(&mut self, rows: &[Row]) -> Result<Vec<u32>> {
+        Ok(self.step(rows, &vec![Need::Argmax; rows.len()])?.rows.iter().map(RowOut::argmax).collect())
     }
 }
 
 /// Checks every home applies to its inputs, so all homes reject the same things the same way.
+pub fn check_step(spec: &HomeSpec, rows: &[Row], needs: &[Need]) -> Result<()> {
+    if needs.len() != rows.len() {
+        return Err(HomeError::BadNeeds { needs: needs.len(), rows: rows.len() });
+    }
+    check_rows(spec, rows)
+}
+
+/// The row checks of [`check_step`] (also for a profiled step, which has no needs).
 pub fn check_rows(spec: &HomeSpec, rows: &[Row]) -> Result<()> {
     let max = spec.step_rows_max.max(1);
     if rows.is_empty() || rows.len() > max {
@@ -426,14 +508,43 @@ mod tests {
     }
 
     #[test]
-    fn a_top_steps_logit_rows_are_ascending_indices_of_its_rows() {
-        use super::{check_logit_rows, HomeError};
-        for ok in [&[][..], &[0], &[2], &[0, 1, 2], &[1, 2]] {
-            assert!(check_logit_rows(ok, 3).is_ok(), "{ok:?}");
+    fn host_top_candidates_are_the_largest_finite_logits_in_the_samplers_order() {
+        use super::{candidate_key, log_sum_exp, TopCandidates, TOP_CANDIDATES};
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for n in [0usize, 1, 5, 63, 64, 65, 300, 5000] {
+            // Few distinct values (ties), some non-finite.
+            let row: Vec<f32> = (0..n)
+                .map(|_| match next() % 23 {
+                    0 => f32::NAN,
+                    1 => f32::NEG_INFINITY,
+                    2 => -0.0,
+                    r => (r % 9) as f32 * 0.5 - 2.0,
+                })
+                .collect();
+            let t = TopCandidates::of(&row);
+            let mut all: Vec<(u32, u32)> = row.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(i, &x)| (candidate_key(x), i as u32)).collect();
+            all.sort_unstable();
+            all.truncate(TOP_CANDIDATES);
+            let want: Vec<(u32, f32)> = all.iter().map(|&(_, i)| (i, row[i as usize])).collect();
+            assert_eq!(t.top.iter().map(|p| p.0).collect::<Vec<_>>(), want.iter().map(|p| p.0).collect::<Vec<_>>(), "n {n}");
+            assert_eq!(t.argmax, super::argmax(&row));
+            let finite: Vec<f64> = row.iter().filter(|x| !x.is_nan()).map(|&x| x as f64).collect();
+            let plain = finite.iter().map(|x| x.exp()).sum::<f64>().ln();
+            let lse = log_sum_exp(&row);
+            if finite.iter().all(|&x| x == f64::NEG_INFINITY) {
+                assert_eq!(lse, f32::NEG_INFINITY);
+            } else {
+                assert!((lse as f64 - plain).abs() < 1e-5 * plain.abs().max(1.0), "n {n}: {lse} against {plain}");
+            }
         }
-        for bad in [&[3][..], &[1, 1], &[2, 1], &[0, 5]] {
-            assert!(matches!(check_logit_rows(bad, 3), Err(HomeError::BadRowIndex { rows: 3, .. })), "{bad:?}");
-        }
+        assert_eq!(log_sum_exp(&[1.0, f32::INFINITY]), f32::INFINITY);
+        assert!((log_sum_exp(&[1000.0, 1000.0]) - (1000.0 + 2f32.ln())).abs() < 1e-3, "no overflow");
     }
 
     #[test]

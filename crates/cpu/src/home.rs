@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use resin_core::{check_rows, check_segments, check_snapshot, count_window, RegionId, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, PF_WINDOW};
+use resin_core::{check_segments, check_snapshot, check_step, count_window, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Need, RegionId, Row, RowOut, Segment, StepOut, PF_WINDOW};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
 
@@ -110,23 +110,20 @@ impl Home for CpuHome {
         Ok(Logits { vocab, data })
     }
 
-    fn step(&mut self, rows: &[Row]) -> resin_core::Result<Logits> {
-        check_rows(&self.spec, rows)?;
+    /// Every row's logits in one pass (the rows' matrix products together), then each row's
+    /// result as its need asks, selected here: the logits never leave the home.
+    fn step(&mut self, rows: &[Row], needs: &[Need]) -> resin_core::Result<StepOut> {
+        check_step(&self.spec, rows, needs)?;
         let pass: Vec<PassRow> = rows.iter().map(|r| (r.region.0 as usize, r.pos, r.token)).collect();
         let all: Vec<usize> = (0..rows.len()).collect();
         let data = self.run_pass(&pass, &all)?;
         self.counters.count_step(rows.len());
-        Ok(Logits { vocab: self.spec.vocab, data })
+        let vocab = self.spec.vocab.max(1);
+        Ok(StepOut { rows: data.chunks(vocab).zip(needs).map(|(row, &need)| RowOut::from_logits(need, row)).collect() })
     }
 
     fn counters(&self) -> &Arc<Counters> {
         &self.counters
-    }
-
-    /// The argmax of each row's logits (computed here; the logits never leave the home).
-    fn step_greedy(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<u32>>> {
-        let l = self.step(rows)?;
-        Ok(Some((0..l.rows()).map(|i| resin_core::argmax(l.row(i))).collect()))
     }
 
     fn save_region(&mut self, region: RegionId, rows: usize) -> resin_core::Result<Vec<u8>> {

@@ -8,7 +8,7 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment};
+use resin_core::{Counters, Home, StepAll, KvCodec, RegionId, Row, Segment};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
@@ -57,9 +57,9 @@ fn n_rows_equal_each_row_alone() {
             .enumerate()
             .map(|(r, p)| Row { region: RegionId(r as u32), token: 500 + step * 11 + r as u32, pos: p.len() as u32 + step })
             .collect();
-        let together = batched.step(&rows).unwrap();
+        let together = batched.step_logits(&rows).unwrap();
         for (i, row) in rows.iter().enumerate() {
-            let single = alone.step(&[*row]).unwrap();
+            let single = alone.step_logits(&[*row]).unwrap();
             assert_eq!(bits(together.row(i)), bits(single.row(0)), "row {i} of step {step} differs from the row alone");
         }
     }
@@ -84,9 +84,9 @@ fn segments_in_one_window_equal_each_session_alone() {
     assert_eq!(c.prefill_segment_windows.load(Ordering::Relaxed), 1);
     // And the sessions' next steps agree too (their K/V rows were stored in their own regions).
     let row = |r: u32, p: &[u32]| Row { region: RegionId(r), token: 777, pos: p.len() as u32 };
-    let s1 = shared.step(&[row(0, &a), row(1, &b)]).unwrap();
-    let s2a = solo.step(&[row(0, &a)]).unwrap();
-    let s2b = solo.step(&[row(1, &b)]).unwrap();
+    let s1 = shared.step_logits(&[row(0, &a), row(1, &b)]).unwrap();
+    let s2a = solo.step_logits(&[row(0, &a)]).unwrap();
+    let s2b = solo.step_logits(&[row(1, &b)]).unwrap();
     assert_eq!(bits(s1.row(0)), bits(s2a.row(0)));
     assert_eq!(bits(s1.row(1)), bits(s2b.row(0)));
 }
@@ -103,7 +103,7 @@ fn window_chain_of_600_rows_equals_a_continuation_and_the_peel() {
     let mut peel = home(1, KvCodec::F16);
     prefill_one(&mut peel, 0, &p[..595]);
     let rows: Vec<Row> = (595..600).map(|i| Row { region: RegionId(0), token: p[i], pos: i as u32 }).collect();
-    let l = peel.step(&rows).unwrap();
+    let l = peel.step_logits(&rows).unwrap();
     assert_eq!(bits(l.row(4)), bits(&whole));
 
     // And as a continuation through the window chain, starting where the session stopped.
@@ -143,12 +143,12 @@ fn codecs_agree_within_their_precision() {
 #[test]
 fn bad_rows_are_errors_not_panics() {
     let mut h = home(2, KvCodec::F16);
-    assert!(h.step(&[]).is_err());
-    assert!(h.step(&[Row { region: RegionId(2), token: 1, pos: 0 }]).is_err());
-    assert!(h.step(&[Row { region: RegionId(0), token: 1 << 30, pos: 0 }]).is_err());
-    assert!(h.step(&[Row { region: RegionId(0), token: 1, pos: 1024 }]).is_err());
+    assert!(h.step_logits(&[]).is_err());
+    assert!(h.step_logits(&[Row { region: RegionId(2), token: 1, pos: 0 }]).is_err());
+    assert!(h.step_logits(&[Row { region: RegionId(0), token: 1 << 30, pos: 0 }]).is_err());
+    assert!(h.step_logits(&[Row { region: RegionId(0), token: 1, pos: 1024 }]).is_err());
     let nine: Vec<Row> = (0..9).map(|i| Row { region: RegionId(0), token: 1, pos: i }).collect();
-    assert!(h.step(&nine).is_err());
+    assert!(h.step_logits(&nine).is_err());
     let long = tokens(1025, 5);
     assert!(h.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &long }]).is_err());
     assert!(h.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &[] }]).is_err());

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment};
+use resin_core::{Counters, Home, StepAll, KvCodec, RegionId, Row, Segment};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::{GgmlType, GgufFile, GgufWriter, Value};
 use resin_model::{Arch, ModelConfig};
@@ -218,7 +218,7 @@ fn qwen3_matches_an_f64_reference_and_needs_its_qk_norm() {
     for i in 0..5 {
         let pos = prompt.len() + i;
         let want = reference.step(tok, pos);
-        let got = home.step(&[Row { region: RegionId(0), token: tok, pos: pos as u32 }]).unwrap();
+        let got = home.step_logits(&[Row { region: RegionId(0), token: tok, pos: pos as u32 }]).unwrap();
         let err = rel_l2(got.row(0), &want);
         assert!(err < BAR, "step {i}: relative L2 {err:.3e}");
         tok = argmax(&want);

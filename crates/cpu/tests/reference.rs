@@ -13,7 +13,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment};
+use resin_core::{Counters, Home, StepAll, KvCodec, RegionId, Row, Segment};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::{ModelConfig, Tokenizer};
@@ -59,7 +59,7 @@ fn greedy(home: &mut CpuHome, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f3
     let first = home.prefill(&[Segment { region: r, start: 0, tokens: prompt }]).unwrap().data;
     let mut out = vec![common::argmax(&first)];
     for i in 1..steps {
-        let l = home.step(&[Row { region: r, token: out[i - 1], pos: (prompt.len() + i - 1) as u32 }]).unwrap();
+        let l = home.step_logits(&[Row { region: r, token: out[i - 1], pos: (prompt.len() + i - 1) as u32 }]).unwrap();
         out.push(common::argmax(l.row(0)));
     }
     (out, first)

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 use resin_core::regions::{Claim, RegionTable};
-use resin_core::{balanced_groups, chunk_rows, Counters, Home, RegionId, Row, Segment, NROW_MAX, PF_WINDOW};
+use resin_core::{balanced_groups, chunk_rows, Counters, Home, Need, RegionId, Row, RowOut, Segment, NROW_MAX, PF_WINDOW};
 use resin_model::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc as tmpsc;
 
@@ -110,28 +110,13 @@ pub struct EngineConfig {
     /// Bytes of host memory for sessions whose region was reused (their K/V rows, restored when
     /// their conversation continues); 0 keeps none.
     pub host_cache_bytes: usize,
-    /// Decoding streams from which a step hands all of them (up to the home's
-    /// `step_rows_max`) to the home in one wide step, which runs them its own way (the CPU
-    /// home in one pass; the Vulkan home as groups of N-row token commands submitted together
-    /// on several queues, or one GEMM pass), instead of the engine stepping balanced groups of
-    /// NROW_MAX rows one after another; 0 never. Takes effect above NROW_MAX rows. Default
-    /// WIDE_STEP_MIN.
-    pub wide_step_min: usize,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 0, max_segments: usize::MAX, host_cache_bytes: 1 << 30, wide_step_min: WIDE_STEP_MIN }
+        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 0, max_segments: usize::MAX, host_cache_bytes: 1 << 30 }
     }
 }
-
-/// Decoding streams from which the engine takes wide steps by default: every step above
-/// NROW_MAX rows. Measured on the H200 (1B Q8_0, 512-token prompts; BENCHMARKS.md, sixth
-/// session): the Vulkan home's lanes beat the engine's groups at 16, 32 and 64 streams (2,649
-/// against 2,127 t/s at 16); with one queue they equal the groups. (Wide steps as one GEMM
-/// pass, `RESIN_VK_WIDE=gemm`, lost at 16 streams: 1,911 against 2,125.) The CPU home's one
-/// pass beat its groups too (SmolLM2, 16 streams, 2 cores: about 267 against 185-237 t/s).
-pub const WIDE_STEP_MIN: usize = NROW_MAX + 1;
 
 /// The prefill time a tick aims at while streams decode, when the quantum is automatic: a
 /// decoding stream then gets a token at least every decode step + this (about 40 a second).
@@ -456,131 +441,39 @@ impl Scheduler {
         }
     }
 
+    /// One step of every decoding stream: their rows to the home in one call (in balanced
+    /// calls of at most the home's `step_rows_max` rows where there are more), each row
+    /// asking for what its stream's draw needs; then each stream's draw, in parallel.
     fn decode_step(&mut self) {
         let idx: Vec<usize> = (0..self.streams.len()).filter(|&i| matches!(self.streams[i].phase, Phase::Decode { .. })).collect();
-        let n = idx.len();
-        let wide = self.config.wide_step_min > 0 && n >= self.config.wide_step_min && n > NROW_MAX;
-        let groups = balanced_groups(n, if wide { self.home.spec().step_rows_max.max(NROW_MAX) } else { NROW_MAX });
-        if groups.len() > 1 {
-            Counters::add(&self.home.counters().grouped_steps, 1);
-        }
-        let mut at = 0;
-        let mut done = Vec::new();
-        let started = Instant::now();
-        let mut in_home = std::time::Duration::ZERO;
-        let mut home_calls = 0u64;
-        for g in groups {
+        let (mut done, mut at, mut in_home) = (Vec::new(), 0, Duration::ZERO);
+        let (started, calls) = (Instant::now(), balanced_groups(idx.len(), self.home.spec().step_rows_max));
+        for &g in &calls {
             let members = &idx[at..at + g];
             at += g;
-            let rows: Vec<Row> = members
-                .iter()
-                .map(|&i| {
-                    let s = &self.streams[i];
-                    let Phase::Decode { next } = s.phase else { unreachable!("filtered to decoding streams") };
-                    Row { region: s.region, token: next, pos: s.fed.len() as u32 }
-                })
-                .collect();
-            // What each member's draw needs of its row: the argmax id (plain greedy), the
-            // largest logits (a top_k up to TOP_CANDIDATES, no penalties), or the whole row.
+            let rows: Vec<Row> = members.iter().map(|&i| self.streams[i].next_row()).collect();
             let needs: Vec<Need> = members.iter().map(|&i| self.streams[i].need()).collect();
-            // Streams that sample plain greedy need only each row's argmax id: homes that
-            // compute it on the device read back four bytes a row instead of the logits.
-            if needs.iter().all(|&n| n == Need::Argmax) {
-                let t = Instant::now();
-                let r = self.home.step_greedy(&rows);
-                // A home without the path (None) ran nothing: not a step.
-                (in_home, home_calls) = (in_home + t.elapsed(), home_calls + u64::from(!matches!(r, Ok(None))));
-                match r {
-                    Ok(Some(ids)) => {
-                        Counters::add(&self.home.counters().decode_argmax_steps, 1);
-                        self.feed(members, &rows);
-                        self.emit_picks(members, &ids, &mut done);
-                        continue;
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        fail(&mut done, members, &e.to_string());
-                        continue;
-                    }
-                }
-            }
-            // A step holding any stream that needs less than its whole row: homes that select
-            // the largest logits on the device read back those (greedy rows' argmax ids with
-            // them), and whole logits rows only for the streams that need them.
-            if needs.iter().any(|&n| n != Need::Logits) {
-                let logit_rows: Vec<usize> = (0..needs.len()).filter(|&j| needs[j] == Need::Logits).collect();
-                let t = Instant::now();
-                let r = self.home.step_top(&rows, &logit_rows);
-                (in_home, home_calls) = (in_home + t.elapsed(), home_calls + u64::from(!matches!(r, Ok(None))));
-                match r {
-                    Ok(Some(ts)) if ts.tops.len() == members.len() && ts.logits.rows() == logit_rows.len() && (logit_rows.is_empty() || ts.logits.vocab == self.home.spec().vocab) => {
-                        let c = self.home.counters();
-                        Counters::add(&c.decode_top_steps, 1);
-                        Counters::add(&c.decode_logits_rows, logit_rows.len() as u64);
-                        self.feed(members, &rows);
-                        let vocab = ts.logits.vocab.max(1);
-                        let mut whole = ts.logits.data;
-                        let mut rest = whole.chunks_mut(vocab);
-                        // Each member's own part of what came back, in member order (the
-                        // whole rows in the order named, as many as named: checked above).
-                        let items: Option<Vec<Back<'_>>> = ts
-                            .tops
-                            .iter()
-                            .zip(&needs)
-                            .map(|(t, n)| match n {
-                                Need::Argmax => Some(Back::Id(t.argmax)),
-                                Need::Top => Some(Back::Top(t)),
-                                Need::Logits => rest.next().map(Back::Row),
-                            })
-                            .collect();
-                        let Some(items) = items else {
-                            fail(&mut done, members, "the home returned fewer logits rows than named");
-                            continue;
-                        };
-                        let picks = pick_members(&mut self.streams, members, items.into_iter(), |s, b| match b {
-                            Back::Id(id) => id,
-                            Back::Top(t) => s.pick_top(t),
-                            Back::Row(row) => s.pick(row),
-                        });
-                        self.emit_picks(members, &picks, &mut done);
-                        continue;
-                    }
-                    Ok(Some(ts)) => {
-                        fail(&mut done, members, &format!("the home returned {} candidate rows and {} logits rows for {} rows ({} wanted whole)", ts.tops.len(), ts.logits.rows(), members.len(), logit_rows.len()));
-                        continue;
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        fail(&mut done, members, &e.to_string());
-                        continue;
-                    }
-                }
-            }
             let t = Instant::now();
-            let r = self.home.step(&rows);
-            (in_home, home_calls) = (in_home + t.elapsed(), home_calls + 1);
+            let r = self.home.step(&rows, &needs);
+            in_home += t.elapsed();
             match r {
-                Ok(mut logits) => {
-                    Counters::add(&self.home.counters().decode_logits_rows, logits.rows() as u64);
+                Ok(out) if out.rows.len() == members.len() => {
+                    count_needs(self.home.counters(), &needs);
                     self.feed(members, &rows);
-                    // Each stream's draw (its constraint, penalties, sampler) over its own row,
-                    // in place, the rows in parallel (`pick_members`).
-                    let vocab = logits.vocab.max(1);
-                    let picks = pick_members(&mut self.streams, members, logits.data.chunks_mut(vocab), |s, row| s.pick(row));
-                    if picks.len() != members.len() {
-                        fail(&mut done, members, &format!("the home returned {} logits rows for {} rows", logits.rows(), members.len()));
-                        continue;
-                    }
+                    let picks = pick_members(&mut self.streams, members, out.rows.into_iter(), Stream::pick);
                     self.emit_picks(members, &picks, &mut done);
                 }
+                Ok(out) => fail(&mut done, members, &format!("the home returned {} rows for a step of {}", out.rows.len(), members.len())),
                 Err(e) => fail(&mut done, members, &e.to_string()),
             }
         }
         let c = self.home.counters();
-        let host = started.elapsed().saturating_sub(in_home);
-        Counters::add(&c.decode_steps, home_calls);
+        if calls.len() > 1 {
+            Counters::add(&c.grouped_steps, 1);
+        }
+        Counters::add(&c.decode_steps, calls.len() as u64);
         Counters::add(&c.decode_home_microseconds, in_home.as_micros() as u64);
-        Counters::add(&c.decode_host_microseconds, host.as_micros() as u64);
+        Counters::add(&c.decode_host_microseconds, started.elapsed().saturating_sub(in_home).as_micros() as u64);
         self.finish(done);
     }
 
@@ -618,28 +511,35 @@ impl Scheduler {
 
         // The peel: continuations of at most NROW_MAX rows, packed into one token command.
         if self.config.prefill_peel {
-            let mut rows = Vec::new();
-            let mut members = Vec::new();
+            // Each continuation's last row needs what its stream's first draw needs; the rows
+            // before it only store their K/V (their argmax ids come back, the least a row can).
+            let (mut rows, mut needs, mut members) = (Vec::new(), Vec::new(), Vec::new());
             for &i in &pending {
                 let s = &self.streams[i];
                 let r = remaining(s);
                 if r <= NROW_MAX && rows.len() + r <= NROW_MAX {
                     let p0 = s.fed.len();
                     rows.extend(s.req.prompt[p0..].iter().enumerate().map(|(k, &t)| Row { region: s.region, token: t, pos: (p0 + k) as u32 }));
+                    needs.extend(std::iter::repeat_n(Need::Argmax, r - 1));
+                    needs.push(s.need());
                     members.push((i, rows.len() - 1));
                 }
             }
             if !members.is_empty() {
                 Counters::add(&self.home.counters().peel_steps, 1);
                 Counters::add(&self.home.counters().prompt_tokens_prefilled, rows.len() as u64);
-                let result = self.home.step(&rows);
-                if result.is_ok() {
+                let result = self.home.step(&rows, &needs).and_then(|out| {
+                    let mut out = out.rows;
+                    if out.len() != rows.len() {
+                        return Err(resin_core::HomeError::Device(format!("the home returned {} rows for a peel of {}", out.len(), rows.len())));
+                    }
                     for &(i, _) in &members {
                         let s = &mut self.streams[i];
                         s.fed = s.req.prompt.clone();
                     }
-                }
-                let done = self.complete_prefill(&members, result.map(|l| members.iter().map(|&(_, r)| l.row(r).to_vec()).collect()));
+                    Ok(members.iter().map(|&(_, r)| std::mem::replace(&mut out[r], RowOut::Argmax(0))).collect())
+                });
+                let done = self.complete_prefill(&members, result);
                 self.finish(done);
                 return;
             }
@@ -694,24 +594,21 @@ impl Scheduler {
                 members.push((i, k));
             }
         }
-        let rows = result.map(|l| members.iter().map(|&(_, k)| l.row(k).to_vec()).collect());
+        let rows = result.map(|l| members.iter().map(|&(_, k)| RowOut::Logits(l.row(k).to_vec())).collect());
         let done = self.complete_prefill(&members, rows);
         self.finish(done);
     }
 
-    /// Streams whose prompt is fully stored sample their first token.
-    fn complete_prefill(
-        &mut self,
-        members: &[(usize, usize)],
-        logits: resin_core::Result<Vec<Vec<f32>>>,
-    ) -> Vec<(usize, Result<FinishReason, String>)> {
+    /// Streams whose prompt is fully stored draw their first token from their last row.
+    fn complete_prefill(&mut self, members: &[(usize, usize)], outs: resin_core::Result<Vec<RowOut>>) -> Vec<(usize, Result<FinishReason, String>)> {
         let n_ctx = self.home.spec().n_ctx;
         let mut done = Vec::new();
-        match logits {
+        match outs {
             Ok(rows) => {
-                for (&(i, _), mut l) in members.iter().zip(rows) {
+                for (&(i, _), out) in members.iter().zip(rows) {
                     let s = &mut self.streams[i];
-                    if let After::Finish(r) = s.sample_and_emit(&mut l, &self.tokenizer, n_ctx) {
+                    let t = s.pick(out);
+                    if let After::Finish(r) = s.emit(t, &self.tokenizer, n_ctx) {
                         done.push((i, Ok(r)));
                     }
                 }
@@ -757,18 +654,28 @@ impl Scheduler {
 }
 
 impl Stream {
-    /// Sample the next token from `logits`, emit it, and decide whether the stream goes on.
-    fn sample_and_emit(&mut self, logits: &mut [f32], tok: &Tokenizer, n_ctx: usize) -> After {
-        let t = self.pick(logits);
-        self.emit(t, tok, n_ctx)
+    /// The row this decoding stream feeds at its next step.
+    fn next_row(&self) -> Row {
+        let Phase::Decode { next } = self.phase else { unreachable!("only decoding streams step") };
+        Row { region: self.region, token: next, pos: self.fed.len() as u32 }
     }
 
-    /// The next token from `logits`: the constraint's mask, then the sampler.
-    fn pick(&mut self, logits: &mut [f32]) -> u32 {
-        if let Some(c) = self.req.constraint.as_mut() {
-            c.mask(logits);
+    /// The next token from what its row's step returned (as `need` asked): the argmax id of a
+    /// plain greedy stream; a draw from the row's top candidates (which the sampler draws
+    /// from as from the whole row; where the row has no finite logit, its argmax id, which is
+    /// what `sample` picks from such a row); or the constraint's mask and the sampler over the
+    /// whole row.
+    fn pick(&mut self, out: RowOut) -> u32 {
+        match out {
+            RowOut::Argmax(id) => id,
+            RowOut::Top(t) => self.sampler.sample_top(&t.top).unwrap_or(t.argmax),
+            RowOut::Logits(mut row) => {
+                if let Some(c) = self.req.constraint.as_mut() {
+                    c.mask(&mut row);
+                }
+                self.sampler.sample(&mut row, &self.fed)
+            }
         }
-        self.sampler.sample(logits, &self.fed)
     }
 
     /// What this stream's next draw needs of its row: the plain argmax (no constraint, no
@@ -784,13 +691,6 @@ impl Stream {
         } else {
             Need::Logits
         }
-    }
-
-    /// The next token of a `Need::Top` stream from a row's largest logits (`Home::step_top`),
-    /// which the sampler draws from as from the whole row; where the row has no finite logit
-    /// (none listed), its argmax id, which is what `sample` picks from such a row.
-    fn pick_top(&mut self, t: &resin_core::TopCandidates) -> u32 {
-        self.sampler.sample_top(&t.top).unwrap_or(t.argmax)
     }
 
     /// Emit sampled token `t` (stop ids, stop strings, the constraint, limits).
@@ -830,20 +730,15 @@ impl Stream {
     }
 }
 
-/// What a stream's next draw needs of its row of a decode step (`Stream::need`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Need {
-    Argmax,
-    Top,
-    Logits,
-}
-
-/// A member's part of a top step's results (`Home::step_top`): its argmax id, its top
-/// candidates, or its whole logits row.
-enum Back<'a> {
-    Id(u32),
-    Top(&'a resin_core::TopCandidates),
-    Row(&'a mut [f32]),
+/// Count a step by what its rows read back: argmax ids alone (every stream plain greedy),
+/// top candidates (any stream with a top_k up to TOP_CANDIDATES), and whole logits rows.
+fn count_needs(c: &Counters, needs: &[Need]) {
+    if needs.iter().all(|&n| n == Need::Argmax) {
+        Counters::add(&c.decode_argmax_steps, 1);
+    } else if needs.contains(&Need::Top) {
+        Counters::add(&c.decode_top_steps, 1);
+    }
+    Counters::add(&c.decode_logits_rows, needs.iter().filter(|&&n| n == Need::Logits).count() as u64);
 }
 
 /// Every member stream ends with error `e` (its step failed).

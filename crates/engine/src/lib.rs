@@ -9,7 +9,7 @@ mod stop;
 pub use resin_core::balanced_groups;
 pub use engine::{
     Engine, ShutdownOnDrop, EngineConfig, EngineStats, Finish, FinishReason, GenEvent, GenHandle, GenRequest,
-    LogitsConstraint, SubmitError, WIDE_STEP_MIN, auto_quantum, PREFILL_QUANTUM_MIN, PREFILL_TICK_TARGET,
+    LogitsConstraint, SubmitError, auto_quantum, PREFILL_QUANTUM_MIN, PREFILL_TICK_TARGET,
 };
 pub use host_cache::HostCache;
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};

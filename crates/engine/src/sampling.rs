@@ -212,7 +212,7 @@ impl Sampler {
     }
 
     /// `sample` for a row of which only its largest logits are known, `top` (ids and logits,
-    /// in any order; `Home::step_top`), as if every other logit were -inf, without building
+    /// in any order; a `Need::Top` row's candidates), as if every other logit were -inf, without building
     /// that row: the same draw to the bit, since top_k's kept candidates are sorted before
     /// anything is summed. None, drawing nothing (the generator does not move), where the
     /// draw needs more than `top`: the sampler does not `draws_from_top(top.len())`, or no
@@ -886,7 +886,7 @@ mod tests {
     }
 
     /// The `n` largest finite logits of `l` in the sampler's order (ids and logits, as
-    /// `Home::step_top` lists them).
+    /// a `Need::Top` row lists them).
     fn top_list(l: &[f32], n: usize) -> Vec<(u32, f32)> {
         let mut c: Vec<Cand> = l.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(i, &x)| Cand::new(i as u32, x)).collect();
         c.sort_unstable_by(order);

@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use resin_core::{Counters, KvCodec};
+use resin_core::{Counters, Home, KvCodec, Need};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_engine::{Engine, EngineConfig, FinishReason, GenEvent, GenHandle, GenRequest, SamplingParams};
 use resin_gguf::GgufFile;
@@ -25,10 +25,18 @@ fn model() -> Model {
     Model { file, cfg, tok }
 }
 
-fn engine(m: &Model, regions: usize, config: EngineConfig) -> Engine {
+fn cpu_home(m: &Model, regions: usize) -> CpuHome {
     let opts = CpuOptions { n_ctx: Some(512), regions, codec: KvCodec::F16, threads: None };
-    let home = CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap();
-    Engine::start(Box::new(home), m.tok.clone(), config)
+    CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap()
+}
+
+fn engine(m: &Model, regions: usize, config: EngineConfig) -> Engine {
+    Engine::start(Box::new(cpu_home(m, regions)), m.tok.clone(), config)
+}
+
+/// An engine on a home that takes at most NROW_MAX rows a step.
+fn grouped_engine(m: &Model, regions: usize) -> Engine {
+    Engine::start(Box::new(Wrapped::new(cpu_home(m, regions)).rows_max(resin_core::NROW_MAX)), m.tok.clone(), EngineConfig::default())
 }
 
 /// Greedy, exactly `n` tokens (no stop ids), so every run has the same length.
@@ -55,11 +63,10 @@ fn prompts(m: &Model, n: usize) -> Vec<Vec<u32>> {
     (0..n).map(|i| m.tok.encode(&format!("Here is a short note about {}:", subjects[i % subjects.len()]), false, false).unwrap()).collect()
 }
 
-/// The decode steps are counted by what the home ran: on the CPU home (argmax ids from the
-/// host, no top path) a greedy stream's 11 steps are argmax steps, and a top-k stream's 11
-/// are logits steps, each counted once though the engine asked for the top path first.
+/// The decode steps are counted by what their rows needed: a greedy stream's 11 steps are
+/// argmax steps, and a top-k stream's 11 are top steps; neither reads back a whole row.
 #[test]
-fn decode_steps_count_what_the_home_ran() {
+fn decode_steps_count_what_the_rows_needed() {
     let m = model();
     let p = prompts(&m, 1).remove(0);
     let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
@@ -72,18 +79,30 @@ fn decode_steps_count_what_the_home_ran() {
         assert_eq!(collect(e.submit(r).unwrap()).0.len(), 12);
         let c = e.counters();
         let got = (n(&c.decode_steps), n(&c.decode_argmax_steps), n(&c.decode_top_steps), n(&c.decode_logits_rows));
-        assert_eq!(got, (11, if sampled { 0 } else { 11 }, 0, if sampled { 11 } else { 0 }), "sampled {sampled}: (steps, argmax steps, top steps, logits rows)");
+        assert_eq!(got, (11, if sampled { 0 } else { 11 }, if sampled { 11 } else { 0 }, 0), "sampled {sampled}: (steps, argmax steps, top steps, logits rows)");
     }
 }
 
-/// A CPU home that says when it is dropped (`dropped`), and, with `named`, has a top path
-/// (`Home::step_top`) computed on the host from its logits as a home that selects on its
-/// device would: each row's TOP_CANDIDATES largest finite logits in the sampler's order and
-/// its argmax id, and the named rows' whole logits; each call's count of named rows is kept.
+/// A CPU home that says when it is dropped (`dropped`), with `whole` returns every row's
+/// whole logits whatever its need (as a home that reads back only logits would), with
+/// `rows_max` says it takes at most that many rows a step, and keeps each step's needs
+/// (`calls`).
 struct Wrapped {
     home: CpuHome,
+    spec: resin_core::HomeSpec,
+    whole: bool,
     dropped: Option<Arc<std::sync::atomic::AtomicBool>>,
-    named: Option<Arc<std::sync::Mutex<Vec<usize>>>>,
+    calls: Arc<std::sync::Mutex<Vec<Vec<Need>>>>,
+}
+
+impl Wrapped {
+    fn new(home: CpuHome) -> Wrapped {
+        Wrapped { spec: home.spec().clone(), home, whole: false, dropped: None, calls: Arc::default() }
+    }
+    fn rows_max(mut self, n: usize) -> Wrapped {
+        self.spec.step_rows_max = n;
+        self
+    }
 }
 
 impl Drop for Wrapped {
@@ -96,30 +115,18 @@ impl Drop for Wrapped {
 
 impl resin_core::Home for Wrapped {
     fn spec(&self) -> &resin_core::HomeSpec {
-        self.home.spec()
+        &self.spec
     }
     fn prefill(&mut self, segments: &[resin_core::Segment<'_>]) -> resin_core::Result<resin_core::Logits> {
         self.home.prefill(segments)
     }
-    fn step(&mut self, rows: &[resin_core::Row]) -> resin_core::Result<resin_core::Logits> {
-        self.home.step(rows)
-    }
-    fn step_top(&mut self, rows: &[resin_core::Row], logit_rows: &[usize]) -> resin_core::Result<Option<resin_core::TopStep>> {
-        let Some(named) = self.named.clone() else { return Ok(None) };
-        resin_core::check_logit_rows(logit_rows, rows.len())?;
-        let l = self.home.step(rows)?;
-        let tops = (0..l.rows())
-            .map(|i| {
-                let row = l.row(i);
-                let mut c: Vec<(u32, u32)> = row.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(id, &x)| (resin_core::candidate_key(x), id as u32)).collect();
-                c.sort_unstable();
-                c.truncate(resin_core::TOP_CANDIDATES);
-                resin_core::TopCandidates { argmax: resin_core::argmax(row), top: c.iter().map(|&(_, id)| (id, row[id as usize])).collect() }
-            })
-            .collect();
-        let data = logit_rows.iter().flat_map(|&i| l.row(i).to_vec()).collect();
-        named.lock().unwrap().push(logit_rows.len());
-        Ok(Some(resin_core::TopStep { tops, logits: resin_core::Logits { vocab: l.vocab, data } }))
+    fn step(&mut self, rows: &[resin_core::Row], needs: &[Need]) -> resin_core::Result<resin_core::StepOut> {
+        resin_core::check_step(&self.spec, rows, needs)?;
+        self.calls.lock().unwrap().push(needs.to_vec());
+        if self.whole {
+            return self.home.step(rows, &vec![Need::Logits; rows.len()]);
+        }
+        self.home.step(rows, needs)
     }
     fn counters(&self) -> &Arc<Counters> {
         self.home.counters()
@@ -157,8 +164,10 @@ fn a_step_reads_back_whole_rows_only_for_the_streams_that_need_them() {
         let opts = CpuOptions { n_ctx: Some(512), regions: ps.len(), codec: KvCodec::F16, threads: None };
         let counters = Arc::new(Counters::default());
         let cpu = CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap();
-        let named = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let home: Box<dyn resin_core::Home> = if top { Box::new(Wrapped { home: cpu, dropped: None, named: Some(named.clone()) }) } else { Box::new(cpu) };
+        let mut home = Wrapped::new(cpu);
+        home.whole = !top;
+        let calls = home.calls.clone();
+        let home: Box<dyn resin_core::Home> = Box::new(home);
         let e = Engine::start(home, m.tok.clone(), EngineConfig::default());
         let hs: Vec<GenHandle> = ps
             .iter()
@@ -171,29 +180,27 @@ fn a_step_reads_back_whole_rows_only_for_the_streams_that_need_them() {
             .collect();
         let out = hs.into_iter().map(|h| collect(h).0).collect();
         drop(e);
-        let named = named.lock().unwrap().clone();
+        // Each step's count of rows that came back whole (a step with top rows).
+        let named = calls.lock().unwrap().iter().filter(|n| n.contains(&Need::Top)).map(|n| n.iter().filter(|&&x| x == Need::Logits).count()).collect();
         (out, named, counters)
     };
     let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    let (plain, _, pc) = run(false, 11);
-    // The plain CPU home: every row whole, but the greedy stream's once it decodes alone (the
-    // CPU home's argmax steps).
-    assert_eq!((n(&pc.decode_top_steps), n(&pc.decode_logits_rows)), (0, 5 * 11 - n(&pc.decode_argmax_steps)), "the plain CPU home reads the rows whole");
+    let (plain, _, _) = run(false, 11);
     let (topped, named, tc) = run(true, 11);
     assert_eq!(topped, plain, "the top path draws what the logits draw");
-    // Whole rows come back for the two streams' 11 decode steps each and no others: named in
-    // the top steps that hold other streams too (a greedy one alone asks for argmax ids first,
-    // which this home does not serve, then for its top), or in a logits step of the two alone
-    // (should the others have finished first).
+    // Whole rows come back for the two streams' 11 decode steps each and no others: beside
+    // top rows in the steps that hold other streams too, or in a logits step of the two alone
+    // (should the others have finished first). The home's calls with top rows are the decode
+    // steps with them and the peels whose last rows draw from their tops.
     assert_eq!(n(&tc.decode_logits_rows), 2 * 11, "whole rows for the two streams' decode steps alone");
-    assert_eq!(n(&tc.decode_top_steps) as usize, named.len());
+    assert!(n(&tc.decode_top_steps) as usize <= named.len() && named.len() <= n(&tc.decode_top_steps) as usize + n(&tc.peel_steps) as usize);
     let named_rows: usize = named.iter().sum();
     assert!(n(&tc.decode_top_steps) > 0 && named_rows > 0 && named_rows <= 2 * 11, "{named_rows} rows named");
     assert_ne!(run(true, 1011).0, topped, "control: other seeds draw other tokens");
 }
 
-/// `wide`: steps above NROW_MAX rows run as one wide step; otherwise wide steps off, so more
-/// than NROW_MAX streams take balanced groups of token commands.
+/// `wide`: the home takes every row in one step; otherwise it takes at most NROW_MAX rows a
+/// step, so more than NROW_MAX streams step in the engine's balanced calls.
 fn concurrent_equals_alone(streams: usize, wide: bool) {
     let m = model();
     let ps = prompts(&m, streams);
@@ -207,8 +214,7 @@ fn concurrent_equals_alone(streams: usize, wide: bool) {
         assert!(c.decode_home_microseconds.load(Ordering::Relaxed) >= c.decode_steps.load(Ordering::Relaxed), "a CPU step takes at least a microsecond");
         out
     };
-    let config = EngineConfig { wide_step_min: if wide { resin_core::NROW_MAX + 1 } else { 0 }, ..EngineConfig::default() };
-    let e = engine(&m, streams, config);
+    let e = if wide { engine(&m, streams, EngineConfig::default()) } else { grouped_engine(&m, streams) };
     let handles: Vec<GenHandle> = ps.iter().map(|p| e.submit(request(p.clone(), 12)).unwrap()).collect();
     for (i, h) in handles.into_iter().enumerate() {
         assert_eq!(collect(h).0, alone[i], "stream {i} of {streams} differs from the same prompt alone");
@@ -254,7 +260,7 @@ fn sampled_streams_at_once_draw_what_each_draws_alone() {
         let e = engine(&m, 1, EngineConfig::default());
         (0..ps.len()).map(|i| collect(e.submit(req(i, 100 + i as u64)).unwrap()).0).collect()
     };
-    let e = engine(&m, ps.len(), EngineConfig { wide_step_min: 0, ..EngineConfig::default() });
+    let e = grouped_engine(&m, ps.len());
     let handles: Vec<GenHandle> = (0..ps.len()).map(|i| e.submit(req(i, 100 + i as u64)).unwrap()).collect();
     for (i, h) in handles.into_iter().enumerate() {
         assert_eq!(collect(h).0, alone[i], "sampled stream {i} differs from the same request alone");
@@ -453,7 +459,9 @@ fn dropping_the_last_handle_stops_the_engine_and_drops_the_home() {
     let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let opts = CpuOptions { n_ctx: Some(512), regions: 1, codec: KvCodec::F16, threads: None };
     let home = CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap();
-    let e = Engine::start(Box::new(Wrapped { home, dropped: Some(dropped.clone()), named: None }), m.tok.clone(), EngineConfig::default());
+    let mut home = Wrapped::new(home);
+    home.dropped = Some(dropped.clone());
+    let e = Engine::start(Box::new(home), m.tok.clone(), EngineConfig::default());
     let other = e.clone();
     let p = m.tok.encode("Count slowly:", false, false).unwrap();
     let mut h = e.submit(request(p, 400)).unwrap();

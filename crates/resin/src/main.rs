@@ -84,7 +84,7 @@ fn dispatch(command: Command) -> Result<()> {
                 }
                 return Ok(());
             }
-            let path = resin_hub::ensure(name.as_deref().unwrap_or(resin_hub::DEFAULT_MODEL), true)?;
+            let path = cmd::load::hub().ensure(name.as_deref().unwrap_or(resin_hub::DEFAULT_MODEL), true)?;
             println!("{}", path.display());
             Ok(())
         }

@@ -9,8 +9,7 @@
 //! Two tiers from the one shader body: the scalar tier (f32 throughout, every device, every
 //! mirror codec) and, on devices with 16x16x16 f16 x f16 -> f32 cooperative matrices and the
 //! f16 mirror, the cooperative-matrix tier ([`coopmat_ok`]): scores and P V on tensor tiles,
-//! q and the weights rounded to f16. `RESIN_VK_ATTN_WINDOW=scalar` keeps the scalar tier
-//! everywhere (for measuring).
+//! q and the weights rounded to f16.
 
 use resin_core::KvCodec;
 
@@ -103,10 +102,6 @@ pub fn coopmat_shared_bytes(head_dim: u32, wg: u32) -> u32 {
 /// Whether the cooperative-matrix tier serves a window of this mirror codec and head dim on
 /// this device (else the scalar tier does).
 pub fn coopmat_ok(info: &DeviceInfo, codec: KvCodec, head_dim: u32) -> bool {
-    static SCALAR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *SCALAR.get_or_init(|| std::env::var("RESIN_VK_ATTN_WINDOW").as_deref() == Ok("scalar")) {
-        return false;
-    }
     let c = GemmCaps::of(info);
     let wg = COOPMAT_SUBGROUPS * c.subgroup_size;
     codec == KvCodec::F16

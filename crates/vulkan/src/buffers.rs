@@ -269,13 +269,13 @@ impl Fence {
     }
 
     /// Wait for the submission that signals this fence, then reset it for the next use.
-    /// The wait polls the fence for up to [`spin_budget`] before it blocks (a GPU's: a token
+    /// The wait polls the fence for up to `Gpu::spin` before it blocks (a GPU's: a token
     /// step is about a millisecond, and a blocking wait's wake-up adds tens of microseconds to
     /// each; a software device's wait blocks at once).
     pub fn wait(&self) -> Result<(), VkError> {
         let d = &self.gpu.device;
         // A software device (lavapipe) runs on the host's cores: polling would take one of them.
-        let budget = if self.gpu.info.kind == "cpu" { std::time::Duration::ZERO } else { spin_budget() };
+        let budget = self.gpu.spin;
         let started = std::time::Instant::now();
         // SAFETY (both blocks): the fence belongs to this device.
         let mut done = false;
@@ -291,15 +291,6 @@ impl Fence {
         }
         Ok(())
     }
-}
-
-/// How long a fence wait polls before it blocks: `RESIN_VK_SPIN_US` microseconds (0: block at
-/// once), default 5000: longer than a token step of the models served here (a 3B step on the
-/// H200 is about 3 ms); longer waits, as a prefill window's, then sleep.
-pub fn spin_budget() -> std::time::Duration {
-    static US: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let us = *US.get_or_init(|| std::env::var("RESIN_VK_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(5000));
-    std::time::Duration::from_micros(us)
 }
 
 impl Drop for Fence {

@@ -130,7 +130,10 @@ pub struct Gpu {
     pub pool: vk::CommandPool,
     pub memory: vk::PhysicalDeviceMemoryProperties,
     pub info: DeviceInfo,
-    /// `RESIN_VK_PIPELINE_STATS=1` on a device with VK_KHR_pipeline_executable_properties: each
+    /// How long a fence wait polls before it blocks ([`GpuOptions::spin`]; zero on a software
+    /// device, which computes on the host's cores).
+    pub spin: std::time::Duration,
+    /// [`GpuOptions::pipeline_stats`] on a device with VK_KHR_pipeline_executable_properties: each
     /// pipeline's compiler statistics (registers, shared memory, spills: whatever the driver
     /// reports) are logged once when it is made, to see what bounds a kernel's occupancy.
     pub exec_stats: Option<ash::khr::pipeline_executable_properties::Device>,
@@ -348,9 +351,33 @@ struct Features {
     memory_model: bool,
 }
 
-/// The device the picker takes: a discrete GPU first, then integrated, virtual, cpu (lavapipe).
-/// `RESIN_VK_DEVICE=<index>` overrides (an index into the enumeration order).
-fn pick(instance: &ash::Instance) -> Result<(vk::PhysicalDevice, u32, u32, u32), VkError> {
+/// How the device is started: the binary fills these from its flags and environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// The device's index in the driver's enumeration order; None: a discrete GPU first, then
+    /// integrated, virtual, cpu (lavapipe).
+    pub device: Option<usize>,
+    /// The most compute queues taken (the lanes of a wide step submit to them at once); None:
+    /// QUEUES_MAX.
+    pub queues: Option<u32>,
+    /// Log each pipeline's compiler statistics (registers, shared memory, spills) once when it
+    /// is made, where the device has VK_KHR_pipeline_executable_properties.
+    pub pipeline_stats: bool,
+    /// How long a fence wait polls before it sleeps: a token step is about a millisecond, and
+    /// a sleeping wait wakes tens of microseconds late; longer waits (a prefill window's)
+    /// sleep after it. Zero sleeps at once and spares a host core.
+    pub spin: std::time::Duration,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions { device: None, queues: None, pipeline_stats: false, spin: std::time::Duration::from_micros(5000) }
+    }
+}
+
+/// The device the picker takes: `forced` (an index into the enumeration order), else a
+/// discrete GPU first, then integrated, virtual, cpu (lavapipe).
+fn pick(instance: &ash::Instance, forced: Option<usize>) -> Result<(vk::PhysicalDevice, u32, u32, u32), VkError> {
     // SAFETY: a plain query of the instance.
     let pds = unsafe { instance.enumerate_physical_devices() }.map_err(vkerr("vkEnumeratePhysicalDevices"))?;
     if pds.is_empty() {
@@ -368,12 +395,11 @@ fn pick(instance: &ash::Instance) -> Result<(vk::PhysicalDevice, u32, u32, u32),
         };
         (r, p.api_version < vk::API_VERSION_1_1)
     };
-    let forced = std::env::var("RESIN_VK_DEVICE").ok().and_then(|s| s.parse::<usize>().ok());
     let mut order: Vec<usize> = (0..pds.len()).collect();
     order.sort_by_key(|&i| rank(pds[i]));
     if let Some(i) = forced {
         if i >= pds.len() {
-            return Err(VkError::NoDevice(format!("RESIN_VK_DEVICE={i} but the driver lists {} devices", pds.len())));
+            return Err(VkError::NoDevice(format!("device {i} was asked for but the driver lists {} devices", pds.len())));
         }
         order = vec![i];
     }
@@ -398,11 +424,16 @@ fn pick(instance: &ash::Instance) -> Result<(vk::PhysicalDevice, u32, u32, u32),
 static KEEPER: std::sync::OnceLock<Option<(ash::Entry, ash::Instance)>> = std::sync::OnceLock::new();
 
 impl Gpu {
-    /// Start the device: loader, instance, pick, logical device, queue, command pool.
+    /// Start the device with the default options.
     pub fn start() -> Result<Arc<Gpu>, VkError> {
+        Self::start_with(&GpuOptions::default())
+    }
+
+    /// Start the device: loader, instance, pick, logical device, queue, command pool.
+    pub fn start_with(opts: &GpuOptions) -> Result<Arc<Gpu>, VkError> {
         KEEPER.get_or_init(|| start_instance().ok());
         let (entry, instance) = start_instance()?;
-        match Self::start_on(entry, &instance) {
+        match Self::start_on(entry, &instance, opts) {
             Ok(g) => Ok(g),
             Err((entry, e)) => {
                 // SAFETY: nothing created from the instance survives the failed start.
@@ -413,15 +444,15 @@ impl Gpu {
         }
     }
 
-    fn start_on(entry: ash::Entry, instance: &ash::Instance) -> Result<Arc<Gpu>, (ash::Entry, VkError)> {
-        let (pd, fam, ts_bits, fam_queues) = match pick(instance) {
+    fn start_on(entry: ash::Entry, instance: &ash::Instance, opts: &GpuOptions) -> Result<Arc<Gpu>, (ash::Entry, VkError)> {
+        let (pd, fam, ts_bits, fam_queues) = match pick(instance, opts.device) {
             Ok(x) => x,
             Err(e) => return Err((entry, e)),
         };
         let (mut info, f) = read_info(&entry, instance, pd, ts_bits);
         // Several queues of the family where it has them: the Vulkan home's lanes submit
-        // independent token commands to them at once (RESIN_VK_QUEUES caps the count).
-        let want = std::env::var("RESIN_VK_QUEUES").ok().and_then(|v| v.parse::<u32>().ok()).filter(|&v| v > 0).unwrap_or(QUEUES_MAX);
+        // independent token commands to them at once (GpuOptions::queues caps the count).
+        let want = opts.queues.filter(|&v| v > 0).unwrap_or(QUEUES_MAX);
         info.queues = fam_queues.clamp(1, want.min(QUEUES_MAX));
         let prio = vec![1.0f32; info.queues as usize];
         let qinfo = [vk::DeviceQueueCreateInfo::default().queue_family_index(fam).queue_priorities(&prio)];
@@ -432,10 +463,10 @@ impl Gpu {
         if f.int_dot_ext {
             exts.push(ash::khr::shader_integer_dot_product::NAME.as_ptr());
         }
-        let stats_asked = std::env::var("RESIN_VK_PIPELINE_STATS").is_ok_and(|v| v != "0");
+        let stats_asked = opts.pipeline_stats;
         let want_stats = stats_asked && has_ext(instance, pd, ash::khr::pipeline_executable_properties::NAME);
         if stats_asked && !want_stats {
-            tracing::warn!("RESIN_VK_PIPELINE_STATS: this device lacks VK_KHR_pipeline_executable_properties");
+            tracing::warn!("pipeline statistics: this device lacks VK_KHR_pipeline_executable_properties");
         }
         if want_stats {
             exts.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
@@ -483,7 +514,8 @@ impl Gpu {
         let memory = unsafe { instance.get_physical_device_memory_properties(pd) };
         READY.call_once(|| tracing::info!("device ready: {}", info.describe()));
         let exec_stats = want_stats.then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device));
-        Ok(Arc::new(Gpu { _entry: entry, instance: instance.clone(), physical: pd, device, queues, queue_family: fam, pool, memory, info, exec_stats }))
+        let spin = if info.kind == "cpu" { std::time::Duration::ZERO } else { opts.spin };
+        Ok(Arc::new(Gpu { _entry: entry, instance: instance.clone(), physical: pd, device, queues, queue_family: fam, pool, memory, info, spin, exec_stats }))
     }
 
     /// Block until the queue is idle.

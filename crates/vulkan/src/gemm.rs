@@ -40,13 +40,15 @@ pub const fn coopmat_shared_bytes(ku: u32, tile_n: u32) -> u32 {
 }
 
 /// Activation rows a cooperative-matrix tile covers for a pass of `n` rows: 128 when the pass
-/// has more than 64 (each weight unit dequantized once for twice the rows), else 64, or
-/// `RESIN_VK_GEMM_BN` (64 or 128) for measuring. A row's sums are the same 16x16x16 products
-/// in the same K order in either tile, so its result does not depend on the choice.
+/// has more than 64 (each weight unit dequantized once for twice the rows), else 64. A row's
+/// sums are the same 16x16x16 products in the same K order in either tile, so its result does
+/// not depend on the choice.
 pub fn coopmat_tile_n(n: u32) -> u32 {
-    static BN: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    let forced = *BN.get_or_init(|| std::env::var("RESIN_VK_GEMM_BN").ok().and_then(|v| v.parse().ok()).filter(|b| [64, 128].contains(b)));
-    forced.unwrap_or(if n > 64 { COOPMAT_TILE_N_MAX } else { TILE_N })
+    if n > 64 {
+        COOPMAT_TILE_N_MAX
+    } else {
+        TILE_N
+    }
 }
 
 /// Whether a device of subgroup size `sg`, at most `max_threads` a workgroup and
@@ -61,13 +63,10 @@ pub fn coopmat_tile_fits(tile_n: u32, sg: u32, max_threads: u32, shared_memory: 
 }
 
 /// 32-value units the cooperative-matrix tier stages a K step for a workgroup of `wg` threads:
-/// `RESIN_VK_GEMM_KU` (1, 2 or 4), else 2, cut to wg / 32 (a thread holds at most 8 weight
-/// pieces and 16 activation quads of a step in registers: gemm.comp `fetch`). The results do
-/// not depend on it.
+/// 2, cut to wg / 32 (a thread holds at most 8 weight pieces and 16 activation quads of a step
+/// in registers: gemm.comp `fetch`). The results do not depend on it.
 pub fn coopmat_k_units(wg: u32) -> u32 {
-    static KU: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    let ku = *KU.get_or_init(|| std::env::var("RESIN_VK_GEMM_KU").ok().and_then(|v| v.parse().ok()).filter(|k| [1, 2, 4].contains(k)).unwrap_or(2));
-    ku.min(wg / 32).max(1)
+    2.min(wg / 32).max(1)
 }
 
 /// The GEMV's push block plus the activation-row count (the shader's `Push`).
@@ -107,16 +106,10 @@ const SPLIT_MAX_ROWS: u32 = 8192;
 /// How the GEMM of a `rows` x `cols` matrix cuts K: (32-value units a piece, pieces). From the
 /// matrix's shape alone, never from the activation rows, so each row's result is the same
 /// whatever rows share the pass. A matrix of few weight-row tiles (a wide step's or a small
-/// model's) takes more pieces; `RESIN_VK_GEMM_SPLIT=0` turns splitting off (for measuring).
+/// model's) takes more pieces.
 pub fn gemm_split(rows: u32, cols: u32) -> (u32, u32) {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let units = (cols / 32).max(1);
-    if *OFF.get_or_init(|| std::env::var("RESIN_VK_GEMM_SPLIT").as_deref() == Ok("0")) {
-        return (units, 1);
-    }
-    // RESIN_VK_GEMM_SPLIT_ROWS overrides SPLIT_MAX_ROWS (for measuring).
-    static MAX_ROWS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    let max_rows = *MAX_ROWS.get_or_init(|| std::env::var("RESIN_VK_GEMM_SPLIT_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(SPLIT_MAX_ROWS));
+    let max_rows = SPLIT_MAX_ROWS;
     let tiles = rows.div_ceil(TILE_ROWS).max(1);
     let want = SPLIT_TARGET.div_ceil(tiles).min(units / SPLIT_MIN_UNITS).min(max_rows / rows.max(1)).max(1);
     // Whole K steps of the cooperative-matrix tier (at most 4 units) in every piece but the last.

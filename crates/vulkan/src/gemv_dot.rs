@@ -129,11 +129,8 @@ pub fn dot_format(ty: GgmlType) -> Option<&'static str> {
 /// for one row and for N rows (measured on the H200, BENCHMARKS.md: an 8-row pass over the
 /// 1B's 8192 x 2048 gate took 31.6 us with 4 rows a subgroup, 27.6 with 2 rows and 2 units a
 /// lane; over its 2048 x 8192 down 36.5 with 2 rows, 30.2 with 1 row and 2 units).
-/// `RESIN_VK_DOT_ROWS` (1..=4) overrides it.
 pub fn dot_rows(rows: u32) -> u32 {
-    static ROWS: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    let set = *ROWS.get_or_init(|| std::env::var("RESIN_VK_DOT_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| (1..=4).contains(r)));
-    set.unwrap_or_else(|| [4, 2].into_iter().find(|&r| rows / r >= 4096).unwrap_or(1))
+    [4, 2].into_iter().find(|&r| rows / r >= 4096).unwrap_or(1)
 }
 
 /// How a dot GEMV's subgroups take their rows: `rows` neighbouring rows together (1..=4), each
@@ -148,32 +145,15 @@ pub struct DotShape {
     pub split: u32,
 }
 
-/// Subgroups at work in a one-row pass below which a matrix's rows are split (`DotShape::pick`).
-const SPLIT_BELOW_SUBGROUPS: u32 = 8192;
-
 impl DotShape {
-    /// The shape for an `n`-row pass over a matrix of `rows` rows of `ty`: [`dot_rows`]; units
-    /// a lane from `RESIN_VK_DOT_UNROLL` (1..=4, cut to 4 / rows), by default 2 for N rows of
-    /// the 32-value formats at up to 2 rows a subgroup (more loads in flight a lane; measured
-    /// on Q8_0, see [`dot_rows`]), else 1; the split from `RESIN_VK_DOT_SPLIT` (1, 2, 4, or
-    /// `auto`: the least that puts 8192 subgroups to work on a one-row pass; default 1),
-    /// whatever `n` is.
+    /// The shape for an `n`-row pass over a matrix of `rows` rows of `ty`: [`dot_rows`]; 2
+    /// units a lane for N rows of the 32-value formats at up to 2 rows a subgroup (more loads
+    /// in flight a lane; measured on Q8_0, see [`dot_rows`]), else 1; no split (splitting a
+    /// one-row pass's rows over more subgroups lost: docs/lessons.md).
     pub fn pick(ty: GgmlType, n: u32, rows: u32) -> DotShape {
-        static UNROLL: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-        static SPLIT: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-        let unroll = *UNROLL.get_or_init(|| std::env::var("RESIN_VK_DOT_UNROLL").ok().and_then(|v| v.parse().ok()).filter(|u| (1..=4).contains(u)));
-        let split = *SPLIT.get_or_init(|| match std::env::var("RESIN_VK_DOT_SPLIT").as_deref() {
-            Ok("auto") => None,
-            Ok(v) => Some(v.parse().ok().filter(|k| [1, 2, 4].contains(k)).unwrap_or(1)),
-            Err(_) => Some(1),
-        });
         let r = dot_rows(rows);
-        let split = split.unwrap_or_else(|| {
-            let one = rows.div_ceil(r);
-            [1, 2, 4].into_iter().find(|&k| one * k >= SPLIT_BELOW_SUBGROUPS).unwrap_or(4)
-        });
-        let unroll = unroll.unwrap_or(if n > 1 && act_block(ty) == Some(32) && r <= 2 { 2 } else { 1 });
-        DotShape { rows: r, unroll: unroll.min(4 / r).max(1), split }
+        let unroll = if n > 1 && act_block(ty) == Some(32) && r <= 2 { 2 } else { 1 };
+        DotShape { rows: r, unroll: unroll.min(4 / r).max(1), split: 1 }
     }
 }
 

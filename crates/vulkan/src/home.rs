@@ -33,7 +33,7 @@
 
 use std::sync::Arc;
 
-use resin_core::{balanced_groups, check_rows, check_segments, check_snapshot, count_window, RegionId, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Row, Segment, NROW_MAX, PF_WINDOW};
+use resin_core::{balanced_groups, check_rows, check_segments, check_snapshot, check_step, count_window, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Need, Profile, RegionId, Row, RowOut, Segment, StepOut, TopCandidates, NROW_MAX, PF_WINDOW};
 use resin_gguf::{formats, GgmlType, GgufFile};
 use resin_model::{LayerNames, ModelConfig};
 
@@ -57,24 +57,19 @@ pub struct VulkanOptions {
     /// Called as the weights go up with (bytes uploaded, bytes in all): the binary draws a
     /// progress bar with it. Without one, a log line every 10 %.
     pub progress: Option<UploadProgress>,
-    /// How a step of more than NROW_MAX rows runs (default: `WideMode::from_env`).
+    /// How a step of more than NROW_MAX rows runs (default: `WideMode::Lanes`).
     pub wide: WideMode,
-    /// Whether a one-row token command ropes and stores q, k and v in its attention (one
-    /// dispatch and barrier fewer a layer, the same bits; default on, `RESIN_VK_ROPE_IN=0`
-    /// turns it off for measuring).
-    pub rope_in_attention: bool,
-    /// Whether sampled rows whose samplers keep at most TOP_CANDIDATES candidates read back
-    /// only those (`Home::step_top`, the top-k on the device; the same draws; default on,
-    /// `RESIN_VK_TOP_CUT=0` reads back the logits).
-    pub top_cut: bool,
+    /// How the device is started (which one, its queues, the fence wait's spin).
+    pub gpu: crate::device::GpuOptions,
 }
 
 /// How the Vulkan home runs a step of more than NROW_MAX rows (a wide step).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WideMode {
     /// Balanced groups of N-row token commands, each on a lane of its own (scratch, fence and
     /// one of the device's queues), submitted together: the groups' dependent dispatch chains
     /// overlap on the device, and each row's result is its N-row command's.
+    #[default]
     Lanes,
     /// One pass of all the rows, its matrices through the window's GEMM.
     Gemm,
@@ -90,15 +85,6 @@ pub enum WideMode {
 pub const FAST_GEMM_MIN_ROWS: usize = 40;
 
 impl WideMode {
-    /// `RESIN_VK_WIDE=gemm|lanes|fast`; lanes by default.
-    pub fn from_env() -> WideMode {
-        match std::env::var("RESIN_VK_WIDE").as_deref() {
-            Ok("gemm") => WideMode::Gemm,
-            Ok("fast") => WideMode::Fast,
-            _ => WideMode::Lanes,
-        }
-    }
-
     /// How a step of `rows` rows runs: (lane, rows) of each pass, in row order. `distinct`:
     /// every row has a region of its own (rows that share one take one pass: a row may attend
     /// to keys another row of the step stores).
@@ -111,7 +97,7 @@ impl WideMode {
                 WideMode::Fast => rows < FAST_GEMM_MIN_ROWS,
             };
         if lanes {
-            balanced_groups(rows, lane_rows()).into_iter().enumerate().collect()
+            balanced_groups(rows, NROW_MAX).into_iter().enumerate().collect()
         } else {
             vec![(0, rows)]
         }
@@ -130,7 +116,7 @@ impl std::fmt::Debug for UploadProgress {
 
 impl Default for VulkanOptions {
     fn default() -> Self {
-        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::from_env(), rope_in_attention: std::env::var("RESIN_VK_ROPE_IN").as_deref() != Ok("0"), top_cut: std::env::var("RESIN_VK_TOP_CUT").as_deref() != Ok("0") }
+        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes, gpu: crate::device::GpuOptions::default() }
     }
 }
 
@@ -205,16 +191,10 @@ struct Scratch {
     xp256: Buffer,
     /// Whether `prep` rounds activations (VulkanOptions::q8_activations).
     q8: bool,
-    /// Whether token passes take the int8 dot GEMV (q8 activations on a device that runs it;
-    /// `RESIN_VK_GEMV=portable|subgroup` keeps the float GEMV tiers).
+    /// Whether token passes take the int8 dot GEMV (q8 activations on a device that runs it).
     dot: bool,
-    /// Whether the decode attention's last workgroup of a head group merges its pieces
-    /// (`RESIN_VK_ATTN_MERGE=0`: a combine dispatch after a barrier, for measuring), and the
-    /// words its workgroups count themselves in (zero between dispatches).
-    merge_attn: bool,
-    /// Whether one-row token commands rope and store in the attention
-    /// (`VulkanOptions::rope_in_attention`).
-    rope_in: bool,
+    /// The words the decode attention's workgroups of a head group count themselves in, so
+    /// that the last to finish merges the pieces (zero between dispatches).
     done: Buffer,
     /// Split-K GEMM scratch: SPLIT_SLOTS slots of partial sums and of per-tile counters (zero
     /// between dispatches), each `split_part` / `split_done` bytes.
@@ -291,13 +271,11 @@ const _: () = assert!((WINDOW_ATTN_MIN_ROWS - 1) * ATTN_SLOTS as usize <= PF_WIN
 /// own workgroup). The pieces themselves follow each row's key count alone, so a row's result
 /// is the same whatever this says.
 fn attn_pieces(rows: usize) -> u32 {
-    static SPREAD: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let spread = *SPREAD.get_or_init(|| std::env::var("RESIN_VK_ATTN_SPREAD").ok().and_then(|v| v.parse().ok()).filter(|&v| v > 0).unwrap_or(ATTN_SPREAD));
-    (spread / rows.max(1)).clamp(1, ATTN_SLOTS as usize) as u32
+    (ATTN_SPREAD / rows.max(1)).clamp(1, ATTN_SLOTS as usize) as u32
 }
 
-/// Rows x workgroups a head the decode attention aims at (`RESIN_VK_ATTN_SPREAD` overrides;
-/// the previous 64 left an 8-row step's rows two pieces a workgroup).
+/// Rows x workgroups a head the decode attention aims at (64 left an 8-row step's rows two
+/// pieces a workgroup).
 const ATTN_SPREAD: usize = 256;
 
 /// Bytes of a scratch for passes of up to `rows` rows landing `out_rows` logits rows, rope
@@ -319,17 +297,10 @@ fn topk_pairs(cfg: &ModelConfig, out_rows: usize) -> usize {
 /// Lanes beyond the first a home of `regions` regions takes for its widest step in `wide` mode.
 fn extra_lanes(wide: WideMode, regions: usize) -> usize {
     match wide {
-        WideMode::Lanes => HomeSpec::wide_rows(regions).div_ceil(lane_rows()) - 1,
-        WideMode::Fast => HomeSpec::wide_rows(regions).min(FAST_GEMM_MIN_ROWS - 1).div_ceil(lane_rows()) - 1,
+        WideMode::Lanes => HomeSpec::wide_rows(regions).div_ceil(NROW_MAX) - 1,
+        WideMode::Fast => HomeSpec::wide_rows(regions).min(FAST_GEMM_MIN_ROWS - 1).div_ceil(NROW_MAX) - 1,
         WideMode::Gemm => 0,
     }
-}
-
-/// The most rows a lane's group takes (`RESIN_VK_LANE_ROWS`, 1..=NROW_MAX; NROW_MAX by
-/// default): fewer rows make more, shorter groups in flight at once.
-fn lane_rows() -> usize {
-    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| std::env::var("RESIN_VK_LANE_ROWS").ok().and_then(|v| v.parse().ok()).filter(|v| (1..=NROW_MAX).contains(v)).unwrap_or(NROW_MAX))
 }
 
 /// Timestamps between the stages of a profiled token command.
@@ -376,8 +347,6 @@ pub struct VulkanHome {
     lanes: Vec<Lane>,
     pipes: Pipelines,
     wide: WideMode,
-    rope_in_attention: bool,
-    top_cut: bool,
     layers: Vec<Layer>,
     embd: Mat,
     /// None when tied to the embedding.
@@ -414,7 +383,7 @@ impl VulkanHome {
     /// codec this home does not serve is a decline: counted, logged once, and returned as
     /// `VkError::Unsupported` so the caller takes the CPU home.
     pub fn new(file: Arc<GgufFile>, cfg: ModelConfig, opts: &VulkanOptions, counters: Arc<Counters>) -> Result<Self, VkError> {
-        let gpu = Gpu::start()?;
+        let gpu = Gpu::start_with(&opts.gpu)?;
         Self::on(gpu, file, cfg, opts, counters)
     }
 
@@ -478,7 +447,7 @@ impl VulkanHome {
         let output = if cfg.tied_output { None } else { Some(upload_mat(&gpu, f, resin_model::OUTPUT)?) };
         let output_norm = Buffer::with_data(&gpu, &f32_bytes(&vector(f, resin_model::OUTPUT_NORM)?), Location::Device)?;
         let rope = Buffer::with_data(&gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, cfg.rope_base)), Location::Device)?;
-        let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, opts.rope_in_attention, plan.out_rows, PF_WINDOW)?;
+        let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, plan.out_rows, PF_WINDOW)?;
         let spec = HomeSpec { kind: "vulkan", vocab: cfg.vocab, n_ctx: plan.n_ctx, regions: opts.regions, codec: opts.codec, step_rows_max: HomeSpec::wide_rows(opts.regions), chunk_rows_min: WINDOW_ATTN_MIN_ROWS };
         tracing::info!(
             "vulkan home ready: {} at n_ctx {} x {} regions ({:?} mirror): weights {} MiB, mirror {} MiB, scratch {} MiB",
@@ -494,8 +463,6 @@ impl VulkanHome {
             lanes: vec![Lane { commands: std::collections::HashMap::new(), fence: Fence::new(&gpu)?, scratch }],
             pipes: Pipelines::new(&gpu),
             wide: opts.wide,
-            rope_in_attention: opts.rope_in_attention,
-            top_cut: opts.top_cut,
             layers,
             embd,
             output,
@@ -525,13 +492,13 @@ impl VulkanHome {
 
     /// The argmax ids of the last pass on lane 0 (computed on the device).
     pub fn last_ids(&self, rows: usize) -> Result<Vec<u32>, VkError> {
-        self.lanes[0].scratch.ids.read_u32(0, rows)
+        Ok(self.lanes[0].scratch.ids.read_u32(0, 2 * rows)?.into_iter().step_by(2).collect())
     }
 
     /// Make sure lanes 0..count exist (the ones past the first hold NROW_MAX-row scratch).
     fn ensure_lanes(&mut self, count: usize) -> Result<(), VkError> {
         while self.lanes.len() < count {
-            let scratch = Scratch::new(&self.gpu, &self.cfg, self.plan.q8_activations, self.rope_in_attention, NROW_MAX, NROW_MAX)?;
+            let scratch = Scratch::new(&self.gpu, &self.cfg, self.plan.q8_activations, NROW_MAX, NROW_MAX)?;
             self.lanes.push(Lane { commands: std::collections::HashMap::new(), fence: Fence::new(&self.gpu)?, scratch });
         }
         Ok(())
@@ -545,9 +512,9 @@ impl VulkanHome {
     /// server pay for it in their time to first token. Returns the time it took.
     pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
         let t0 = std::time::Instant::now();
-        let backs: &[ReadBack] = if self.top_cut { &[ReadBack::Ids, ReadBack::Logits, ReadBack::Top, ReadBack::TopRows] } else { &[ReadBack::Ids, ReadBack::Logits] };
+        let backs = ReadBack::ALL;
         for n in 1..=rows.clamp(1, NROW_MAX) {
-            for &b in backs {
+            for b in backs {
                 self.command(0, n, b)?;
             }
         }
@@ -559,7 +526,7 @@ impl VulkanHome {
             let shape = self.wide.passes(w, true);
             self.ensure_lanes(shape.len())?;
             for (lane, n) in shape {
-                for &b in backs {
+                for b in backs {
                     self.command(lane, n, b)?;
                 }
             }
@@ -575,7 +542,7 @@ impl VulkanHome {
     fn command(&mut self, lane: usize, n: usize, back: ReadBack) -> Result<ash::vk::CommandBuffer, VkError> {
         let key = (n, back);
         if !self.lanes[lane].commands.contains_key(&key) {
-            let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: back == ReadBack::Logits, top: matches!(back, ReadBack::Top | ReadBack::TopRows), listed: back == ReadBack::TopRows }, None)?;
+            let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: back == ReadBack::Logits, top: back.top(), listed: back.listed() }, None)?;
             self.lanes[lane].commands.insert(key, c);
         }
         self.lanes[lane].commands.get(&key).map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
@@ -597,24 +564,6 @@ impl VulkanHome {
         })?;
         res?;
         Ok(TokenCommand { cmds, _desc: desc })
-    }
-
-    /// Run one token command over `rows` with a timestamp after every stage; returns
-    /// (stage, microseconds) in order, stages named `<op>.<layer>`. The K/V rows of `rows` are
-    /// written as a normal step would. None when the device has no timestamps.
-    pub fn profile_step(&mut self, rows: &[Row]) -> Result<Option<Vec<(String, f64)>>, HomeError> {
-        check_rows(&self.spec, rows)?;
-        let r = triples(rows);
-        Ok(self.profile_pass(&r, None)?)
-    }
-
-    /// As `profile_step`, for one prefill window: the first PF_WINDOW rows of `segment`
-    /// (its K/V stored as prefill would), landing the logits of its last row.
-    pub fn profile_window(&mut self, segment: &Segment<'_>) -> Result<Option<Vec<(String, f64)>>, HomeError> {
-        check_segments(&self.spec, std::slice::from_ref(segment))?;
-        let r: Vec<(u32, u32, u32)> = segment.tokens.iter().take(PF_WINDOW).enumerate().map(|(i, &t)| (segment.region.0, segment.start + i as u32, t)).collect();
-        let keep = [r.len() as u32 - 1];
-        Ok(self.profile_pass(&r, Some(&keep))?)
     }
 
     fn profile_pass(&mut self, rows: &[(u32, u32, u32)], narrow: Option<&[u32]>) -> Result<Option<Vec<(String, f64)>>, VkError> {
@@ -683,7 +632,7 @@ impl VulkanHome {
             cmds.push(self.command(lane, n, back)?);
             self.write_meta(lane, &rows[at..at + n])?;
             let list: Vec<u32> = listed.iter().filter(|&&i| (at..at + n).contains(&i)).map(|&i| (i - at) as u32).collect();
-            if back == ReadBack::TopRows {
+            if back.listed() {
                 self.lanes[lane].scratch.rows_list.write(0, &crate::kernels::rows_copy_list(&list))?;
             }
             lists.push(list.len());
@@ -723,19 +672,6 @@ impl VulkanHome {
         }
     }
 
-    /// Run a step over `rows` (already checked) and read each pass's `n` rows of results from
-    /// its lane's scratch in row order (`read` appends them to a vector of `cap`: the logits,
-    /// the argmax ids or the top candidates, as `back` has them), and count the step
-    /// (`count_passes`).
-    fn run_rows<T>(&mut self, rows: &[(u32, u32, u32)], back: ReadBack, cap: usize, read: impl Fn(&Scratch, usize, &mut Vec<T>) -> Result<(), VkError>) -> Result<Vec<T>, VkError> {
-        let passes = self.run_step(rows, back, &[])?;
-        let mut out = Vec::with_capacity(cap);
-        for &(lane, n, _) in &passes {
-            read(&self.lanes[lane].scratch, n, &mut out)?;
-        }
-        self.count_passes(&passes);
-        Ok(out)
-    }
 }
 
 /// The decline said (once) when segments of one prefill cannot share a window chain exactly.
@@ -924,7 +860,7 @@ fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counte
 impl Scratch {
     /// Scratch for passes of up to `rows` rows (PF_WINDOW or NROW_MAX: only windows and GEMM
     /// passes split K) landing up to `out_rows` logits rows; `scratch_bytes` counts it.
-    fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, q8: bool, rope_in: bool, out_rows: usize, rows: usize) -> Result<Scratch, VkError> {
+    fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, q8: bool, out_rows: usize, rows: usize) -> Result<Scratch, VkError> {
         let r = rows;
         let (split_part, split_done) = if rows > NROW_MAX { split_slot_bytes(&gpu.info, cfg) } else { (0, 0) };
         let dev = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Device);
@@ -944,10 +880,10 @@ impl Scratch {
             gate: dev(r * cfg.n_ff)?,
             up: dev(r * cfg.n_ff)?,
             down: dev(r * cfg.n_embd)?,
-            part: dev(attn_part_floats(cfg, out_rows))?,
+            part: dev(attn_part_floats(cfg, out_rows).max(out_rows * ARGMAX_PART_WORDS as usize))?,
             logits: dev(out_rows * cfg.vocab)?,
             logits_host: host(out_rows * cfg.vocab)?,
-            ids: host(out_rows)?,
+            ids: host(2 * out_rows)?,
             top_a: dev(2 * topk_pairs(cfg, out_rows))?,
             top_b: dev(2 * topk_pairs(cfg, out_rows))?,
             top_sel: dev(crate::kernels::topk_sel_words(out_rows as u32) as usize)?,
@@ -958,9 +894,7 @@ impl Scratch {
             xp32: Buffer::new(gpu, packed_bytes(cfg, 32), Location::Device)?,
             xp256: Buffer::new(gpu, packed_bytes(cfg, 256), Location::Device)?,
             q8,
-            dot: q8 && crate::gemv_dot::dot_ok(&gpu.info) && !matches!(std::env::var("RESIN_VK_GEMV").as_deref(), Ok("portable" | "subgroup")),
-            merge_attn: std::env::var("RESIN_VK_ATTN_MERGE").as_deref() != Ok("0"),
-            rope_in,
+            dot: q8 && crate::gemv_dot::dot_ok(&gpu.info),
             done: {
                 let mut b = dev(WINDOW_ATTN_MIN_ROWS.max(HomeSpec::wide_rows(out_rows)) * cfg.n_head)?;
                 b.fill_u32(0)?;
@@ -1193,6 +1127,34 @@ enum ReadBack {
     /// `Top`, and the whole logits rows the lane's `Scratch::rows_list` names (the streams of
     /// a top step whose draws need them).
     TopRows,
+    /// The argmax ids and the whole logits rows `Scratch::rows_list` names.
+    Rows,
+}
+
+impl ReadBack {
+    const ALL: [ReadBack; 5] = [ReadBack::Ids, ReadBack::Logits, ReadBack::Top, ReadBack::TopRows, ReadBack::Rows];
+
+    /// The least a step must read back for rows that need `needs`.
+    fn for_needs(needs: &[Need]) -> ReadBack {
+        let (top, logits) = (needs.contains(&Need::Top), needs.iter().filter(|&&n| n == Need::Logits).count());
+        match (top, logits) {
+            (_, l) if l == needs.len() => ReadBack::Logits,
+            (false, 0) => ReadBack::Ids,
+            (true, 0) => ReadBack::Top,
+            (true, _) => ReadBack::TopRows,
+            (false, _) => ReadBack::Rows,
+        }
+    }
+
+    /// Whether the pass selects each row's top candidates.
+    fn top(self) -> bool {
+        matches!(self, ReadBack::Top | ReadBack::TopRows)
+    }
+
+    /// Whether the pass copies the listed rows' logits for the host.
+    fn listed(self) -> bool {
+        matches!(self, ReadBack::TopRows | ReadBack::Rows)
+    }
 }
 const _: () = assert!(resin_core::TOP_CANDIDATES == crate::kernels::TOPK_MAX as usize);
 // The home's top goes through the selection (a larger one would be sorted whole).
@@ -1233,12 +1195,12 @@ fn record_pass(
         n_pieces: attn_pieces(n),
         scale: 1.0 / (cfg.head_dim as f32).sqrt(),
     };
-    // The one-row token command's attention ropes and stores (VulkanOptions::rope_in_attention;
-    // the same bits as the rope_store dispatch). The kernel serves any rows of regions of their
+    // The one-row token command's attention ropes and stores (the same bits as the rope_store
+    // dispatch). The kernel serves any rows of regions of their
     // own (a peel's rows share one), but measured on the H200 (BENCHMARKS.md, thirteenth
     // session) it pays at one row only: the 1B's step 1,345 -> 1,268 us, the 3B's 3,095 ->
     // 3,000, while 8-row commands and 32-row wide steps lost 1-2%.
-    let rope_in = shape.narrow.is_none() && n == 1 && s.merge_attn && s.rope_in && !cfg.qk_norm && attn_rope_ok(codec, cfg.head_dim as u32);
+    let rope_in = shape.narrow.is_none() && n == 1 && !cfg.qk_norm && attn_rope_ok(codec, cfg.head_dim as u32);
     // After the last layer's attention a window keeps only the rows that need logits.
     let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None }, &s.att, n);
     let out = output.unwrap_or(embd);
@@ -1268,7 +1230,7 @@ fn record_pass(
             let round = if last && shape.narrow.is_some() { None } else { attn_round(&ly.attn_out, n, cfg, s)? };
             rounded = round.is_some();
             let own_rope = rope_in.then(|| AttnRope { k: (&s.k).into(), v: (&s.v).into(), bias: (&ly.bias).into(), table: rope.into(), rope_dims: cfg.rope_dims as u32, style, bias_on: cfg.qkv_bias });
-            rec.attention_round(codec, nr, AttnBinds { q: (&s.q).into(), mk: (&ly.mk).into(), mv: (&ly.mv).into(), meta: (&s.meta).into(), part: (&s.part).into(), out: (&s.att).into() }, round, s.merge_attn.then(|| (&s.done).into()), own_rope, ap)?;
+            rec.attention_round(codec, nr, AttnBinds { q: (&s.q).into(), mk: (&ly.mk).into(), mv: (&ly.mv).into(), meta: (&s.meta).into(), part: (&s.part).into(), out: (&s.att).into() }, round, Some((&s.done).into()), own_rope, ap)?;
         }
         if last && shape.narrow.is_some() {
             rec.transfer_barrier(); // the gathers below copy
@@ -1373,63 +1335,53 @@ impl Home for VulkanHome {
         Ok(Logits { vocab, data: rows.concat() })
     }
 
-    fn step(&mut self, rows: &[Row]) -> resin_core::Result<Logits> {
-        check_rows(&self.spec, rows)?;
-        let r = triples(rows);
-        let vocab = self.cfg.vocab;
-        // The rows' logits straight from host memory into the step's rows: one copy.
-        let data = self.run_rows(&r, ReadBack::Logits, r.len() * vocab, |s, n, out| s.logits_host.read_f32_into(0, n * vocab, out)).map_err(HomeError::from)?;
-        Ok(Logits { vocab: self.spec.vocab, data })
+    /// The step's rows in one pass, or in lanes (`WideMode`); what comes back is the least
+    /// the needs ask for (`ReadBack::for_needs`): the on-device argmax ids and log-sum-exps
+    /// (eight bytes a row), the top candidates (`Recorder::topk`: 512 bytes a row against half
+    /// a megabyte for a 128k vocabulary), and whole logits rows only for the rows that need
+    /// them (copied on the device into the first rows of the host's logits buffer,
+    /// `Recorder::rows_copy`), or every row's where every row needs its row.
+    fn step(&mut self, rows: &[Row], needs: &[Need]) -> resin_core::Result<StepOut> {
+        check_step(&self.spec, rows, needs)?;
+        let back = ReadBack::for_needs(needs);
+        let listed: Vec<usize> = (0..needs.len()).filter(|&i| needs[i] == Need::Logits).collect();
+        let passes = self.run_step(&triples(rows), back, &listed).map_err(HomeError::from)?;
+        let (k, vocab) = (resin_core::TOP_CANDIDATES, self.cfg.vocab);
+        let mut out = Vec::with_capacity(rows.len());
+        let mut at = 0;
+        for &(lane, n, m) in &passes {
+            let s = &self.lanes[lane].scratch;
+            let ids = s.ids.read_u32(0, 2 * n).map_err(HomeError::from)?;
+            let top = if back.top() { s.top_host.read_u32(0, 2 * n * k).map_err(HomeError::from)? } else { Vec::new() };
+            let whole = if back == ReadBack::Logits { n } else { m };
+            let logits = if whole > 0 { s.logits_host.read_f32(0, whole * vocab).map_err(HomeError::from)? } else { Vec::new() };
+            let mut next_whole = 0;
+            for (j, &need) in needs[at..at + n].iter().enumerate() {
+                out.push(match need {
+                    Need::Argmax => RowOut::Argmax(ids[2 * j]),
+                    Need::Top => {
+                        let row = &top[2 * k * j..2 * k * (j + 1)];
+                        RowOut::Top(TopCandidates { argmax: ids[2 * j], top: row.chunks(2).map_while(|p| crate::kernels::topk_decode(p[0], p[1])).collect(), lse: f32::from_bits(ids[2 * j + 1]) })
+                    }
+                    Need::Logits => {
+                        let i = if back == ReadBack::Logits { j } else { next_whole };
+                        next_whole += 1;
+                        RowOut::Logits(logits[i * vocab..(i + 1) * vocab].to_vec())
+                    }
+                });
+            }
+            at += n;
+        }
+        self.count_passes(&passes);
+        Ok(StepOut { rows: out })
     }
 
     fn counters(&self) -> &Arc<Counters> {
         &self.counters
     }
 
-    /// The on-device argmax ids: four bytes a row come back instead of the logits.
-    fn step_greedy(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<u32>>> {
-        check_rows(&self.spec, rows)?;
-        let r = triples(rows);
-        let ids = self
-            .run_rows(&r, ReadBack::Ids, r.len(), |s, n, out| {
-                out.extend(s.ids.read_u32(0, n)?);
-                Ok(())
-            })
-            .map_err(HomeError::from)?;
-        Ok(Some(ids))
-    }
-
-    /// The on-device top-k (`Recorder::topk`): TOP_CANDIDATES key pairs and the argmax id
-    /// a row come back instead of the logits (516 bytes against half a megabyte for a 128k
-    /// vocabulary), and the whole rows of `logit_rows` alone, copied on the device into the
-    /// first rows of the host's logits buffer (`Recorder::rows_copy`).
-    fn step_top(&mut self, rows: &[Row], logit_rows: &[usize]) -> resin_core::Result<Option<resin_core::TopStep>> {
-        if !self.top_cut {
-            return Ok(None);
-        }
-        check_rows(&self.spec, rows)?;
-        resin_core::check_logit_rows(logit_rows, rows.len())?;
-        let r = triples(rows);
-        let (k, vocab) = (resin_core::TOP_CANDIDATES, self.cfg.vocab);
-        let back = if logit_rows.is_empty() { ReadBack::Top } else { ReadBack::TopRows };
-        let passes = self.run_step(&r, back, logit_rows).map_err(HomeError::from)?;
-        let mut tops = Vec::with_capacity(r.len());
-        let mut data = Vec::with_capacity(logit_rows.len() * vocab);
-        for &(lane, n, m) in &passes {
-            let s = &self.lanes[lane].scratch;
-            let w = s.top_host.read_u32(0, 2 * n * k).map_err(HomeError::from)?;
-            let ids = s.ids.read_u32(0, n).map_err(HomeError::from)?;
-            tops.extend(w.chunks(2 * k).zip(ids).map(|(row, argmax)| resin_core::TopCandidates { argmax, top: row.chunks(2).map_while(|p| crate::kernels::topk_decode(p[0], p[1])).collect() }));
-            if m > 0 {
-                s.logits_host.read_f32_into(0, m * vocab, &mut data).map_err(HomeError::from)?;
-            }
-        }
-        self.count_passes(&passes);
-        Ok(Some(resin_core::TopStep { tops, logits: Logits { vocab: self.spec.vocab, data } }))
-    }
-
-    fn profile_step(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<(String, f64)>>> {
-        VulkanHome::profile_step(self, rows)
+    fn profiler(&mut self) -> Option<&mut dyn Profile> {
+        Some(self)
     }
 
     /// Layout `[layer][K rows | V rows]` in the mirror's codec (f16, f32 or q8_0 blocks), as the
@@ -1461,8 +1413,25 @@ impl Home for VulkanHome {
         Ok(())
     }
 
+}
+
+impl Profile for VulkanHome {
+    /// Run one token command over `rows` with a timestamp after every stage; returns
+    /// (stage, microseconds) in order, stages named `<op>.<layer>`. The K/V rows of `rows` are
+    /// written as a normal step would. None when the device has no timestamps.
+    fn profile_step(&mut self, rows: &[Row]) -> resin_core::Result<Option<Vec<(String, f64)>>> {
+        check_rows(&self.spec, rows)?;
+        let r = triples(rows);
+        Ok(self.profile_pass(&r, None)?)
+    }
+
+    /// As `profile_step`, for one prefill window: the first PF_WINDOW rows of `segment`
+    /// (its K/V stored as prefill would), landing the logits of its last row.
     fn profile_window(&mut self, segment: &Segment<'_>) -> resin_core::Result<Option<Vec<(String, f64)>>> {
-        VulkanHome::profile_window(self, segment)
+        check_segments(&self.spec, std::slice::from_ref(segment))?;
+        let r: Vec<(u32, u32, u32)> = segment.tokens.iter().take(PF_WINDOW).enumerate().map(|(i, &t)| (segment.region.0, segment.start + i as u32, t)).collect();
+        let keep = [r.len() as u32 - 1];
+        Ok(self.profile_pass(&r, Some(&keep))?)
     }
 }
 

@@ -25,6 +25,8 @@ pub const NORM_MAX: u32 = 16384;
 
 /// Workgroups a row of the argmax's first stage (shaders/ops/argmax.comp SLICES).
 pub const ARGMAX_SLICES: u32 = 64;
+/// Words a row of the argmax's partials: (best value, index, max, sum) a slice.
+pub const ARGMAX_PART_WORDS: u64 = 4 * ARGMAX_SLICES as u64;
 
 /// Workgroups a row of [`Recorder::rows_copy`] (shaders/ops/rows_copy.comp SLICES).
 pub const ROWS_COPY_SLICES: u32 = 64;
@@ -400,15 +402,9 @@ impl Recorder<'_> {
     }
 
     /// y[c][y_off + r] = W[r] . x[c] for c < n (1..=8): the one-row form at n = 1, the N-row
-    /// form otherwise, in the device's tier ([`GemvTier::for_device`]; `RESIN_VK_GEMV=portable`
-    /// or `subgroup` overrides it).
+    /// form otherwise, in the device's tier ([`GemvTier::for_device`]).
     pub fn gemv(&mut self, ty: GgmlType, n: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, p: GemvPush) -> Result<(), VkError> {
-        let tier = match std::env::var("RESIN_VK_GEMV").as_deref() {
-            Ok("portable") => GemvTier::Portable,
-            Ok("subgroup") => GemvTier::Subgroup,
-            _ => GemvTier::for_device(&self.gpu.info),
-        };
-        self.gemv_tier(tier, ty, n, w, x, y, p)
+        self.gemv_tier(GemvTier::for_device(&self.gpu.info), ty, n, w, x, y, p)
     }
 
     /// [`Recorder::gemv`] in a chosen tier (tests run both); the subgroup tier on a device
@@ -713,9 +709,13 @@ impl Recorder<'_> {
         self.run("rows_copy", &[], &[src, list, dst], &push, [ROWS_COPY_SLICES, slots, 1])
     }
 
-    /// ids[r] = argmax of logits row r (n values a row).
-    /// `part` holds ARGMAX_SLICES (value, index) pairs a row between the two stages.
+    /// ids[2r] = argmax of logits row r (n values a row), ids[2r + 1] = the bits of its
+    /// log-sum-exp (shaders/ops/argmax.comp). `part` holds ARGMAX_PART_WORDS words a row
+    /// between the two stages.
     pub fn argmax(&mut self, rows: u32, n: u32, logits: Bind<'_>, part: Bind<'_>, ids: Bind<'_>) -> Result<(), VkError> {
+        if part.range < rows as u64 * ARGMAX_PART_WORDS * 4 || ids.range < rows as u64 * 8 {
+            return Err(VkError::OutOfRange(format!("argmax buffers of {} and {} bytes for {rows} rows", part.range, ids.range)));
+        }
         let push = CountPush { count: n }.bytes();
         self.run("argmax_part", &[], &[logits, part, ids], &push, [rows, ARGMAX_SLICES, 1])?;
         self.barrier();

@@ -18,7 +18,7 @@ pub mod kernels;
 pub mod layout;
 pub mod pipelines;
 
-pub use device::{probe, DeviceInfo, Gpu};
+pub use device::{probe, DeviceInfo, Gpu, GpuOptions};
 pub use home::{UploadProgress, VulkanHome, VulkanOptions, WideMode};
 
 /// Why the Vulkan home cannot start or run.

@@ -12,7 +12,7 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use resin_core::{Counters, KvCodec};
+use resin_core::{Counters, KvCodec, Need, RowOut, StepAll, StepOut};
 use resin_engine::{Engine, EngineConfig, GenEvent, GenHandle, GenRequest};
 use common::Model;
 use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
@@ -138,7 +138,7 @@ fn a_prompt_cut_under_load_gives_the_tokens_it_gives_alone() {
 
 /// The seventh session's crash on the H200 (3 of 3 runs): engines on a device each, dropped
 /// by their threads one after another. Ignored (a device each is slow on lavapipe); run it on
-/// the GPU machine: `bash scripts/gpu_tests.sh "engine engines_on_a_device_each --ignored"`.
+/// the GPU machine: `bash scripts/gpu/gpu_tests.sh "engine engines_on_a_device_each --ignored"`.
 #[test]
 #[ignore]
 fn engines_on_a_device_each_start_and_drop_in_turn() {
@@ -159,15 +159,40 @@ fn engines_on_a_device_each_start_and_drop_in_turn() {
     }
 }
 
+/// The Vulkan home read as a home without a device selection would be: every row's whole
+/// logits back, each row's result (argmax, top candidates, the row) made from them on the host.
+struct WholeRows(VulkanHome);
+
+impl resin_core::Home for WholeRows {
+    fn spec(&self) -> &resin_core::HomeSpec {
+        self.0.spec()
+    }
+    fn prefill(&mut self, segments: &[resin_core::Segment<'_>]) -> resin_core::Result<resin_core::Logits> {
+        self.0.prefill(segments)
+    }
+    fn step(&mut self, rows: &[resin_core::Row], needs: &[Need]) -> resin_core::Result<StepOut> {
+        let l = self.0.step_logits(rows)?;
+        Ok(StepOut { rows: needs.iter().enumerate().map(|(i, &n)| RowOut::from_logits(n, l.row(i))).collect() })
+    }
+    fn counters(&self) -> &Arc<Counters> {
+        self.0.counters()
+    }
+    fn save_region(&mut self, region: resin_core::RegionId, rows: usize) -> resin_core::Result<Vec<u8>> {
+        self.0.save_region(region, rows)
+    }
+    fn load_region(&mut self, region: resin_core::RegionId, rows: usize, snapshot: &[u8]) -> resin_core::Result<()> {
+        self.0.load_region(region, rows, snapshot)
+    }
+}
+
 /// Sampled streams whose samplers keep at most 64 candidates (top_k 40, the server's
 /// defaults otherwise) draw the same tokens when the Vulkan home reads back only each row's
-/// top 64 (`VulkanOptions::top_cut`, the engine's `step_top` path) as when it reads back the
-/// logits: 7 concurrent streams, 12 tokens each, two of them greedy (a step of both kinds
-/// takes the top path too: the greedy rows' argmax ids come back with it), and two whose draws
-/// need their whole rows (penalties; no top_k), which a top step reads back for them alone.
-/// Controls: the cut is what the home serves (`step_top` answers with it on, not off; with it
-/// on whole rows come back for the two streams' 11 decode steps each and no others; with it
-/// off none is a top step), and other seeds draw other tokens.
+/// top 64 (`Need::Top`) as when every row's logits come back (`WholeRows`): 7 concurrent
+/// streams, 12 tokens each, two of them greedy (a step of both kinds takes the top path too:
+/// the greedy rows' argmax ids come back with it), and two whose draws need their whole rows
+/// (penalties; no top_k), which a step reads back for them alone. Controls: whole rows come
+/// back for the two streams' 11 decode steps each and no others, and other seeds draw other
+/// tokens.
 #[test]
 fn sampled_streams_draw_the_same_tokens_from_the_top_candidates() {
     let m = common::model("smollm2-135m");
@@ -178,12 +203,11 @@ fn sampled_streams_draw_the_same_tokens_from_the_top_candidates() {
     // Streams 5 and 6 need their whole rows: penalties, and top_p without a top_k.
     let whole = [5usize, 6];
     let run = |top_cut: bool, seed0: u64| -> Vec<Vec<u32>> {
-        let opts = VulkanOptions { n_ctx: Some(128), regions: ps.len(), codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes, top_cut, ..VulkanOptions::default() };
+        let opts = VulkanOptions { n_ctx: Some(128), regions: ps.len(), codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() };
         let counters = Arc::new(Counters::default());
-        let mut home = VulkanHome::on(gpu.clone(), m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap();
-        let row = [resin_core::Row { region: resin_core::RegionId(0), token: ps[0][0], pos: 0 }];
-        assert_eq!(resin_core::Home::step_top(&mut home, &row, &[]).unwrap().is_some(), top_cut, "the home's top path follows top_cut");
-        let e = Engine::start(Box::new(home), m.tok.clone(), EngineConfig::default());
+        let home = VulkanHome::on(gpu.clone(), m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap();
+        let home: Box<dyn resin_core::Home> = if top_cut { Box::new(home) } else { Box::new(WholeRows(home)) };
+        let e = Engine::start(home, m.tok.clone(), EngineConfig::default());
         let hs: Vec<GenHandle> = ps
             .iter()
             .enumerate()
@@ -203,15 +227,11 @@ fn sampled_streams_draw_the_same_tokens_from_the_top_candidates() {
         assert!(out.iter().all(|o| o.len() == TOKENS));
         let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
         let (steps, top, argmax, rows) = (n(&counters.decode_steps), n(&counters.decode_top_steps), n(&counters.decode_argmax_steps), n(&counters.decode_logits_rows));
-        if top_cut {
-            // Whole rows come back for the two streams' decode steps alone (their first token
-            // is the prefill's): a step holding other streams is a top step (greedy streams
-            // left alone take argmax steps), and only a step of the two alone is a logits step.
-            assert!(top > 0 && top + argmax <= steps, "{steps} steps: {top} top, {argmax} argmax");
-            assert_eq!(rows as usize, whole.len() * (TOKENS - 1), "whole rows for the streams that need them alone");
-        } else {
-            assert_eq!(top, 0, "no top steps without the cut");
-        }
+        // Whole rows come back for the two streams' decode steps alone (their first token
+        // is the prefill's): a step holding other streams is a top step (greedy streams left
+        // alone take argmax steps), and only a step of the two alone is a logits step.
+        assert!(top > 0 && top + argmax <= steps, "{steps} steps: {top} top, {argmax} argmax");
+        assert_eq!(rows as usize, whole.len() * (TOKENS - 1), "whole rows for the streams that need them alone");
         out
     };
     let full = run(false, 7);

@@ -437,26 +437,43 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
     }
 }
 
+/// The argmax and the log-sum-exp of each row: ties to the lower index, NaN ignored, -inf
+/// skipped in the sum, a row of nothing but -inf and NaN giving -inf; the sums against the
+/// host's in f64 within 1e-5 (relative). Control: the planted maxima are where the check looks.
 #[test]
-fn argmax_rows_with_ties() {
+fn argmax_rows_with_ties_and_their_log_sum_exp() {
     let Some(mut h) = Harness::new() else { return };
-    let (rows, n) = (3usize, 49_999usize);
+    let (rows, n) = (4usize, 49_999usize);
     let mut rng = Rng(9);
     let mut l = rng.vec(rows * n, 10.0);
     l[7] = 50.0;
     l[40_000] = 50.0; // tie in row 0: the lower index wins
     l[n + n - 1] = 99.0; // row 1: the last element
+    l[n + 5] = f32::NEG_INFINITY;
     l[2 * n + 12_345] = 20.0;
     l[2 * n + 3] = f32::NAN; // NaN is ignored
+    for (i, v) in l[3 * n..].iter_mut().enumerate() {
+        *v = if i % 2 == 0 { f32::NEG_INFINITY } else { f32::NAN };
+    }
     let lb = h.buf_f32(&l);
-    let mut ib = Buffer::new(&h.gpu, (rows * 4) as u64, Location::Device).unwrap();
-    ib.fill_u32(u32::MAX).unwrap();
-    let part = h.poisoned(rows * ARGMAX_SLICES as usize * 2);
+    let ib = h.poisoned(2 * rows);
+    let part = h.poisoned(rows * ARGMAX_PART_WORDS as usize);
     h.run(|rec| rec.argmax(rows as u32, n as u32, (&lb).into(), (&part).into(), (&ib).into()));
-    let got = ib.read_u32(0, rows).unwrap();
-    assert_eq!(got, vec![7, n as u32 - 1, 12_345]);
+    let got = ib.read_u32(0, 2 * rows).unwrap();
+    let ids: Vec<u32> = got.iter().step_by(2).copied().collect();
+    assert_eq!(ids, vec![7, n as u32 - 1, 12_345, 0]);
+    for r in 0..rows {
+        let row = &l[r * n..(r + 1) * n];
+        let want = resin_core::log_sum_exp(row);
+        let lse = f32::from_bits(got[2 * r + 1]);
+        if r == 3 {
+            assert_eq!(lse, f32::NEG_INFINITY, "row {r}: nothing to sum");
+        } else {
+            assert!(((lse - want) / want).abs() < 1e-5, "row {r}: {lse} against {want}");
+        }
+    }
     // Control: the planted maxima are where the check looks (a wrong id would differ).
-    assert_ne!(got, vec![40_000, n as u32 - 1, 12_345]);
+    assert_ne!(ids, vec![40_000, n as u32 - 1, 12_345, 0]);
 }
 
 /// The row copy a top step reads named logits rows back with: every value of every named row

@@ -12,7 +12,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment};
+use resin_core::{Counters, Home, StepAll, KvCodec, RegionId, Row, Segment};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::{formats, GgmlType, GgufFile};
 use resin_model::{ModelConfig, RopeStyle, Tokenizer};
@@ -326,7 +326,7 @@ fn the_q8_mirror_on_each_home_gives_the_same_ids_and_snapshots_cross_over() {
     let tok = Tokenizer::from_gguf(&file).unwrap();
     let n_ctx = 128;
     let cpu = || CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(n_ctx), regions: 2, codec: KvCodec::Q8_0, threads: None }, Arc::new(Counters::default())).unwrap();
-    let vopts = VulkanOptions { n_ctx: Some(n_ctx), regions: 2, codec: KvCodec::Q8_0, q8_activations: true, progress: None, wide: WideMode::from_env(), ..VulkanOptions::default() };
+    let vopts = VulkanOptions { n_ctx: Some(n_ctx), regions: 2, codec: KvCodec::Q8_0, q8_activations: true, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() };
     let mut vk = VulkanHome::on(gpu, file.clone(), cfg.clone(), &vopts, Arc::new(Counters::default())).unwrap();
     let mut c = cpu();
     // A counting prompt: wide top-2 margins, so greedy cannot flip on 8-bit noise.
@@ -372,9 +372,9 @@ fn the_q8_mirror_on_each_home_gives_the_same_ids_and_snapshots_cross_over() {
     let mut first: Option<Vec<f32>> = None;
     for i in 0..8u32 {
         let pos = n as u32 + i;
-        let v = vk.step(&[Row { region: RegionId(0), token: tv, pos }, Row { region: RegionId(1), token: tv1, pos }]).unwrap();
-        let a = c.step(&[Row { region: RegionId(0), token: tc, pos }]).unwrap();
-        let b = c2.step(&[Row { region: RegionId(0), token: tc2, pos }]).unwrap();
+        let v = vk.step_logits(&[Row { region: RegionId(0), token: tv, pos }, Row { region: RegionId(1), token: tv1, pos }]).unwrap();
+        let a = c.step_logits(&[Row { region: RegionId(0), token: tc, pos }]).unwrap();
+        let b = c2.step_logits(&[Row { region: RegionId(0), token: tc2, pos }]).unwrap();
         if first.is_none() {
             first = Some(a.row(0).to_vec());
         }
@@ -397,7 +397,7 @@ fn the_q8_mirror_on_each_home_gives_the_same_ids_and_snapshots_cross_over() {
     assert_eq!(ids[3], ids[1], "vulkan on the cpu snapshot vs cpu");
     // Control: a CPU home that loaded no snapshot (zeros at the prompt's positions) fails the
     // bar against the first step's logits.
-    let z = cpu().step(&[Row { region: RegionId(0), token: t0, pos: n as u32 }]).unwrap();
+    let z = cpu().step_logits(&[Row { region: RegionId(0), token: t0, pos: n as u32 }]).unwrap();
     let a0 = first.expect("the first step ran");
     let control = rel_l2(z.row(0), &a0);
     eprintln!("control (a step without the prompt's K/V): relative L2 {control:.2e}");

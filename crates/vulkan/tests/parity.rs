@@ -8,7 +8,7 @@ use common::{argmax, rel_l2};
 
 use std::sync::Arc;
 
-use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment};
+use resin_core::{Counters, Home, Profile, StepAll, KvCodec, RegionId, Row, Segment};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
@@ -31,7 +31,7 @@ fn cpu_home(file: Arc<GgufFile>, n_ctx: usize, regions: usize) -> CpuHome {
 
 fn homes_on(gpu: Arc<resin_vulkan::Gpu>, file: Arc<GgufFile>, n_ctx: usize, regions: usize, q8_activations: bool) -> (CpuHome, VulkanHome) {
     let cfg = ModelConfig::from_gguf(&file).unwrap();
-    let vk = VulkanHome::on(gpu, file.clone(), cfg, &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None, wide: WideMode::from_env(), ..VulkanOptions::default() }, Arc::new(Counters::default())).unwrap();
+    let vk = VulkanHome::on(gpu, file.clone(), cfg, &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() }, Arc::new(Counters::default())).unwrap();
     (cpu_home(file, n_ctx, regions), vk)
 }
 
@@ -90,9 +90,9 @@ fn greedy_parity_on(gpu: Arc<resin_vulkan::Gpu>, name: &str, file: Arc<GgufFile>
     let mut vk_time = std::time::Duration::ZERO;
     for i in 0..steps - 1 {
         let pos = (prompt.len() + i) as u32;
-        let c = cpu.step(&[Row { region: RegionId(0), token: tc, pos }]).unwrap();
+        let c = cpu.step_logits(&[Row { region: RegionId(0), token: tc, pos }]).unwrap();
         let t0 = std::time::Instant::now();
-        let v = vk.step(&[Row { region: RegionId(0), token: tv, pos }]).unwrap();
+        let v = vk.step_logits(&[Row { region: RegionId(0), token: tv, pos }]).unwrap();
         vk_time += t0.elapsed();
         tc = argmax(c.row(0));
         min_margin = min_margin.min(margin(c.row(0)));
@@ -178,82 +178,66 @@ fn nrow_step_equals_rows_alone_and_regions_stay_apart() {
         vk.prefill(&[Segment { region: RegionId(r as u32), start: 0, tokens: p }]).unwrap();
     }
     let rows: Vec<Row> = (0..3).map(|r| Row { region: RegionId(r), token: 42 + r, pos: prompts[r as usize].len() as u32 }).collect();
-    let together = vk.step(&rows).unwrap();
+    let together = vk.step_logits(&rows).unwrap();
     // Each row alone, at the same positions (rewrites the same K/V rows with the same values).
     for (i, row) in rows.iter().enumerate() {
-        let alone = vk.step(&[*row]).unwrap();
+        let alone = vk.step_logits(&[*row]).unwrap();
         let same = alone.row(0).iter().zip(together.row(i)).all(|(a, b)| a.to_bits() == b.to_bits());
         assert!(same, "row {i} of the 3-row step differs from the row alone");
     }
     // Control: different regions give different logits for the same token.
-    let a = vk.step(&[Row { region: RegionId(0), token: 7, pos: 5 }]).unwrap();
-    let b = vk.step(&[Row { region: RegionId(1), token: 7, pos: 5 }]).unwrap();
+    let a = vk.step_logits(&[Row { region: RegionId(0), token: 7, pos: 5 }]).unwrap();
+    let b = vk.step_logits(&[Row { region: RegionId(1), token: 7, pos: 5 }]).unwrap();
     assert!(rel_l2(a.row(0), b.row(0)) > 1e-3, "regions must not share keys");
 }
 
-/// A Vulkan home alone (no CPU home), its mirror codec and whether its attention ropes.
-fn vk_home(name: &str, regions: usize, codec: KvCodec, rope_in_attention: bool) -> Option<VulkanHome> {
+/// A Vulkan home alone (no CPU home) with its mirror codec.
+fn vk_home(name: &str, regions: usize, codec: KvCodec) -> Option<VulkanHome> {
     let gpu = common::gpu()?;
     // RESIN_TEST_GGUF (common::model) names another file, as on the GPU machine.
     let common::Model { file, cfg, .. } = common::model(name);
-    let opts = VulkanOptions { n_ctx: Some(64), regions, codec, rope_in_attention, ..VulkanOptions::default() };
+    let opts = VulkanOptions { n_ctx: Some(64), regions, codec, ..VulkanOptions::default() };
     Some(VulkanHome::on(gpu, file, cfg, &opts, Arc::new(Counters::default())).unwrap())
 }
 
-/// Token commands whose attention ropes and stores q, k and v itself (rows of distinct
-/// regions: one row, three rows) give the logits of the rope_store
-/// dispatch bit for bit, and store the same K/V (the steps after read them back), on NORM rope
-/// (SmolLM2) and NEOX rope with q/k/v bias (Qwen2.5), the f16 mirror; a peel (rows of one
-/// region) keeps the dispatch. Control: the next position's logits differ. The profile says
-/// which path ran.
+/// The one-row token command's attention ropes and stores q, k and v itself; rows stepped
+/// together (three regions: the N-row command, which keeps the rope_store dispatch) give each
+/// row's one-row logits bit for bit, and store the same K/V (the steps after read them back),
+/// on NORM rope (SmolLM2) and NEOX rope with q/k/v bias (Qwen2.5), the f16 mirror. Control:
+/// the next position's logits differ. The profile says which path ran.
 #[test]
 fn the_attention_ropes_and_stores_as_the_rope_dispatch() {
     // The f32 mirror's form is covered by tests/kernels.rs (attention_that_ropes_...).
     for (name, codec) in [("smollm2-135m", KvCodec::F16), ("qwen2.5-coder-0.5b", KvCodec::F16)] {
-        let Some(mut own) = vk_home(name, 3, codec, true) else { return };
-        let mut plain = vk_home(name, 3, codec, false).unwrap();
+        let Some(mut h) = vk_home(name, 3, codec) else { return };
         let what = format!("{name} {codec:?}");
-        for h in [&mut own, &mut plain] {
-            for r in 0..3u32 {
-                let start = r as usize * 2;
-                h.prefill(&[Segment { region: RegionId(r), start: 0, tokens: &PROMPT[start..start + 6] }]).unwrap();
-            }
+        for r in 0..3u32 {
+            let start = r as usize * 2;
+            h.prefill(&[Segment { region: RegionId(r), start: 0, tokens: &PROMPT[start..start + 6] }]).unwrap();
         }
-        let same = |rows: &[Row], own: &mut VulkanHome, plain: &mut VulkanHome| {
-            let x = own.step(rows).unwrap();
-            let y = plain.step(rows).unwrap();
-            let differ = x.data.iter().zip(&y.data).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-            let worst = x.data.iter().zip(&y.data).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            assert!(differ == 0, "{what}: {} rows at {:?}: the attention's own rope differs from the dispatch ({differ} of {} logits, by up to {worst})", rows.len(), rows[0], x.data.len());
-            x
-        };
-        // Each region's row alone, then three rows of three regions, twice.
+        // Each region's row alone, then the three together at the next position, alone again
+        // at the one after (each reads the K/V the other path stored).
         let mut prev: Vec<f32> = Vec::new();
-        for (pos, together) in [(6u32, false), (7, true), (8, true)] {
+        for pos in [6u32, 7, 8] {
             let rows: Vec<Row> = (0..3u32).map(|r| Row { region: RegionId(r), token: 40 + r + pos, pos }).collect();
-            let first = if together {
-                same(&rows, &mut own, &mut plain).row(0).to_vec()
-            } else {
-                let x = same(&rows[..1], &mut own, &mut plain).row(0).to_vec();
-                same(&rows[1..2], &mut own, &mut plain);
-                same(&rows[2..], &mut own, &mut plain);
-                x
-            };
-            assert!(first != prev, "control {what}: the next position's logits must differ");
-            prev = first;
+            let alone: Vec<Vec<f32>> = rows.iter().map(|r| h.step_logits(std::slice::from_ref(r)).unwrap().data).collect();
+            let together = h.step_logits(&rows).unwrap();
+            for (i, a) in alone.iter().enumerate() {
+                let x = together.row(i);
+                let differ = x.iter().zip(a).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
+                assert!(differ == 0, "{what}: row {i} at {pos}: the attention's own rope differs from the dispatch ({differ} of {} logits)", x.len());
+            }
+            assert!(alone[0] != prev, "control {what}: the next position's logits must differ");
+            prev = alone[0].clone();
         }
-        let pos = 9u32;
-        // A peel: two rows of region 0 at consecutive positions (the rope_store path).
-        let peel = [Row { region: RegionId(0), token: 7, pos }, Row { region: RegionId(0), token: 8, pos: pos + 1 }];
-        same(&peel, &mut own, &mut plain);
         // Which path ran.
         let rope_stages = |h: &mut VulkanHome, rows: &[Row]| h.profile_step(rows).unwrap().map(|st| st.iter().filter(|(l, _)| l.starts_with("rope_store")).count());
-        let row = [Row { region: RegionId(1), token: 9, pos: pos + 2 }];
-        if let (Some(o), Some(p)) = (rope_stages(&mut own, &row), rope_stages(&mut plain, &row)) {
+        let pos = 9u32;
+        let row = [Row { region: RegionId(1), token: 9, pos }];
+        if let Some(o) = rope_stages(&mut h, &row) {
             assert_eq!(o, 0, "{what}: the one-row command ropes in its attention");
-            assert!(p > 0, "{what}: the plain home runs rope_store");
-            let peel = [Row { region: RegionId(2), token: 9, pos: pos + 2 }, Row { region: RegionId(2), token: 9, pos: pos + 3 }];
-            assert!(rope_stages(&mut own, &peel).unwrap() > 0, "{what}: a peel keeps rope_store");
+            let peel = [Row { region: RegionId(2), token: 9, pos }, Row { region: RegionId(2), token: 9, pos: pos + 1 }];
+            assert!(rope_stages(&mut h, &peel).unwrap() > 0, "{what}: a peel keeps rope_store");
         }
     }
 }
@@ -271,9 +255,9 @@ fn a_prewarmed_home_runs_as_one_built_on_demand() {
     for vk in [&mut lazy, &mut warm] {
         let first = vk.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &PROMPT }]).unwrap();
         let rows: Vec<Row> = (0..3).map(|r| Row { region: RegionId(r), token: 42 + r, pos: 0 }).collect();
-        let step = vk.step(&rows).unwrap();
+        let step = vk.step_logits(&rows).unwrap();
         let wide_rows: Vec<Row> = (0..10).map(|r| Row { region: RegionId(r), token: 7 + r, pos: 0 }).collect();
-        let wide = vk.step(&wide_rows).unwrap();
+        let wide = vk.step_logits(&wide_rows).unwrap();
         let flat = |l: &resin_core::Logits| (0..l.rows()).flat_map(|i| l.row(i).to_vec()).collect::<Vec<f32>>();
         out.push((first.row(0).to_vec(), flat(&step), flat(&wide)));
     }
@@ -331,7 +315,7 @@ fn declines_are_counted_once_with_their_reason() {
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let counters = Arc::new(Counters::default());
-    let opts = VulkanOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::Q8_0, q8_activations: true, progress: None, wide: WideMode::from_env(), ..VulkanOptions::default() };
+    let opts = VulkanOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::Q8_0, q8_activations: true, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() };
     // The q8_0 mirror stores whole 32-value blocks a head: a head dim of 48 (the model's
     // config edited; the plan declines before anything is read with it) is declined.
     let odd = ModelConfig { head_dim: 48, ..cfg.clone() };

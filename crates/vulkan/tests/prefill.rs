@@ -12,7 +12,7 @@ use common::{argmax, bits_equal, rel_l2, Model};
 
 use std::sync::Arc;
 
-use resin_core::{Counters, Home, KvCodec, Logits, RegionId, Row, Segment};
+use resin_core::{Counters, Home, KvCodec, Logits, Need, RegionId, Row, RowOut, Segment, StepAll, StepOut, TopCandidates};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_model::Tokenizer;
 use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
@@ -83,8 +83,8 @@ fn a_600_token_prompt_runs_as_two_windows_then_decodes_as_the_cpu_home() {
     let (mut ids_v, mut ids_c) = (vec![tv], vec![tc]);
     for i in 0..8u32 {
         let pos = 600 + i;
-        tv = argmax(vk.step(&[Row { region: RegionId(0), token: tv, pos }]).unwrap().row(0));
-        tc = argmax(c.step(&[Row { region: RegionId(0), token: tc, pos }]).unwrap().row(0));
+        tv = argmax(vk.step_logits(&[Row { region: RegionId(0), token: tv, pos }]).unwrap().row(0));
+        tc = argmax(c.step_logits(&[Row { region: RegionId(0), token: tc, pos }]).unwrap().row(0));
         ids_v.push(tv);
         ids_c.push(tc);
     }
@@ -129,8 +129,8 @@ fn two_sessions_in_one_window_equal_each_alone_and_save_a_window() {
     }
     // Then one 2-row step continues both sessions from their own positions.
     let rows = [Row { region: RegionId(0), token: argmax(both.row(0)), pos: 200 }, Row { region: RegionId(1), token: argmax(both.row(1)), pos: 250 }];
-    let sv = together.step(&rows).unwrap();
-    let sc = c.step(&rows).unwrap();
+    let sv = together.step_logits(&rows).unwrap();
+    let sc = c.step_logits(&rows).unwrap();
     for i in 0..2 {
         assert_eq!(argmax(sv.row(i)), argmax(sc.row(i)), "step after the segmented window, row {i}");
     }
@@ -182,7 +182,7 @@ fn a_peel_continuation_equals_the_window_chain() {
         let cont = &prompt[start..start + k];
         // Region 0: the peel, k rows of one session through the token command.
         let rows: Vec<Row> = cont.iter().enumerate().map(|(i, &t)| Row { region: RegionId(0), token: t, pos: (start + i) as u32 }).collect();
-        let peel: Logits = vk.step(&rows).unwrap();
+        let peel: Logits = vk.step_logits(&rows).unwrap();
         // Region 1: the same rows as a window-chain segment.
         let chain = vk.prefill(&[Segment { region: RegionId(1), start: start as u32, tokens: cont }]).unwrap();
         let e = rel_l2(peel.row(k - 1), chain.row(0));
@@ -191,7 +191,7 @@ fn a_peel_continuation_equals_the_window_chain() {
     }
     assert_eq!(start, head + 36, "continuations of 1..8 rows ran");
     // Control: a continuation at the wrong position differs.
-    let a = vk.step(&[Row { region: RegionId(0), token: prompt[start], pos: start as u32 }]).unwrap();
+    let a = vk.step_logits(&[Row { region: RegionId(0), token: prompt[start], pos: start as u32 }]).unwrap();
     let b = vk.prefill(&[Segment { region: RegionId(1), start: start as u32 + 1, tokens: &prompt[start..start + 1] }]).unwrap();
     assert!(!bits_equal(a.row(0), b.row(0)));
 }
@@ -207,8 +207,8 @@ fn a_region_saved_to_host_and_loaded_into_another_continues_the_same() {
     let row = |r: u32| Row { region: RegionId(r), token: 7, pos: 40 };
     // Region 1: the whole snapshot. It continues bit for bit as region 0.
     vk.load_region(RegionId(1), 40, &snap).unwrap();
-    let a = vk.step(&[row(0)]).unwrap();
-    let b = vk.step(&[row(1)]).unwrap();
+    let a = vk.step_logits(&[row(0)]).unwrap();
+    let b = vk.step_logits(&[row(1)]).unwrap();
     assert!(bits_equal(a.row(0), b.row(0)), "a restored region continues bit for bit as the original");
     // Region 2: the snapshot's first 30 rows, then rows 30..40 prefilled; region 3 the same
     // rows prefilled as 0..30 then 30..40. A window's rows do not depend on what else shares
@@ -217,8 +217,8 @@ fn a_region_saved_to_host_and_loaded_into_another_continues_the_same() {
     vk.prefill(&[seg(2, 30, 40)]).unwrap();
     vk.prefill(&[seg(3, 0, 30)]).unwrap();
     vk.prefill(&[seg(3, 30, 40)]).unwrap();
-    let p = vk.step(&[row(2)]).unwrap();
-    let q = vk.step(&[row(3)]).unwrap();
+    let p = vk.step_logits(&[row(2)]).unwrap();
+    let q = vk.step_logits(&[row(3)]).unwrap();
     assert!(bits_equal(p.row(0), q.row(0)), "a partly restored region equals one prefilled the same way");
     // The CPU home reads the same snapshot layout: its step on the Vulkan home's rows lands
     // near the Vulkan step with the same greedy id, while the CPU home on a region without
@@ -229,17 +229,17 @@ fn a_region_saved_to_host_and_loaded_into_another_continues_the_same() {
     const SNAPSHOT_BAR: f64 = 0.12;
     let mut c = cpu(&m, 128, 2);
     c.load_region(RegionId(0), 40, &snap).unwrap();
-    let lc = c.step(&[row(0)]).unwrap();
+    let lc = c.step_logits(&[row(0)]).unwrap();
     let e = rel_l2(a.row(0), lc.row(0));
     eprintln!("CPU step on the Vulkan snapshot: relative L2 {e:.2e}");
     assert!(e < SNAPSHOT_BAR, "the CPU home on the Vulkan home's snapshot: {e}");
     assert_eq!(argmax(a.row(0)), argmax(lc.row(0)));
-    let lz = c.step(&[row(1)]).unwrap();
+    let lz = c.step_logits(&[row(1)]).unwrap();
     let control = rel_l2(a.row(0), lz.row(0));
     eprintln!("control, the CPU home without the snapshot: relative L2 {control:.2e}");
     assert!(control > SNAPSHOT_BAR, "control: the CPU home without the snapshot");
     // Controls: a region at another history gives other logits; bad snapshots are refused.
-    let z = vk.step(&[Row { region: RegionId(1), token: 7, pos: 20 }]).unwrap();
+    let z = vk.step_logits(&[Row { region: RegionId(1), token: 7, pos: 20 }]).unwrap();
     assert!(rel_l2(z.row(0), a.row(0)) > 1e-2);
     assert!(vk.load_region(RegionId(1), 30, &snap[..snap.len() - 1]).is_err(), "a truncated snapshot");
     assert!(vk.load_region(RegionId(1), 41, &snap).is_err(), "more rows than the snapshot holds");
@@ -256,12 +256,29 @@ fn host_top(row: &[f32]) -> Vec<(u32, u32)> {
     c.iter().map(|&(_, i)| (i, row[i as usize].to_bits())).collect()
 }
 
-/// Greedy steps read back the device's argmax ids, and top steps (`Home::step_top`) the
-/// device's top candidates, of the same logits `step` gives: every id, and every candidate's
-/// id and logit bits against the host's top of the logits (a reversed order is not it). A top
-/// step that also names rows reads back those rows' whole logits, bit for bit, in the order
-/// named (the rows differ, so another row's logits would fail), with the same candidates;
-/// rows named out of order or past the step are refused.
+/// Each row's top candidates, where every row of `out` came back as such.
+fn tops_of(out: &StepOut) -> Vec<TopCandidates> {
+    out.rows
+        .iter()
+        .map(|r| match r {
+            RowOut::Top(t) => t.clone(),
+            other => panic!("a top row came back as {other:?}"),
+        })
+        .collect()
+}
+
+/// Row i's whole logits, where it came back so.
+fn logits_of(out: &StepOut, i: usize) -> &[f32] {
+    out.rows[i].logits().unwrap_or_else(|| panic!("row {i} came back without its logits: {:?}", out.rows[i]))
+}
+
+/// Greedy rows read back the device's argmax ids, and top rows (`Need::Top`) the device's top
+/// candidates and log-sum-exp, of the same logits a logits step gives: every id, every
+/// candidate's id and logit bits against the host's top of the logits (a reversed order is
+/// not it), the log-sum-exp within 1e-5 of the host's. A step whose other rows need their
+/// logits reads back those rows' whole logits, bit for bit (the rows differ, so another row's
+/// logits would fail), with the same candidates, beside top rows or argmax rows; needs that
+/// are not one a row are refused.
 #[test]
 fn greedy_and_top_steps_read_back_the_device_argmax_and_top_of_the_same_logits() {
     let m = model();
@@ -271,18 +288,18 @@ fn greedy_and_top_steps_read_back_the_device_argmax_and_top_of_the_same_logits()
         vk.prefill(&[Segment { region: RegionId(r), start: 0, tokens: &prompt[..4 + 2 * r as usize] }]).unwrap();
     }
     let rows: Vec<Row> = (0..3).map(|r| Row { region: RegionId(r), token: prompt[4 + 2 * r as usize], pos: 4 + 2 * r }).collect();
-    let l = vk.step(&rows).unwrap();
+    let l = vk.step_logits(&rows).unwrap();
     let before = counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed);
     // The same rows again (rewriting the same K/V rows with the same values).
-    let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
+    let ids = vk.step_ids(&rows).unwrap();
     let want: Vec<u32> = (0..3).map(|i| argmax(l.row(i))).collect();
     assert_eq!(ids, want, "the device's argmax of the same logits");
-    let ts = vk.step_top(&rows, &[]).unwrap().expect("the Vulkan home reads back its top candidates");
-    let tops = ts.tops;
-    assert_eq!(ts.logits.rows(), 0, "no rows named, no logits rows");
+    let tops = tops_of(&vk.step(&rows, &[Need::Top; 3]).unwrap());
     assert_eq!(tops.len(), 3);
     for (i, t) in tops.iter().enumerate() {
         assert_eq!(t.argmax, ids[i], "row {i}: a top step's argmax id is the greedy step's");
+        let lse = resin_core::log_sum_exp(l.row(i));
+        assert!(((t.lse - lse) / lse).abs() < 1e-5, "row {i}: log-sum-exp {} against the host's {lse}", t.lse);
         let got: Vec<(u32, u32)> = t.top.iter().map(|&(id, x)| (id, x.to_bits())).collect();
         let want = host_top(l.row(i));
         assert_eq!(got.len(), resin_core::TOP_CANDIDATES);
@@ -292,16 +309,19 @@ fn greedy_and_top_steps_read_back_the_device_argmax_and_top_of_the_same_logits()
         rev.reverse();
         assert_ne!(got, rev, "control: the candidates are best first");
     }
-    let named = vk.step_top(&rows, &[0, 2]).unwrap().expect("the Vulkan home reads back named rows");
-    assert_eq!(named.tops, tops, "naming rows leaves every row's candidates as they were");
-    assert_eq!((named.logits.vocab, named.logits.rows()), (l.vocab, 2));
-    assert!(bits_equal(named.logits.row(0), l.row(0)), "named row 0: its logits");
-    assert!(bits_equal(named.logits.row(1), l.row(2)), "named row 2: its logits");
-    assert!(!bits_equal(named.logits.row(1), l.row(1)), "control: row 1's logits are not row 2's");
-    for bad in [&[2, 0][..], &[1, 1], &[3]] {
-        assert!(matches!(vk.step_top(&rows, bad), Err(resin_core::HomeError::BadRowIndex { .. })), "{bad:?} refused");
+    let mixed = vk.step(&rows, &[Need::Logits, Need::Top, Need::Logits]).unwrap();
+    assert_eq!(mixed.rows[1], RowOut::Top(tops[1].clone()), "whole rows beside leave a row's candidates as they were");
+    assert!(bits_equal(logits_of(&mixed, 0), l.row(0)), "row 0: its logits");
+    assert!(bits_equal(logits_of(&mixed, 2), l.row(2)), "row 2: its logits");
+    assert!(!bits_equal(logits_of(&mixed, 2), l.row(1)), "control: row 1's logits are not row 2's");
+    // Whole rows beside argmax rows (no top selection in the pass).
+    let rows_ids = vk.step(&rows, &[Need::Argmax, Need::Logits, Need::Argmax]).unwrap();
+    assert_eq!((rows_ids.rows[0].clone(), rows_ids.rows[2].clone()), (RowOut::Argmax(ids[0]), RowOut::Argmax(ids[2])));
+    assert!(bits_equal(logits_of(&rows_ids, 1), l.row(1)), "row 1: its logits beside argmax rows");
+    for bad in [&[Need::Top; 2][..], &[Need::Top; 4]] {
+        assert!(matches!(vk.step(&rows, bad), Err(resin_core::HomeError::BadNeeds { .. })), "{} needs refused", bad.len());
     }
-    assert_eq!(counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed) - before, 9, "the refused calls ran nothing");
+    assert_eq!(counters.decode_rows.load(std::sync::atomic::Ordering::Relaxed) - before, 12, "the refused calls ran nothing");
     // Control: the rows' ids differ from each other (three different contexts).
     assert!(want[0] != want[1] || want[1] != want[2]);
 }
@@ -322,11 +342,11 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     vk.prefill(&segs).unwrap();
     let rows: Vec<Row> = (0..N).map(|r| Row { region: RegionId(r as u32), token: prompt[lens[r]], pos: lens[r] as u32 }).collect();
     vk.prewarm(N).unwrap();
-    let wide = vk.step(&rows).unwrap();
-    let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
+    let wide = vk.step_logits(&rows).unwrap();
+    let ids = vk.step_ids(&rows).unwrap();
     assert_eq!(wide.rows(), N);
     // Each lane's top candidates read back as the host's top of the same logits.
-    let tops = vk.step_top(&rows, &[]).unwrap().expect("the Vulkan home reads back its top candidates").tops;
+    let tops = tops_of(&vk.step(&rows, &[Need::Top; N]).unwrap());
     for (i, t) in tops.iter().enumerate() {
         let got: Vec<(u32, u32)> = t.top.iter().map(|&(id, x)| (id, x.to_bits())).collect();
         assert_eq!(got, host_top(wide.row(i)), "row {i}: a lane's top candidates");
@@ -334,14 +354,17 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     }
     // Named rows of every lane (7 + 6 + 6: rows 0-6, 7-12, 13-18), each lane copying its own.
     let named = [0, 6, 7, 13, 18];
-    let ts = vk.step_top(&rows, &named).unwrap().expect("the Vulkan home reads back named rows");
-    assert_eq!(ts.tops, tops, "naming rows leaves every row's candidates as they were");
-    assert_eq!(ts.logits.rows(), named.len());
-    for (j, &i) in named.iter().enumerate() {
-        assert!(bits_equal(ts.logits.row(j), wide.row(i)), "named row {i}: its lane's logits");
+    let needs: Vec<Need> = (0..N).map(|i| if named.contains(&i) { Need::Logits } else { Need::Top }).collect();
+    let ts = vk.step(&rows, &needs).unwrap();
+    for (i, r) in ts.rows.iter().enumerate() {
+        if named.contains(&i) {
+            assert!(bits_equal(logits_of(&ts, i), wide.row(i)), "named row {i}: its lane's logits");
+        } else {
+            assert_eq!(r, &RowOut::Top(tops[i].clone()), "row {i}: whole rows beside leave its candidates as they were");
+        }
     }
     for (i, r) in rows.iter().enumerate() {
-        let alone = vk.step(std::slice::from_ref(r)).unwrap();
+        let alone = vk.step_logits(std::slice::from_ref(r)).unwrap();
         assert!(bits_equal(wide.row(i), alone.row(0)), "row {i}: a lane's row differs from the row alone");
         assert_eq!(ids[i], argmax(alone.row(0)), "row {i}: greedy id");
     }
@@ -354,10 +377,10 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     // Ten rows of one region (a continuation): one pass, the CPU home's greedy ids.
     let tail = counting(&m.tok, 20);
     let cont: Vec<Row> = (0..10).map(|k| Row { region: RegionId(0), token: tail[10 + k], pos: (lens[0] + 1 + k) as u32 }).collect();
-    let one = vk.step(&cont).unwrap();
+    let one = vk.step_logits(&cont).unwrap();
     let mut c = cpu(&m, 128, N);
     c.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &prompt[..lens[0] + 1] }]).unwrap();
-    let lc = c.step(&cont).unwrap();
+    let lc = c.step_logits(&cont).unwrap();
     for k in 0..10 {
         assert_eq!(argmax(one.row(k)), argmax(lc.row(k)), "continuation row {k}: greedy id");
     }
@@ -380,16 +403,16 @@ fn fast_wide_steps_take_lanes_below_forty_rows_and_one_pass_from_there() {
     c.prefill(&segs).unwrap();
     let rows: Vec<Row> = (0..N).map(|r| Row { region: RegionId(r as u32), token: prompt[lens[r]], pos: lens[r] as u32 }).collect();
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    let lc = c.step(&rows).unwrap();
+    let lc = c.step_logits(&rows).unwrap();
     // 12 rows: lanes (one grouped step of two 6-row commands), each row the row alone.
-    let few = vk.step(&rows[..12]).unwrap();
+    let few = vk.step_logits(&rows[..12]).unwrap();
     assert_eq!((count(&counters.grouped_steps), count(&counters.wide_steps)), (1, 0));
     for i in [0, 11] {
-        let alone = vk.step(std::slice::from_ref(&rows[i])).unwrap();
+        let alone = vk.step_logits(std::slice::from_ref(&rows[i])).unwrap();
         assert!(bits_equal(few.row(i), alone.row(0)), "row {i} of 12: a lane's row differs from the row alone");
     }
     // 40 rows: one pass (a wide step, no group).
-    let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
+    let ids = vk.step_ids(&rows).unwrap();
     assert_eq!((count(&counters.grouped_steps), count(&counters.wide_steps)), (1, 1));
     for (i, &id) in ids.iter().enumerate() {
         assert_eq!(id, argmax(lc.row(i)), "row {i}: greedy id against the CPU home");
@@ -415,8 +438,8 @@ fn a_wide_step_matches_the_cpu_home_and_each_row_is_independent_of_the_others() 
     vk.prefill(&segs).unwrap();
     c.prefill(&segs).unwrap();
     let rows: Vec<Row> = (0..N).map(|r| Row { region: RegionId(r as u32), token: prompt[lens[r]], pos: lens[r] as u32 }).collect();
-    let wide = vk.step(&rows).unwrap();
-    let lc = c.step(&rows).unwrap();
+    let wide = vk.step_logits(&rows).unwrap();
+    let lc = c.step_logits(&rows).unwrap();
     assert_eq!(wide.rows(), N);
     // Bar: after these short prompts the token command itself (groups of 8 rows) sits up to
     // 7e-2 from the CPU home on some rows with its AVX-512 kernels, 0.111 with its AVX2 ones
@@ -427,7 +450,7 @@ fn a_wide_step_matches_the_cpu_home_and_each_row_is_independent_of_the_others() 
     const WIDE_BAR: f64 = 0.1;
     let mut by8 = Vec::new();
     for g in rows.chunks(8) {
-        let l = vk.step(g).unwrap();
+        let l = vk.step_logits(g).unwrap();
         by8.extend((0..g.len()).map(|i| l.row(i).to_vec()));
     }
     let mut errs = Vec::new();
@@ -443,25 +466,28 @@ fn a_wide_step_matches_the_cpu_home_and_each_row_is_independent_of_the_others() 
     // Control: a row against another row's CPU logits fails the bar.
     assert!(rel_l2(wide.row(0), lc.row(N - 1)) >= WIDE_BAR);
     // The first 12 rows again (the same K/V rows rewritten with the same values): the same bits.
-    let part = vk.step(&rows[..12]).unwrap();
+    let part = vk.step_logits(&rows[..12]).unwrap();
     for i in 0..12 {
         assert!(bits_equal(part.row(i), wide.row(i)), "row {i}: a 12-row wide step differs from the 20-row one");
     }
-    let ids = vk.step_greedy(&rows).unwrap().expect("the Vulkan home reads back argmax ids");
+    let ids = vk.step_ids(&rows).unwrap();
     assert_eq!(ids, (0..N).map(|i| argmax(wide.row(i))).collect::<Vec<_>>());
     // A top step of the one pass that names rows: their logits, the same bits, in order.
     let named = [0, 9, 19];
-    let ts = vk.step_top(&rows, &named).unwrap().expect("the Vulkan home reads back named rows");
-    assert_eq!((ts.tops.len(), ts.logits.rows()), (N, named.len()));
-    for (j, &i) in named.iter().enumerate() {
-        assert!(bits_equal(ts.logits.row(j), wide.row(i)), "named row {i} of the one pass");
-        assert_eq!(ts.tops[i].argmax, ids[i], "row {i}: argmax id in a top step");
+    let needs: Vec<Need> = (0..N).map(|i| if named.contains(&i) { Need::Logits } else { Need::Top }).collect();
+    let ts = vk.step(&rows, &needs).unwrap();
+    assert_eq!(ts.rows.len(), N);
+    for (i, r) in ts.rows.iter().enumerate() {
+        if named.contains(&i) {
+            assert!(bits_equal(logits_of(&ts, i), wide.row(i)), "named row {i} of the one pass");
+        }
+        assert_eq!(r.argmax(), ids[i], "row {i}: argmax id in a top step");
     }
     assert_eq!(counters.wide_steps.load(std::sync::atomic::Ordering::Relaxed), 4, "the 8-row groups are token commands");
     // More rows than the home takes in a step: a clear error.
     let mut too_many = rows.clone();
     too_many.extend(rows.iter().cloned());
-    assert!(vk.step(&too_many).is_err());
+    assert!(vk.step_logits(&too_many).is_err());
 }
 
 /// A prompt cut into chunks as the engine cuts it under load (`chunk_rows` with the home's

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use resin_core::{Home, RegionId, Row, Segment};
+use resin_core::{Home, RegionId, Row, Segment, StepAll};
 use resin_engine::{argmax, Engine, EngineConfig, GenEvent, GenRequest, SamplingParams};
 use serde_json::json;
 
@@ -29,10 +29,6 @@ pub struct BenchArgs {
     /// With --streams: sessions whose prompts may share a prefill window (1: one at a time).
     #[arg(long)]
     pub max_segments: Option<usize>,
-    /// With --streams: decoding streams from which a step hands all rows to the home as one
-    /// wide step instead of the engine stepping groups of 8 (0: never; default: the engine's).
-    #[arg(long)]
-    pub wide_step_min: Option<usize>,
     /// With --streams: prompt rows prefilled a tick while other streams decode (auto, or
     /// 1..=512; default auto: what the home prefills in 25 ms, at least 128).
     #[arg(long, value_parser = parse_prefill_quantum)]
@@ -136,7 +132,7 @@ fn peak_rss_bytes() -> Option<u64> {
 }
 
 /// Rows of the wide step `--profile` times: one pass of them (the Vulkan home's profile is of
-/// the GEMM pass `RESIN_VK_WIDE=gemm` runs; its lanes run token commands, timed above).
+/// the GEMM pass `--wide-steps gemm` runs; its lanes run token commands, timed above).
 const WIDE_PROFILE_ROWS: usize = 32;
 
 pub fn bench(args: BenchArgs) -> Result<()> {
@@ -184,51 +180,42 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     // Decode n tokens from the first prompt token. `greedy` false: each step's logits read
     // back and their argmax taken here (llama-bench's figure includes the logits' copy);
     // true: only each step's argmax id, computed by the home (on the GPU, on the device), as
-    // a greedy stream runs it (None where the home has no such path).
-    let tg = |home: &mut Box<dyn Home>, n: usize, greedy: bool| -> Result<Option<f64>> {
+    // a greedy stream runs it.
+    let tg = |home: &mut Box<dyn Home>, n: usize, greedy: bool| -> Result<f64> {
         let t = Instant::now();
         let mut tok = prompt[0];
         for pos in 0..n {
             let row = [Row { region, token: tok, pos: pos as u32 }];
-            tok = if greedy {
-                match home.step_greedy(&row)? {
-                    Some(ids) => ids[0],
-                    None => return Ok(None),
-                }
-            } else {
-                argmax(home.step(&row)?.row(0))
-            };
+            tok = if greedy { home.step_ids(&row)?[0] } else { argmax(home.step_logits(&row)?.row(0)) };
         }
-        Ok(Some(n as f64 / t.elapsed().as_secs_f64()))
+        Ok(n as f64 / t.elapsed().as_secs_f64())
     };
     // Warm-up: page the weights in and settle the thread pool.
     pp(&mut home, &prompt[..prompt.len().min(64)])?;
     tg(&mut home, 4, false)?;
-    let greedy_path = tg(&mut home, 4, true)?.is_some();
+    tg(&mut home, 4, true)?;
     let mut pps = Vec::new();
     let mut tgs = Vec::new();
     let mut greedy = Vec::new();
     for _ in 0..args.reps {
         pps.push(pp(&mut home, &prompt)?);
-        tgs.extend(tg(&mut home, args.gen_tokens, false)?);
-        if greedy_path {
-            greedy.extend(tg(&mut home, args.gen_tokens, true)?);
-        }
+        tgs.push(tg(&mut home, args.gen_tokens, false)?);
+        greedy.push(tg(&mut home, args.gen_tokens, true)?);
     }
     let (pp_tps, tg_tps) = (median(pps.clone()), median(tgs.clone()));
-    let tg_greedy_tps = (!greedy.is_empty()).then(|| median(greedy));
+    let tg_greedy_tps = Some(median(greedy));
     let spec = home.spec().clone();
-    let profile = if args.profile {
+    let profile = if let (true, Some(home)) = (args.profile, home.profiler()) {
         let window = home.profile_window(&Segment { region, start: 0, tokens: &prompt })?;
         let row = Row { region, token: prompt[0], pos: prompt.len() as u32 };
         let step = home.profile_step(&[row])?;
         // An N-row step: NROW_MAX rows (one region's next positions, as the peel runs them).
         let rows: Vec<Row> = (0..resin_core::NROW_MAX).map(|i| Row { region, token: prompt[i % prompt.len()], pos: (prompt.len() + i) as u32 }).collect();
-        let step_n = if rows.last().is_some_and(|r| (r.pos as usize) < home.spec().n_ctx) { home.profile_step(&rows)? } else { None };
+        let step_n = if rows.last().is_some_and(|r| (r.pos as usize) < spec.n_ctx) { home.profile_step(&rows)? } else { None };
         // A wide step: one row in each region at the prompt's length (the other regions' K/V
         // rows hold whatever is there: a timing, not a result).
         let wide: Vec<Row> = (0..WIDE_PROFILE_ROWS).map(|r| Row { region: RegionId(r as u32), token: prompt[r % prompt.len()], pos: prompt.len() as u32 }).collect();
-        let step_w = if home.spec().step_rows_max >= wide.len() { home.profile_step(&wide)? } else { None };
+        let step_w = if spec.step_rows_max >= wide.len() { home.profile_step(&wide)? } else { None };
         json!({ "window": profile_json(window), "step": profile_json(step), "step_nrow": profile_json(step_n), "step_wide": profile_json(step_w) })
     } else {
         serde_json::Value::Null
@@ -343,13 +330,7 @@ fn lockstep_run(home: &mut dyn Home, prompts: &[Vec<u32>], gen: usize) -> Result
         }
         let rows: Vec<Row> = (0..n).map(|i| Row { region: RegionId(i as u32), token: toks[i], pos: (prompts[i].len() + k) as u32 }).collect();
         let s = Instant::now();
-        toks = match home.step_greedy(&rows)? {
-            Some(ids) => ids,
-            None => {
-                let l = home.step(&rows)?;
-                (0..n).map(|i| argmax(l.row(i))).collect()
-            }
-        };
+        toks = home.step_ids(&rows)?;
         steps.push(s.elapsed().as_secs_f64());
     }
     for (i, &tok) in toks.iter().enumerate() {
@@ -425,13 +406,9 @@ fn bench_streams(args: BenchArgs, params: SamplingParams, penalized: SamplingPar
     if let Some(m) = args.max_segments {
         config.max_segments = m.max(1);
     }
-    if let Some(w) = args.wide_step_min {
-        config.wide_step_min = w;
-    }
     if let Some(q) = args.prefill_quantum {
         config.prefill_quantum_busy = q;
     }
-    let config_wide = config.wide_step_min;
     let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), config);
     let mut results = Vec::new();
     for rep in 0..args.reps {
@@ -489,7 +466,6 @@ fn bench_streams(args: BenchArgs, params: SamplingParams, penalized: SamplingPar
         "full_width_decode_tps": full_width,
         "ttft_max_s": median(results.iter().map(|r| r.ttft_max).collect()),
         "wall_s": median(results.iter().map(|r| r.wall).collect()),
-        "wide_step_min": config_wide,
         "max_segments": args.max_segments,
         "temperature": args.temperature,
         "top_p": args.top_p,
@@ -546,9 +522,10 @@ mod tests {
             self.prefills.push(segments.iter().map(|s| (s.region.0, s.start, s.tokens.len())).collect());
             Ok(one_hot(&segments.iter().map(|s| next(s.region.0, *s.tokens.last().unwrap(), s.start + s.tokens.len() as u32 - 1)).collect::<Vec<_>>()))
         }
-        fn step(&mut self, rows: &[Row]) -> Result<Logits> {
+        fn step(&mut self, rows: &[Row], needs: &[resin_core::Need]) -> Result<resin_core::StepOut> {
             self.steps.push(rows.iter().map(|r| (r.region.0, r.token, r.pos)).collect());
-            Ok(one_hot(&rows.iter().map(|r| next(r.region.0, r.token, r.pos)).collect::<Vec<_>>()))
+            let l = one_hot(&rows.iter().map(|r| next(r.region.0, r.token, r.pos)).collect::<Vec<_>>());
+            Ok(resin_core::StepOut { rows: needs.iter().enumerate().map(|(i, &n)| resin_core::RowOut::from_logits(n, l.row(i))).collect() })
         }
         fn counters(&self) -> &Arc<Counters> {
             &self.counters

@@ -8,7 +8,7 @@ use resin_core::{Counters, Home, KvCodec};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::{ChatTemplate, ModelConfig, Tokenizer};
-use resin_vulkan::{UploadProgress, VulkanHome, VulkanOptions, WideMode};
+use resin_vulkan::{GpuOptions, UploadProgress, VulkanHome, VulkanOptions, WideMode};
 
 /// Which home serves the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -40,11 +40,27 @@ pub struct ModelArgs {
     #[arg(long, short = 't', env = "RESIN_THREADS")]
     pub threads: Option<usize>,
     /// How the Vulkan home steps more than 8 sessions at once: `exact` (groups of 8-row
-    /// token commands, each session's tokens exactly what it gets stepped alone) or `fast`
-    /// (from 40 sessions one pass over the weights: faster, a session's logits then depend
-    /// slightly on how many others shared its step). The CPU home is exact either way.
+    /// token commands on several queues, each session's tokens exactly what it gets stepped
+    /// alone), `fast` (from 40 sessions one pass over the weights: faster, a session's logits
+    /// then depend slightly on how many others shared its step) or `gemm` (that one pass at
+    /// every width, for measuring). The CPU home is exact either way.
     #[arg(long, value_enum, default_value = "exact", env = "RESIN_WIDE_STEPS")]
     pub wide_steps: WideSteps,
+    /// The Vulkan device to use, as an index into the driver's list (default: a discrete GPU
+    /// first, then integrated, virtual, software).
+    #[arg(long, env = "RESIN_VK_DEVICE")]
+    pub vk_device: Option<usize>,
+    /// The most compute queues the Vulkan home takes (a wide step's groups submit to them at
+    /// once; default: up to 8).
+    #[arg(long, env = "RESIN_VK_QUEUES")]
+    pub vk_queues: Option<u32>,
+    /// Microseconds a wait for the GPU polls before it sleeps (a sleeping wait wakes tens of
+    /// microseconds late; 0 sleeps at once and spares a CPU core).
+    #[arg(long, env = "RESIN_VK_SPIN_US", default_value_t = 5000)]
+    pub vk_spin_us: u64,
+    /// Log each GPU pipeline's compiler statistics (registers, shared memory, spills).
+    #[arg(long, env = "RESIN_VK_PIPELINE_STATS")]
+    pub vk_pipeline_stats: bool,
 }
 
 /// `--wide-steps`.
@@ -52,6 +68,14 @@ pub struct ModelArgs {
 pub enum WideSteps {
     Exact,
     Fast,
+    Gemm,
+}
+
+/// The model cache and fetcher, with the settings the environment gives: `RESIN_CACHE` (the
+/// cache root), `RESIN_PIP` (the pip command) and `RESIN_VERBOSE` (pip's own output shown).
+pub fn hub() -> resin_hub::Hub {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    resin_hub::Hub::new(resin_hub::HubSettings { cache_root: var("RESIN_CACHE").map(PathBuf::from), pip: var("RESIN_PIP"), verbose: var("RESIN_VERBOSE").is_some_and(|v| v != "0") })
 }
 
 fn parse_codec(s: &str) -> Result<KvCodec, String> {
@@ -71,7 +95,7 @@ impl ModelArgs {
     /// Resolve, open and check the model, and build its home with `regions` sessions.
     pub fn load(&self, regions: usize) -> Result<Loaded> {
         init_threads(self.threads)?;
-        let path = resin_hub::resolve(self.model.as_deref(), true)?;
+        let path = hub().resolve(self.model.as_deref(), true)?;
         let file = Arc::new(GgufFile::open(&path).with_context(|| format!("reading {}", path.display()))?);
         let cfg = ModelConfig::from_gguf(&file).with_context(|| format!("{} is not a model resin can run", path.display()))?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&file).context("building the tokenizer")?);
@@ -107,7 +131,8 @@ impl ModelArgs {
     /// The Vulkan home. `auto` takes only a hardware device: a software one (lavapipe) is slower
     /// than the CPU home, so it is used when asked for by name (`--gpu vulkan`).
     fn vulkan(&self, file: &Arc<GgufFile>, cfg: &ModelConfig, regions: usize, counters: Arc<Counters>) -> Result<Box<dyn Home>> {
-        let gpu = resin_vulkan::Gpu::start()?;
+        let gpu_opts = GpuOptions { device: self.vk_device, queues: self.vk_queues, pipeline_stats: self.vk_pipeline_stats, spin: std::time::Duration::from_micros(self.vk_spin_us) };
+        let gpu = resin_vulkan::Gpu::start_with(&gpu_opts)?;
         if self.gpu == Gpu::Auto && gpu.info.kind == "cpu" {
             bail!("the only Vulkan device, {}, is a software rasterizer (use --gpu vulkan to take it anyway)", gpu.info.name);
         }
@@ -117,10 +142,12 @@ impl ModelArgs {
             shown.set_length(total);
             shown.set_position(done);
         }));
-        let mut opts = VulkanOptions { n_ctx: self.ctx, regions, codec: self.kv, progress: Some(progress), ..VulkanOptions::default() };
-        if self.wide_steps == WideSteps::Fast {
-            opts.wide = WideMode::Fast;
-        }
+        let wide = match self.wide_steps {
+            WideSteps::Exact => WideMode::Lanes,
+            WideSteps::Fast => WideMode::Fast,
+            WideSteps::Gemm => WideMode::Gemm,
+        };
+        let opts = VulkanOptions { n_ctx: self.ctx, regions, codec: self.kv, progress: Some(progress), wide, gpu: gpu_opts, ..VulkanOptions::default() };
         let home = VulkanHome::on(gpu, file.clone(), cfg.clone(), &opts, counters);
         bar.finish_and_clear();
         let mut home = home?;

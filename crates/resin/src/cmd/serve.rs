@@ -31,11 +31,6 @@ pub struct ServeArgs {
     /// back when the conversation continues); 0 keeps none.
     #[arg(long, default_value_t = 1024)]
     pub host_cache_mib: usize,
-    /// Decoding sessions from which a step hands up to 64 rows to the home at once (the Vulkan
-    /// home runs them as groups of token commands on several queues together) instead of the
-    /// engine stepping groups of 8 one after another; 0 never.
-    #[arg(long, default_value_t = EngineConfig::default().wide_step_min)]
-    pub wide_step_min: usize,
     /// Prompt rows prefilled a scheduler tick while other sessions decode: `auto` (what the
     /// home prefills in 25 ms, at least 128 and at most 512) or 1..=512. More start new
     /// sessions sooner and let more decode at once; fewer keep the decoding ones' token rate
@@ -55,7 +50,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let id = args.name.clone().unwrap_or_else(|| {
         loaded.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
     });
-    let engine_cfg = EngineConfig { max_queue: args.max_queue, prefill_peel: args.prefill_peel, host_cache_bytes: args.host_cache_mib << 20, wide_step_min: args.wide_step_min, prefill_quantum_busy: args.prefill_quantum, ..EngineConfig::default() };
+    let engine_cfg = EngineConfig { max_queue: args.max_queue, prefill_peel: args.prefill_peel, host_cache_bytes: args.host_cache_mib << 20, prefill_quantum_busy: args.prefill_quantum, ..EngineConfig::default() };
     let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), engine_cfg);
     let cfg = ServerConfig {
         host: args.host,

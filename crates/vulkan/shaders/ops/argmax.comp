@@ -1,9 +1,13 @@
-// ids[r] = the index of the largest logit of row r (ties: the lowest index; NaN ignored), in
-// two stages so a vocabulary of 100k+ logits is read by many workgroups:
+// Row r's argmax and log-sum-exp: ids[2r] = the index of its largest logit (ties: the lowest
+// index; NaN ignored), ids[2r + 1] = the bits of ln(sum(exp(logit))) over the row (NaN and
+// -inf skipped; -inf for a row with nothing else), in two stages so a vocabulary of 100k+
+// logits is read by many workgroups:
 //   PARTIAL: workgroup (row, slice) takes values slice, slice + SLICES*256, ... of the row
-//            (coalesced) and writes its best (value bits, index) to part[(r * SLICES + slice) * 2];
-//   final:   one workgroup a row merges the SLICES partials and writes ids[r].
-// Both stages apply the same rule, so the result is the single-pass argmax.
+//            (coalesced) and writes its best (value bits, index) and its (max, sum of
+//            exp(x - max)) to part[(r * SLICES + slice) * 4];
+//   final:   one workgroup a row merges the SLICES partials and writes ids[2r], ids[2r + 1].
+// Both stages apply the same rules, so the id is the single-pass argmax; the sum's order
+// depends on the row's length alone (never on how many rows the pass holds).
 #version 450
 
 layout(local_size_x = 256) in;
@@ -19,6 +23,8 @@ layout(push_constant) uniform Push {
 
 shared float bv[256];
 shared uint bi[256];
+shared float bm[256];
+shared float bs[256];
 
 // Whether (v, i) beats (bv, bi) under the rule: a real value over none, larger, or equal and
 // lower index; NaN never wins.
@@ -27,41 +33,67 @@ bool beats(float v, uint i, float cv, uint ci) {
     return ci == 0xFFFFFFFFu || v > cv || (v == cv && i < ci);
 }
 
+// (m, s) += (m2, s2): running sums of exp(x - m); s == 0 holds nothing.
+void lse_merge(inout float m, inout float s, float m2, float s2) {
+    if (s2 == 0.0) return;
+    if (s == 0.0) { m = m2; s = s2; return; }
+    if (m2 > m) { s = s * exp(m - m2) + s2; m = m2; }
+    else if (m2 < m) { s += s2 * exp(m2 - m); }
+    else { s += s2; }
+}
+
 void main() {
     uint r = gl_WorkGroupID.x;
     uint t = gl_LocalInvocationID.x;
     float best = 0.0;
     uint idx = 0xFFFFFFFFu;
+    float m = 0.0;
+    float s = 0.0;
 #ifdef PARTIAL
     uint slice = gl_WorkGroupID.y;
     for (uint i = slice * 256u + t; i < p.n; i += SLICES * 256u) {
         float v = logits[r * p.n + i];
         if (beats(v, i, best, idx)) { best = v; idx = i; }
+        if (!isnan(v) && !(isinf(v) && v < 0.0)) lse_merge(m, s, v, 1.0);
     }
 #else
     if (t < SLICES) {
-        uint o = (r * SLICES + t) * 2u;
+        uint o = (r * SLICES + t) * 4u;
         best = uintBitsToFloat(part[o]);
         idx = part[o + 1u];
+        m = uintBitsToFloat(part[o + 2u]);
+        s = uintBitsToFloat(part[o + 3u]);
     }
 #endif
     bv[t] = best;
     bi[t] = idx;
+    bm[t] = m;
+    bs[t] = s;
     barrier();
-    for (uint s = 128u; s > 0u; s >>= 1) {
-        if (t < s && beats(bv[t + s], bi[t + s], bv[t], bi[t])) {
-            bv[t] = bv[t + s];
-            bi[t] = bi[t + s];
+    for (uint h = 128u; h > 0u; h >>= 1) {
+        if (t < h) {
+            if (beats(bv[t + h], bi[t + h], bv[t], bi[t])) {
+                bv[t] = bv[t + h];
+                bi[t] = bi[t + h];
+            }
+            float mm = bm[t];
+            float ss = bs[t];
+            lse_merge(mm, ss, bm[t + h], bs[t + h]);
+            bm[t] = mm;
+            bs[t] = ss;
         }
         barrier();
     }
     if (t == 0u) {
 #ifdef PARTIAL
-        uint o = (r * SLICES + gl_WorkGroupID.y) * 2u;
+        uint o = (r * SLICES + gl_WorkGroupID.y) * 4u;
         part[o] = floatBitsToUint(bv[0]);
         part[o + 1u] = bi[0];
+        part[o + 2u] = floatBitsToUint(bm[0]);
+        part[o + 3u] = floatBitsToUint(bs[0]);
 #else
-        ids[r] = bi[0];
+        ids[2u * r] = bi[0];
+        ids[2u * r + 1u] = floatBitsToUint(bs[0] == 0.0 ? uintBitsToFloat(0xFF800000u) : bm[0] + log(bs[0]));
 #endif
     }
 }
