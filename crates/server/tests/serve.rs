@@ -634,8 +634,8 @@ async fn thirty_two_streams_each_equal_to_its_prompt_alone() {
             "stream {i} differs from its prompt run alone"
         );
     }
-    // More than 8 rows a step: balanced groups of token commands, or wide steps (the engine's
-    // wide_step_min decides which).
+    // More than 8 rows a step: balanced groups of token commands, or wide steps (the home
+    // decides which).
     let grouped = s.metric("resin_grouped_steps_total").await;
     let wide = s.metric("resin_wide_steps_total").await;
     assert!(

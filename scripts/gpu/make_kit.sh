@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
 # Assemble the GPU machine's kit in .kit (git-ignored, carried by a `device` call with
 # carry [".kit"]; it does not outlive this checkout, so a session rebuilds it with this script):
-# the machine's files from ../shared/device (peer.sh, mkmodel.py, debs/, llama.cpp-src.tgz),
-# a stripped resin binary of each named revision, wrappers, and the working tree's Vulkan test
-# binaries gzipped (the carry holds 64 MiB).
-#   bash scripts/make_kit.sh NAME=REV ...        e.g. pre=b3b7118 main=HEAD
+# the machine's files from ../shared/device (peer.sh, mkmodel.py, debs/, llama.cpp-src.tgz; with
+# PEER_VK=1 also vk-kit.tgz, for llama.cpp's Vulkan build), a stripped resin binary of each named
+# revision, wrappers, and the working tree's Vulkan test binaries gzipped (the carry holds 64 MiB).
+#   bash scripts/gpu/make_kit.sh NAME=REV ...        e.g. base=8916c19 main=HEAD
 # Writes .kit/resin-NAME for each (HEAD: the working tree, uncommitted changes included; another
 # revision's binary already in the kit is kept unless FORCE=1), and the wrappers .kit/resin (the
-# last one), .kit/resin-topoff (it with RESIN_VK_TOP_CUT=0: logits rows read back) and
-# .kit/resin-fast (RESIN_VK_WIDE=fast); .kit/t-kernels.gz,
-# t-prefill.gz, t-engine.gz (scripts/next_call.sh unpacks them); .kit/sample_speed. Other
-# revisions build in a git worktree under /tmp/kit-wt, in $CARGO_TARGET_DIR-kit-NAME; the
-# working tree in $CARGO_TARGET_DIR (default /work/target-vk).
+# last one), .kit/resin-fast and .kit/resin-gemm (it with RESIN_WIDE_STEPS=fast and gemm, the
+# environment form of --wide-steps); .kit/t-kernels.gz, t-prefill.gz, t-engine.gz (gunzip them
+# on the device machine before scripts/gpu/gpu_tests.sh); .kit/sample_speed. Other revisions
+# build in a git worktree under /tmp/kit-wt, in $CARGO_TARGET_DIR-kit-NAME; the working tree in
+# $CARGO_TARGET_DIR (default /work/target-vk).
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"; cd "$root"
+root="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$root"
 K=.kit; D=../shared/device
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-vk}
-[ $# -gt 0 ] || { echo "usage: scripts/make_kit.sh NAME=REV ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: scripts/gpu/make_kit.sh NAME=REV ..." >&2; exit 2; }
 mkdir -p $K
-rm -rf $K/debs $K/peer.sh $K/mkmodel.py $K/llama.cpp-src.tgz $K/t-*
+rm -rf $K/debs $K/peer.sh $K/mkmodel.py $K/llama.cpp-src.tgz $K/vk-kit.tgz $K/t-* $K/resin-topoff
 cp -r $D/peer.sh $D/mkmodel.py $D/debs $D/llama.cpp-src.tgz $K/
+[ -z "${PEER_VK:-}" ] || cp $D/vk-kit.tgz $K/
 last=""
 for nr in "$@"; do
   name=${nr%%=*}; rev=${nr#*=}
@@ -43,9 +44,9 @@ for nr in "$@"; do
   strip -o $K/resin-$name $tgt/release/resin
 done
 printf '#!/bin/sh\nexec "$(dirname "$0")/resin-%s" "$@"\n' "$last" > $K/resin
-printf '#!/bin/sh\nRESIN_VK_TOP_CUT=0 exec "$(dirname "$0")/resin" "$@"\n' > $K/resin-topoff
-printf '#!/bin/sh\nRESIN_VK_WIDE=fast exec "$(dirname "$0")/resin" "$@"\n' > $K/resin-fast
-chmod +x $K/resin $K/resin-topoff $K/resin-fast
+printf '#!/bin/sh\nRESIN_WIDE_STEPS=fast exec "$(dirname "$0")/resin" "$@"\n' > $K/resin-fast
+printf '#!/bin/sh\nRESIN_WIDE_STEPS=gemm exec "$(dirname "$0")/resin" "$@"\n' > $K/resin-gemm
+chmod +x $K/resin $K/resin-fast $K/resin-gemm
 echo "== test binaries and sample_speed (working tree)"
 cargo build --release -q -p resin-engine --example sample_speed
 strip -o $K/sample_speed $CARGO_TARGET_DIR/release/examples/sample_speed

@@ -3,14 +3,16 @@
 # builds (the kit's peer.sh: llama-bench pp512/tg128, flash attention on) and resin's Vulkan home
 # on the same synthetic Llama-3.2-1B Q8_0 / 3B Q4_K_M files.
 #
-#   bash scripts/bench_gpu.sh KIT WORK stage...
+#   bash scripts/gpu/bench_gpu.sh KIT WORK stage...
 #
 # KIT holds the device kit (peer.sh, mkmodel.py, debs/, llama.cpp-src.tgz, vk-kit.tgz) and a resin
-# binary built on the dev machine. Stages: gl build_cuda build_vk models bench_cuda bench_vk (the
-# peer's), synth (the same shapes written by `resin synth`, for a run without the peer's build:
-# `models` needs its llama-quantize) and resin (our bench on WORK's models, with the per-stage
-# device profile), streams (aggregate decode of 8 and 64 streams, TTFT segmented vs one at a
-# time). Logs and JSON land in $OUT.
+# binary built on the dev machine (scripts/gpu/make_kit.sh). Stages: gl build_cuda build_vk models
+# bench_cuda bench_vk (the peer's: `models` writes the files with llama.cpp's llama-quantize),
+# synth (the same shapes written by `resin synth`, for a run without the peer's build; it keeps a
+# file of the same name already in WORK, so `models` first makes every script use llama.cpp's
+# files) and resin (our bench on WORK's models, with the per-stage device profile), streams
+# (aggregate decode of 8 and 64 streams, TTFT segmented vs one at a time). Logs and JSON land in
+# $OUT.
 set -uo pipefail
 KIT=$(cd "$1" && pwd); W=$2; shift 2; OUT=${OUT:-/tmp/out}; mkdir -p "$W" "$OUT"
 for stage in "$@"; do

@@ -3,11 +3,12 @@
 # prompt prefilled, then N rows a step) beside llama-batched-bench's S_TG (the same shape:
 # -npp 512 -ntg 128 -npl N, flash attention on), on the same `resin synth` files, CUDA build.
 # Two calls on one warm machine (it keeps /tmp/w about 30 s after a call returns):
-#   STAGE=ours bash scripts/bench_gpu_lockstep.sh [BIN...]   resin's runs while the peer
+#   STAGE=ours bash scripts/gpu/bench_gpu_lockstep.sh [BIN...]   resin's runs while the peer
 #       compiles (niced), then waits for the build until LEASE_S (default 570)
-#   STAGE=peer bash scripts/bench_gpu_lockstep.sh [BIN...]   resin's runs again on the quiet
+#   STAGE=peer bash scripts/gpu/bench_gpu_lockstep.sh [BIN...]   resin's runs again on the quiet
 #       host, then the peer's batched-bench on both files
-# BIN: resin binaries or wrappers (default .kit/resin); WIDTHS (default "8 16 32 64").
+# BIN: resin binaries or wrappers (default .kit/resin; .kit/resin-gemm and .kit/resin-fast run
+# --wide-steps gemm and fast); WIDTHS (default "8 16 32 64").
 # Results in $OUT/ls (one line a run) and $OUT/ls.tgz. From the repo root, the kit in .kit.
 S=$SECONDS; W=/tmp/w; K=.kit; O=$OUT/ls; mkdir -p $O $W
 L=${LEASE_S:-570}
@@ -17,7 +18,7 @@ STAGE=${STAGE:-ours}
 MODELS="llama3.2-1b-q8_0 llama3.2-3b-q4_k_m"
 left() { local t=$(($1 - (SECONDS - S))); [ $t -lt 1 ] && t=1; echo $t; }
 bash $K/peer.sh $K $W gl >/dev/null
-OUT=$O bash scripts/bench_gpu.sh $K $W synth > $O/synth.txt 2>&1
+OUT=$O bash scripts/gpu/bench_gpu.sh $K $W synth > $O/synth.txt 2>&1
 if [ $STAGE = ours ]; then
   . "$(dirname "$0")/llama_cmake.sh"; C=$LLAMA_CMAKE
   ( cmake -S $W/llama.cpp -B $W/bc $C $LLAMA_CUDA > $O/cmake.log 2>&1 &&

@@ -4,8 +4,8 @@
 # around it: the draws, stop checks, sending), for each binary given (default .kit/resin),
 # and the sampler's own speed on that host (the sample_speed example, carried as
 # .kit/sample_speed: cargo build --release -p resin-engine --example sample_speed).
-# From the repo root on the device machine, the kit in .kit (scripts/bench_gpu.sh):
-#   bash scripts/bench_gpu_host_split.sh [.kit/resin [.kit/resin-other ...]]
+# From the repo root on the device machine, the kit in .kit (scripts/gpu/make_kit.sh):
+#   bash scripts/gpu/bench_gpu_host_split.sh [.kit/resin [.kit/resin-other ...]]
 # MODELS (default both synthetic models), WIDTHS_ARGS (a |-separated list of `resin bench`
 # arguments; default greedy and sampled at 8 and 64 streams) and REPS (runs of each, the
 # binaries alternating; default 1) narrow or widen a run to fit a lease.
@@ -17,7 +17,7 @@ REPS=${REPS:-1}
 IFS='|' read -ra ARGSETS <<< "$WIDTHS_ARGS"
 W=/tmp/w; K=.kit; mkdir -p $W
 bash $K/peer.sh $K $W gl >/dev/null
-OUT=/tmp/ab bash scripts/bench_gpu.sh $K $W synth > /tmp/synth.txt 2>&1
+OUT=/tmp/ab bash scripts/gpu/bench_gpu.sh $K $W synth > /tmp/synth.txt 2>&1
 nproc; lscpu | grep -E "Model name|^CPU\(s\)" 
 [ -x $K/sample_speed ] && $K/sample_speed 2>&1 | tail -6
 for m in $MODELS; do

@@ -4,9 +4,9 @@
 # profile (a 512-row window, 1-row, 8-row and 32-row wide steps) and aggregate decode at the
 # given stream counts, one binary after the other on the same files, so the difference is the
 # change and not the call. The figures are resin against resin: the peer's come from
-# scripts/bench_gpu_lease.sh. From the repo root on the device machine, the kit in .kit
-# (scripts/bench_gpu.sh):
-#   bash scripts/bench_gpu_ab.sh .kit/resin-old .kit/resin [.kit/resin-c ...] [STREAMS...]
+# scripts/gpu/bench_gpu_tg.sh or bench_gpu_lease.sh. From the repo root on the device machine,
+# the kit in .kit (scripts/gpu/make_kit.sh):
+#   bash scripts/gpu/bench_gpu_ab.sh .kit/resin-old .kit/resin [.kit/resin-c ...] [STREAMS...]
 # Arguments that are files are the binaries (two or more), numbers the --streams widths each
 # binary runs (default 8). One line a run on stdout, then a table of each figure of every
 # binary side by side, with each one's ratio to the first.
@@ -19,7 +19,7 @@ done
 [ ${#WIDTHS[@]} -gt 0 ] || WIDTHS=(8)
 S=$SECONDS; W=/tmp/w; K=.kit; mkdir -p $W
 bash $K/peer.sh $K $W gl >/dev/null
-OUT=/tmp/ab bash scripts/bench_gpu.sh $K $W synth > /tmp/synth.txt 2>&1
+OUT=/tmp/ab bash scripts/gpu/bench_gpu.sh $K $W synth > /tmp/synth.txt 2>&1
 # One run of each binary first: a fresh process compiles its pipelines (the driver caches them).
 for b in "${BINS[@]}"; do timeout 60 "$b" bench --model $W/llama3.2-1b-q8_0.gguf --gpu vulkan --prompt-tokens 64 --gen-tokens 8 --reps 1 --streams 16 > /dev/null 2>&1; done
 show() { python3 -c "

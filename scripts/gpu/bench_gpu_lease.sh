@@ -1,29 +1,29 @@
 #!/bin/bash
 # The comparison in one short lease (LEASE_S seconds, default 480: one `device` call), for when
-# the device budget cannot hold scripts/bench_gpu.sh's full peer build. resin runs (bench
-# pp512/tg128 with the per-stage profile, and with split K off; 8, 16, 32 and 64 streams with
-# wide steps and with groups of 8-row token commands) on `resin synth` files while
+# the device budget cannot hold scripts/gpu/bench_gpu.sh's full peer build. resin runs (bench
+# pp512/tg128 with the per-stage profile; 8, 16, 32 and 64 streams with wide steps and with
+# groups of 8-row token commands) on `resin synth` files (or llama.cpp's, found in /tmp/w) while
 # llama.cpp's CUDA build (llama-bench and llama-batched-bench only, niced, 12 jobs) compiles
-# beside it; then the peer runs on the SAME files. Streams: wide steps (--wide-step-min 9:
-# the Vulkan home's lanes, groups of token commands on several queues at once) against the
-# engine's groups one after another (0), lanes on one queue (RESIN_VK_QUEUES=1, the control:
-# the same work with no overlap) and the one-pass GEMM wide step (RESIN_VK_WIDE=gemm). Each step is cut by `timeout` so the call
-# ends in time. From the repo root on the device machine, the kit in .kit (scripts/bench_gpu.sh;
-# RESIN_BIN names another resin binary than .kit/resin):
-#   bash scripts/bench_gpu_lease.sh        results in $OUT/l and $OUT/final.tgz
+# beside it; then the peer runs on the SAME files. Streams: wide steps (the Vulkan home's
+# lanes, groups of token commands on several queues at once) against lanes on one queue
+# (RESIN_VK_QUEUES=1, the control: the same work with no overlap) and the one-pass GEMM wide
+# step (--wide-steps gemm). Each step
+# is cut by `timeout` so the call ends in time. From the repo root on the device machine, the kit
+# in .kit (scripts/gpu/make_kit.sh; RESIN_BIN names another resin binary than .kit/resin):
+#   bash scripts/gpu/bench_gpu_lease.sh        results in $OUT/l and $OUT/final.tgz
 # Two calls, for llama.cpp's Vulkan build as well (PEER_VK=1; the kit then holds vk-kit.tgz):
 # STAGE=ours builds both peers (CUDA 10 jobs, Vulkan 6, niced) while resin runs, and waits for
 # them until the lease ends; STAGE=peer, the next call on the still-warm machine (it keeps
 # /tmp/w about 30 s after a call returns), runs resin's pp512/tg128 again on the quiet host, then
 # the peers: llama-bench and llama-batched-bench, CUDA then Vulkan.
-#   PEER_VK=1 STAGE=ours LEASE_S=590 bash scripts/bench_gpu_lease.sh
-#   PEER_VK=1 STAGE=peer LEASE_S=590 bash scripts/bench_gpu_lease.sh
+#   PEER_VK=1 STAGE=ours LEASE_S=590 bash scripts/gpu/bench_gpu_lease.sh
+#   PEER_VK=1 STAGE=peer LEASE_S=590 bash scripts/gpu/bench_gpu_lease.sh
 S=$SECONDS; W=/tmp/w; K=.kit; O=$OUT/l; mkdir -p $O $W
 L=${LEASE_S:-480}
 R=${RESIN_BIN:-$K/resin}   # the resin binary measured
 left() { local t=$(($1 - (SECONDS - S))); [ $t -lt 1 ] && t=1; echo $t; }
 bash $K/peer.sh $K $W gl >/dev/null
-OUT=$O bash scripts/bench_gpu.sh $K $W synth > $O/synth.txt 2>&1
+OUT=$O bash scripts/gpu/bench_gpu.sh $K $W synth > $O/synth.txt 2>&1
 STAGE=${STAGE:-all}
 # j: one resin bench run, its key figures on one line (env overrides before the command).
 j() { local tag=$1; shift; timeout 90 env "$@" > $O/$tag.json 2> $O/$tag.log; echo "$tag: $(grep -o -E '"(pp_tps|tg_tps|tg_greedy_tps|decode_tps|full_width_decode_tps|ttft_p50_s)":[0-9.a-z]*' $O/$tag.json | tr "\n" " ")"; }
@@ -47,17 +47,13 @@ fi
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
   RB="$R bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --format json"
   j resin-$m A=1 $RB --reps 3 --profile
-  # split K off (RESIN_VK_GEMM_SPLIT=0): what the split brings to prefill
-  j resin-$m-nosplit RESIN_VK_GEMM_SPLIT=0 $RB --reps 2
   if [ -n "$Q8KV" ]; then j resin-$m-q8kv A=1 $RB --kv q8_0 --reps 1; fi   # the q8_0 K/V mirror
-  # aggregate decode: wide steps above 8 rows (--wide-step-min 9) against the engine's groups
-  # of 8-row token commands (0); at 8 streams both are one 8-row command a step
+  # aggregate decode: every decoding row in one step (lanes above 8 rows)
   for n in 8 16 32 64; do
-    j streams-$m-$n-wide A=1 $RB --streams $n --reps 1 --wide-step-min 9
-    [ $n -gt 8 ] && j streams-$m-$n-grouped A=1 $RB --streams $n --reps 1 --wide-step-min 0
+    j streams-$m-$n-wide A=1 $RB --streams $n --reps 1
   done
-  j streams-$m-16-q1 RESIN_VK_QUEUES=1 $RB --streams 16 --reps 1 --wide-step-min 9
-  j streams-$m-64-gemm RESIN_VK_WIDE=gemm $RB --streams 64 --reps 1 --wide-step-min 9
+  j streams-$m-16-q1 RESIN_VK_QUEUES=1 $RB --streams 16 --reps 1
+  j streams-$m-64-gemm A=1 $RB --streams 64 --reps 1 --wide-steps gemm
   # TTFT of 8 prompts arriving together, one at a time (segmented is the 8-stream run above)
   j streams-$m-8-seg1 A=1 $RB --streams 8 --max-segments 1 --reps 1
 done
