@@ -16,6 +16,12 @@ pub struct Counters {
     pub prefill_windows: AtomicU64,
     pub prefill_segment_windows: AtomicU64,
     pub peel_steps: AtomicU64,
+    /// Prefill rows that skipped the last layer's attention output, FFN and classifier (a
+    /// window's rows that land no logits: last-layer narrowing), counted where a pass narrows.
+    pub prefill_rows_narrowed: AtomicU64,
+    /// Key pieces a row and head of the decode attention was split into, summed over the
+    /// token passes run (the Vulkan home's; the split follows the rows a pass holds).
+    pub decode_attention_pieces: AtomicU64,
     pub prompt_tokens_prefilled: AtomicU64,
     pub decode_rows: AtomicU64,
     /// The engine's decode steps (a home call each: every group of a grouped step counts),
@@ -77,6 +83,8 @@ impl Counters {
             ("prefill_windows", g(&self.prefill_windows)),
             ("prefill_segment_windows", g(&self.prefill_segment_windows)),
             ("peel_steps", g(&self.peel_steps)),
+            ("prefill_rows_narrowed", g(&self.prefill_rows_narrowed)),
+            ("decode_attention_pieces", g(&self.decode_attention_pieces)),
             ("prompt_tokens_prefilled", g(&self.prompt_tokens_prefilled)),
             ("decode_rows", g(&self.decode_rows)),
             ("decode_steps", g(&self.decode_steps)),

@@ -2,6 +2,8 @@
 //! attention, output projection + residual, norm, gate/up, SwiGLU, down + residual), final
 //! norm and classifier on the rows that need logits.
 
+use resin_core::Counters;
+
 use crate::attention::{attend, AttnShape};
 use crate::home::{CpuError, CpuHome};
 use crate::kernels::{matmul_many, Acts};
@@ -87,6 +89,7 @@ impl CpuHome {
             }
 
             if narrow {
+                Counters::add(&self.counters.prefill_rows_narrowed, (n - logit_rows.len()) as u64);
                 x = gather(&x, d, logit_rows);
                 xn = gather(&xn, d, logit_rows);
                 attn_rows = logit_rows.iter().map(|&i| attn_rows[i]).collect();

@@ -1,27 +1,15 @@
 use std::sync::Arc;
 
-use resin_core::{check_segments, check_snapshot, check_step, count_window, plan_chain, Counters, Home, HomeError, HomeSpec, KvCodec, Logits, Need, RegionId, Row, RowOut, Segment, StepOut, PF_WINDOW};
+use resin_core::{check_segments, check_snapshot, check_step, count_window, plan_chain, Counters, Home, HomeSpec, KvCodec, Logits, Need, RegionId, Row, RowOut, Segment, StepOut, PF_WINDOW};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
 
+pub use crate::error::CpuError;
 use crate::forward::PassRow;
 use crate::kv::KvCache;
 use crate::ops::RopeTables;
 use crate::weights::Weights;
 
-#[derive(Debug, thiserror::Error)]
-pub enum CpuError {
-    #[error(transparent)]
-    Gguf(#[from] resin_gguf::GgufError),
-    #[error("model: {0}")]
-    Model(String),
-}
-
-impl From<CpuError> for HomeError {
-    fn from(e: CpuError) -> Self {
-        HomeError::Unsupported(e.to_string())
-    }
-}
 
 /// How a CPU home is built.
 #[derive(Debug, Clone)]
@@ -46,7 +34,7 @@ pub struct CpuHome {
     pub(crate) kv: KvCache,
     pub(crate) rope: RopeTables,
     spec: HomeSpec,
-    counters: Arc<Counters>,
+    pub(crate) counters: Arc<Counters>,
     /// The home's own workers. A whole pass runs inside the pool, so the many small parallel
     /// loops of a token step are cheap in-pool joins instead of cross-thread wake-ups each.
     pool: Arc<rayon::ThreadPool>,

@@ -6,6 +6,7 @@
 //! and one row run the same code and give bit-identical results.
 
 mod attention;
+mod error;
 mod forward;
 mod home;
 pub mod kernels;
@@ -13,5 +14,6 @@ mod kv;
 mod ops;
 mod weights;
 
+pub use error::CpuError;
 pub use home::{CpuHome, CpuOptions};
 pub use kv::KvCache;

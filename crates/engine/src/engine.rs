@@ -9,6 +9,7 @@ use resin_core::{balanced_groups, chunk_rows, Counters, Home, Need, RegionId, Ro
 use resin_model::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc as tmpsc;
 
+pub use crate::error::SubmitError;
 use crate::host_cache::HostCache;
 use crate::sampling::{Sampler, SamplingParams};
 use crate::stop::{StopMatcher, StopOutcome};
@@ -65,19 +66,6 @@ pub enum GenEvent {
     Error(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SubmitError {
-    #[error("the prompt is empty")]
-    EmptyPrompt,
-    #[error("the prompt has {prompt} tokens; the context holds {n_ctx} (at least one more is needed to generate)")]
-    PromptTooLong { prompt: usize, n_ctx: usize },
-    #[error("the request queue is full ({0} waiting); retry later")]
-    QueueFull(usize),
-    #[error("invalid sampling parameters: {0}")]
-    BadParams(String),
-    #[error("the engine has stopped")]
-    Closed,
-}
 
 /// The receiving end of a generation. Dropping it cancels the generation and frees its region.
 pub struct GenHandle {

@@ -2,6 +2,7 @@
 //! stop conditions, prefix reuse and streaming. It drives any [`resin_core::Home`].
 
 mod engine;
+mod error;
 mod host_cache;
 mod sampling;
 mod stop;

@@ -1,0 +1,384 @@
+//! One pass, the GPU twin of `resin_cpu`'s forward pass: embed, every layer (norm and
+//! Q/K/V, rope-and-store, attention, attention output, norm and gate/up, SwiGLU, down), the
+//! final norm and classifier, the argmax and what the step reads back; recorded into a
+//! command buffer, top to bottom.
+
+
+use resin_core::{Counters, KvCodec, NROW_MAX};
+use resin_model::ModelConfig;
+
+use crate::buffers::Buffer;
+use crate::gemv_dot::{dot_format, QPack};
+use crate::kernels::*;
+use crate::pipelines::Bind;
+use crate::VkError;
+
+use super::*;
+
+/// Timestamps between the stages of a profiled token command.
+pub(super) struct StageClock<'a> {
+    pub(super) ts: &'a crate::buffers::Timestamps,
+    pub(super) labels: Vec<String>,
+}
+
+impl StageClock<'_> {
+    pub(super) fn mark(&mut self, cmd: ash::vk::CommandBuffer, label: impl Into<String>) {
+        if (self.labels.len() as u32) < self.ts.count {
+            self.ts.write(cmd, self.labels.len() as u32);
+            self.labels.push(label.into());
+        }
+    }
+}
+
+pub(super) fn mark(clock: &mut Option<&mut StageClock<'_>>, cmd: ash::vk::CommandBuffer, label: &str, l: usize) {
+    if let Some(c) = clock {
+        c.mark(cmd, format!("{label}.{l}"));
+    }
+}
+
+/// Workgroups a row and head of the decode attention for a pass of `rows` rows: the split
+/// follows the rows, so a step of few rows still spreads its keys over many workgroups
+/// (rows x workgroups <= ATTN_SPREAD: 8 rows take 32 each, every piece of a 2048-key row its
+/// own workgroup). The pieces themselves follow each row's key count alone, so a row's result
+/// is the same whatever this says.
+pub(super) fn attn_pieces(rows: usize) -> u32 {
+    (ATTN_SPREAD / rows.max(1)).clamp(1, ATTN_SLOTS as usize) as u32
+}
+
+/// Rows x workgroups a head the decode attention aims at (64 left an 8-row step's rows two
+/// pieces a workgroup).
+pub(super) const ATTN_SPREAD: usize = 256;
+
+/// The activation block of `m` when an `n`-row pass runs it through the int8 dot GEMV.
+pub(super) fn dot_block(m: &Mat, n: usize, s: &Scratch) -> Option<u32> {
+    if !s.dot || n > NROW_MAX || dot_format(m.ty).is_none() {
+        return None;
+    }
+    act_block(m.ty).filter(|&b| m.cols.is_multiple_of(b as usize))
+}
+
+/// Which 8-bit activation roundings (blocks of 32, of 256) the matrices `ms` read.
+pub(super) fn act_blocks(ms: &[&Mat], s: &Scratch) -> [bool; 2] {
+    let want = |block: u32| s.q8 && ms.iter().any(|m| act_block(m.ty) == Some(block) && m.cols % block as usize == 0);
+    [want(32), want(256)]
+}
+
+/// Round the input of the matrices `ms` through the 8-bit blocks their formats read (once a
+/// block size), then a barrier. The CPU home's integer dot products see these same values.
+pub(super) fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s: &Scratch) -> Result<(), VkError> {
+    let cols = ms[0].cols;
+    let blocks = act_blocks(ms, s);
+    for (want, block, y, xp) in [(blocks[0], 32u32, &s.xq32, &s.xp32), (blocks[1], 256, &s.xq256, &s.xp256)] {
+        if !want {
+            continue;
+        }
+        // Packed for the dot GEMV where it reads them, rounded as f32 for the others.
+        if ms.iter().any(|m| dot_block(m, n, s) == Some(block)) {
+            rec.qpack(QPack::new(block, (n * cols) as u32)?, x.into(), xp.into())?;
+        }
+        if ms.iter().any(|m| act_block(m.ty) == Some(block) && dot_block(m, n, s).is_none()) {
+            rec.qact(block, (n * cols) as u32, x.into(), y.into())?;
+        }
+    }
+    if blocks.iter().any(|&b| b) {
+        rec.barrier();
+    }
+    Ok(())
+}
+
+/// gate <- silu(gate) * up as the input of `down`, then a barrier. Where `down` reads rounded or
+/// packed activations, one dispatch writes them straight from gate and up (what swiglu then
+/// `prep` would write; gate itself keeps the gate projection, which nothing reads after).
+pub(super) fn swiglu_for(rec: &mut Recorder<'_>, n: usize, down: &Mat, s: &Scratch) -> Result<(), VkError> {
+    let count = (n * down.cols) as u32;
+    let (g, u) = ((&s.gate).into(), (&s.up).into());
+    let [b32, b256] = act_blocks(&[down], s);
+    if b32 || b256 {
+        let (block, xq, xp) = if b32 { (32, &s.xq32, &s.xp32) } else { (256, &s.xq256, &s.xp256) };
+        if dot_block(down, n, s) == Some(block) {
+            rec.swiglu_p(QPack::new(block, count)?, g, u, xp.into())?;
+        } else {
+            rec.swiglu_q(block, count, g, u, xq.into())?;
+        }
+    } else {
+        rec.swiglu(count, g, u)?;
+    }
+    rec.barrier();
+    Ok(())
+}
+
+/// The rounding of the decode attention's output for `attn_out` (n rows) that its combine can
+/// write itself (what `prep` would write after it), or None where `prep` must.
+pub(super) fn attn_round<'a>(attn_out: &Mat, n: usize, cfg: &ModelConfig, s: &'a Scratch) -> Result<Option<AttnRound<'a>>, VkError> {
+    let [b32, b256] = act_blocks(&[attn_out], s);
+    if !(b32 || b256) {
+        return Ok(None);
+    }
+    let (block, xq, xp) = if b32 { (32, &s.xq32, &s.xp32) } else { (256, &s.xq256, &s.xp256) };
+    if attn_round_heads(block, cfg.head_dim as u32, cfg.n_head as u32).is_none() {
+        return Ok(None);
+    }
+    Ok(Some(if dot_block(attn_out, n, s) == Some(block) {
+        AttnRound::Packed { layout: QPack::new(block, (n * attn_out.cols) as u32)?, out: xp.into() }
+    } else {
+        AttnRound::Rounded { block, y: xq.into() }
+    }))
+}
+
+/// s.xn = rmsnorm(r.x (+= r.add)) * w, and in the same dispatch its rounding through the 8-bit
+/// blocks the matrices `ms` read (what `prep` would do after it); then a barrier.
+pub(super) fn norm_for(rec: &mut Recorder<'_>, rows: usize, r: &Resid<'_>, w: &Buffer, ms: &[&Mat], s: &Scratch, p: NormPush) -> Result<(), VkError> {
+    let [b32, b256] = act_blocks(ms, s);
+    let (x, add, out) = (r.x, r.add.map(Bind::from), &s.xn);
+    let dots: Vec<Option<u32>> = ms.iter().map(|m| dot_block(m, rows, s)).collect();
+    if dots.iter().all(|d| d.is_some()) {
+        // Every matrix takes the dot GEMV: norm and pack in one dispatch.
+        let p32 = dots.contains(&Some(32)).then(|| Bind::from(&s.xp32));
+        let p256 = dots.contains(&Some(256)).then(|| Bind::from(&s.xp256));
+        rec.rmsnorm_p(rows as u32, x.into(), add, w.into(), out.into(), p32, p256, p)?;
+        rec.barrier();
+        return Ok(());
+    }
+    if dots.iter().any(|d| d.is_some()) {
+        // Mixed: norm, then pack and round what each matrix reads (prep).
+        rec.rmsnorm(rows as u32, x.into(), add, w.into(), out.into(), p)?;
+        rec.barrier();
+        return prep(rec, rows, out, ms, s);
+    }
+    if b32 || b256 {
+        let q32 = b32.then(|| Bind::from(&s.xq32));
+        let q256 = b256.then(|| Bind::from(&s.xq256));
+        rec.rmsnorm_q(rows as u32, x.into(), add, w.into(), out.into(), q32, q256, p)?;
+    } else {
+        rec.rmsnorm(rows as u32, x.into(), add, w.into(), out.into(), p)?;
+    }
+    rec.barrier();
+    Ok(())
+}
+
+/// Where a pass's residual sum lives, and what is still to be added to it (the output of
+/// attn_out or down: the norm that reads the sum next adds it).
+pub(super) struct Resid<'a> {
+    pub(super) x: &'a Buffer,
+    pub(super) add: Option<&'a Buffer>,
+}
+
+/// A norm of a pass: its weights and push block, and the stage label it marks (`label.layer`).
+pub(super) struct Norm<'a> {
+    pub(super) w: &'a Buffer,
+    pub(super) p: NormPush,
+    pub(super) label: &'a str,
+    pub(super) layer: usize,
+}
+
+/// y = M (rmsnorm(x + add) * w) for each (M, y, y's row stride) of `ms`, n rows: the norm
+/// dispatch (the add in place, rounded or packed for the matrices: `norm_for`, which marks
+/// the norm's label after its barrier), then the GEMVs; the caller puts the barrier after
+/// them. The sum is then all of `r.x`.
+pub(super) fn norm_mm(rec: &mut Recorder<'_>, n: usize, r: &mut Resid<'_>, norm: Norm<'_>, ms: &[(&Mat, &Buffer, usize)], s: &Scratch, clock: &mut Option<&mut StageClock<'_>>) -> Result<(), VkError> {
+    let mats: Vec<&Mat> = ms.iter().map(|(m, _, _)| *m).collect();
+    norm_for(rec, n, r, norm.w, &mats, s, norm.p)?;
+    r.add = None;
+    mark(clock, rec.cmd, norm.label, norm.layer);
+    for (slot, &(m, y, stride)) in ms.iter().enumerate() {
+        mm(rec, n, m, &s.xn, (y, stride), s, slot)?;
+    }
+    Ok(())
+}
+
+/// y[c][..] = M x[c] for the n rows, one dispatch per part; quantized formats read the
+/// rounded activations `prep` (or a norm or swiglu fused with it) wrote. Up to NROW_MAX rows
+/// take the GEMV (one-row or N-row form); more (a prefill window) the GEMM.
+/// `slot`: which of the split-K scratch slots a GEMM takes (matrices recorded with no barrier
+/// between them, as q, k and v, take different ones).
+pub(super) fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, (y, y_stride): (&Buffer, usize), s: &Scratch, slot: usize) -> Result<(), VkError> {
+    let xin = match act_block(m.ty).filter(|_| s.q8) {
+        Some(32) if m.cols.is_multiple_of(32) => &s.xq32,
+        Some(256) if m.cols.is_multiple_of(256) => &s.xq256,
+        _ => x,
+    };
+    for (i, (buf, r0, nr)) in m.parts.iter().enumerate() {
+        let p = GemvPush { rows: *nr as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: *r0 as u32 };
+        if let Some(block) = dot_block(m, n, s) {
+            let xp = if block == 32 { &s.xp32 } else { &s.xp256 };
+            rec.gemv_dot(m.ty, n as u32, buf.into(), xp.into(), y.into(), p, QPack::new(block, (n * m.cols) as u32)?)?;
+        } else if n <= NROW_MAX {
+            rec.gemv(m.ty, n as u32, buf.into(), xin.into(), y.into(), p)?;
+        } else {
+            let split = s.split_part > 0 && crate::gemm::gemm_split(p.rows, p.cols).1 > 1;
+            if split && i > 0 {
+                rec.barrier(); // the parts of one matrix share its split-K slot
+            }
+            rec.gemm(m.ty, n as u32, buf.into(), xin.into(), y.into(), p, split.then(|| s.split_slot(slot)).transpose()?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Copy rows `idx[i]` of `src` to rows i of `dst` (`width` f32 a row), then a barrier.
+pub(super) fn gather(rec: &Recorder<'_>, src: &Buffer, dst: &Buffer, width: usize, idx: &[u32]) {
+    let w = (width * 4) as u64;
+    let regions: Vec<ash::vk::BufferCopy> = idx.iter().enumerate().map(|(i, &r)| ash::vk::BufferCopy { src_offset: r as u64 * w, dst_offset: i as u64 * w, size: w }).collect();
+    // SAFETY: the command buffer is recording; both buffers hold the rows (sized for a window
+    // and for out_rows rows) and are distinct.
+    unsafe { rec.gpu.device.cmd_copy_buffer(rec.cmd, src.buffer, dst.buffer, &regions) };
+}
+
+/// What one pass computes: `n` rows (metadata rows 0..n) through every layer; `narrow` None
+/// for a token command (every row lands logits), Some(rows) for a prefill window: the last
+/// layer's attention output, FFN and the classifier run only for those rows (ascending; none:
+/// the pass ends once the last layer's K/V are stored).
+pub(super) struct PassShape<'a> {
+    pub(super) n: usize,
+    pub(super) narrow: Option<&'a [u32]>,
+    /// Copy the logits rows to the host (false: a greedy step reads only the argmax ids).
+    pub(super) to_host: bool,
+    /// Select each row's TOP_CANDIDATES largest logits into `Scratch::top_host`.
+    pub(super) top: bool,
+    /// Copy the logits rows `Scratch::rows_list` names to the first rows of `logits_host`.
+    pub(super) listed: bool,
+}
+
+/// What a pass reads: the model, its weights, the mirror's codec, the lane's scratch, and the
+/// counters it adds to.
+pub(super) struct PassCtx<'a> {
+    pub(super) cfg: &'a ModelConfig,
+    pub(super) codec: KvCodec,
+    pub(super) w: &'a Weights,
+    pub(super) s: &'a Scratch,
+    pub(super) counters: &'a Counters,
+}
+
+/// One pass: embed, every layer, final norm, classifier, argmax. Returns the key pieces a row
+/// and head of its decode attention takes (what a token command adds to
+/// `decode_attention_pieces` each time it runs).
+pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &PassCtx<'_>, mut clock: Option<&mut StageClock<'_>>) -> Result<u32, VkError> {
+    let PassCtx { cfg, codec, w, s, counters } = *ctx;
+    let Weights { layers, embd, output, output_norm, rope } = w;
+    let output = output.as_ref();
+    let cmd = rec.cmd;
+    let n = shape.n;
+    let (d, nr) = (cfg.n_embd, n as u32);
+    let norm = NormPush { n: d as u32, eps: cfg.rms_eps };
+    for (buf, r0, rows) in &embd.parts {
+        let p = EmbedPush { cols: d as u32, row_bytes: embd.row_bytes as u32, row_start: *r0 as u32, part_rows: *rows as u32 };
+        rec.embed(embd.ty, nr, buf.into(), (&s.meta).into(), (&s.x).into(), p)?;
+    }
+    rec.barrier();
+    mark(&mut clock, cmd, "embed", 0);
+    let style = cfg.arch.rope_style();
+    let flags = if cfg.qkv_bias { ROPE_BIAS } else { 0 } | if cfg.qk_norm { ROPE_QK_NORM } else { 0 };
+    let rp = RopePush { n_head: cfg.n_head as u32, n_head_kv: cfg.n_head_kv as u32, head_dim: cfg.head_dim as u32, rope_dims: cfg.rope_dims as u32, flags, eps: cfg.rms_eps };
+    let ap = AttnPush {
+        n_head: cfg.n_head as u32,
+        n_head_kv: cfg.n_head_kv as u32,
+        head_dim: cfg.head_dim as u32,
+        n_pieces: attn_pieces(n),
+        scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+    };
+    // The one-row token command's attention ropes and stores (the same bits as the rope_store
+    // dispatch). The kernel serves any rows of regions of their own (a peel's rows share
+    // one), but it pays at one row only (docs/lessons.md).
+    let rope_in = shape.narrow.is_none() && n == 1 && !cfg.qk_norm && attn_rope_ok(codec, cfg.head_dim as u32);
+    // After the last layer's attention a window keeps only the rows that need logits.
+    let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None }, &s.att, n);
+    let out = output.unwrap_or(embd);
+    for (l, ly) in layers.iter().enumerate() {
+        let last = l + 1 == layers.len();
+        // x += down (the previous layer's FFN), then q, k, v of norm(x) * attn_norm
+        let qkv = [(&ly.q, &s.q, cfg.q_dim()), (&ly.k, &s.k, cfg.kv_dim()), (&ly.v, &s.v, cfg.kv_dim())];
+        norm_mm(rec, n, &mut r, Norm { w: &ly.attn_norm, p: norm, label: "attn_norm", layer: l }, &qkv, s, &mut clock)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "qkv", l);
+        if !rope_in {
+            let binds = [(&s.q).into(), (&s.k).into(), (&s.v).into(), (&ly.bias).into(), (&ly.qk_norm).into(), rope.into(), (&s.meta).into(), (&ly.mk).into(), (&ly.mv).into()];
+            rec.rope_store(style, codec, nr, binds, rp)?;
+            rec.barrier();
+            mark(&mut clock, cmd, "rope_store", l);
+        }
+        if last && shape.narrow.is_some_and(|k| k.is_empty()) {
+            // A window landing no logits: its last layer only stores K/V.
+            Counters::add(&counters.prefill_rows_narrowed, n as u64);
+            return Ok(ap.n_pieces);
+        }
+        let mut rounded = false;
+        if shape.narrow.is_some() && n >= WINDOW_ATTN_MIN_ROWS {
+            // Flash-attention tiles: each K/V tile read once for a tile of query rows.
+            rec.attention_window(codec, nr, (&s.q).into(), (&ly.mk).into(), (&ly.mv).into(), (&s.meta).into(), (&s.att).into(), ap)?;
+        } else {
+            // The combine rounds its output for attn_out itself, unless rows are gathered after.
+            let round = if last && shape.narrow.is_some() { None } else { attn_round(&ly.attn_out, n, cfg, s)? };
+            rounded = round.is_some();
+            let own_rope = rope_in.then(|| AttnRope { k: (&s.k).into(), v: (&s.v).into(), bias: (&ly.bias).into(), table: rope.into(), rope_dims: cfg.rope_dims as u32, style, bias_on: cfg.qkv_bias });
+            rec.attention_round(codec, nr, AttnBinds { q: (&s.q).into(), mk: (&ly.mk).into(), mv: (&ly.mv).into(), meta: (&s.meta).into(), part: (&s.part).into(), out: (&s.att).into() }, round, Some((&s.done).into()), own_rope, ap)?;
+        }
+        if last && shape.narrow.is_some() {
+            rec.transfer_barrier(); // the gathers below copy
+        } else {
+            rec.barrier();
+        }
+        mark(&mut clock, cmd, "attention", l);
+        if let (true, Some(keep)) = (last, shape.narrow) {
+            if keep.len() > s.out_rows {
+                return Err(VkError::Model(format!("{} logits rows in one pass (room for {})", keep.len(), s.out_rows)));
+            }
+            // r.x holds the previous layers' whole sum (the attention norm added the rest).
+            Counters::add(&counters.prefill_rows_narrowed, (n - keep.len()) as u64);
+            gather(rec, r.x, &s.xg, d, keep);
+            gather(rec, &s.att, &s.ag, cfg.q_dim(), keep);
+            rec.transfer_barrier();
+            (r.x, att, m) = (&s.xg, &s.ag, keep.len());
+        }
+        if !rounded {
+            prep(rec, m, att, &[&ly.attn_out], s)?;
+        }
+        mm(rec, m, &ly.attn_out, att, (&s.o, d), s, 0)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "attn_out", l);
+        // x += o, then gate and up of norm(x) * ffn_norm
+        r.add = Some(&s.o);
+        let gate_up = [(&ly.gate, &s.gate, cfg.n_ff), (&ly.up, &s.up, cfg.n_ff)];
+        norm_mm(rec, m, &mut r, Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l }, &gate_up, s, &mut clock)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "gate_up", l);
+        swiglu_for(rec, m, &ly.down, s)?;
+        mark(&mut clock, cmd, "swiglu", l);
+        mm(rec, m, &ly.down, &s.gate, (&s.down, d), s, 0)?;
+        rec.barrier();
+        mark(&mut clock, cmd, "down", l);
+        r.add = Some(&s.down);
+    }
+    let mr = m as u32;
+    // x += down, then the classifier of norm(x) * output_norm (the sum is not read after)
+    norm_mm(rec, m, &mut r, Norm { w: output_norm, p: norm, label: "output_norm", layer: 0 }, &[(out, &s.logits, cfg.vocab)], s, &mut clock)?;
+    rec.transfer_barrier(); // the logits are copied to the host below
+    mark(&mut clock, cmd, "classifier", 0);
+    rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.part).into(), (&s.ids).into())?;
+    if shape.top {
+        rec.topk(mr, cfg.vocab as u32, TOPK_MAX, (&s.logits).into(), (&s.top_a).into(), (&s.top_b).into(), (&s.top_sel).into(), (&s.top_host).into())?;
+    }
+    if shape.listed {
+        rec.rows_copy(mr, cfg.vocab as u32, mr, (&s.logits).into(), (&s.rows_list).into(), (&s.logits_host).into())?;
+    }
+    if shape.to_host {
+        let bytes = (m * cfg.vocab * 4) as u64;
+        // SAFETY: the command buffer is recording; both buffers hold out_rows logits rows (m <= out_rows).
+        unsafe { rec.gpu.device.cmd_copy_buffer(rec.cmd, s.logits.buffer, s.logits_host.buffer, &[ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bytes }]) };
+    }
+    mark(&mut clock, cmd, "argmax", 0);
+    // Make the host-visible results available to the host.
+    let mb = [ash::vk::MemoryBarrier::default().src_access_mask(ash::vk::AccessFlags::SHADER_WRITE | ash::vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(ash::vk::AccessFlags::HOST_READ)];
+    // SAFETY: the command buffer is recording.
+    unsafe {
+        rec.gpu.device.cmd_pipeline_barrier(
+            rec.cmd,
+            ash::vk::PipelineStageFlags::COMPUTE_SHADER | ash::vk::PipelineStageFlags::TRANSFER,
+            ash::vk::PipelineStageFlags::HOST,
+            ash::vk::DependencyFlags::empty(),
+            &mb,
+            &[],
+            &[],
+        )
+    };
+    Ok(ap.n_pieces)
+}

@@ -1,0 +1,148 @@
+//! The scratch of one lane: every activation buffer a pass of up to its rows writes, and the
+//! host-visible buffers a step reads back.
+
+use std::sync::Arc;
+
+use resin_core::{HomeSpec, NROW_MAX};
+use resin_model::ModelConfig;
+
+use crate::buffers::{Buffer, Location};
+use crate::device::Gpu;
+use crate::gemv_dot::QPack;
+use crate::kernels::*;
+use crate::pipelines::Bind;
+use crate::VkError;
+
+use super::*;
+
+/// Scratch for a pass of up to `rows` rows: a window of PF_WINDOW (the token command uses its
+/// first rows) on the home's first lane, NROW_MAX on the others; `meta`, `logits_host` and
+/// `ids` are host-visible; the logits hold `out_rows` rows.
+pub(super) struct Scratch {
+    pub(super) meta: Buffer,
+    /// The residual and attention rows that need logits, gathered for the narrowed last layer.
+    pub(super) xg: Buffer,
+    pub(super) ag: Buffer,
+    /// Logits rows one pass can land: max(NROW_MAX, regions).
+    pub(super) out_rows: usize,
+    pub(super) x: Buffer,
+    pub(super) xn: Buffer,
+    pub(super) q: Buffer,
+    pub(super) k: Buffer,
+    pub(super) v: Buffer,
+    pub(super) att: Buffer,
+    pub(super) o: Buffer,
+    pub(super) gate: Buffer,
+    pub(super) up: Buffer,
+    pub(super) down: Buffer,
+    pub(super) part: Buffer,
+    /// The classifier's output (device-local: the argmax reads it there), and its copy the
+    /// host reads.
+    pub(super) logits: Buffer,
+    pub(super) logits_host: Buffer,
+    pub(super) ids: Buffer,
+    /// The top-k's candidates (`top_sel`) and sorted lists between its stages, and each
+    /// row's best read back (`ReadBack::Top`; key pairs, `kernels::topk_decode`).
+    pub(super) top_a: Buffer,
+    pub(super) top_b: Buffer,
+    pub(super) top_sel: Buffer,
+    pub(super) top_host: Buffer,
+    /// The logits rows a `ReadBack::TopRows` pass copies to `logits_host` (its first rows):
+    /// a count, then the indices (`kernels::rows_copy_words`), written before each submit.
+    pub(super) rows_list: Buffer,
+    /// Activations rounded through 8-bit blocks of 32 and 256 values (see `act_block`).
+    pub(super) xq32: Buffer,
+    pub(super) xq256: Buffer,
+    /// Token passes' activations packed as int8 blocks for the dot GEMV (see gemv_dot.rs).
+    pub(super) xp32: Buffer,
+    pub(super) xp256: Buffer,
+    /// Whether `prep` rounds activations (VulkanOptions::q8_activations).
+    pub(super) q8: bool,
+    /// Whether token passes take the int8 dot GEMV (q8 activations on a device that runs it).
+    pub(super) dot: bool,
+    /// The words the decode attention's workgroups of a head group count themselves in, so
+    /// that the last to finish merges the pieces (zero between dispatches).
+    pub(super) done: Buffer,
+    /// Split-K GEMM scratch: SPLIT_SLOTS slots of partial sums and of per-tile counters (zero
+    /// between dispatches), each `split_part` / `split_done` bytes.
+    pub(super) split_part: u64,
+    pub(super) split_done: u64,
+    pub(super) gpart: Buffer,
+    pub(super) gdone: Buffer,
+}
+
+/// GEMMs recorded with no barrier between them at most (q, k and v).
+pub(super) const SPLIT_SLOTS: usize = 3;
+
+impl Scratch {
+    pub(super) fn split_slot(&self, slot: usize) -> Result<crate::gemm::GemmSplit<'_>, VkError> {
+        if slot >= SPLIT_SLOTS || self.split_part == 0 {
+            return Err(VkError::Model(format!("no split-K scratch slot {slot}")));
+        }
+        let part = Bind { buf: &self.gpart, offset: slot as u64 * self.split_part, range: self.split_part };
+        let done = Bind { buf: &self.gdone, offset: slot as u64 * self.split_done, range: self.split_done };
+        Ok(crate::gemm::GemmSplit { part, done })
+    }
+}
+
+impl Scratch {
+    /// Scratch for passes of up to `rows` rows (PF_WINDOW or NROW_MAX: only windows and GEMM
+    /// passes split K) landing up to `out_rows` logits rows; `scratch_bytes` counts it.
+    pub(super) fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, q8: bool, out_rows: usize, rows: usize) -> Result<Scratch, VkError> {
+        let r = rows;
+        let (split_part, split_done) = if rows > NROW_MAX { split_slot_bytes(&gpu.info, cfg) } else { (0, 0) };
+        let dev = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Device);
+        let host = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Host);
+        Ok(Scratch {
+            meta: host(r * META_WORDS)?,
+            xg: dev(out_rows * cfg.n_embd)?,
+            ag: dev(out_rows * cfg.q_dim())?,
+            out_rows,
+            x: dev(r * cfg.n_embd)?,
+            xn: dev(r * cfg.n_embd)?,
+            q: dev(r * cfg.q_dim())?,
+            k: dev(r * cfg.kv_dim())?,
+            v: dev(r * cfg.kv_dim())?,
+            att: dev(r * cfg.q_dim())?,
+            o: dev(r * cfg.n_embd)?,
+            gate: dev(r * cfg.n_ff)?,
+            up: dev(r * cfg.n_ff)?,
+            down: dev(r * cfg.n_embd)?,
+            part: dev(attn_part_floats(cfg, out_rows).max(out_rows * ARGMAX_PART_WORDS as usize))?,
+            logits: dev(out_rows * cfg.vocab)?,
+            logits_host: host(out_rows * cfg.vocab)?,
+            ids: host(2 * out_rows)?,
+            top_a: dev(2 * topk_pairs(cfg, out_rows))?,
+            top_b: dev(2 * topk_pairs(cfg, out_rows))?,
+            top_sel: dev(crate::kernels::topk_sel_words(out_rows as u32) as usize)?,
+            top_host: host(2 * out_rows * TOPK_MAX as usize)?,
+            rows_list: host(crate::kernels::rows_copy_words(out_rows as u32) as usize)?,
+            xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
+            xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
+            xp32: Buffer::new(gpu, packed_bytes(cfg, 32), Location::Device)?,
+            xp256: Buffer::new(gpu, packed_bytes(cfg, 256), Location::Device)?,
+            q8,
+            dot: q8 && crate::gemv_dot::dot_ok(&gpu.info),
+            done: {
+                let mut b = dev(WINDOW_ATTN_MIN_ROWS.max(HomeSpec::wide_rows(out_rows)) * cfg.n_head)?;
+                b.fill_u32(0)?;
+                b
+            },
+            split_part,
+            split_done,
+            gpart: Buffer::new(gpu, (SPLIT_SLOTS as u64 * split_part).max(4), Location::Device)?,
+            gdone: {
+                let mut b = Buffer::new(gpu, (SPLIT_SLOTS as u64 * split_done).max(4), Location::Device)?;
+                b.fill_u32(0)?;
+                b
+            },
+        })
+    }
+}
+
+/// Bytes of the packed activations of NROW_MAX rows of the widest input, blocks of `block`.
+pub(super) fn packed_bytes(cfg: &ModelConfig, block: u32) -> u64 {
+    let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
+    let count = (NROW_MAX * widest.next_multiple_of(block as usize)) as u32;
+    QPack::new(block, count).map(|q| q.bytes()).unwrap_or(4)
+}

@@ -1,0 +1,165 @@
+//! The weights on the device: each matrix in its GGUF block format, in parts of whole rows
+//! that fit the device's storage range; norms, biases and the rope table as f32.
+
+use std::sync::Arc;
+
+use resin_gguf::{formats, GgmlType, GgufFile};
+use resin_model::{LayerNames, ModelConfig};
+
+use crate::buffers::{f32_bytes, Buffer, Location};
+use crate::device::Gpu;
+use crate::VkError;
+
+use super::{Plan, VulkanOptions};
+
+/// A weight matrix on the device: `rows` x `cols` of `ty`, in parts of whole rows.
+pub(super) struct Mat {
+    pub(super) ty: GgmlType,
+    pub(super) rows: usize,
+    pub(super) cols: usize,
+    pub(super) row_bytes: usize,
+    /// (buffer, first row, rows)
+    pub(super) parts: Vec<(Buffer, usize, usize)>,
+}
+
+pub(super) struct Layer {
+    pub(super) attn_norm: Buffer,
+    pub(super) q: Mat,
+    pub(super) k: Mat,
+    pub(super) v: Mat,
+    /// [q_dim | kv_dim | kv_dim] biases (or a dummy word when the model has none).
+    pub(super) bias: Buffer,
+    /// [head_dim | head_dim] q and k norm weights (or a dummy).
+    pub(super) qk_norm: Buffer,
+    pub(super) attn_out: Mat,
+    pub(super) ffn_norm: Buffer,
+    pub(super) gate: Mat,
+    pub(super) up: Mat,
+    pub(super) down: Mat,
+    pub(super) mk: Buffer,
+    pub(super) mv: Buffer,
+}
+
+pub(super) fn tensor<'a>(f: &'a GgufFile, name: &str) -> Result<&'a resin_gguf::TensorInfo, VkError> {
+    f.tensor(name).ok_or_else(|| VkError::Model(format!("tensor {name} is missing")))
+}
+
+pub(super) fn vector(f: &GgufFile, name: &str) -> Result<Vec<f32>, VkError> {
+    let t = tensor(f, name)?;
+    let mut v = vec![0f32; t.n_elements() as usize];
+    formats::dequantize(t.ty, f.tensor_data(t), &mut v).map_err(|e| VkError::Model(format!("{name}: {e}")))?;
+    Ok(v)
+}
+
+/// Upload a matrix in parts of whole rows that each fit the device's storage range, its rows
+/// in the device layout (`layout`).
+pub(super) fn upload_mat(gpu: &Arc<Gpu>, f: &GgufFile, name: &str) -> Result<Mat, VkError> {
+    let t = tensor(f, name)?;
+    let (rows, cols) = t.rows_cols();
+    let data = f.tensor_data(t);
+    let src_row = data.len() / rows.max(1);
+    let row_bytes = crate::layout::device_row_bytes(t.ty, cols, src_row);
+    let per = (gpu.info.max_storage_range as usize / row_bytes.max(1)).max(1);
+    // Rows rearranged and written this many at a time (one 64 MiB staging copy each).
+    let chunk = ((64usize << 20) / row_bytes.max(1)).max(1);
+    let mut parts = Vec::new();
+    let mut r0 = 0;
+    while r0 < rows {
+        let nr = per.min(rows - r0);
+        let mut b = Buffer::new(gpu, (nr * row_bytes) as u64, Location::Device)?;
+        let mut c0 = 0;
+        while c0 < nr {
+            let cn = chunk.min(nr - c0);
+            let src = &data[(r0 + c0) * src_row..(r0 + c0 + cn) * src_row];
+            b.write((c0 * row_bytes) as u64, &crate::layout::device_rows(t.ty, cols, src))?;
+            c0 += cn;
+        }
+        parts.push((b, r0, nr));
+        r0 += nr;
+    }
+    Ok(Mat { ty: t.ty, rows, cols, row_bytes, parts })
+}
+
+/// The CPU home's rope table: cos and sin of pos * base^(-2i/dims), in f64, cast to f32.
+pub fn rope_table(n_ctx: usize, rope_dims: usize, base: f32) -> Vec<f32> {
+    let inv: Vec<f64> = (0..rope_dims / 2).map(|i| (base as f64).powf(-2.0 * i as f64 / rope_dims as f64)).collect();
+    let mut t = Vec::with_capacity(n_ctx * rope_dims);
+    for p in 0..n_ctx {
+        for f in &inv {
+            let (s, c) = (p as f64 * f).sin_cos();
+            t.push(c as f32);
+            t.push(s as f32);
+        }
+    }
+    t
+}
+
+/// Everything of the model on the device, as a pass reads it.
+pub(super) struct Weights {
+    pub(super) layers: Vec<Layer>,
+    pub(super) embd: Mat,
+    /// None when tied to the embedding.
+    pub(super) output: Option<Mat>,
+    pub(super) output_norm: Buffer,
+    /// The rope table of `plan.n_ctx` positions.
+    pub(super) rope: Buffer,
+}
+
+/// Upload the model as `plan` says, each layer's K/V mirror with it, reporting progress to
+/// `opts.progress` (or a log line every 10 %).
+pub(super) fn upload(gpu: &Arc<Gpu>, f: &GgufFile, cfg: &ModelConfig, plan: &Plan, opts: &VulkanOptions) -> Result<Weights, VkError> {
+        let total = plan.weights;
+        let mut done = 0u64;
+        let mut last_tenth = 0u64;
+        let mut progress = |bytes: u64| {
+            done += bytes;
+            if let Some(p) = &opts.progress {
+                (p.0)(done, total);
+                return;
+            }
+            let tenth = done * 10 / total.max(1);
+            if tenth > last_tenth {
+                last_tenth = tenth;
+                tracing::info!("vulkan upload {}% ({} of {} MiB)", tenth * 10, done >> 20, total >> 20);
+            }
+        };
+        let mirror_bytes = (opts.regions * plan.n_ctx) as u64 * opts.codec.bytes_for(cfg.kv_dim()) as u64;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for l in 0..cfg.n_layer {
+            let n = LayerNames::new(l);
+            let mut mat = |name: &str| -> Result<Mat, VkError> {
+                let m = upload_mat(gpu, f, name)?;
+                progress((m.rows * m.row_bytes) as u64);
+                Ok(m)
+            };
+            let (q, k, v, attn_out, gate, up, down) = (mat(&n.q)?, mat(&n.k)?, mat(&n.v)?, mat(&n.attn_out)?, mat(&n.gate)?, mat(&n.up)?, mat(&n.down)?);
+            let bias = if cfg.qkv_bias {
+                [vector(f, &n.q_bias)?, vector(f, &n.k_bias)?, vector(f, &n.v_bias)?].concat()
+            } else {
+                vec![0.0]
+            };
+            let qk_norm = if cfg.qk_norm { [vector(f, &n.q_norm)?, vector(f, &n.k_norm)?].concat() } else { vec![0.0] };
+            let dev = |v: &[f32]| Buffer::with_data(gpu, &f32_bytes(v), Location::Device);
+            layers.push(Layer {
+                attn_norm: dev(&vector(f, &n.attn_norm)?)?,
+                q,
+                k,
+                v,
+                bias: dev(&bias)?,
+                qk_norm: dev(&qk_norm)?,
+                attn_out,
+                ffn_norm: dev(&vector(f, &n.ffn_norm)?)?,
+                gate,
+                up,
+                down,
+                mk: Buffer::new(gpu, mirror_bytes, Location::Device)?,
+                mv: Buffer::new(gpu, mirror_bytes, Location::Device)?,
+            });
+        }
+        let embd = upload_mat(gpu, f, resin_model::TOKEN_EMBD)?;
+        progress((embd.rows * embd.row_bytes) as u64);
+        let output = if cfg.tied_output { None } else { Some(upload_mat(gpu, f, resin_model::OUTPUT)?) };
+        let output_norm = Buffer::with_data(gpu, &f32_bytes(&vector(f, resin_model::OUTPUT_NORM)?), Location::Device)?;
+        let rope = Buffer::with_data(gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, cfg.rope_base)), Location::Device)?;
+        Ok(Weights { layers, embd, output, output_norm, rope })
+}
