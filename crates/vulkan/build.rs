@@ -22,12 +22,7 @@ fn main() {
             panic!("{} is missing: run scripts/build_shaders.sh", spv.display());
         }
         println!("cargo:rerun-if-changed={}", spv.display());
-        writeln!(
-            out,
-            "    Variant {{ name: {name:?}, source: {src:?}, defines: &{defines:?}, spv: include_bytes!({:?}) }},",
-            spv.display().to_string()
-        )
-        .unwrap();
+        writeln!(out, "    Variant {{ name: {name:?}, source: {src:?}, defines: &{defines:?}, spv: include_bytes!({:?}) }},", spv.display().to_string()).unwrap();
     }
     out.push_str("];\n");
     let dst = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("variants.rs");

@@ -217,7 +217,6 @@ impl HomeSpec {
     }
 }
 
-
 /// Candidates a [`Need::Top`] row gets back: samplers whose top_k is at most this draw from
 /// them alone.
 pub const TOP_CANDIDATES: usize = 64;
@@ -554,7 +553,11 @@ mod tests {
             let v: Vec<f32> = (0..n)
                 .map(|_| {
                     let r = next();
-                    if rare { pick[(r % pick.len() as u64) as usize] } else { (r % 1000) as f32 * 0.01 - 5.0 }
+                    if rare {
+                        pick[(r % pick.len() as u64) as usize]
+                    } else {
+                        (r % 1000) as f32 * 0.01 - 5.0
+                    }
                 })
                 .collect();
             assert_eq!(super::argmax(&v), super::argmax_scalar(&v), "{v:?}");

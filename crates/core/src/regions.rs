@@ -89,14 +89,7 @@ impl RegionTable {
             Some(b) => b,
             None => {
                 let free = self.slots.iter().position(|s| s.state == State::Free);
-                let idx = free.or_else(|| {
-                    self.slots
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, s)| s.state == State::Parked)
-                        .min_by_key(|(_, s)| s.last_used)
-                        .map(|(i, _)| i)
-                })?;
+                let idx = free.or_else(|| self.slots.iter().enumerate().filter(|(_, s)| s.state == State::Parked).min_by_key(|(_, s)| s.last_used).map(|(i, _)| i))?;
                 (idx, 0)
             }
         };

@@ -1,6 +1,8 @@
 use std::sync::Arc;
 
-use resin_core::{check_segments, check_snapshot, check_step, count_window, plan_chain, Counters, Home, HomeSpec, KvCodec, Logits, Need, RegionId, Row, RowOut, Segment, StepOut, PF_WINDOW};
+use resin_core::{
+    check_segments, check_snapshot, check_step, count_window, plan_chain, Counters, Home, HomeSpec, KvCodec, Logits, Need, RegionId, Row, RowOut, Segment, StepOut, PF_WINDOW,
+};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
 
@@ -9,7 +11,6 @@ use crate::forward::PassRow;
 use crate::kv::KvCache;
 use crate::ops::RopeTables;
 use crate::weights::Weights;
-
 
 /// How a CPU home is built.
 #[derive(Debug, Clone)]

@@ -141,8 +141,7 @@ impl KvCache {
                 Store::F32(buf) => buf[i..i + d].copy_from_slice(src),
                 Store::Q8(buf) => {
                     let b = i / 32 * 34;
-                    formats::quantize_into(GgmlType::Q8_0, src, &mut buf[b..b + d / 32 * 34])
-                        .expect("kv_dim is a whole number of q8_0 blocks (checked in new)");
+                    formats::quantize_into(GgmlType::Q8_0, src, &mut buf[b..b + d / 32 * 34]).expect("kv_dim is a whole number of q8_0 blocks (checked in new)");
                 }
             }
         }
@@ -164,8 +163,7 @@ impl KvCache {
                 Store::F32(buf) => dst.copy_from_slice(&buf[i..i + out_dim]),
                 Store::Q8(buf) => {
                     let b = i / 32 * 34;
-                    formats::dequantize(GgmlType::Q8_0, &buf[b..b + out_dim / 32 * 34], dst)
-                        .expect("head_dim is a whole number of q8_0 blocks (checked in new)");
+                    formats::dequantize(GgmlType::Q8_0, &buf[b..b + out_dim / 32 * 34], dst).expect("head_dim is a whole number of q8_0 blocks (checked in new)");
                 }
             }
         }

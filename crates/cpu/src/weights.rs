@@ -6,8 +6,8 @@ use std::sync::Arc;
 use resin_gguf::{formats, GgmlType, GgufFile, TensorInfo};
 use resin_model::{LayerNames, ModelConfig};
 
-use crate::kernels::QMatrix;
 use crate::home::CpuError;
+use crate::kernels::QMatrix;
 
 /// Where a weight matrix lives in the file: `rows` rows of `cols` values in format `ty`.
 #[derive(Debug, Clone, Copy)]

@@ -61,11 +61,13 @@ pub struct Finish {
 #[derive(Debug, Clone)]
 pub enum GenEvent {
     /// New tokens and the text that is now safe to show (empty while a stop string may be forming).
-    Delta { ids: Vec<u32>, text: String },
+    Delta {
+        ids: Vec<u32>,
+        text: String,
+    },
     Done(Finish),
     Error(String),
 }
-
 
 /// The receiving end of a generation. Dropping it cancels the generation and frees its region.
 pub struct GenHandle {
@@ -201,10 +203,7 @@ impl Engine {
             prefill_rate: None,
             stop: false,
         };
-        let thread = std::thread::Builder::new()
-            .name("resin-engine".into())
-            .spawn(move || sched.run(rx))
-            .expect("spawning the engine thread");
+        let thread = std::thread::Builder::new().name("resin-engine".into()).spawn(move || sched.run(rx)).expect("spawning the engine thread");
         let worker = Arc::new(Worker { tx, thread: std::sync::Mutex::new(Some(thread)) });
         Engine { worker, stats, counters, n_ctx: spec.n_ctx, regions: spec.regions, home_kind: spec.kind, max_queue: config.max_queue }
     }

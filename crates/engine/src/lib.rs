@@ -7,11 +7,11 @@ mod host_cache;
 mod sampling;
 mod stop;
 
-pub use resin_core::balanced_groups;
 pub use engine::{
-    Engine, ShutdownOnDrop, EngineConfig, EngineStats, Finish, FinishReason, GenEvent, GenHandle, GenRequest,
-    LogitsConstraint, SubmitError, auto_quantum, PREFILL_QUANTUM_MIN, PREFILL_TICK_TARGET,
+    auto_quantum, Engine, EngineConfig, EngineStats, Finish, FinishReason, GenEvent, GenHandle, GenRequest, LogitsConstraint, ShutdownOnDrop, SubmitError, PREFILL_QUANTUM_MIN,
+    PREFILL_TICK_TARGET,
 };
 pub use host_cache::HostCache;
+pub use resin_core::balanced_groups;
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
 pub use stop::{StopMatcher, StopOutcome};

@@ -927,7 +927,14 @@ mod tests {
             }
             l[5] = f32::NAN;
             let k = [1usize, 5, 40, 64][case % 4];
-            let p = SamplingParams { temperature: [0.7f32, 1.0, 3.0][case % 3], top_k: k, top_p: [1.0, 0.9, 0.95][case % 3], min_p: [0.0, 0.05][case % 2], seed: Some(case as u64), ..Default::default() };
+            let p = SamplingParams {
+                temperature: [0.7f32, 1.0, 3.0][case % 3],
+                top_k: k,
+                top_p: [1.0, 0.9, 0.95][case % 3],
+                min_p: [0.0, 0.05][case % 2],
+                seed: Some(case as u64),
+                ..Default::default()
+            };
             let s0 = Sampler::new(p.clone());
             assert!(s0.draws_from_top(64));
             let (mut whole, mut top, mut listed) = (s0.clone(), s0.clone(), s0.clone());

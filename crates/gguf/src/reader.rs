@@ -86,11 +86,7 @@ pub struct GgufFile {
 
 impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GgufFile")
-            .field("version", &self.version)
-            .field("metadata", &self.metadata.len())
-            .field("tensors", &self.tensors.len())
-            .finish()
+        f.debug_struct("GgufFile").field("version", &self.version).field("metadata", &self.metadata.len()).field("tensors", &self.tensors.len()).finish()
     }
 }
 
@@ -132,8 +128,7 @@ impl GgufFile {
             for i in 0..n_kv {
                 let key = c.string(&format!("metadata key #{i}"))?;
                 let ty_id = c.u32(&format!("type of metadata {key:?}"))?;
-                let ty = ValueType::from_id(ty_id)
-                    .ok_or_else(|| GgufError::BadValueType { what: format!("metadata {key:?}"), ty: ty_id })?;
+                let ty = ValueType::from_id(ty_id).ok_or_else(|| GgufError::BadValueType { what: format!("metadata {key:?}"), ty: ty_id })?;
                 let value = c.value(ty, &key, 0)?;
                 metadata.push((key, value));
             }
@@ -157,8 +152,7 @@ impl GgufFile {
                     dims.push(c.u64(&format!("tensor {name:?} dim {d}"))?);
                 }
                 let ty_id = c.u32(&format!("tensor {name:?} type"))?;
-                let ty = GgmlType::from_id(ty_id)
-                    .ok_or_else(|| GgufError::UnknownTensorType { name: name.clone(), ty: ty_id })?;
+                let ty = GgmlType::from_id(ty_id).ok_or_else(|| GgufError::UnknownTensorType { name: name.clone(), ty: ty_id })?;
                 let offset = c.u64(&format!("tensor {name:?} offset"))?;
                 tensors.push((name, dims, ty, offset));
             }
@@ -196,17 +190,9 @@ impl GgufFile {
             if offset % alignment != 0 {
                 return Err(bad(format!("offset {offset} is not aligned to {alignment}")));
             }
-            let end = data_offset
-                .checked_add(offset)
-                .and_then(|s| s.checked_add(size))
-                .ok_or_else(|| bad("offset + size overflows".into()))?;
+            let end = data_offset.checked_add(offset).and_then(|s| s.checked_add(size)).ok_or_else(|| bad("offset + size overflows".into()))?;
             if end > file_len {
-                return Err(GgufError::Truncated {
-                    what: format!("tensor {name:?} data ({size} bytes)"),
-                    offset: data_offset.saturating_add(offset),
-                    need: size,
-                    len: file_len,
-                });
+                return Err(GgufError::Truncated { what: format!("tensor {name:?} data ({size} bytes)"), offset: data_offset.saturating_add(offset), need: size, len: file_len });
             }
             if tensor_index.insert(name.clone(), infos.len()).is_some() {
                 return Err(GgufError::DuplicateTensor(name));
@@ -293,12 +279,7 @@ impl<'a> Cursor<'a> {
 
     fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8]> {
         if n > self.remaining() {
-            return Err(GgufError::Truncated {
-                what: what.into(),
-                offset: self.pos as u64,
-                need: n,
-                len: self.buf.len() as u64,
-            });
+            return Err(GgufError::Truncated { what: what.into(), offset: self.pos as u64, need: n, len: self.buf.len() as u64 });
         }
         let s = &self.buf[self.pos..self.pos + n as usize];
         self.pos += n as usize;
@@ -353,9 +334,7 @@ impl<'a> Cursor<'a> {
             ValueType::Bool => match self.u8(&what())? {
                 0 => Value::Bool(false),
                 1 => Value::Bool(true),
-                b => {
-                    return Err(GgufError::BadMetadata { key: key.into(), problem: format!("bool byte {b} is not 0 or 1") })
-                }
+                b => return Err(GgufError::BadMetadata { key: key.into(), problem: format!("bool byte {b} is not 0 or 1") }),
             },
             ValueType::String => Value::String(self.string(&what())?),
             ValueType::Array => {
@@ -363,16 +342,12 @@ impl<'a> Cursor<'a> {
                     return Err(GgufError::NestingTooDeep(MAX_NESTING));
                 }
                 let ety_id = self.u32(&format!("array type of {key:?}"))?;
-                let ety = ValueType::from_id(ety_id)
-                    .ok_or_else(|| GgufError::BadValueType { what: format!("array {key:?}"), ty: ety_id })?;
+                let ety = ValueType::from_id(ety_id).ok_or_else(|| GgufError::BadValueType { what: format!("array {key:?}"), ty: ety_id })?;
                 let n = self.u64(&format!("array length of {key:?}"))?;
                 self.check_count(&format!("array {key:?}"), n, ety.min_bytes())?;
                 self.elements = self.elements.saturating_add(n);
                 if self.elements > MAX_ARRAY_ELEMENTS {
-                    return Err(GgufError::BadMetadata {
-                        key: key.into(),
-                        problem: format!("more than {MAX_ARRAY_ELEMENTS} array elements in all"),
-                    });
+                    return Err(GgufError::BadMetadata { key: key.into(), problem: format!("more than {MAX_ARRAY_ELEMENTS} array elements in all") });
                 }
                 let mut items = Vec::with_capacity(n as usize);
                 for _ in 0..n {

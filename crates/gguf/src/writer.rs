@@ -46,11 +46,7 @@ impl GgufWriter {
     /// Declare a tensor; `dims` in ggml order (row length first).
     pub fn add_tensor(&mut self, name: impl Into<String>, dims: &[u64], ty: GgmlType) -> Result<()> {
         let name = name.into();
-        if dims.is_empty()
-            || dims.len() > crate::MAX_DIMS
-            || dims.contains(&0)
-            || !dims[0].is_multiple_of(ty.block_len() as u64)
-        {
+        if dims.is_empty() || dims.len() > crate::MAX_DIMS || dims.contains(&0) || !dims[0].is_multiple_of(ty.block_len() as u64) {
             return Err(GgufError::BadTensor { name, problem: format!("cannot store shape {dims:?} as {ty}") });
         }
         let overflow = || GgufError::BadTensor { name: name.clone(), problem: format!("size of {dims:?} overflows") };
@@ -65,11 +61,7 @@ impl GgufWriter {
 
     /// Write header, metadata and tensor table, then call `data(i, out)` for each tensor in
     /// declaration order; it must write exactly that tensor's bytes.
-    pub fn write<W: Write>(
-        &self,
-        out: &mut W,
-        mut data: impl FnMut(usize, &mut dyn Write) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
+    pub fn write<W: Write>(&self, out: &mut W, mut data: impl FnMut(usize, &mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
         let invalid = |msg: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, msg);
         for (k, v) in &self.metadata {
             check_value(v, 0).map_err(|problem| invalid(format!("metadata {k:?}: {problem}")))?;
@@ -98,10 +90,7 @@ impl GgufWriter {
             head.extend_from_slice(&t.ty.id().to_le_bytes());
             head.extend_from_slice(&offset.to_le_bytes());
             offsets.push(offset);
-            offset = offset
-                .checked_add(t.size)
-                .and_then(|end| align_up(end, self.alignment))
-                .ok_or_else(|| invalid("total tensor size overflows".into()))?;
+            offset = offset.checked_add(t.size).and_then(|end| align_up(end, self.alignment)).ok_or_else(|| invalid("total tensor size overflows".into()))?;
         }
         let pad = align_up(head.len() as u64, self.alignment).expect("alignment is at most 1 MiB") - head.len() as u64;
         head.resize(head.len() + pad as usize, 0);
@@ -113,10 +102,7 @@ impl GgufWriter {
             let mut counter = CountingWriter { inner: out, n: 0 };
             data(i, &mut counter)?;
             if counter.n != t.size {
-                return Err(std::io::Error::other(format!(
-                    "tensor {:?}: wrote {} bytes, expected {}",
-                    t.name, counter.n, t.size
-                )));
+                return Err(std::io::Error::other(format!("tensor {:?}: wrote {} bytes, expected {}", t.name, counter.n, t.size)));
             }
             written = offsets[i] + t.size;
         }
@@ -126,10 +112,7 @@ impl GgufWriter {
     /// Write a file whose tensor bytes are all in memory, in declaration order.
     pub fn write_all_to_vec(&self, tensor_bytes: &[&[u8]]) -> std::io::Result<Vec<u8>> {
         if tensor_bytes.len() != self.tensors.len() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("{} tensors declared, {} byte buffers given", self.tensors.len(), tensor_bytes.len()),
-            ));
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{} tensors declared, {} byte buffers given", self.tensors.len(), tensor_bytes.len())));
         }
         let mut out = Vec::new();
         self.write(&mut out, |i, w| w.write_all(tensor_bytes[i]))?;

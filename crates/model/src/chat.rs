@@ -26,11 +26,7 @@ pub struct ChatTemplate {
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate")
-            .field("bytes", &self.source.len())
-            .field("bos_token", &self.bos_token)
-            .field("eos_token", &self.eos_token)
-            .finish()
+        f.debug_struct("ChatTemplate").field("bytes", &self.source.len()).field("bos_token", &self.bos_token).field("eos_token", &self.eos_token).finish()
     }
 }
 
@@ -40,11 +36,7 @@ fn terr(e: impl std::fmt::Display) -> ModelError {
 
 fn token_text(f: &GgufFile, key: &str) -> Result<Option<String>> {
     let Some(id) = f.get_u64(key)? else { return Ok(None) };
-    let text = f
-        .get("tokenizer.ggml.tokens")
-        .and_then(|v| v.as_array())
-        .and_then(|a| a.get(usize::try_from(id).ok()?))
-        .and_then(|v| v.as_str());
+    let text = f.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()).and_then(|a| a.get(usize::try_from(id).ok()?)).and_then(|v| v.as_str());
     Ok(text.map(str::to_owned))
 }
 
@@ -73,12 +65,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(NAME, source.to_owned()).map_err(terr)?;
-        Ok(ChatTemplate {
-            env,
-            source: source.to_owned(),
-            bos_token: bos_token.map(str::to_owned),
-            eos_token: eos_token.map(str::to_owned),
-        })
+        Ok(ChatTemplate { env, source: source.to_owned(), bos_token: bos_token.map(str::to_owned), eos_token: eos_token.map(str::to_owned) })
     }
 
     /// The template text.
@@ -89,12 +76,7 @@ impl ChatTemplate {
     /// Renders a conversation: `messages` (OpenAI-style objects: role, content, tool_calls, ...),
     /// `tools` (function schemas; `None` renders as Python's None, as HF passes it) and whether
     /// to open the assistant's turn.
-    pub fn render(
-        &self,
-        messages: &[serde_json::Value],
-        tools: Option<&[serde_json::Value]>,
-        add_generation_prompt: bool,
-    ) -> Result<String> {
+    pub fn render(&self, messages: &[serde_json::Value], tools: Option<&[serde_json::Value]>, add_generation_prompt: bool) -> Result<String> {
         self.render_with(messages, tools, add_generation_prompt, &serde_json::Map::new())
     }
 
@@ -109,10 +91,7 @@ impl ChatTemplate {
     ) -> Result<String> {
         let mut ctx: Vec<(String, Value)> = vec![
             ("messages".into(), Value::from_serialize(messages)),
-            (
-                "tools".into(),
-                tools.map(Value::from_serialize).unwrap_or(Value::from(())),
-            ),
+            ("tools".into(), tools.map(Value::from_serialize).unwrap_or(Value::from(()))),
             ("documents".into(), Value::from(())),
             ("add_generation_prompt".into(), Value::from(add_generation_prompt)),
         ];
@@ -157,37 +136,13 @@ fn raise_exception(msg: String) -> std::result::Result<Value, Error> {
 /// The current UTC time formatted with a strftime subset (%Y %y %m %d %e %H %I %M %S %p %j %b %B
 /// %a %A %%).
 fn strftime_now(fmt: String) -> std::result::Result<String, Error> {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     Ok(strftime(&fmt, secs))
 }
 
 fn strftime(fmt: &str, secs: i64) -> String {
-    const MONTHS: [&str; 12] = [
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-    ];
-    const DAYS: [&str; 7] = [
-        "Monday",
-        "Tuesday",
-        "Wednesday",
-        "Thursday",
-        "Friday",
-        "Saturday",
-        "Sunday",
-    ];
+    const MONTHS: [&str; 12] = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+    const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
     let (hour, min, sec) = (sod / 3600, sod % 3600 / 60, sod % 60);
@@ -253,12 +208,7 @@ fn tojson(value: &Value, kwargs: Kwargs) -> std::result::Result<Value, Error> {
         Some(v) if v.is_integer() => Some(" ".repeat(i64::try_from(v)?.max(0) as usize)),
         Some(v) => match v.as_str() {
             Some(s) => Some(s.to_owned()),
-            None => {
-                return Err(Error::new(
-                    ErrorKind::InvalidOperation,
-                    "tojson: indent must be an integer or a string",
-                ))
-            }
+            None => return Err(Error::new(ErrorKind::InvalidOperation, "tojson: indent must be an integer or a string")),
         },
     };
     let (item_sep, key_sep) = match separators {
@@ -267,23 +217,12 @@ fn tojson(value: &Value, kwargs: Kwargs) -> std::result::Result<Value, Error> {
             let b = s.get_item_by_index(1)?;
             match (a.as_str(), b.as_str()) {
                 (Some(a), Some(b)) => (a.to_owned(), b.to_owned()),
-                _ => {
-                    return Err(Error::new(
-                        ErrorKind::InvalidOperation,
-                        "tojson: separators must be two strings",
-                    ))
-                }
+                _ => return Err(Error::new(ErrorKind::InvalidOperation, "tojson: separators must be two strings")),
             }
         }
         _ => ((if indent.is_some() { "," } else { ", " }).to_owned(), ": ".to_owned()),
     };
-    let opts = JsonOpts {
-        ensure_ascii: ensure_ascii.unwrap_or(false),
-        indent,
-        item_sep,
-        key_sep,
-        sort_keys: sort_keys.unwrap_or(false),
-    };
+    let opts = JsonOpts { ensure_ascii: ensure_ascii.unwrap_or(false), indent, item_sep, key_sep, sort_keys: sort_keys.unwrap_or(false) };
     let mut out = String::new();
     py_json(value, &opts, 0, &mut out)?;
     Ok(Value::from(out))
@@ -300,12 +239,7 @@ struct JsonOpts {
 fn py_json(v: &Value, o: &JsonOpts, level: usize, out: &mut String) -> std::result::Result<(), Error> {
     match v.kind() {
         ValueKind::None => out.push_str("null"),
-        ValueKind::Undefined => {
-            return Err(Error::new(
-                ErrorKind::InvalidOperation,
-                "tojson: Object of type Undefined is not JSON serializable",
-            ))
-        }
+        ValueKind::Undefined => return Err(Error::new(ErrorKind::InvalidOperation, "tojson: Object of type Undefined is not JSON serializable")),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
         ValueKind::Number => {
             if v.is_integer() {
@@ -358,12 +292,7 @@ fn py_json(v: &Value, o: &JsonOpts, level: usize, out: &mut String) -> std::resu
             newline(o, level, out);
             out.push(']');
         }
-        _ => {
-            return Err(Error::new(
-                ErrorKind::InvalidOperation,
-                format!("tojson: Object of kind {} is not JSON serializable", v.kind()),
-            ))
-        }
+        _ => return Err(Error::new(ErrorKind::InvalidOperation, format!("tojson: Object of kind {} is not JSON serializable", v.kind()))),
     }
     Ok(())
 }
@@ -385,12 +314,7 @@ fn py_key(k: &Value) -> std::result::Result<String, Error> {
         ValueKind::Bool => (if k.is_true() { "true" } else { "false" }).into(),
         ValueKind::Number if k.is_integer() => k.to_string(),
         ValueKind::Number => py_float(f64::try_from(k.clone())?),
-        _ => {
-            return Err(Error::new(
-                ErrorKind::InvalidOperation,
-                "tojson: keys must be str, int, float, bool or None",
-            ))
-        }
+        _ => return Err(Error::new(ErrorKind::InvalidOperation, "tojson: keys must be str, int, float, bool or None")),
     })
 }
 
@@ -428,11 +352,7 @@ fn py_float(x: f64) -> String {
         return if x > 0.0 { "Infinity".into() } else { "-Infinity".into() };
     }
     if x == 0.0 {
-        return if x.is_sign_negative() {
-            "-0.0".into()
-        } else {
-            "0.0".into()
-        };
+        return if x.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
     }
     // Rust's {:e} gives the shortest round-trip digits as d.ddde[-]x.
     let e = format!("{:e}", x);
@@ -457,11 +377,7 @@ fn py_float(x: f64) -> String {
         };
         format!("{sign}{s}")
     } else {
-        let m = if digits.len() > 1 {
-            format!("{}.{}", &digits[..1], &digits[1..])
-        } else {
-            digits.clone()
-        };
+        let m = if digits.len() > 1 { format!("{}.{}", &digits[..1], &digits[1..]) } else { digits.clone() };
         format!("{sign}{m}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
     }
 }
@@ -492,9 +408,6 @@ mod tests {
     #[test]
     fn strftime_known_date() {
         // 2024-07-26 13:05:09 UTC, a Friday.
-        assert_eq!(
-            strftime("%d %b %Y %H:%M:%S %A %j %%", 1_722_000_309),
-            "26 Jul 2024 13:25:09 Friday 208 %"
-        );
+        assert_eq!(strftime("%d %b %Y %H:%M:%S %A %j %%", 1_722_000_309), "26 Jul 2024 13:25:09 Friday 208 %");
     }
 }

@@ -168,24 +168,7 @@ impl ModelConfig {
         let qkv_bias = f.tensor(&l0.q_bias).is_some();
         let qk_norm = f.tensor(&l0.q_norm).is_some();
         let name = f.get_str("general.name")?.unwrap_or(arch_name).to_string();
-        let cfg = ModelConfig {
-            arch,
-            name,
-            n_layer,
-            n_embd,
-            n_head,
-            n_head_kv,
-            head_dim,
-            n_ff,
-            vocab,
-            ctx_train,
-            rope_base,
-            rope_dims,
-            rms_eps,
-            tied_output,
-            qkv_bias,
-            qk_norm,
-        };
+        let cfg = ModelConfig { arch, name, n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, vocab, ctx_train, rope_base, rope_dims, rms_eps, tied_output, qkv_bias, qk_norm };
         cfg.check_tensors(f)?;
         Ok(cfg)
     }

@@ -71,61 +71,28 @@ const RE_QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD
 /// llama-family subset).
 fn pre_tokenizer(pre: &str) -> Option<(Vec<&'static str>, bool)> {
     Some(match pre {
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" => {
-            (vec![RE_LLAMA3], true)
-        }
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" => (vec![RE_LLAMA3], true),
         "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" | "hunyuan" => (vec![RE_QWEN2], false),
-        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => {
-            (vec![r"\p{N}", RE_GPT2], false)
+        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => (vec![r"\p{N}", RE_GPT2], false),
+        "gpt-2" | "phi-2" | "mpt" | "olmo" | "jina-es" | "jina-de" | "jina-v1-en" | "jina-v2-es" | "jina-v2-de" | "jina-v2-code" | "roberta-bpe" | "gigachat" | "exaone4" => {
+            (vec![RE_GPT2], false)
         }
-        "gpt-2" | "phi-2" | "mpt" | "olmo" | "jina-es" | "jina-de" | "jina-v1-en" | "jina-v2-es" | "jina-v2-de"
-        | "jina-v2-code" | "roberta-bpe" | "gigachat" | "exaone4" => (vec![RE_GPT2], false),
-        "" | "default" => (
-            vec![r"[\p{P}\$\+<=>\^~\|]+", RE_GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"],
-            false,
-        ),
+        "" | "default" => (vec![r"[\p{P}\$\+<=>\^~\|]+", RE_GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"], false),
         _ => return None,
     })
 }
 
 /// Texts of tokens that end generation (llama.cpp's end-of-generation list, llama-family part).
-const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|eom_id|>",
-    "<EOT>",
-    "_<EOT>",
-    "<|end_of_text|>",
-    "<end_of_utterance>",
-];
+const EOG_TEXTS: &[&str] = &["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>"];
 /// Fill-in-the-middle pad / repository / file-separator tokens, which llama.cpp also stops on:
 /// each named by its `tokenizer.ggml.fim_*_token_id` key, else found by one of these texts.
 const FIM_STOPS: &[(&str, &[&str])] = &[
-    (
-        "tokenizer.ggml.fim_pad_token_id",
-        &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"],
-    ),
-    (
-        "tokenizer.ggml.fim_rep_token_id",
-        &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"],
-    ),
+    ("tokenizer.ggml.fim_pad_token_id", &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"]),
+    ("tokenizer.ggml.fim_rep_token_id", &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"]),
     ("tokenizer.ggml.fim_sep_token_id", &["<|file_sep|>"]),
 ];
 /// Texts llama.cpp takes for the end-of-turn token when the metadata names none.
-const EOT_TEXTS: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "<EOT>",
-    "_<EOT>",
-    "<end_of_utterance>",
-];
+const EOT_TEXTS: &[&str] = &["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>", "<end_of_utterance>"];
 
 /// GPT-2's reversible map from bytes to printable characters.
 fn byte_chars() -> [char; 256] {
@@ -188,19 +155,14 @@ fn err(msg: impl Into<String>) -> ModelError {
 fn array<'a>(f: &'a GgufFile, key: &str) -> Result<Option<&'a [Value]>> {
     match f.get(key) {
         None => Ok(None),
-        Some(v) => v
-            .as_array()
-            .map(Some)
-            .ok_or_else(|| err(format!("{key} is not an array"))),
+        Some(v) => v.as_array().map(Some).ok_or_else(|| err(format!("{key} is not an array"))),
     }
 }
 
 impl Tokenizer {
     /// Builds the tokenizer from the `tokenizer.ggml.*` metadata.
     pub fn from_gguf(f: &GgufFile) -> Result<Self> {
-        let model_name = f
-            .get_str("tokenizer.ggml.model")?
-            .ok_or_else(|| err("no tokenizer.ggml.model"))?;
+        let model_name = f.get_str("tokenizer.ggml.model")?.ok_or_else(|| err("no tokenizer.ggml.model"))?;
         let pre = f.get_str("tokenizer.ggml.pre")?.unwrap_or("");
 
         let tokens = array(f, "tokenizer.ggml.tokens")?.ok_or_else(|| err("no tokenizer.ggml.tokens"))?;
@@ -212,11 +174,7 @@ impl Tokenizer {
         for (i, t) in tokens.iter().enumerate() {
             let s = t.as_str().ok_or_else(|| err(format!("token {i} is not a string")))?;
             // llama.cpp renames empty tokens so that every text maps back to one id.
-            texts.push(if s.is_empty() {
-                format!("[EMPTY_{i}]")
-            } else {
-                s.to_owned()
-            });
+            texts.push(if s.is_empty() { format!("[EMPTY_{i}]") } else { s.to_owned() });
         }
         let scores = match array(f, "tokenizer.ggml.scores")? {
             Some(a) if a.len() >= n => a[..n].iter().map(|v| v.as_f64().unwrap_or(0.0) as f32).collect(),
@@ -224,10 +182,7 @@ impl Tokenizer {
             None => vec![0.0; n],
         };
         let mut attrs: Vec<u8> = match array(f, "tokenizer.ggml.token_type")? {
-            Some(a) if a.len() >= n => a[..n]
-                .iter()
-                .map(|v| TokenType::from_gguf(v.as_i64().unwrap_or(0)).attr())
-                .collect(),
+            Some(a) if a.len() >= n => a[..n].iter().map(|v| TokenType::from_gguf(v.as_i64().unwrap_or(0)).attr()).collect(),
             Some(a) => return Err(err(format!("{} token types for {n} tokens", a.len()))),
             None => vec![ATTR_NORMAL; n],
         };
@@ -239,12 +194,8 @@ impl Tokenizer {
         // Defaults per model type, then the metadata (as llama.cpp's llama_vocab::load).
         let (model, mut bos, mut eos, mut add_bos, mut add_space_prefix) = match model_name {
             "gpt2" => {
-                let (res, ignore_merges) =
-                    pre_tokenizer(pre).ok_or_else(|| err(format!("unknown pre-tokenizer {pre:?}")))?;
-                let splits = res
-                    .iter()
-                    .map(|r| Regex::new(r).map_err(|e| err(format!("pre-tokenizer regex: {e}"))))
-                    .collect::<Result<Vec<_>>>()?;
+                let (res, ignore_merges) = pre_tokenizer(pre).ok_or_else(|| err(format!("unknown pre-tokenizer {pre:?}")))?;
+                let splits = res.iter().map(|r| Regex::new(r).map_err(|e| err(format!("pre-tokenizer regex: {e}")))).collect::<Result<Vec<_>>>()?;
                 let merges = array(f, "tokenizer.ggml.merges")?.ok_or_else(|| err("no tokenizer.ggml.merges"))?;
                 let mut ranks = HashMap::with_capacity(merges.len());
                 let mut text_ranks = HashMap::new();
@@ -264,22 +215,12 @@ impl Tokenizer {
                         }
                     }
                 }
-                let bpe = Bpe {
-                    ranks,
-                    text_ranks,
-                    splits,
-                    ignore_merges,
-                    byte_char: byte_chars(),
-                };
+                let bpe = Bpe { ranks, text_ranks, splits, ignore_merges, byte_char: byte_chars() };
                 // llama.cpp defaults BPE bos/eos to id 11; resin names none unless the file does.
                 (Model::Bpe(Box::new(bpe)), None, None, ignore_merges, false)
             }
             "llama" => (Model::Spm, Some(1), Some(2), true, true),
-            other => {
-                return Err(err(format!(
-                    "unsupported tokenizer model {other:?} (resin reads gpt2 and llama)"
-                )))
-            }
+            other => return Err(err(format!("unsupported tokenizer model {other:?} (resin reads gpt2 and llama)"))),
         };
         let mut add_eos = false;
         let in_range = |id: Option<u64>| id.filter(|&i| (i as usize) < n).map(|i| i as u32);
@@ -333,9 +274,7 @@ impl Tokenizer {
             attrs[id as usize] |= ATTR_CONTROL;
         }
 
-        let mut special: Vec<u32> = (0..n as u32)
-            .filter(|&i| attrs[i as usize] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
-            .collect();
+        let mut special: Vec<u32> = (0..n as u32).filter(|&i| attrs[i as usize] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0).collect();
         special.sort_by(|&a, &b| texts[b as usize].len().cmp(&texts[a as usize].len()).then(a.cmp(&b)));
 
         let mut byte_token = [None; 256];
@@ -347,16 +286,7 @@ impl Tokenizer {
             }
             Model::Spm => {
                 for (b, slot) in byte_token.iter_mut().enumerate() {
-                    *slot = ids
-                        .get(format!("<0x{b:02X}>").as_str())
-                        .or_else(|| {
-                            if b < 128 {
-                                ids.get((b as u8 as char).to_string().as_str())
-                            } else {
-                                None
-                            }
-                        })
-                        .copied();
+                    *slot = ids.get(format!("<0x{b:02X}>").as_str()).or_else(|| if b < 128 { ids.get((b as u8 as char).to_string().as_str()) } else { None }).copied();
                 }
             }
         }
@@ -479,9 +409,7 @@ impl Tokenizer {
 
     /// Whether the token is a control or unknown token (its text is shown only on request).
     pub fn is_special(&self, id: u32) -> bool {
-        self.attrs
-            .get(id as usize)
-            .is_some_and(|a| a & (ATTR_CONTROL | ATTR_UNKNOWN) != 0)
+        self.attrs.get(id as usize).is_some_and(|a| a & (ATTR_CONTROL | ATTR_UNKNOWN) != 0)
     }
 
     /// Raw bytes of one token's text (byte-level decoded; control tokens give their text only if
@@ -618,13 +546,7 @@ impl Tokenizer {
         let mut syms: Vec<Sym> = Vec::with_capacity(text.len());
         for (i, (start, c)) in text.char_indices().enumerate() {
             let n = c.len_utf8();
-            syms.push(Sym {
-                start,
-                n,
-                prev: i as isize - 1,
-                next: if start + n == text.len() { -1 } else { i as isize + 1 },
-                id: None,
-            });
+            syms.push(Sym { start, n, prev: i as isize - 1, next: if start + n == text.len() { -1 } else { i as isize + 1 }, id: None });
         }
         let mut heap = BinaryHeap::new();
         let try_add = |syms: &[Sym], heap: &mut BinaryHeap<SpmPair>, l: isize, r: isize| {
@@ -634,12 +556,7 @@ impl Tokenizer {
             let (ls, rs) = (&syms[l as usize], &syms[r as usize]);
             let t = &text[ls.start..ls.start + ls.n + rs.n];
             if let Some(&id) = self.ids.get(t) {
-                heap.push(SpmPair {
-                    score: self.scores[id as usize],
-                    left: l as usize,
-                    right: r as usize,
-                    size: t.len(),
-                });
+                heap.push(SpmPair { score: self.scores[id as usize], left: l as usize, right: r as usize, size: t.len() });
             }
         };
         for i in 1..syms.len() {
@@ -716,13 +633,7 @@ impl Tokenizer {
             for (i, (start, c)) in word.char_indices().enumerate() {
                 let n = c.len_utf8();
                 let id = self.ids.get(&word[start..start + n]).copied();
-                syms.push(Sym {
-                    start,
-                    n,
-                    prev: i as isize - 1,
-                    next: if i + 1 == count { -1 } else { i as isize + 1 },
-                    id,
-                });
+                syms.push(Sym { start, n, prev: i as isize - 1, next: if i + 1 == count { -1 } else { i as isize + 1 }, id });
             }
             let rank = |syms: &[Sym], l: isize, r: isize| -> Option<u32> {
                 if l < 0 || r < 0 {
@@ -742,13 +653,7 @@ impl Tokenizer {
             let push = |syms: &[Sym], heap: &mut BinaryHeap<BpePair>, l: isize, r: isize| {
                 if let Some(rank) = rank(syms, l, r) {
                     let (l, r) = (l as usize, r as usize);
-                    heap.push(BpePair {
-                        rank,
-                        left: l,
-                        right: r,
-                        ln: syms[l].n,
-                        rn: syms[r].n,
-                    });
+                    heap.push(BpePair { rank, left: l, right: r, ln: syms[l].n, rn: syms[r].n });
                 }
             };
             for i in 1..syms.len() {
@@ -895,10 +800,7 @@ impl StreamDecoder {
     }
     /// A decoder that also shows the text of control tokens.
     pub fn with_special(special: bool) -> Self {
-        StreamDecoder {
-            pending: Vec::new(),
-            special,
-        }
+        StreamDecoder { pending: Vec::new(), special }
     }
 
     /// Adds one token; returns the text that is now complete (possibly empty).

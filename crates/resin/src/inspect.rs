@@ -27,14 +27,7 @@ fn report(f: &GgufFile, path: &Path, out: &mut impl Write, show_all: bool) -> Re
 
     let len = f.file_len();
     writeln!(out, "file          {} ({} bytes, {})", path.display(), len, human_bytes(len))?;
-    writeln!(
-        out,
-        "gguf          v{}, {} metadata keys, {} tensors, alignment {}",
-        f.version,
-        f.metadata().len(),
-        f.tensors().len(),
-        f.alignment
-    )?;
+    writeln!(out, "gguf          v{}, {} metadata keys, {} tensors, alignment {}", f.version, f.metadata().len(), f.tensors().len(), f.alignment)?;
     let arch = get("general.architecture").and_then(Value::as_str).unwrap_or("?").to_string();
     writeln!(out, "architecture  {arch}")?;
     if let Some(v) = get("general.name") {
@@ -81,22 +74,15 @@ fn report(f: &GgufFile, path: &Path, out: &mut impl Write, show_all: bool) -> Re
     }
     let token_text = |id: &Value| -> String {
         let Some(i) = id.as_u64() else { return plain(id) };
-        let text = f
-            .get("tokenizer.ggml.tokens")
-            .and_then(Value::as_array)
-            .and_then(|a| a.get(i as usize))
-            .and_then(Value::as_str);
+        let text = f.get("tokenizer.ggml.tokens").and_then(Value::as_array).and_then(|a| a.get(i as usize)).and_then(Value::as_str);
         match text {
             Some(t) => format!("{i} {t:?}"),
             None => i.to_string(),
         }
     };
-    for (key, label) in [
-        ("tokenizer.ggml.bos_token_id", "bos"),
-        ("tokenizer.ggml.eos_token_id", "eos"),
-        ("tokenizer.ggml.eot_token_id", "eot"),
-        ("tokenizer.ggml.padding_token_id", "pad"),
-    ] {
+    for (key, label) in
+        [("tokenizer.ggml.bos_token_id", "bos"), ("tokenizer.ggml.eos_token_id", "eos"), ("tokenizer.ggml.eot_token_id", "eot"), ("tokenizer.ggml.padding_token_id", "pad")]
+    {
         if let Some(v) = get(key) {
             writeln!(out, "  {label:<12}{}", token_text(v))?;
         } else if matches!(label, "bos" | "eos") {
@@ -122,8 +108,7 @@ fn report(f: &GgufFile, path: &Path, out: &mut impl Write, show_all: bool) -> Re
         None => writeln!(out, "  chat tmpl   none")?,
     }
 
-    let others: Vec<&(String, Value)> =
-        f.metadata().iter().filter(|(k, _)| !shown.contains(k.as_str()) && !arch_keys.contains(k.as_str())).collect();
+    let others: Vec<&(String, Value)> = f.metadata().iter().filter(|(k, _)| !shown.contains(k.as_str()) && !arch_keys.contains(k.as_str())).collect();
     if !others.is_empty() {
         writeln!(out, "\nother metadata")?;
         let w = others.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
@@ -147,14 +132,7 @@ fn report(f: &GgufFile, path: &Path, out: &mut impl Write, show_all: bool) -> Re
         bytes += b;
         params += p;
     }
-    writeln!(
-        out,
-        "  {:<6} {n:>5} tensors {:>12} {:>14} params ({})",
-        "total",
-        human_bytes(bytes),
-        group(params),
-        human_count(params)
-    )?;
+    writeln!(out, "  {:<6} {n:>5} tensors {:>12} {:>14} params ({})", "total", human_bytes(bytes), group(params), human_count(params))?;
     if params > 0 {
         writeln!(out, "  {:.3} bits per parameter", bytes as f64 * 8.0 / params as f64)?;
     }

@@ -1,2 +1,2 @@
-pub mod synth;
 pub mod inspect;
+pub mod synth;

@@ -153,30 +153,15 @@ impl SynthSpec {
             SynthType::Q8_0 => 32,
             SynthType::Q4_K_M => 256,
         };
-        if self.hidden == 0
-            || self.layers == 0
-            || self.heads == 0
-            || self.kv_heads == 0
-            || self.head_dim == 0
-            || self.ffn == 0
-        {
+        if self.hidden == 0 || self.layers == 0 || self.heads == 0 || self.kv_heads == 0 || self.head_dim == 0 || self.ffn == 0 {
             bail!("synthetic spec {:?}: every dimension must be nonzero", self.name);
         }
         if self.heads < self.kv_heads || self.heads / self.kv_heads * self.kv_heads != self.heads {
-            bail!(
-                "synthetic spec {:?}: {} heads is not a multiple of {} KV heads",
-                self.name,
-                self.heads,
-                self.kv_heads
-            );
+            bail!("synthetic spec {:?}: {} heads is not a multiple of {} KV heads", self.name, self.heads, self.kv_heads);
         }
-        for (what, n) in [("hidden", self.hidden), ("heads * head_dim", self.heads * self.head_dim), ("ffn", self.ffn)]
-        {
+        for (what, n) in [("hidden", self.hidden), ("heads * head_dim", self.heads * self.head_dim), ("ffn", self.ffn)] {
             if n / block * block != n {
-                bail!(
-                    "synthetic spec {:?}: {what} = {n} is not a multiple of the {ty} block length {block}",
-                    self.name
-                );
+                bail!("synthetic spec {:?}: {what} = {n} is not a multiple of the {ty} block length {block}", self.name);
             }
         }
         Ok(())
@@ -203,25 +188,14 @@ pub fn use_more_bits(i_layer: usize, n_layers: usize) -> bool {
 /// The tensor table (names, shapes, formats, in file order) of `spec` quantized as `ty`, for a
 /// vocabulary of `n_vocab` tokens. Same set and order as `device/mkmodel.py`.
 pub fn tensor_plan(spec: &SynthSpec, ty: SynthType, n_vocab: usize) -> Vec<PlannedTensor> {
-    let (h, q, kv, f, v) = (
-        spec.hidden as u64,
-        (spec.heads * spec.head_dim) as u64,
-        (spec.kv_heads * spec.head_dim) as u64,
-        spec.ffn as u64,
-        n_vocab as u64,
-    );
+    let (h, q, kv, f, v) = (spec.hidden as u64, (spec.heads * spec.head_dim) as u64, (spec.kv_heads * spec.head_dim) as u64, spec.ffn as u64, n_vocab as u64);
     let n = spec.layers;
     use GgmlType::*;
     let (base, big) = match ty {
         SynthType::Q8_0 => (Q8_0, Q8_0),
         SynthType::Q4_K_M => (Q4_K, Q6_K),
     };
-    let mat = |name: String, cols: u64, rows: u64, ty: GgmlType| PlannedTensor {
-        name,
-        dims: vec![cols, rows],
-        ty,
-        ones: false,
-    };
+    let mat = |name: String, cols: u64, rows: u64, ty: GgmlType| PlannedTensor { name, dims: vec![cols, rows], ty, ones: false };
     let norm = |name: String| PlannedTensor { name, dims: vec![h], ty: F32, ones: true };
     let mut out = Vec::with_capacity(n * 9 + 3);
     // Tied: the embedding is also the classifier and takes the output tensor's format.
@@ -295,9 +269,7 @@ pub fn synth_with(spec: &SynthSpec, ty: SynthType, out: &Path, seed: u64, progre
     let pb = if progress {
         let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         pb.set_style(
-            ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
+            ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "),
         );
         pb.set_message(format!("synth {} {}", spec.name, ty));
         pb
@@ -311,8 +283,7 @@ pub fn synth_with(spec: &SynthSpec, ty: SynthType, out: &Path, seed: u64, progre
     let result = (|| -> Result<()> {
         let file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         let mut bw = BufWriter::with_capacity(8 << 20, file);
-        w.write(&mut bw, |i, dst| write_tensor(&plan[i], i as u64, seed, dst, &pb))
-            .with_context(|| format!("writing {}", tmp.display()))?;
+        w.write(&mut bw, |i, dst| write_tensor(&plan[i], i as u64, seed, dst, &pb)).with_context(|| format!("writing {}", tmp.display()))?;
         let file = bw.into_inner().map_err(|e| e.into_error()).with_context(|| format!("writing {}", tmp.display()))?;
         file.sync_all().with_context(|| format!("syncing {}", tmp.display()))?;
         std::fs::rename(&tmp, out).with_context(|| format!("renaming {} to {}", tmp.display(), out.display()))?;
@@ -329,13 +300,7 @@ pub fn synth_with(spec: &SynthSpec, ty: SynthType, out: &Path, seed: u64, progre
 
 /// Generate, quantize and write one tensor's bytes, a batch of row chunks at a time; the next
 /// batch is computed while the previous one is written.
-fn write_tensor(
-    t: &PlannedTensor,
-    index: u64,
-    seed: u64,
-    dst: &mut dyn Write,
-    pb: &ProgressBar,
-) -> std::io::Result<()> {
+fn write_tensor(t: &PlannedTensor, index: u64, seed: u64, dst: &mut dyn Write, pb: &ProgressBar) -> std::io::Result<()> {
     let cols = t.dims[0] as usize;
     let rows = t.dims.iter().skip(1).product::<u64>() as usize;
     if t.ones {

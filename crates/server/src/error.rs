@@ -19,14 +19,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            message: message.into(),
-            kind,
-            param: None,
-            code: None,
-            retry_after: None,
-        }
+        ApiError { status, message: message.into(), kind, param: None, code: None, retry_after: None }
     }
     /// 400, invalid_request_error.
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -47,12 +40,7 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
     pub fn unauthorized() -> Self {
-        Self::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_request_error",
-            "Incorrect or missing API key: send `Authorization: Bearer <key>`.",
-        )
-        .code("invalid_api_key")
+        Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "Incorrect or missing API key: send `Authorization: Bearer <key>`.").code("invalid_api_key")
     }
 
     /// The error object alone (also sent inside a stream).
@@ -65,8 +53,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status, Json(self.body())).into_response();
         if let Some(s) = self.retry_after {
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         r
     }
@@ -82,12 +69,7 @@ impl From<SubmitError> for ApiError {
             .param("messages")
             .code("context_length_exceeded"),
             SubmitError::QueueFull(n) => {
-                let mut e = ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "server_error",
-                    format!("The server is busy ({n} requests waiting); retry later."),
-                )
-                .code("queue_full");
+                let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", format!("The server is busy ({n} requests waiting); retry later.")).code("queue_full");
                 e.retry_after = Some(1);
                 e
             }

@@ -41,19 +41,12 @@ pub struct Gen {
 fn random_id(prefix: &str) -> String {
     use rand::distributions::Alphanumeric;
     use rand::Rng;
-    let r: String = rand::thread_rng()
-        .sample_iter(&Alphanumeric)
-        .take(24)
-        .map(char::from)
-        .collect();
+    let r: String = rand::thread_rng().sample_iter(&Alphanumeric).take(24).map(char::from).collect();
     format!("{prefix}{r}")
 }
 
 fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 fn finish_reason(f: &Finish, calls: &[ToolCall]) -> &'static str {
@@ -76,10 +69,7 @@ fn usage_json(f: &Finish) -> Value {
 }
 
 fn calls_json(calls: &[ToolCall]) -> Value {
-    calls
-        .iter()
-        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-        .collect()
+    calls.iter().map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})).collect()
 }
 
 /// Tracks the time between tokens for the inter-token histogram.
@@ -107,10 +97,7 @@ impl Gen {
     /// Wait for the whole generation and answer it in one response.
     pub async fn collect(mut self) -> Response {
         let mut text = String::new();
-        let mut clock = TokenClock {
-            last: None,
-            tokens: 0,
-        };
+        let mut clock = TokenClock { last: None, tokens: 0 };
         let finish = loop {
             match self.handle.next().await {
                 Some(GenEvent::Delta { ids, text: t }) => {
@@ -118,13 +105,8 @@ impl Gen {
                     text.push_str(&t);
                 }
                 Some(GenEvent::Done(f)) => break f,
-                Some(GenEvent::Error(e)) => {
-                    return ApiError::internal(format!("Generation failed: {e}")).into_response()
-                }
-                None => {
-                    return ApiError::internal("The engine stopped during this generation.")
-                        .into_response()
-                }
+                Some(GenEvent::Error(e)) => return ApiError::internal(format!("Generation failed: {e}")).into_response(),
+                None => return ApiError::internal("The engine stopped during this generation.").into_response(),
             }
         };
         self.state.metrics.ttft.observe(finish.time_to_first_token);
@@ -166,34 +148,16 @@ impl Gen {
             }),
         };
         let mut r = Json(body).into_response();
-        r.extensions_mut().insert(Usage {
-            prompt: finish.prompt_tokens,
-            completion: finish.completion_tokens,
-        });
+        r.extensions_mut().insert(Usage { prompt: finish.prompt_tokens, completion: finish.completion_tokens });
         r
     }
 
     /// Answer as server-sent events, chunk by chunk, ending with `data: [DONE]`.
     pub fn stream(self) -> Response {
-        let id = random_id(if self.kind == Kind::Chat {
-            "chatcmpl-"
-        } else {
-            "cmpl-"
-        });
+        let id = random_id(if self.kind == Kind::Chat { "chatcmpl-" } else { "cmpl-" });
         let prompt_tokens = self.prompt_tokens;
-        let mut s = SseState {
-            gen: self,
-            id,
-            created: now_secs(),
-            pending: VecDeque::new(),
-            done: false,
-            finished: None,
-            clock: TokenClock {
-                last: None,
-                tokens: 0,
-            },
-            prompt_tokens,
-        };
+        let mut s =
+            SseState { gen: self, id, created: now_secs(), pending: VecDeque::new(), done: false, finished: None, clock: TokenClock { last: None, tokens: 0 }, prompt_tokens };
         if s.gen.kind == Kind::Chat {
             let first = s.chunk(json!({"role": "assistant", "content": ""}), None);
             s.pending.push_back(first);
@@ -205,10 +169,7 @@ impl Gen {
         let mut r = Response::new(Body::from_stream(body));
         *r.status_mut() = StatusCode::OK;
         let h = r.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         h.insert("x-accel-buffering", HeaderValue::from_static("no"));
         r.extensions_mut().insert(LogsItself);
@@ -289,16 +250,14 @@ impl SseState {
                 Some(GenEvent::Error(e)) => {
                     let err = ApiError::internal(format!("Generation failed: {e}"));
                     self.pending.push_back(sse(&err.body()));
-                    self.pending
-                        .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                    self.pending.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
                     self.finished = Some("error");
                     self.done = true;
                 }
                 None => {
                     let err = ApiError::internal("The engine stopped during this generation.");
                     self.pending.push_back(sse(&err.body()));
-                    self.pending
-                        .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                    self.pending.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
                     self.finished = Some("error");
                     self.done = true;
                 }
@@ -323,8 +282,7 @@ impl SseState {
         };
         for (i, c) in calls.iter().enumerate() {
             let head = json!({"tool_calls": [{"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}]});
-            let args =
-                json!({"tool_calls": [{"index": i, "function": {"arguments": c.arguments}}]});
+            let args = json!({"tool_calls": [{"index": i, "function": {"arguments": c.arguments}}]});
             let (a, b) = (self.chunk(head, None), self.chunk(args, None));
             self.pending.push_back(a);
             self.pending.push_back(b);
@@ -336,11 +294,7 @@ impl SseState {
         };
         self.pending.push_back(last);
         if self.gen.include_usage {
-            let object = if self.gen.kind == Kind::Chat {
-                "chat.completion.chunk"
-            } else {
-                "text_completion"
-            };
+            let object = if self.gen.kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" };
             let u = json!({
                 "id": self.id,
                 "object": object,
@@ -351,8 +305,7 @@ impl SseState {
             });
             self.pending.push_back(sse(&u));
         }
-        self.pending
-            .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+        self.pending.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
         self.finished = Some(reason);
         self.done = true;
     }

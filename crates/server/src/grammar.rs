@@ -164,16 +164,8 @@ pub struct Grammar {
 
 impl Grammar {
     fn tool_call(tools: &[(String, Value)]) -> Arc<Grammar> {
-        let mut g = Grammar {
-            nodes: Vec::new(),
-            lits: Vec::new(),
-            names: 0,
-            args: Vec::new(),
-        };
-        let names = tools
-            .iter()
-            .map(|(n, _)| serde_json::to_vec(&Value::String(n.clone())).unwrap_or_default())
-            .collect();
+        let mut g = Grammar { nodes: Vec::new(), lits: Vec::new(), names: 0, args: Vec::new() };
+        let names = tools.iter().map(|(n, _)| serde_json::to_vec(&Value::String(n.clone())).unwrap_or_default()).collect();
         g.names = g.add_lits(names);
         for (_, schema) in tools {
             let id = g.compile(schema, 0);
@@ -204,13 +196,8 @@ impl Grammar {
         let Some(obj) = s.as_object() else {
             return self.add(Node::Any);
         };
-        let lits_of = |vals: &[Value]| -> Option<Vec<Vec<u8>>> {
-            (!vals.is_empty() && vals.len() <= 64).then(|| {
-                vals.iter()
-                    .map(|v| serde_json::to_vec(v).unwrap_or_default())
-                    .collect()
-            })
-        };
+        let lits_of =
+            |vals: &[Value]| -> Option<Vec<Vec<u8>>> { (!vals.is_empty() && vals.len() <= 64).then(|| vals.iter().map(|v| serde_json::to_vec(v).unwrap_or_default()).collect()) };
         if let Some(c) = obj.get("const") {
             let l = lits_of(std::slice::from_ref(c)).unwrap_or_default();
             let id = self.add_lits(l);
@@ -244,11 +231,7 @@ impl Grammar {
             Some("object") => match obj.get("properties").and_then(Value::as_object) {
                 Some(props) if !props.is_empty() && props.len() <= 64 => {
                     let names: Vec<&String> = props.keys().collect();
-                    let required_names: Vec<&str> = obj
-                        .get("required")
-                        .and_then(Value::as_array)
-                        .map(|r| r.iter().filter_map(Value::as_str).collect())
-                        .unwrap_or_default();
+                    let required_names: Vec<&str> = obj.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
                     let mut required = 0u64;
                     let mut keys = Vec::new();
                     let mut vals = Vec::new();
@@ -256,17 +239,11 @@ impl Grammar {
                         if required_names.contains(&name.as_str()) {
                             required |= 1 << i;
                         }
-                        keys.push(
-                            serde_json::to_vec(&Value::String((*name).clone())).unwrap_or_default(),
-                        );
+                        keys.push(serde_json::to_vec(&Value::String((*name).clone())).unwrap_or_default());
                         vals.push(self.compile(&props[name.as_str()], depth + 1));
                     }
                     let keys = self.add_lits(keys);
-                    self.add(Node::Obj {
-                        keys,
-                        vals,
-                        required,
-                    })
+                    self.add(Node::Obj { keys, vals, required })
                 }
                 _ => self.add(Node::FreeObj),
             },
@@ -362,14 +339,7 @@ pub struct Matcher {
 
 impl Matcher {
     pub fn new(g: Arc<Grammar>) -> Self {
-        Matcher {
-            g,
-            stack: vec![Frame::Root {
-                phase: 0,
-                chosen: 0,
-            }],
-            ws: 0,
-        }
+        Matcher { g, stack: vec![Frame::Root { phase: 0, chosen: 0 }], ws: 0 }
     }
 
     /// True once the whole call has been read.
@@ -437,17 +407,8 @@ impl Matcher {
             Frame::Root { phase, chosen } => match phase {
                 0 => {
                     self.set_top(Frame::Root { phase: 1, chosen });
-                    self.stack.push(Frame::Fixed {
-                        text: FIXED_OPEN,
-                        pos: 0,
-                    });
-                    self.step(
-                        Frame::Fixed {
-                            text: FIXED_OPEN,
-                            pos: 0,
-                        },
-                        b,
-                    )
+                    self.stack.push(Frame::Fixed { text: FIXED_OPEN, pos: 0 });
+                    self.step(Frame::Fixed { text: FIXED_OPEN, pos: 0 }, b)
                 }
                 _ => {
                     // Phase 4: the arguments are done; only `}` (after whitespace) remains.
@@ -494,18 +455,12 @@ impl Matcher {
                     };
                 }
                 // Complete now if exactly the alive literals end here and none is longer.
-                let ends: Vec<usize> = (0..lits.len())
-                    .filter(|&i| next & (1 << i) != 0 && lits[i].len() == p + 1)
-                    .collect();
+                let ends: Vec<usize> = (0..lits.len()).filter(|&i| next & (1 << i) != 0 && lits[i].len() == p + 1).collect();
                 let longer = (0..lits.len()).any(|i| next & (1 << i) != 0 && lits[i].len() > p + 1);
                 if !ends.is_empty() && !longer {
                     return Step::DoneConsumed(ends[0] as u32);
                 }
-                self.set_top(Frame::Choice {
-                    set,
-                    pos: pos + 1,
-                    alive: next,
-                });
+                self.set_top(Frame::Choice { set, pos: pos + 1, alive: next });
                 Step::Ok
             }
             Frame::Value(node) => {
@@ -529,27 +484,12 @@ impl Matcher {
                             Step::Ok
                         }
                         b'-' | b'0'..=b'9' => {
-                            self.set_top(Frame::Num {
-                                int: false,
-                                st: 0,
-                                digits: 0,
-                            });
-                            self.step(
-                                Frame::Num {
-                                    int: false,
-                                    st: 0,
-                                    digits: 0,
-                                },
-                                b,
-                            )
+                            self.set_top(Frame::Num { int: false, st: 0, digits: 0 });
+                            self.step(Frame::Num { int: false, st: 0, digits: 0 }, b)
                         }
                         b't' | b'f' | b'n' => {
                             let set = self.literal_set_tfn();
-                            let f = Frame::Choice {
-                                set,
-                                pos: 0,
-                                alive: 0b111,
-                            };
+                            let f = Frame::Choice { set, pos: 0, alive: 0b111 };
                             self.set_top(f);
                             self.step(f, b)
                         }
@@ -564,21 +504,13 @@ impl Matcher {
                         }
                     }
                     &Node::Num { int } => {
-                        let f = Frame::Num {
-                            int,
-                            st: 0,
-                            digits: 0,
-                        };
+                        let f = Frame::Num { int, st: 0, digits: 0 };
                         self.set_top(f);
                         self.step(f, b)
                     }
                     &Node::Lits(set) => {
                         let n = g.lits[set as usize].len();
-                        let f = Frame::Choice {
-                            set,
-                            pos: 0,
-                            alive: if n >= 64 { u64::MAX } else { (1u64 << n) - 1 },
-                        };
+                        let f = Frame::Choice { set, pos: 0, alive: if n >= 64 { u64::MAX } else { (1u64 << n) - 1 } };
                         self.set_top(f);
                         self.step(f, b)
                     }
@@ -623,9 +555,7 @@ impl Matcher {
                 },
                 n => {
                     if b.is_ascii_hexdigit() {
-                        self.set_top(Frame::Str {
-                            esc: if n == 2 { 0 } else { n - 1 },
-                        });
+                        self.set_top(Frame::Str { esc: if n == 2 { 0 } else { n - 1 } });
                         Step::Ok
                     } else {
                         Step::Reject
@@ -638,25 +568,13 @@ impl Matcher {
                     return s;
                 }
                 if b == b'}' {
-                    return if self.required(node) == 0 {
-                        Step::DoneConsumed(0)
-                    } else {
-                        Step::Reject
-                    };
+                    return if self.required(node) == 0 { Step::DoneConsumed(0) } else { Step::Reject };
                 }
-                let f = Frame::ObjKey {
-                    node,
-                    used: 0,
-                    started: false,
-                };
+                let f = Frame::ObjKey { node, used: 0, started: false };
                 self.set_top(f);
                 self.step(f, b)
             }
-            Frame::ObjKey {
-                node,
-                used,
-                started,
-            } => {
+            Frame::ObjKey { node, used, started } => {
                 debug_assert!(!started, "a started key has its matcher on top");
                 if let Some(s) = self.take_ws(b) {
                     return s;
@@ -669,16 +587,8 @@ impl Matcher {
                         if alive == 0 {
                             return Step::Reject;
                         }
-                        self.set_top(Frame::ObjKey {
-                            node,
-                            used,
-                            started: true,
-                        });
-                        let f = Frame::Choice {
-                            set: *keys,
-                            pos: 0,
-                            alive,
-                        };
+                        self.set_top(Frame::ObjKey { node, used, started: true });
+                        let f = Frame::Choice { set: *keys, pos: 0, alive };
                         self.stack.push(f);
                         self.step(f, b)
                     }
@@ -686,11 +596,7 @@ impl Matcher {
                         if b != b'"' {
                             return Step::Reject;
                         }
-                        self.set_top(Frame::ObjKey {
-                            node,
-                            used,
-                            started: true,
-                        });
+                        self.set_top(Frame::ObjKey { node, used, started: true });
                         self.stack.push(Frame::Str { esc: 0 });
                         Step::Ok
                     }
@@ -728,11 +634,7 @@ impl Matcher {
                                 return Step::Reject;
                             }
                         }
-                        self.set_top(Frame::ObjKey {
-                            node,
-                            used,
-                            started: false,
-                        });
+                        self.set_top(Frame::ObjKey { node, used, started: false });
                         Step::Ok
                     }
                     _ => Step::Reject,
@@ -787,16 +689,8 @@ impl Matcher {
         };
         match next {
             Some(s) => {
-                let d = if s == 6 {
-                    0
-                } else {
-                    digits + u8::from(b.is_ascii_digit())
-                };
-                self.set_top(Frame::Num {
-                    int,
-                    st: s,
-                    digits: d,
-                });
+                let d = if s == 6 { 0 } else { digits + u8::from(b.is_ascii_digit()) };
+                self.set_top(Frame::Num { int, st: s, digits: d });
                 Step::Ok
             }
             None if complete => Step::DoneRefeed(0),
@@ -813,12 +707,7 @@ impl Matcher {
 
     /// Node ids of shared helper nodes: the grammar is immutable, so find them by scanning.
     fn free_obj_node(&self) -> NodeId {
-        self.g
-            .nodes
-            .iter()
-            .position(|n| matches!(n, Node::FreeObj))
-            .map(|i| i as NodeId)
-            .unwrap_or(u32::MAX)
+        self.g.nodes.iter().position(|n| matches!(n, Node::FreeObj)).map(|i| i as NodeId).unwrap_or(u32::MAX)
     }
 
     fn literal_set_tfn(&self) -> u32 {
@@ -838,21 +727,11 @@ impl Matcher {
                         let set = self.g.names;
                         let n = self.g.lits[set as usize].len();
                         self.set_top(Frame::Root { phase: 2, chosen });
-                        self.stack.push(Frame::Choice {
-                            set,
-                            pos: 0,
-                            alive: if n >= 64 { u64::MAX } else { (1u64 << n) - 1 },
-                        });
+                        self.stack.push(Frame::Choice { set, pos: 0, alive: if n >= 64 { u64::MAX } else { (1u64 << n) - 1 } });
                     }
                     2 => {
-                        self.set_top(Frame::Root {
-                            phase: 3,
-                            chosen: r,
-                        });
-                        self.stack.push(Frame::Fixed {
-                            text: FIXED_ARGS,
-                            pos: 0,
-                        });
+                        self.set_top(Frame::Root { phase: 3, chosen: r });
+                        self.stack.push(Frame::Fixed { text: FIXED_ARGS, pos: 0 });
                     }
                     3 => {
                         self.set_top(Frame::Root { phase: 4, chosen });
@@ -877,12 +756,7 @@ impl Matcher {
     }
 
     fn any_node(&self) -> NodeId {
-        self.g
-            .nodes
-            .iter()
-            .position(|n| matches!(n, Node::Any))
-            .map(|i| i as NodeId)
-            .unwrap_or(u32::MAX)
+        self.g.nodes.iter().position(|n| matches!(n, Node::Any)).map(|i| i as NodeId).unwrap_or(u32::MAX)
     }
 }
 
@@ -895,11 +769,7 @@ pub struct ToolCallConstraint {
 
 impl ToolCallConstraint {
     pub fn new(table: Arc<TokenTable>, grammar: Arc<Grammar>) -> Self {
-        ToolCallConstraint {
-            table,
-            m: Matcher::new(grammar),
-            broken: false,
-        }
+        ToolCallConstraint { table, m: Matcher::new(grammar), broken: false }
     }
 
     /// Which tokens may come next (true = allowed), over `n` logits: a token whose every byte
@@ -941,12 +811,7 @@ impl LogitsConstraint for ToolCallConstraint {
     }
 
     fn accept(&mut self, token: u32) -> bool {
-        let bytes = self
-            .table
-            .bytes
-            .get(token as usize)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
+        let bytes = self.table.bytes.get(token as usize).map(Vec::as_slice).unwrap_or(&[]);
         if bytes.is_empty() || !self.m.feed_all(bytes) {
             self.broken = true;
         }
@@ -982,10 +847,7 @@ mod tests {
                     "tags": {"type": "array", "items": {"type": "string"}}
                 }, "required": ["city"]}),
             ),
-            (
-                "get_time".into(),
-                json!({"type": "object", "properties": {"tz": {"type": "string"}}}),
-            ),
+            ("get_time".into(), json!({"type": "object", "properties": {"tz": {"type": "string"}}})),
             ("free".into(), json!({"type": "object"})),
         ])
     }
@@ -1039,23 +901,14 @@ mod tests {
     fn random_walks_give_valid_calls() {
         let g = weather();
         let vocab = walk_vocab();
-        let table = Arc::new(TokenTable::new(
-            vocab.iter().map(|s| s.as_bytes().to_vec()).collect(),
-            vec![vocab.len() as u32 - 1],
-        ));
+        let table = Arc::new(TokenTable::new(vocab.iter().map(|s| s.as_bytes().to_vec()).collect(), vec![vocab.len() as u32 - 1]));
         let mut rng = resin_engine::Rng::new(7);
         let mut done = 0;
         for _ in 0..300 {
             let mut c = ToolCallConstraint::new(table.clone(), g.clone());
             let mut out = String::new();
             for _ in 0..400 {
-                let ok: Vec<usize> = c
-                    .allowed(vocab.len())
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &o)| o)
-                    .map(|(i, _)| i)
-                    .collect();
+                let ok: Vec<usize> = c.allowed(vocab.len()).iter().enumerate().filter(|(_, &o)| o).map(|(i, _)| i).collect();
                 assert!(!ok.is_empty(), "stuck after {out:?}");
                 let t = ok[(rng.next_u64() % ok.len() as u64) as usize];
                 out.push_str(&vocab[t]);
@@ -1077,12 +930,7 @@ mod tests {
                     assert!(d.is_i64() || d.is_u64(), "{out}");
                 }
             }
-            let calls = crate::tools::parse_tool_calls(
-                &out,
-                &["get_weather".into(), "get_time".into(), "free".into()],
-            )
-            .unwrap()
-            .1;
+            let calls = crate::tools::parse_tool_calls(&out, &["get_weather".into(), "get_time".into(), "free".into()]).unwrap().1;
             assert_eq!(calls.len(), 1);
         }
         assert!(done > 30, "only {done} walks finished");
@@ -1129,13 +977,8 @@ mod tests {
     /// A vocabulary of JSON pieces, words of the `weather` tools, every printable byte alone
     /// (so no prefix is a dead end) and, last, a control token (no bytes: never allowed).
     fn walk_vocab() -> Vec<String> {
-        let mut vocab: Vec<String> = [
-            "{", "}", "[", "]", ",", ":", " ", "\n", "\"", "\\", "u", "e", "E", "-", "+", ".", "0",
-            "1", "9", "true", "false", "null",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut vocab: Vec<String> =
+            ["{", "}", "[", "]", ",", ":", " ", "\n", "\"", "\\", "u", "e", "E", "-", "+", ".", "0", "1", "9", "true", "false", "null"].iter().map(|s| s.to_string()).collect();
         for w in [
             "{\"name\": \"",
             "get_weather",
@@ -1175,56 +1018,12 @@ mod tests {
     #[test]
     fn mask_allows_exactly_the_tokens_that_fit() {
         let g = weather();
-        let vocab: Vec<&str> = vec![
-            "{\"",
-            "name",
-            "\": ",
-            "\"",
-            "get",
-            "_time",
-            "_weather",
-            "\", \"",
-            "arguments",
-            "{",
-            "}",
-            "}}",
-            "tz",
-            "hello world",
-            "a\"",
-            "\\n",
-            "x",
-            "",
-        ];
-        let table = Arc::new(TokenTable::new(
-            vocab.iter().map(|s| s.as_bytes().to_vec()).collect(),
-            vec![17],
-        ));
+        let vocab: Vec<&str> = vec!["{\"", "name", "\": ", "\"", "get", "_time", "_weather", "\", \"", "arguments", "{", "}", "}}", "tz", "hello world", "a\"", "\\n", "x", ""];
+        let table = Arc::new(TokenTable::new(vocab.iter().map(|s| s.as_bytes().to_vec()).collect(), vec![17]));
         let mut c = ToolCallConstraint::new(table.clone(), g);
-        let allowed = |c: &ToolCallConstraint| -> Vec<&str> {
-            c.allowed(vocab.len())
-                .iter()
-                .enumerate()
-                .filter(|(_, &o)| o)
-                .map(|(i, _)| vocab[i])
-                .collect()
-        };
+        let allowed = |c: &ToolCallConstraint| -> Vec<&str> { c.allowed(vocab.len()).iter().enumerate().filter(|(_, &o)| o).map(|(i, _)| vocab[i]).collect() };
         assert_eq!(allowed(&c), vec!["{\"", "{"]);
-        let walk = [
-            "{\"",
-            "name",
-            "\": ",
-            "\"",
-            "get",
-            "_time",
-            "\", \"",
-            "arguments",
-            "\": ",
-            "{",
-            "\"",
-            "tz",
-            "\": ",
-            "\"",
-        ];
+        let walk = ["{\"", "name", "\": ", "\"", "get", "_time", "\", \"", "arguments", "\": ", "{", "\"", "tz", "\": ", "\""];
         for t in walk {
             let id = vocab.iter().position(|v| *v == t).unwrap() as u32;
             assert!(c.allowed(vocab.len())[id as usize], "{t} should be allowed");
@@ -1232,12 +1031,7 @@ mod tests {
         }
         // Inside a free string: plain tokens and a closing quote token pass; a lone brace too.
         let inside = allowed(&c);
-        assert!(
-            inside.contains(&"hello world")
-                && inside.contains(&"a\"")
-                && inside.contains(&"\\n")
-                && inside.contains(&"}")
-        );
+        assert!(inside.contains(&"hello world") && inside.contains(&"a\"") && inside.contains(&"\\n") && inside.contains(&"}"));
         assert!(!inside.contains(&""));
         for t in ["x", "a\"", "}}"] {
             let id = vocab.iter().position(|v| *v == t).unwrap() as u32;

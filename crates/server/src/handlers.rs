@@ -26,17 +26,11 @@ fn body_bytes(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<B
             ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "invalid_request_error",
-                format!(
-                    "The request body is larger than this server accepts ({} bytes).",
-                    state.cfg.max_body_bytes
-                ),
+                format!("The request body is larger than this server accepts ({} bytes).", state.cfg.max_body_bytes),
             )
             .code("request_too_large")
         } else {
-            ApiError::invalid(format!(
-                "The request body could not be read: {}",
-                r.body_text()
-            ))
+            ApiError::invalid(format!("The request body could not be read: {}", r.body_text()))
         }
     })
 }
@@ -54,28 +48,15 @@ enum ToolChoice {
 fn declared_tools(tools: &[Value]) -> Result<Vec<(String, Value)>, ApiError> {
     let mut out = Vec::new();
     for (i, t) in tools.iter().enumerate() {
-        let bad =
-            |m: &str| ApiError::invalid(format!("tools[{i}]: {m}")).param(format!("tools[{i}]"));
+        let bad = |m: &str| ApiError::invalid(format!("tools[{i}]: {m}")).param(format!("tools[{i}]"));
         if let Some(kind) = t.get("type").and_then(Value::as_str) {
             if kind != "function" {
-                return Err(bad(&format!(
-                    "type {kind:?} is not supported (only \"function\")"
-                )));
+                return Err(bad(&format!("type {kind:?} is not supported (only \"function\")")));
             }
         }
-        let f = t
-            .get("function")
-            .filter(|f| f.is_object())
-            .ok_or_else(|| bad("needs a 'function' object"))?;
-        let name = f
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| bad("the function needs a 'name'"))?;
-        let params = f
-            .get("parameters")
-            .cloned()
-            .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+        let f = t.get("function").filter(|f| f.is_object()).ok_or_else(|| bad("needs a 'function' object"))?;
+        let name = f.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()).ok_or_else(|| bad("the function needs a 'name'"))?;
+        let params = f.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
         if !params.is_object() {
             return Err(bad("'parameters' must be a JSON schema object"));
         }
@@ -98,11 +79,7 @@ fn tool_choice(v: Option<&Value>, tools: &[(String, Value)]) -> Result<ToolChoic
             "none" => ToolChoice::None,
             "auto" => ToolChoice::Auto,
             "required" => ToolChoice::Required,
-            other => {
-                return Err(bad(format!(
-                "tool_choice {other:?} is not one of none, auto, required, or a function object."
-            )))
-            }
+            other => return Err(bad(format!("tool_choice {other:?} is not one of none, auto, required, or a function object."))),
         },
         Some(o @ Value::Object(_)) => {
             let name = o
@@ -115,12 +92,8 @@ fn tool_choice(v: Option<&Value>, tools: &[(String, Value)]) -> Result<ToolChoic
         Some(_) => return Err(bad("tool_choice must be a string or an object.".into())),
     };
     match &choice {
-        ToolChoice::Required if tools.is_empty() => {
-            Err(bad("tool_choice \"required\" needs tools.".into()))
-        }
-        ToolChoice::Named(n) if !tools.iter().any(|(t, _)| t == n) => Err(bad(format!(
-            "tool_choice names {n:?}, which is not among the tools."
-        ))),
+        ToolChoice::Required if tools.is_empty() => Err(bad("tool_choice \"required\" needs tools.".into())),
+        ToolChoice::Named(n) if !tools.iter().any(|(t, _)| t == n) => Err(bad(format!("tool_choice names {n:?}, which is not among the tools."))),
         _ => Ok(choice),
     }
 }
@@ -139,11 +112,7 @@ fn submit(
 ) -> Result<Gen, ApiError> {
     let n_ctx = state.engine.n_ctx();
     if prompt.len() >= n_ctx {
-        return Err(resin_engine::SubmitError::PromptTooLong {
-            prompt: prompt.len(),
-            n_ctx,
-        }
-        .into());
+        return Err(resin_engine::SubmitError::PromptTooLong { prompt: prompt.len(), n_ctx }.into());
     }
     let prompt_tokens = prompt.len();
     let mut req = GenRequest::new(prompt, plan.max_tokens.unwrap_or(n_ctx));
@@ -155,16 +124,7 @@ fn submit(
     req.constraint = constraint;
     let handle = state.engine.submit(req)?;
     state.metrics.tokens(prompt_tokens, 0);
-    Ok(Gen {
-        state: state.clone(),
-        handle,
-        kind,
-        tools,
-        include_usage: plan.include_usage,
-        t0,
-        path,
-        prompt_tokens,
-    })
+    Ok(Gen { state: state.clone(), handle, kind, tools, include_usage: plan.include_usage, t0, path, prompt_tokens })
 }
 
 async fn respond(gen: Gen, stream: bool) -> Response {
@@ -175,10 +135,7 @@ async fn respond(gen: Gen, stream: bool) -> Response {
     }
 }
 
-pub async fn chat_completions(
-    State(state): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+pub async fn chat_completions(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
     let t0 = Instant::now();
     match chat_gen(&state, body, t0) {
         Ok((gen, stream)) => respond(gen, stream).await,
@@ -186,16 +143,10 @@ pub async fn chat_completions(
     }
 }
 
-fn chat_gen(
-    state: &AppState,
-    body: Result<Bytes, BytesRejection>,
-    t0: Instant,
-) -> Result<(Gen, bool), ApiError> {
+fn chat_gen(state: &AppState, body: Result<Bytes, BytesRejection>, t0: Instant) -> Result<(Gen, bool), ApiError> {
     let body = body_bytes(state, body)?;
     let req: ChatRequest = parse(&body)?;
-    let plan = req
-        .common
-        .plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
+    let plan = req.common.plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
     let tools = declared_tools(req.tools.as_deref().unwrap_or(&[]))?;
     let choice = tool_choice(req.tool_choice.as_ref(), &tools)?;
     let messages = prompt::normalize_messages(&req.messages)?;
@@ -211,42 +162,20 @@ fn chat_gen(
         ToolChoice::Named(n) => tools.iter().filter(|(t, _)| t == n).cloned().collect(),
         _ => Vec::new(),
     };
-    let constraint: Option<Box<dyn LogitsConstraint>> = if allowed.is_empty() {
-        None
-    } else {
-        Some(Box::new(ToolCallConstraint::new(
-            state.token_table(),
-            grammar::compile(&allowed),
-        )))
-    };
+    let constraint: Option<Box<dyn LogitsConstraint>> =
+        if allowed.is_empty() { None } else { Some(Box::new(ToolCallConstraint::new(state.token_table(), grammar::compile(&allowed)))) };
     let streamer = match &choice {
         ToolChoice::None => None,
         ToolChoice::Auto if tools.is_empty() => None,
-        ToolChoice::Auto => Some(ToolStreamer::new(
-            tools.iter().map(|(n, _)| n.clone()).collect(),
-        )),
-        _ => Some(ToolStreamer::new(
-            allowed.iter().map(|(n, _)| n.clone()).collect(),
-        )),
+        ToolChoice::Auto => Some(ToolStreamer::new(tools.iter().map(|(n, _)| n.clone()).collect())),
+        _ => Some(ToolStreamer::new(allowed.iter().map(|(n, _)| n.clone()).collect())),
     };
     let stream = plan.stream;
-    let gen = submit(
-        state,
-        ids,
-        plan,
-        constraint,
-        streamer,
-        Kind::Chat,
-        "/v1/chat/completions",
-        t0,
-    )?;
+    let gen = submit(state, ids, plan, constraint, streamer, Kind::Chat, "/v1/chat/completions", t0)?;
     Ok((gen, stream))
 }
 
-pub async fn completions(
-    State(state): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+pub async fn completions(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
     let t0 = Instant::now();
     match completion_gen(&state, body, t0) {
         Ok((gen, stream)) => respond(gen, stream).await,
@@ -254,22 +183,11 @@ pub async fn completions(
     }
 }
 
-fn completion_gen(
-    state: &AppState,
-    body: Result<Bytes, BytesRejection>,
-    t0: Instant,
-) -> Result<(Gen, bool), ApiError> {
+fn completion_gen(state: &AppState, body: Result<Bytes, BytesRejection>, t0: Instant) -> Result<(Gen, bool), ApiError> {
     let body = body_bytes(state, body)?;
     let req: CompletionRequest = parse(&body)?;
-    let plan = req
-        .common
-        .plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
-    let bad = || {
-        ApiError::invalid(
-            "prompt must be a string, an array of one string, or an array of token ids.",
-        )
-        .param("prompt")
-    };
+    let plan = req.common.plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
+    let bad = || ApiError::invalid("prompt must be a string, an array of one string, or an array of token ids.").param("prompt");
     let one = |v: &Value| -> Result<Vec<u32>, ApiError> {
         match v {
             Value::String(s) => prompt::encode(&state.tokenizer, s),
@@ -281,10 +199,7 @@ fn completion_gen(
                         if i < vocab {
                             Ok(i as u32)
                         } else {
-                            Err(ApiError::invalid(format!(
-                                "Token id {i} is outside the vocabulary ({vocab})."
-                            ))
-                            .param("prompt"))
+                            Err(ApiError::invalid(format!("Token id {i} is outside the vocabulary ({vocab}).")).param("prompt"))
                         }
                     })
                     .collect()
@@ -293,16 +208,9 @@ fn completion_gen(
         }
     };
     let ids = match &req.prompt {
-        Value::Array(items)
-            if items.len() == 1 && (items[0].is_string() || items[0].is_array()) =>
-        {
-            one(&items[0])?
-        }
+        Value::Array(items) if items.len() == 1 && (items[0].is_string() || items[0].is_array()) => one(&items[0])?,
         Value::Array(items) if items.len() > 1 && !items[0].is_u64() => {
-            return Err(ApiError::invalid(
-                "Several prompts in one request are not supported; send one.",
-            )
-            .param("prompt"))
+            return Err(ApiError::invalid("Several prompts in one request are not supported; send one.").param("prompt"))
         }
         v => one(v)?,
     };
@@ -310,16 +218,7 @@ fn completion_gen(
         return Err(ApiError::invalid("The prompt is empty.").param("prompt"));
     }
     let stream = plan.stream;
-    let gen = submit(
-        state,
-        ids,
-        plan,
-        None,
-        None,
-        Kind::Completion,
-        "/v1/completions",
-        t0,
-    )?;
+    let gen = submit(state, ids, plan, None, None, Kind::Completion, "/v1/completions", t0)?;
     Ok((gen, stream))
 }
 
@@ -341,10 +240,7 @@ pub async fn model(State(state): State<AppState>, Path(id): Path<String>) -> Res
     if id == state.model_id {
         Json(model_object(&state)).into_response()
     } else {
-        ApiError::not_found(format!("The model '{id}' does not exist."))
-            .param("model")
-            .code("model_not_found")
-            .into_response()
+        ApiError::not_found(format!("The model '{id}' does not exist.")).param("model").code("model_not_found").into_response()
     }
 }
 
@@ -361,17 +257,9 @@ pub async fn health(State(state): State<AppState>) -> Response {
 }
 
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        state.metrics.render(&state.engine),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render(&state.engine)).into_response()
 }
 
 pub async fn not_found() -> Response {
-    ApiError::not_found("No such endpoint. This server has /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics.")
-        .into_response()
+    ApiError::not_found("No such endpoint. This server has /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics.").into_response()
 }

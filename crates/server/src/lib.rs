@@ -50,14 +50,7 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig {
-            host: "127.0.0.1".into(),
-            port: 8080,
-            api_key: None,
-            model_name: String::new(),
-            max_body_bytes: 4 << 20,
-            max_stop: 16,
-        }
+        ServerConfig { host: "127.0.0.1".into(), port: 8080, api_key: None, model_name: String::new(), max_body_bytes: 4 << 20, max_stop: 16 }
     }
 }
 
@@ -96,15 +89,8 @@ impl std::ops::Deref for AppState {
 
 impl AppState {
     pub fn new(engine: Engine, model: ModelInfo, cfg: ServerConfig) -> Self {
-        let model_id = if cfg.model_name.is_empty() {
-            model.id
-        } else {
-            cfg.model_name.clone()
-        };
-        let created = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let model_id = if cfg.model_name.is_empty() { model.id } else { cfg.model_name.clone() };
+        let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         AppState(Arc::new(Inner {
             engine,
             model_id,
@@ -122,9 +108,7 @@ impl AppState {
         self.token_table
             .get_or_init(|| {
                 let t = &self.tokenizer;
-                let bytes = (0..t.vocab_size() as u32)
-                    .map(|id| t.token_bytes(id, false))
-                    .collect();
+                let bytes = (0..t.vocab_size() as u32).map(|id| t.token_bytes(id, false)).collect();
                 Arc::new(grammar::TokenTable::new(bytes, t.stop_ids()))
             })
             .clone()
@@ -152,9 +136,7 @@ pub fn router(state: AppState) -> Router {
 /// Bind and serve until the process ends (or ctrl-c).
 pub async fn serve(engine: Engine, model: ModelInfo, cfg: ServerConfig) -> anyhow::Result<()> {
     let addr = format!("{}:{}", cfg.host, cfg.port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("binding {addr}: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| anyhow::anyhow!("binding {addr}: {e}"))?;
     let state = AppState::new(engine, model, cfg);
     let local = listener.local_addr()?;
     tracing::info!(addr = %local, model = %state.model_id, auth = state.cfg.api_key.is_some(), "serving the OpenAI API");
@@ -188,10 +170,7 @@ async fn require_key(State(state): State<AppState>, req: Request, next: Next) ->
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim)
             .unwrap_or("");
         if !constant_time_eq(given.as_bytes(), key.as_bytes()) {
@@ -220,11 +199,7 @@ async fn log_request(State(state): State<AppState>, req: Request, next: Next) ->
     let status = resp.status().as_u16();
     state.metrics.request(&path, status);
     if resp.extensions().get::<LogsItself>().is_none() {
-        let (p, c) = resp
-            .extensions()
-            .get::<Usage>()
-            .map(|u| (u.prompt, u.completion))
-            .unwrap_or((0, 0));
+        let (p, c) = resp.extensions().get::<Usage>().map(|u| (u.prompt, u.completion)).unwrap_or((0, 0));
         tracing::info!(
             %method,
             path,

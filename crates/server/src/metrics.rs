@@ -19,12 +19,7 @@ pub struct Histogram {
 
 impl Histogram {
     pub fn new(bounds: &'static [f64]) -> Self {
-        Histogram {
-            bounds,
-            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
-            count: AtomicU64::new(0),
-            sum_us: AtomicU64::new(0),
-        }
+        Histogram { bounds, counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(), count: AtomicU64::new(0), sum_us: AtomicU64::new(0) }
     }
 
     pub fn observe(&self, d: Duration) {
@@ -35,36 +30,23 @@ impl Histogram {
             }
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_us
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.sum_us.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
     fn write(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         for (b, c) in self.bounds.iter().zip(&self.counts) {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{le=\"{b}\"}} {}",
-                c.load(Ordering::Relaxed)
-            );
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", c.load(Ordering::Relaxed));
         }
         let n = self.count.load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {n}");
-        let _ = writeln!(
-            out,
-            "{name}_sum {}",
-            self.sum_us.load(Ordering::Relaxed) as f64 / 1e6
-        );
+        let _ = writeln!(out, "{name}_sum {}", self.sum_us.load(Ordering::Relaxed) as f64 / 1e6);
         let _ = writeln!(out, "{name}_count {n}");
     }
 }
 
-const TTFT_BOUNDS: &[f64] = &[
-    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-];
-const ITL_BOUNDS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-];
+const TTFT_BOUNDS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+const ITL_BOUNDS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 
 /// The server's own numbers.
 #[derive(Debug)]
@@ -105,84 +87,33 @@ impl Metrics {
     }
 
     pub fn tokens(&self, prompt: usize, generated: usize) {
-        self.prompt_tokens
-            .fetch_add(prompt as u64, Ordering::Relaxed);
-        self.generated_tokens
-            .fetch_add(generated as u64, Ordering::Relaxed);
+        self.prompt_tokens.fetch_add(prompt as u64, Ordering::Relaxed);
+        self.generated_tokens.fetch_add(generated as u64, Ordering::Relaxed);
     }
 
     /// The whole /metrics text.
     pub fn render(&self, engine: &Engine) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "# HELP resin_requests_total HTTP responses by path and status code.\n# TYPE resin_requests_total counter");
-        for ((path, status), n) in self
-            .requests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            let _ = writeln!(
-                out,
-                "resin_requests_total{{path=\"{path}\",status=\"{status}\"}} {n}"
-            );
+        for ((path, status), n) in self.requests.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let _ = writeln!(out, "resin_requests_total{{path=\"{path}\",status=\"{status}\"}} {n}");
         }
         let counter = |out: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-            );
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
         };
-        counter(
-            &mut out,
-            "resin_prompt_tokens_total",
-            "Prompt tokens of finished requests.",
-            self.prompt_tokens.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "resin_generated_tokens_total",
-            "Tokens generated.",
-            self.generated_tokens.load(Ordering::Relaxed),
-        );
-        self.ttft.write(
-            &mut out,
-            "resin_time_to_first_token_seconds",
-            "Time from request to its first generated token.",
-        );
-        self.inter_token.write(
-            &mut out,
-            "resin_inter_token_latency_seconds",
-            "Time between a stream's successive tokens.",
-        );
+        counter(&mut out, "resin_prompt_tokens_total", "Prompt tokens of finished requests.", self.prompt_tokens.load(Ordering::Relaxed));
+        counter(&mut out, "resin_generated_tokens_total", "Tokens generated.", self.generated_tokens.load(Ordering::Relaxed));
+        self.ttft.write(&mut out, "resin_time_to_first_token_seconds", "Time from request to its first generated token.");
+        self.inter_token.write(&mut out, "resin_inter_token_latency_seconds", "Time between a stream's successive tokens.");
 
         let stats = engine.stats();
         let gauge = |out: &mut String, name: &str, help: &str, v: usize| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         };
-        gauge(
-            &mut out,
-            "resin_queue_depth",
-            "Requests waiting for a session.",
-            stats.queued.load(Ordering::Relaxed),
-        );
-        gauge(
-            &mut out,
-            "resin_active_sessions",
-            "Sessions generating or prefilling.",
-            stats.active.load(Ordering::Relaxed),
-        );
-        gauge(
-            &mut out,
-            "resin_sessions_max",
-            "Sessions the home holds at once.",
-            engine.regions(),
-        );
-        gauge(
-            &mut out,
-            "resin_context_length",
-            "Positions per session.",
-            engine.n_ctx(),
-        );
+        gauge(&mut out, "resin_queue_depth", "Requests waiting for a session.", stats.queued.load(Ordering::Relaxed));
+        gauge(&mut out, "resin_active_sessions", "Sessions generating or prefilling.", stats.active.load(Ordering::Relaxed));
+        gauge(&mut out, "resin_sessions_max", "Sessions the home holds at once.", engine.regions());
+        gauge(&mut out, "resin_context_length", "Positions per session.", engine.n_ctx());
 
         for (name, v) in engine.counters().snapshot() {
             let full = format!("resin_{name}_total");
@@ -190,18 +121,12 @@ impl Metrics {
         }
         let _ = writeln!(out, "# HELP resin_declines_total Fast-path declines by reason.\n# TYPE resin_declines_total counter");
         for (reason, n) in engine.counters().declines() {
-            let _ = writeln!(
-                out,
-                "resin_declines_total{{reason=\"{}\"}} {n}",
-                escape_label(&reason)
-            );
+            let _ = writeln!(out, "resin_declines_total{{reason=\"{}\"}} {n}", escape_label(&reason));
         }
         out
     }
 }
 
 fn escape_label(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }

@@ -64,8 +64,7 @@ pub struct CompletionRequest {
 
 /// Parse a body: invalid JSON and wrong types are 400s naming the field.
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}")))?;
+    let v: Value = serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}")))?;
     if !v.is_object() {
         return Err(ApiError::invalid("The body must be a JSON object."));
     }
@@ -78,11 +77,7 @@ fn from_value<T: DeserializeOwned>(v: Value) -> Result<T, ApiError> {
     serde_path_to_error::deserialize::<_, T>(v).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
-        let mut err = ApiError::invalid(if path == "." {
-            format!("Invalid request: {inner}")
-        } else {
-            format!("Invalid value for '{path}': {inner}")
-        });
+        let mut err = ApiError::invalid(if path == "." { format!("Invalid request: {inner}") } else { format!("Invalid value for '{path}': {inner}") });
         if path != "." {
             err = err.param(path);
         }
@@ -106,19 +101,12 @@ impl CommonRequest {
     pub fn plan(&self, model_id: &str, n_ctx: usize, max_stop: usize) -> Result<Plan, ApiError> {
         if let Some(m) = &self.model {
             if !m.is_empty() && m != model_id && m.strip_suffix(".gguf") != Some(model_id) {
-                return Err(ApiError::not_found(format!(
-                    "The model '{m}' does not exist; this server serves '{model_id}'."
-                ))
-                .param("model")
-                .code("model_not_found"));
+                return Err(ApiError::not_found(format!("The model '{m}' does not exist; this server serves '{model_id}'.")).param("model").code("model_not_found"));
             }
         }
         if let Some(n) = self.n {
             if n != 1 {
-                return Err(ApiError::invalid(format!(
-                    "n must be 1 (got {n}); this server returns one choice."
-                ))
-                .param("n"));
+                return Err(ApiError::invalid(format!("n must be 1 (got {n}); this server returns one choice.")).param("n"));
             }
         }
         let max_tokens = match (self.max_completion_tokens, self.max_tokens) {
@@ -128,22 +116,13 @@ impl CommonRequest {
         };
         let max_tokens = match max_tokens {
             Some((name, v)) if v < 1 || v as u64 > n_ctx as u64 => {
-                return Err(ApiError::invalid(format!(
-                    "{name} must be between 1 and the context length {n_ctx} (got {v})."
-                ))
-                .param(name));
+                return Err(ApiError::invalid(format!("{name} must be between 1 and the context length {n_ctx} (got {v}).")).param(name));
             }
             Some((_, v)) => Some(v as usize),
             None => None,
         };
         // Defaults for what the request leaves out: llama.cpp's.
-        let mut p = SamplingParams {
-            temperature: 0.8,
-            top_k: 40,
-            top_p: 0.95,
-            min_p: 0.05,
-            ..SamplingParams::default()
-        };
+        let mut p = SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, ..SamplingParams::default() };
         if let Some(t) = self.temperature {
             p.temperature = t;
         }
@@ -152,10 +131,7 @@ impl CommonRequest {
         }
         if let Some(k) = self.top_k {
             if k < 0 {
-                return Err(ApiError::invalid(format!(
-                    "top_k must be 0 (off) or positive (got {k})."
-                ))
-                .param("top_k"));
+                return Err(ApiError::invalid(format!("top_k must be 0 (off) or positive (got {k}).")).param("top_k"));
             }
             p.top_k = k as usize;
         }
@@ -172,8 +148,7 @@ impl CommonRequest {
             p.repetition_penalty = v;
         }
         p.seed = self.seed.map(|s| s as u64);
-        p.validate()
-            .map_err(|m| ApiError::invalid(format!("Invalid sampling parameters: {m}.")))?;
+        p.validate().map_err(|m| ApiError::invalid(format!("Invalid sampling parameters: {m}.")))?;
         let stop = match &self.stop {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s.clone()],
@@ -181,21 +156,14 @@ impl CommonRequest {
         };
         let stop: Vec<String> = stop.into_iter().filter(|s| !s.is_empty()).collect();
         if stop.len() > max_stop {
-            return Err(ApiError::invalid(format!(
-                "At most {max_stop} stop sequences are allowed (got {}).",
-                stop.len()
-            ))
-            .param("stop"));
+            return Err(ApiError::invalid(format!("At most {max_stop} stop sequences are allowed (got {}).", stop.len())).param("stop"));
         }
         Ok(Plan {
             params: p,
             max_tokens,
             stop,
             stream: self.stream.unwrap_or(false),
-            include_usage: self
-                .stream_options
-                .as_ref()
-                .is_some_and(|o| o.include_usage),
+            include_usage: self.stream_options.as_ref().is_some_and(|o| o.include_usage),
             ignore_eos: self.ignore_eos.unwrap_or(false),
         })
     }
@@ -213,63 +181,23 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("messages"));
         let e = parse::<ChatRequest>(br#"{"model": "x"}"#).unwrap_err();
         assert!(e.message.contains("messages"), "{}", e.message);
-        assert!(parse::<ChatRequest>(b"{not json")
-            .unwrap_err()
-            .message
-            .contains("not valid JSON"));
-        let r = parse::<ChatRequest>(
-            br#"{"messages": [], "stop": ["a", "b"], "max_tokens": 5, "extra": 1}"#,
-        )
-        .unwrap();
+        assert!(parse::<ChatRequest>(b"{not json").unwrap_err().message.contains("not valid JSON"));
+        let r = parse::<ChatRequest>(br#"{"messages": [], "stop": ["a", "b"], "max_tokens": 5, "extra": 1}"#).unwrap();
         assert!(matches!(r.common.stop, Some(Stop::Many(ref v)) if v.len() == 2));
     }
 
     #[test]
     fn plan_checks_ranges() {
         let c = |j: &str| parse::<CompletionRequest>(j.as_bytes()).unwrap().common;
-        assert_eq!(
-            c(r#"{"prompt": "a", "model": "other"}"#)
-                .plan("m", 100, 4)
-                .unwrap_err()
-                .status
-                .as_u16(),
-            404
-        );
-        assert!(c(r#"{"prompt": "a", "model": "m"}"#)
-            .plan("m", 100, 4)
-            .is_ok());
-        assert_eq!(
-            c(r#"{"prompt": "a", "n": 2}"#)
-                .plan("m", 100, 4)
-                .unwrap_err()
-                .param
-                .as_deref(),
-            Some("n")
-        );
-        assert!(c(r#"{"prompt": "a", "max_tokens": 0}"#)
-            .plan("m", 100, 4)
-            .is_err());
-        assert!(c(r#"{"prompt": "a", "max_tokens": 101}"#)
-            .plan("m", 100, 4)
-            .is_err());
-        assert_eq!(
-            c(r#"{"prompt": "a", "max_tokens": 100}"#)
-                .plan("m", 100, 4)
-                .unwrap()
-                .max_tokens,
-            Some(100)
-        );
-        assert!(c(r#"{"prompt": "a", "temperature": -1}"#)
-            .plan("m", 100, 4)
-            .is_err());
-        assert!(c(r#"{"prompt": "a", "stop": ["1","2","3","4","5"]}"#)
-            .plan("m", 100, 4)
-            .is_err());
-        let p = c(r#"{"prompt": "a", "temperature": 0, "stop": "x", "stream": true, "stream_options": {"include_usage": true}}"#)
-            .plan("m", 100, 4)
-            .unwrap();
-        assert!(
-            p.params.is_greedy() && p.stream && p.include_usage && p.stop == vec!["x".to_string()]
-        );
+        assert_eq!(c(r#"{"prompt": "a", "model": "other"}"#).plan("m", 100, 4).unwrap_err().status.as_u16(), 404);
+        assert!(c(r#"{"prompt": "a", "model": "m"}"#).plan("m", 100, 4).is_ok());
+        assert_eq!(c(r#"{"prompt": "a", "n": 2}"#).plan("m", 100, 4).unwrap_err().param.as_deref(), Some("n"));
+        assert!(c(r#"{"prompt": "a", "max_tokens": 0}"#).plan("m", 100, 4).is_err());
+        assert!(c(r#"{"prompt": "a", "max_tokens": 101}"#).plan("m", 100, 4).is_err());
+        assert_eq!(c(r#"{"prompt": "a", "max_tokens": 100}"#).plan("m", 100, 4).unwrap().max_tokens, Some(100));
+        assert!(c(r#"{"prompt": "a", "temperature": -1}"#).plan("m", 100, 4).is_err());
+        assert!(c(r#"{"prompt": "a", "stop": ["1","2","3","4","5"]}"#).plan("m", 100, 4).is_err());
+        let p = c(r#"{"prompt": "a", "temperature": 0, "stop": "x", "stream": true, "stream_options": {"include_usage": true}}"#).plan("m", 100, 4).unwrap();
+        assert!(p.params.is_greedy() && p.stream && p.include_usage && p.stop == vec!["x".to_string()]);
     }
 }

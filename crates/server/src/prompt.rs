@@ -15,22 +15,12 @@ pub fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>, ApiError> {
     let mut out: Vec<Value> = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
         let at = |field: &str| format!("messages[{i}].{field}");
-        let obj = m.as_object().ok_or_else(|| {
-            ApiError::invalid(format!("messages[{i}] must be an object."))
-                .param(format!("messages[{i}]"))
-        })?;
-        let role = obj.get("role").and_then(Value::as_str).ok_or_else(|| {
-            ApiError::invalid(format!("messages[{i}] needs a string 'role'.")).param(at("role"))
-        })?;
+        let obj = m.as_object().ok_or_else(|| ApiError::invalid(format!("messages[{i}] must be an object.")).param(format!("messages[{i}]")))?;
+        let role = obj.get("role").and_then(Value::as_str).ok_or_else(|| ApiError::invalid(format!("messages[{i}] needs a string 'role'.")).param(at("role")))?;
         let role = match role {
             "system" | "user" | "assistant" | "tool" => role,
             "developer" => "system",
-            r => {
-                return Err(ApiError::invalid(format!(
-                "messages[{i}].role {r:?} is not one of system, developer, user, assistant, tool."
-            ))
-                .param(at("role")))
-            }
+            r => return Err(ApiError::invalid(format!("messages[{i}].role {r:?} is not one of system, developer, user, assistant, tool.")).param(at("role"))),
         };
         let content = match obj.get("content") {
             None | Some(Value::Null) => String::new(),
@@ -48,18 +38,10 @@ pub fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>, ApiError> {
                 }
                 texts.join("\n")
             }
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    "content must be a string or an array of text parts.",
-                )
-                .param(at("content")))
-            }
+            Some(_) => return Err(ApiError::invalid("content must be a string or an array of text parts.").param(at("content"))),
         };
         if role == "user" && obj.get("content").is_none() {
-            return Err(
-                ApiError::invalid(format!("messages[{i}] (user) needs 'content'."))
-                    .param(at("content")),
-            );
+            return Err(ApiError::invalid(format!("messages[{i}] (user) needs 'content'.")).param(at("content")));
         }
         let mut n = Map::new();
         n.insert("role".into(), role.into());
@@ -69,22 +51,13 @@ pub fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>, ApiError> {
         }
         if role == "assistant" {
             if let Some(calls) = obj.get("tool_calls").filter(|c| !c.is_null()) {
-                let calls = calls.as_array().ok_or_else(|| {
-                    ApiError::invalid("tool_calls must be an array.").param(at("tool_calls"))
-                })?;
+                let calls = calls.as_array().ok_or_else(|| ApiError::invalid("tool_calls must be an array.").param(at("tool_calls")))?;
                 let mut norm = Vec::new();
                 for c in calls {
-                    let f = c.get("function").ok_or_else(|| {
-                        ApiError::invalid("Each tool call needs a 'function'.")
-                            .param(at("tool_calls"))
-                    })?;
-                    let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
-                        ApiError::invalid("A tool call's function needs a 'name'.")
-                            .param(at("tool_calls"))
-                    })?;
+                    let f = c.get("function").ok_or_else(|| ApiError::invalid("Each tool call needs a 'function'.").param(at("tool_calls")))?;
+                    let name = f.get("name").and_then(Value::as_str).ok_or_else(|| ApiError::invalid("A tool call's function needs a 'name'.").param(at("tool_calls")))?;
                     let args = match f.get("arguments") {
-                        Some(Value::String(s)) => serde_json::from_str::<Value>(s)
-                            .unwrap_or_else(|_| Value::String(s.clone())),
+                        Some(Value::String(s)) => serde_json::from_str::<Value>(s).unwrap_or_else(|_| Value::String(s.clone())),
                         Some(v) => v.clone(),
                         None => Value::Object(Map::new()),
                     };
@@ -112,11 +85,7 @@ pub fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>, ApiError> {
                         .rev()
                         .filter_map(|m| m.get("tool_calls")?.as_array())
                         .flatten()
-                        .find_map(|c| {
-                            (c.get("id")?.as_str()? == id)
-                                .then(|| c.get("function")?.get("name").cloned())
-                                .flatten()
-                        });
+                        .find_map(|c| (c.get("id")?.as_str()? == id).then(|| c.get("function")?.get("name").cloned()).flatten());
                     if let Some(name) = name {
                         n.insert("name".into(), name);
                     }
@@ -133,27 +102,15 @@ fn chatml(messages: &[Value]) -> String {
     let mut s = String::new();
     for m in messages {
         let role = m["role"].as_str().unwrap_or("user");
-        s += &format!(
-            "<|im_start|>{role}\n{}<|im_end|>\n",
-            m["content"].as_str().unwrap_or("")
-        );
+        s += &format!("<|im_start|>{role}\n{}<|im_end|>\n", m["content"].as_str().unwrap_or(""));
     }
     s + "<|im_start|>assistant\n"
 }
 
 /// The prompt text for `messages` (already normalized) and `tools`.
-pub fn render(
-    template: Option<&ChatTemplate>,
-    messages: &[Value],
-    tools: Option<&[Value]>,
-) -> Result<String, ApiError> {
+pub fn render(template: Option<&ChatTemplate>, messages: &[Value], tools: Option<&[Value]>) -> Result<String, ApiError> {
     match template {
-        Some(t) => t.render(messages, tools, true).map_err(|e| {
-            ApiError::invalid(format!(
-                "The chat template could not render these messages: {e}"
-            ))
-            .param("messages")
-        }),
+        Some(t) => t.render(messages, tools, true).map_err(|e| ApiError::invalid(format!("The chat template could not render these messages: {e}")).param("messages")),
         None => Ok(chatml(messages)),
     }
 }
@@ -161,9 +118,7 @@ pub fn render(
 /// Token ids of a prompt text. Special tokens written in the text become those tokens; BOS is
 /// added as the model says, but not twice when the text (a template's output) starts with it.
 pub fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, ApiError> {
-    let mut ids = tok
-        .encode(text, true, true)
-        .map_err(|e| ApiError::invalid(format!("The prompt could not be tokenized: {e}")))?;
+    let mut ids = tok.encode(text, true, true).map_err(|e| ApiError::invalid(format!("The prompt could not be tokenized: {e}")))?;
     if let Some(bos) = tok.bos() {
         if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
             ids.remove(0);
@@ -186,23 +141,14 @@ mod tests {
             json!({"role": "tool", "tool_call_id": "call_1", "content": "sunny"}),
         ])
         .unwrap();
-        assert_eq!(
-            m[0],
-            json!({"role": "system", "content": "be brief\nand kind"})
-        );
+        assert_eq!(m[0], json!({"role": "system", "content": "be brief\nand kind"}));
         assert_eq!(m[2]["content"], "");
-        assert_eq!(
-            m[2]["tool_calls"][0]["function"]["arguments"],
-            json!({"city": "Paris"})
-        );
+        assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"], json!({"city": "Paris"}));
         assert_eq!(m[3]["name"], "get_weather");
         assert!(normalize_messages(&[]).is_err());
         assert!(normalize_messages(&[json!({"role": "wizard", "content": "x"})]).is_err());
         assert!(normalize_messages(&[json!({"role": "user", "content": 5})]).is_err());
-        assert!(normalize_messages(&[
-            json!({"role": "user", "content": [{"type": "image_url", "image_url": {}}]})
-        ])
-        .is_err());
+        assert!(normalize_messages(&[json!({"role": "user", "content": [{"type": "image_url", "image_url": {}}]})]).is_err());
         assert!(normalize_messages(&[json!("hi")]).is_err());
     }
 }

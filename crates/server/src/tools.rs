@@ -22,11 +22,7 @@ pub struct ToolCall {
 
 /// `call_` and 24 random letters and digits.
 pub fn call_id() -> String {
-    let r: String = rand::thread_rng()
-        .sample_iter(&Alphanumeric)
-        .take(24)
-        .map(char::from)
-        .collect();
+    let r: String = rand::thread_rng().sample_iter(&Alphanumeric).take(24).map(char::from).collect();
     format!("call_{r}")
 }
 
@@ -51,17 +47,11 @@ fn as_call(v: &Value, names: &[String]) -> Option<ToolCall> {
     }
     let args = match obj.get("arguments").or_else(|| obj.get("parameters")) {
         None => Value::Object(Default::default()),
-        Some(Value::String(s)) => serde_json::from_str::<Value>(s)
-            .ok()
-            .filter(Value::is_object)?,
+        Some(Value::String(s)) => serde_json::from_str::<Value>(s).ok().filter(Value::is_object)?,
         Some(a @ Value::Object(_)) => a.clone(),
         Some(_) => return None,
     };
-    Some(ToolCall {
-        id: call_id(),
-        name: name.to_string(),
-        arguments: serde_json::to_string(&args).ok()?,
-    })
+    Some(ToolCall { id: call_id(), name: name.to_string(), arguments: serde_json::to_string(&args).ok()? })
 }
 
 /// Every JSON value in `s` (objects and arrays of objects), which must hold nothing else.
@@ -162,11 +152,7 @@ pub struct Finished {
 
 impl ToolStreamer {
     pub fn new(names: Vec<String>) -> Self {
-        ToolStreamer {
-            names,
-            mode: Mode::Start,
-            buf: String::new(),
-        }
+        ToolStreamer { names, mode: Mode::Start, buf: String::new() }
     }
 
     /// True while nothing has been shown (the output may yet be only calls).
@@ -184,9 +170,7 @@ impl ToolStreamer {
                 if t.is_empty() {
                     return String::new();
                 }
-                let maybe_call = t.starts_with('{')
-                    || t.starts_with('[')
-                    || MARKERS.iter().any(|m| t.starts_with(m) || m.starts_with(t));
+                let maybe_call = t.starts_with('{') || t.starts_with('[') || MARKERS.iter().any(|m| t.starts_with(m) || m.starts_with(t));
                 if maybe_call {
                     self.mode = Mode::Held;
                     String::new()
@@ -211,10 +195,7 @@ impl ToolStreamer {
         let mut keep = 0;
         for m in MARKERS {
             for k in (1..m.len()).rev() {
-                if k <= self.buf.len()
-                    && self.buf.is_char_boundary(self.buf.len() - k)
-                    && m.starts_with(&self.buf[self.buf.len() - k..])
-                {
+                if k <= self.buf.len() && self.buf.is_char_boundary(self.buf.len() - k) && m.starts_with(&self.buf[self.buf.len() - k..]) {
                     keep = keep.max(k);
                     break;
                 }
@@ -230,16 +211,10 @@ impl ToolStreamer {
     pub fn finish(self) -> Finished {
         if self.mode == Mode::Held {
             if let Some((prose, calls)) = parse_tool_calls(&self.buf, &self.names) {
-                return Finished {
-                    content: prose,
-                    calls,
-                };
+                return Finished { content: prose, calls };
             }
         }
-        Finished {
-            content: self.buf,
-            calls: Vec::new(),
-        }
+        Finished { content: self.buf, calls: Vec::new() }
     }
 }
 
@@ -252,14 +227,7 @@ mod tests {
     }
 
     fn parsed(text: &str) -> Option<(String, Vec<(String, Value)>)> {
-        parse_tool_calls(text, &names()).map(|(p, c)| {
-            (
-                p,
-                c.into_iter()
-                    .map(|c| (c.name, serde_json::from_str(&c.arguments).unwrap()))
-                    .collect(),
-            )
-        })
+        parse_tool_calls(text, &names()).map(|(p, c)| (p, c.into_iter().map(|c| (c.name, serde_json::from_str(&c.arguments).unwrap())).collect()))
     }
 
     #[test]
@@ -267,21 +235,12 @@ mod tests {
         let t = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
         let (p, c) = parsed(t).unwrap();
         assert_eq!(p, "");
-        assert_eq!(
-            c,
-            vec![(
-                "get_weather".to_string(),
-                serde_json::json!({"city": "Paris"})
-            )]
-        );
+        assert_eq!(c, vec![("get_weather".to_string(), serde_json::json!({"city": "Paris"}))]);
         let t2 = "Let me check.\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>\n<tool_call>{\"name\": \"get_time\", \"arguments\": \"{\\\"tz\\\": \\\"CET\\\"}\"}";
         let (p, c) = parsed(t2).unwrap();
         assert_eq!(p, "Let me check.");
         assert_eq!(c.len(), 2);
-        assert_eq!(
-            c[1],
-            ("get_time".to_string(), serde_json::json!({"tz": "CET"}))
-        );
+        assert_eq!(c[1], ("get_time".to_string(), serde_json::json!({"tz": "CET"})));
         // Ids look like OpenAI's.
         let calls = parse_tool_calls(t, &names()).unwrap().1;
         assert!(calls[0].id.starts_with("call_") && calls[0].id.len() == 29);
@@ -289,12 +248,14 @@ mod tests {
 
     #[test]
     fn bare_and_fenced_json() {
-        let (_, c) =
-            parsed("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}").unwrap();
+        let (_, c) = parsed("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}").unwrap();
         assert_eq!(c[0].1["city"], "Oslo");
         let (_, c) = parsed("```json\n{\"name\": \"get_time\", \"arguments\": {}}\n```").unwrap();
         assert_eq!(c[0].0, "get_time");
-        let (p, c) = parsed("Sure:\n```json\n{\"name\": \"get_time\", \"parameters\": {\"tz\": \"UTC\"}}\n```\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n```").unwrap();
+        let (p, c) = parsed(
+            "Sure:\n```json\n{\"name\": \"get_time\", \"parameters\": {\"tz\": \"UTC\"}}\n```\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n```",
+        )
+        .unwrap();
         assert_eq!(p, "Sure:");
         assert_eq!(c.len(), 2);
         let (_, c) = parsed("[{\"name\": \"get_time\", \"arguments\": {}}, {\"name\": \"get_weather\", \"arguments\": {\"city\": \"X\"}}]").unwrap();
@@ -335,19 +296,12 @@ mod tests {
         assert_eq!(shown + &f.content, "Hello there, friend.");
         assert!(f.calls.is_empty());
 
-        let (shown, f) = stream(&[
-            "  <tool",
-            "_call>{\"name\": \"get_time\", ",
-            "\"arguments\": {}}</tool_call>",
-        ]);
+        let (shown, f) = stream(&["  <tool", "_call>{\"name\": \"get_time\", ", "\"arguments\": {}}</tool_call>"]);
         assert_eq!(shown, "");
         assert_eq!(f.calls.len(), 1);
         assert_eq!(f.content, "");
 
-        let (shown, f) = stream(&[
-            "I will look. <to",
-            "ol_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>",
-        ]);
+        let (shown, f) = stream(&["I will look. <to", "ol_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>"]);
         assert_eq!(shown, "I will look. ");
         assert_eq!(f.calls.len(), 1);
 

@@ -67,11 +67,7 @@ impl WindowTile {
     /// Whether the kernel can run this tile for `head_dim` within `shared` bytes and `max_wg`
     /// threads a workgroup.
     pub fn fits(self, head_dim: u32, shared: u32, max_wg: u32) -> bool {
-        self.br >= 1
-            && self.bc >= 1
-            && self.br * head_dim <= WINDOW_MAXACC * self.wg(head_dim)
-            && self.wg(head_dim) <= max_wg
-            && self.shared_bytes(head_dim) <= shared
+        self.br >= 1 && self.bc >= 1 && self.br * head_dim <= WINDOW_MAXACC * self.wg(head_dim) && self.wg(head_dim) <= max_wg && self.shared_bytes(head_dim) <= shared
     }
 
     /// The largest tile (most query rows first: they set how often a key is read) that fits
@@ -127,17 +123,7 @@ impl Recorder<'_> {
     /// attention's push block (`n_pieces` is not used). The tile comes from
     /// [`WindowTile::pick`] for this device.
     #[allow(clippy::too_many_arguments)]
-    pub fn attention_window(
-        &mut self,
-        codec: KvCodec,
-        rows: u32,
-        q: Bind<'_>,
-        mk: Bind<'_>,
-        mv: Bind<'_>,
-        meta: Bind<'_>,
-        out: Bind<'_>,
-        p: AttnPush,
-    ) -> Result<(), VkError> {
+    pub fn attention_window(&mut self, codec: KvCodec, rows: u32, q: Bind<'_>, mk: Bind<'_>, mv: Bind<'_>, meta: Bind<'_>, out: Bind<'_>, p: AttnPush) -> Result<(), VkError> {
         let info = &self.gpu.info;
         if coopmat_ok(info, codec, p.head_dim) {
             return self.attention_window_coopmat(rows, q, mk, mv, meta, out, p);

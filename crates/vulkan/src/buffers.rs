@@ -97,8 +97,7 @@ impl Buffer {
         unsafe { d.bind_buffer_memory(buffer, memory, 0) }.map_err(|r| VkError::Vk { what: "vkBindBufferMemory", result: r })?;
         if host {
             // SAFETY: host-visible memory, mapped whole once for the buffer's life.
-            let p = unsafe { d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
-                .map_err(|r| VkError::Vk { what: "vkMapMemory", result: r })?;
+            let p = unsafe { d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }.map_err(|r| VkError::Vk { what: "vkMapMemory", result: r })?;
             b.mapped = Some(p.cast());
         }
         Ok(b)
@@ -247,8 +246,7 @@ pub struct Fence {
 impl Fence {
     pub fn new(gpu: &Arc<Gpu>) -> Result<Fence, VkError> {
         // SAFETY: the device is live.
-        let fence = unsafe { gpu.device.create_fence(&vk::FenceCreateInfo::default(), None) }
-            .map_err(|r| VkError::Vk { what: "vkCreateFence", result: r })?;
+        let fence = unsafe { gpu.device.create_fence(&vk::FenceCreateInfo::default(), None) }.map_err(|r| VkError::Vk { what: "vkCreateFence", result: r })?;
         Ok(Fence { gpu: gpu.clone(), fence })
     }
 
@@ -321,8 +319,7 @@ impl Commands {
         // SAFETY: the buffer is not pending (callers wait on its fence before re-recording).
         unsafe {
             d.reset_command_buffer(self.cmd, vk::CommandBufferResetFlags::empty()).map_err(|r| VkError::Vk { what: "vkResetCommandBuffer", result: r })?;
-            d.begin_command_buffer(self.cmd, &vk::CommandBufferBeginInfo::default().flags(flags))
-                .map_err(|r| VkError::Vk { what: "vkBeginCommandBuffer", result: r })?;
+            d.begin_command_buffer(self.cmd, &vk::CommandBufferBeginInfo::default().flags(flags)).map_err(|r| VkError::Vk { what: "vkBeginCommandBuffer", result: r })?;
         }
         f(self.cmd);
         // SAFETY: recording was begun above.

@@ -75,11 +75,7 @@ impl DeviceInfo {
     /// One line per capability with its state, for the "device ready" log and `resin inspect`.
     pub fn describe(&self) -> String {
         let yn = |b: bool| if b { "yes" } else { "no" };
-        let heaps: Vec<String> = self
-            .heaps
-            .iter()
-            .map(|h| format!("{} MiB{}", h.bytes >> 20, if h.device_local { " device-local" } else { "" }))
-            .collect();
+        let heaps: Vec<String> = self.heaps.iter().map(|h| format!("{} MiB{}", h.bytes >> 20, if h.device_local { " device-local" } else { "" })).collect();
         let shapes: Vec<String> = self.coopmat_shapes.iter().map(|s| format!("{}x{}x{} {}", s.m, s.n, s.k, s.types)).collect();
         format!(
             "{} ({}, {}, Vulkan {}.{}.{}): subgroup {} [{}]; f16 storage {} arith {}; int8 storage {} arith {}; \
@@ -158,16 +154,9 @@ fn start_instance() -> Result<(ash::Entry, ash::Instance), VkError> {
     // SAFETY: a plain query of the loader.
     let version = unsafe { entry.try_enumerate_instance_version() }.map_err(vkerr("vkEnumerateInstanceVersion"))?.unwrap_or(vk::API_VERSION_1_0);
     if version < vk::API_VERSION_1_1 {
-        return Err(VkError::Unsupported(format!(
-            "the Vulkan loader is version {}.{}; resin needs 1.1 or later",
-            vk::api_version_major(version),
-            vk::api_version_minor(version)
-        )));
+        return Err(VkError::Unsupported(format!("the Vulkan loader is version {}.{}; resin needs 1.1 or later", vk::api_version_major(version), vk::api_version_minor(version))));
     }
-    let app = vk::ApplicationInfo::default()
-        .application_name(c"resin")
-        .engine_name(c"resin")
-        .api_version(version.min(vk::API_VERSION_1_3));
+    let app = vk::ApplicationInfo::default().application_name(c"resin").engine_name(c"resin").api_version(version.min(vk::API_VERSION_1_3));
     let exts = [ash::khr::portability_enumeration::NAME.as_ptr()];
     // SAFETY: a plain query of the loader.
     let have_portability = unsafe { entry.enumerate_instance_extension_properties(None) }
@@ -179,9 +168,9 @@ fn start_instance() -> Result<(ash::Entry, ash::Instance), VkError> {
     }
     // SAFETY: the create info and everything it points to outlive the call.
     let instance = unsafe { entry.create_instance(&info, None) }.map_err(|r| match r {
-        vk::Result::ERROR_INCOMPATIBLE_DRIVER => VkError::NoDriver(
-            "the Vulkan loader found no driver (ICD); on Debian `apt-get install mesa-vulkan-drivers` gives the software one".into(),
-        ),
+        vk::Result::ERROR_INCOMPATIBLE_DRIVER => {
+            VkError::NoDriver("the Vulkan loader found no driver (ICD); on Debian `apt-get install mesa-vulkan-drivers` gives the software one".into())
+        }
         r => VkError::Vk { what: "vkCreateInstance", result: r },
     })?;
     Ok((entry, instance))
@@ -203,18 +192,14 @@ fn compute_family(instance: &ash::Instance, pd: vk::PhysicalDevice) -> Option<(u
     let fams = unsafe { instance.get_physical_device_queue_family_properties(pd) };
     // Prefer a compute queue family without graphics (dedicated compute), then any.
     let pick = |want_no_gfx: bool| {
-        fams.iter().enumerate().find(|(_, f)| {
-            f.queue_flags.contains(vk::QueueFlags::COMPUTE) && (!want_no_gfx || !f.queue_flags.contains(vk::QueueFlags::GRAPHICS))
-        })
+        fams.iter().enumerate().find(|(_, f)| f.queue_flags.contains(vk::QueueFlags::COMPUTE) && (!want_no_gfx || !f.queue_flags.contains(vk::QueueFlags::GRAPHICS)))
     };
     pick(true).or_else(|| pick(false)).map(|(i, f)| (i as u32, f.timestamp_valid_bits, f.queue_count))
 }
 
 fn has_ext(instance: &ash::Instance, pd: vk::PhysicalDevice, name: &CStr) -> bool {
     // SAFETY: pd came from this instance.
-    unsafe { instance.enumerate_device_extension_properties(pd) }
-        .map(|v| v.iter().any(|e| e.extension_name_as_c_str() == Ok(name)))
-        .unwrap_or(false)
+    unsafe { instance.enumerate_device_extension_properties(pd) }.map(|v| v.iter().any(|e| e.extension_name_as_c_str() == Ok(name))).unwrap_or(false)
 }
 
 fn subgroup_op_names(ops: vk::SubgroupFeatureFlags) -> Vec<&'static str> {
@@ -298,10 +283,8 @@ fn read_info(entry: &ash::Entry, instance: &ash::Instance, pd: vk::PhysicalDevic
     }
     // SAFETY: pd came from this instance.
     let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
-    let heaps = mem.memory_heaps[..mem.memory_heap_count as usize]
-        .iter()
-        .map(|h| Heap { bytes: h.size, device_local: h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL) })
-        .collect();
+    let heaps =
+        mem.memory_heaps[..mem.memory_heap_count as usize].iter().map(|h| Heap { bytes: h.size, device_local: h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL) }).collect();
     let mut m3 = vk::PhysicalDeviceMaintenance3Properties::default();
     let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut m3);
     // SAFETY: as above.

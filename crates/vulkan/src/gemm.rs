@@ -293,7 +293,10 @@ impl Recorder<'_> {
                 }
                 // The tier reads x four values at a time.
                 if !x.offset.is_multiple_of(16) || !p.x_stride.is_multiple_of(4) {
-                    return Err(VkError::Unsupported(format!("cooperative-matrix GEMM: activations at byte {} with a stride of {} values (16-byte aligned rows needed)", x.offset, p.x_stride)));
+                    return Err(VkError::Unsupported(format!(
+                        "cooperative-matrix GEMM: activations at byte {} with a stride of {} values (16-byte aligned rows needed)",
+                        x.offset, p.x_stride
+                    )));
                 }
                 self.run(&name, &[wg, coopmat_k_units(wg), tile_n / 32], &[w, x, y, part, done], &push, gemm_grid(p.rows, n, gp.pieces, tile_n)?)
             }

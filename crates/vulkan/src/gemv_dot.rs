@@ -188,7 +188,18 @@ impl Recorder<'_> {
     /// [`Recorder::gemv_dot`] with a chosen way of taking the integer dot products and,
     /// where given, a chosen [`DotShape`] (else [`DotShape::pick`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_dot_tier(&mut self, tier: DotTier, shape: Option<DotShape>, ty: GgmlType, n: u32, w: Bind<'_>, xp: Bind<'_>, y: Bind<'_>, p: GemvPush, layout: QPack) -> Result<(), VkError> {
+    pub fn gemv_dot_tier(
+        &mut self,
+        tier: DotTier,
+        shape: Option<DotShape>,
+        ty: GgmlType,
+        n: u32,
+        w: Bind<'_>,
+        xp: Bind<'_>,
+        y: Bind<'_>,
+        p: GemvPush,
+        layout: QPack,
+    ) -> Result<(), VkError> {
         let f = dot_format(ty).ok_or_else(|| VkError::Unsupported(format!("no int8 dot GEMV for {ty}")))?;
         let info = &self.gpu.info;
         if !dot_ok(info) {
@@ -206,10 +217,7 @@ impl Recorder<'_> {
             return Err(VkError::Unsupported(format!("{ty} reads activations packed in blocks of {block}, not {}", layout.block)));
         }
         if !(1..=8).contains(&n) || !p.cols.is_multiple_of(block) || !p.x_stride.is_multiple_of(block) || (n - 1) * p.x_stride + p.cols > layout.count {
-            return Err(VkError::Unsupported(format!(
-                "a dot GEMV of {n} columns over {} values a row at stride {} ({} packed values)",
-                p.cols, p.x_stride, layout.count
-            )));
+            return Err(VkError::Unsupported(format!("a dot GEMV of {n} columns over {} values a row at stride {} ({} packed values)", p.cols, p.x_stride, layout.count)));
         }
         let form = if n == 1 { "" } else { "_nrow" };
         let x = match tier {

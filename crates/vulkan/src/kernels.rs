@@ -455,7 +455,17 @@ impl Recorder<'_> {
     /// `q32` and of 256 values to `q256` (each when Some), bit for bit what [`Recorder::qact`]
     /// over `out` would write, in the same dispatch. `p.n` must be a multiple of each block.
     #[allow(clippy::too_many_arguments)]
-    pub fn rmsnorm_q(&mut self, rows: u32, x: Bind<'_>, add: Option<Bind<'_>>, w: Bind<'_>, out: Bind<'_>, q32: Option<Bind<'_>>, q256: Option<Bind<'_>>, p: NormPush) -> Result<(), VkError> {
+    pub fn rmsnorm_q(
+        &mut self,
+        rows: u32,
+        x: Bind<'_>,
+        add: Option<Bind<'_>>,
+        w: Bind<'_>,
+        out: Bind<'_>,
+        q32: Option<Bind<'_>>,
+        q256: Option<Bind<'_>>,
+        p: NormPush,
+    ) -> Result<(), VkError> {
         self.norm_rounded(false, rows, [x, w, out], add, [q32, q256], p)
     }
 
@@ -463,7 +473,17 @@ impl Recorder<'_> {
     /// into `p32`, of 256 into `p256`, each when Some), bit for bit what [`Recorder::qpack`]
     /// over `out` would write with `count` = rows * p.n, in the same dispatch.
     #[allow(clippy::too_many_arguments)]
-    pub fn rmsnorm_p(&mut self, rows: u32, x: Bind<'_>, add: Option<Bind<'_>>, w: Bind<'_>, out: Bind<'_>, p32: Option<Bind<'_>>, p256: Option<Bind<'_>>, p: NormPush) -> Result<(), VkError> {
+    pub fn rmsnorm_p(
+        &mut self,
+        rows: u32,
+        x: Bind<'_>,
+        add: Option<Bind<'_>>,
+        w: Bind<'_>,
+        out: Bind<'_>,
+        p32: Option<Bind<'_>>,
+        p256: Option<Bind<'_>>,
+        p: NormPush,
+    ) -> Result<(), VkError> {
         self.norm_rounded(true, rows, [x, w, out], add, [p32, p256], p)
     }
 
@@ -528,14 +548,7 @@ impl Recorder<'_> {
 
     /// Rope-and-store for `rows` rows (see shaders/ops/rope_store.comp).
     #[allow(clippy::too_many_arguments)]
-    pub fn rope_store(
-        &mut self,
-        style: RopeStyle,
-        codec: KvCodec,
-        rows: u32,
-        [q, k, v, bias, norm, table, meta, mk, mv]: [Bind<'_>; 9],
-        p: RopePush,
-    ) -> Result<(), VkError> {
+    pub fn rope_store(&mut self, style: RopeStyle, codec: KvCodec, rows: u32, [q, k, v, bias, norm, table, meta, mk, mv]: [Bind<'_>; 9], p: RopePush) -> Result<(), VkError> {
         let s = match style {
             RopeStyle::Norm => "norm",
             RopeStyle::Neox => "neox",
@@ -562,11 +575,26 @@ impl Recorder<'_> {
     /// [`Recorder::rope_store`] then a barrier would do, bit for bit (every row's region its
     /// own).
     #[allow(clippy::too_many_arguments)]
-    pub fn attention_round(&mut self, codec: KvCodec, rows: u32, b: AttnBinds<'_>, round: Option<AttnRound<'_>>, done: Option<Bind<'_>>, rope: Option<AttnRope<'_>>, p: AttnPush) -> Result<(), VkError> {
+    pub fn attention_round(
+        &mut self,
+        codec: KvCodec,
+        rows: u32,
+        b: AttnBinds<'_>,
+        round: Option<AttnRound<'_>>,
+        done: Option<Bind<'_>>,
+        rope: Option<AttnRope<'_>>,
+        p: AttnPush,
+    ) -> Result<(), VkError> {
         let AttnBinds { q, mk, mv, meta, part, out } = b;
         let c = codec_name(codec, p.head_dim)?;
         if let Some(rp) = rope {
-            if done.is_none() || !attn_rope_ok(codec, p.head_dim) || rp.rope_dims > p.head_dim || !rp.rope_dims.is_multiple_of(2) || p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
+            if done.is_none()
+                || !attn_rope_ok(codec, p.head_dim)
+                || rp.rope_dims > p.head_dim
+                || !rp.rope_dims.is_multiple_of(2)
+                || p.n_head_kv == 0
+                || !p.n_head.is_multiple_of(p.n_head_kv)
+            {
                 return Err(VkError::Unsupported(format!(
                     "the attention's own rope-and-store ({codec:?} mirror, head_dim {}, rope_dims {}, merged: {})",
                     p.head_dim,

@@ -22,4 +22,3 @@ pub mod pipelines;
 pub use device::{probe, DeviceInfo, Gpu, GpuOptions};
 pub use error::VkError;
 pub use home::{UploadProgress, VulkanHome, VulkanOptions, WideMode};
-

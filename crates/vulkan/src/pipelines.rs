@@ -69,8 +69,8 @@ impl Kernel {
         let err = |what| move |r| VkError::Vk { what, result: r };
         // SAFETY (all calls below): the device is live and every info struct outlives its call;
         // what was made so far is destroyed by Kernel's Drop if a later step fails.
-        k.set_layout = unsafe { d.create_descriptor_set_layout(&vk::DescriptorSetLayoutCreateInfo::default().bindings(&binds), None) }
-            .map_err(err("vkCreateDescriptorSetLayout"))?;
+        k.set_layout =
+            unsafe { d.create_descriptor_set_layout(&vk::DescriptorSetLayoutCreateInfo::default().bindings(&binds), None) }.map_err(err("vkCreateDescriptorSetLayout"))?;
         let ranges = [vk::PushConstantRange { stage_flags: vk::ShaderStageFlags::COMPUTE, offset: 0, size: push }];
         let sets = [k.set_layout];
         let mut linfo = vk::PipelineLayoutCreateInfo::default().set_layouts(&sets);
@@ -78,10 +78,8 @@ impl Kernel {
             linfo = linfo.push_constant_ranges(&ranges);
         }
         k.layout = unsafe { d.create_pipeline_layout(&linfo, None) }.map_err(err("vkCreatePipelineLayout"))?;
-        let module = unsafe { d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None) }
-            .map_err(err("vkCreateShaderModule"))?;
-        let entries: Vec<vk::SpecializationMapEntry> =
-            (0..spec.len() as u32).map(|i| vk::SpecializationMapEntry { constant_id: i, offset: i * 4, size: 4 }).collect();
+        let module = unsafe { d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None) }.map_err(err("vkCreateShaderModule"))?;
+        let entries: Vec<vk::SpecializationMapEntry> = (0..spec.len() as u32).map(|i| vk::SpecializationMapEntry { constant_id: i, offset: i * 4, size: 4 }).collect();
         let data: Vec<u8> = spec.iter().flat_map(|x| x.to_le_bytes()).collect();
         let sinfo = vk::SpecializationInfo::default().map_entries(&entries).data(&data);
         let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main").specialization_info(&sinfo);
@@ -234,14 +232,11 @@ impl Descriptors {
         // SAFETY: the pool has room (counted by `left`; each set takes at most 12 buffers).
         let set = unsafe { d.allocate_descriptor_sets(&info) }.map_err(|r| VkError::Vk { what: "vkAllocateDescriptorSets", result: r })?[0];
         self.left -= 1;
-        let infos: Vec<[vk::DescriptorBufferInfo; 1]> =
-            binds.iter().map(|b| [vk::DescriptorBufferInfo { buffer: b.buf.buffer, offset: b.offset, range: b.range }]).collect();
+        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = binds.iter().map(|b| [vk::DescriptorBufferInfo { buffer: b.buf.buffer, offset: b.offset, range: b.range }]).collect();
         let writes: Vec<vk::WriteDescriptorSet> = infos
             .iter()
             .enumerate()
-            .map(|(i, info)| {
-                vk::WriteDescriptorSet::default().dst_set(set).dst_binding(i as u32).descriptor_type(vk::DescriptorType::STORAGE_BUFFER).buffer_info(info)
-            })
+            .map(|(i, info)| vk::WriteDescriptorSet::default().dst_set(set).dst_binding(i as u32).descriptor_type(vk::DescriptorType::STORAGE_BUFFER).buffer_info(info))
             .collect();
         // SAFETY: the set is fresh and the buffers are live.
         unsafe { d.update_descriptor_sets(&writes, &[]) };

@@ -74,18 +74,8 @@ impl Acts {
     /// `x` holds `n` rows of `cols` values. `for_ty` names the weight format to prepare for
     /// now; other families are prepared when a weight of that family first uses them.
     pub fn prepare(x: &[f32], n: usize, cols: usize, for_ty: GgmlType) -> Acts {
-        assert_eq!(
-            x.len(),
-            n * cols,
-            "Acts::prepare: x has {} values, want {n} x {cols}",
-            x.len()
-        );
-        let acts = Acts {
-            n,
-            cols,
-            x: x.to_vec(),
-            preps: Default::default(),
-        };
+        assert_eq!(x.len(), n * cols, "Acts::prepare: x has {} values, want {n} x {cols}", x.len());
+        let acts = Acts { n, cols, x: x.to_vec(), preps: Default::default() };
         let fam = Family::of(for_ty);
         if fam != Family::Float && cols.is_multiple_of(fam.block()) {
             acts.prepared(fam);
@@ -105,21 +95,9 @@ impl Acts {
 
     pub(crate) fn prepared(&self, fam: Family) -> &Prepared {
         self.preps[fam.index()].get_or_init(|| {
-            assert!(
-                self.cols.is_multiple_of(fam.block()),
-                "activations of {} columns cannot be blocked by {}",
-                self.cols,
-                fam.block()
-            );
+            assert!(self.cols.is_multiple_of(fam.block()), "activations of {} columns cannot be blocked by {}", self.cols, fam.block());
             match fam {
-                Family::Float => Prepared {
-                    qs: Vec::new(),
-                    qs_stride: 0,
-                    d: Vec::new(),
-                    d_stride: 0,
-                    s: Vec::new(),
-                    bsums: Vec::new(),
-                },
+                Family::Float => Prepared { qs: Vec::new(), qs_stride: 0, d: Vec::new(), d_stride: 0, s: Vec::new(), bsums: Vec::new() },
                 Family::Pair32 => prepare_pair32(&self.x, self.n, self.cols),
                 Family::Super256 => prepare_super256(&self.x, self.n, self.cols),
             }
@@ -135,13 +113,11 @@ fn for_rows(n: usize, cols: usize, f: impl Fn(usize) + Sync) {
     if n * cols < 1 << 16 {
         (0..n).for_each(f);
     } else {
-        (0..n.div_ceil(ROWS_PER_TASK))
-            .into_par_iter()
-            .for_each(|t| {
-                for i in t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(n) {
-                    f(i)
-                }
-            });
+        (0..n.div_ceil(ROWS_PER_TASK)).into_par_iter().for_each(|t| {
+            for i in t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(n) {
+                f(i)
+            }
+        });
     }
 }
 
@@ -244,11 +220,7 @@ fn prepare_pair32(x: &[f32], n: usize, cols: usize) -> Prepared {
     let mut qs = vec![0i8; n * qs_stride];
     let mut d = vec![0f32; n * nbp];
     let mut s = vec![0f32; n * nbp];
-    let (qp, dp, sp) = (
-        SendPtr(qs.as_mut_ptr()),
-        SendPtr(d.as_mut_ptr()),
-        SendPtr(s.as_mut_ptr()),
-    );
+    let (qp, dp, sp) = (SendPtr(qs.as_mut_ptr()), SendPtr(d.as_mut_ptr()), SendPtr(s.as_mut_ptr()));
     for_rows(n, cols, |i| {
         let (qp, dp, sp) = (&qp, &dp, &sp);
         // SAFETY: each row writes only its own disjoint ranges.
@@ -261,14 +233,7 @@ fn prepare_pair32(x: &[f32], n: usize, cols: usize) -> Prepared {
         };
         mv_pair::row(&x[i * cols..(i + 1) * cols], q, dd, ss);
     });
-    Prepared {
-        qs,
-        qs_stride,
-        d,
-        d_stride: nbp,
-        s,
-        bsums: Vec::new(),
-    }
+    Prepared { qs, qs_stride, d, d_stride: nbp, s, bsums: Vec::new() }
 }
 
 fn prepare_super256(x: &[f32], n: usize, cols: usize) -> Prepared {
@@ -276,11 +241,7 @@ fn prepare_super256(x: &[f32], n: usize, cols: usize) -> Prepared {
     let mut qs = vec![0i8; n * cols];
     let mut d = vec![0f32; n * nb];
     let mut bsums = vec![0i16; n * nb * 16];
-    let (qp, dp, bp) = (
-        SendPtr(qs.as_mut_ptr()),
-        SendPtr(d.as_mut_ptr()),
-        SendPtr(bsums.as_mut_ptr()),
-    );
+    let (qp, dp, bp) = (SendPtr(qs.as_mut_ptr()), SendPtr(d.as_mut_ptr()), SendPtr(bsums.as_mut_ptr()));
     for_rows(n, cols, |i| {
         let (qp, dp, bp) = (&qp, &dp, &bp);
         // SAFETY: each row writes only its own disjoint ranges.
@@ -293,12 +254,5 @@ fn prepare_super256(x: &[f32], n: usize, cols: usize) -> Prepared {
         };
         mv_super::row(&x[i * cols..(i + 1) * cols], q, dd, bs);
     });
-    Prepared {
-        qs,
-        qs_stride: cols,
-        d,
-        d_stride: nb,
-        s: Vec::new(),
-        bsums,
-    }
+    Prepared { qs, qs_stride: cols, d, d_stride: nb, s: Vec::new(), bsums }
 }

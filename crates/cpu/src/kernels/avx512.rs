@@ -26,15 +26,7 @@ pub(super) const FEATURES: &str = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma
 
 /// Activation rows `i0..i0 + K` against the M weight rows `w`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
-pub(super) unsafe fn tile<const M: usize, const K: usize>(
-    ty: GgmlType,
-    w: [&[u8]; M],
-    x: &[f32],
-    cols: usize,
-    p: &Prepared,
-    i0: usize,
-    o: &mut [[f32; K]; M],
-) {
+pub(super) unsafe fn tile<const M: usize, const K: usize>(ty: GgmlType, w: [&[u8]; M], x: &[f32], cols: usize, p: &Prepared, i0: usize, o: &mut [[f32; K]; M]) {
     let _ = FEATURES;
     use GgmlType::*;
     match ty {
@@ -70,9 +62,7 @@ pub(super) unsafe fn tile<const M: usize, const K: usize>(
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
 unsafe fn f16_at(p: *const u8) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(
-        (p as *const u16).read_unaligned() as i32,
-    )))
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((p as *const u16).read_unaligned() as i32)))
 }
 
 #[inline]
@@ -92,13 +82,7 @@ unsafe fn halves16(a: i16, b: i16) -> __m512i {
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
-unsafe fn float_tile<const K: usize, const FT: u8>(
-    w: &[u8],
-    x: &[f32],
-    cols: usize,
-    i0: usize,
-    o: &mut [f32; K],
-) {
+unsafe fn float_tile<const K: usize, const FT: u8>(w: &[u8], x: &[f32], cols: usize, i0: usize, o: &mut [f32; K]) {
     let wp = w.as_ptr();
     let xp: [*const f32; K] = std::array::from_fn(|j| x.as_ptr().add((i0 + j) * cols));
     let mut acc = [_mm512_setzero_ps(); K];
@@ -109,9 +93,7 @@ unsafe fn float_tile<const K: usize, const FT: u8>(
         let wv = match FT {
             0 => _mm512_maskz_loadu_ps(mask, wp.add(4 * c) as *const f32),
             1 => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, wp.add(2 * c) as *const i16)),
-            _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
-                _mm256_maskz_loadu_epi16(mask, wp.add(2 * c) as *const i16),
-            ))),
+            _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, wp.add(2 * c) as *const i16)))),
         };
         for j in 0..K {
             acc[j] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mask, xp[j].add(c)), acc[j]);
@@ -131,13 +113,7 @@ fn g16_mask(cnt: usize) -> __mmask16 {
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
-unsafe fn ld128<const FULL: bool>(
-    base: *const u8,
-    bb: usize,
-    off: usize,
-    cnt: usize,
-    b: usize,
-) -> __m128i {
+unsafe fn ld128<const FULL: bool>(base: *const u8, bb: usize, off: usize, cnt: usize, b: usize) -> __m128i {
     if FULL || b < cnt {
         _mm_loadu_si128(base.add(b * bb + off) as *const __m128i)
     } else {
@@ -150,12 +126,7 @@ unsafe fn ld128<const FULL: bool>(
 /// 12+i, so the transposed lanes come out in block order.)
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
-unsafe fn transpose16<const FULL: bool>(
-    base: *const u8,
-    bb: usize,
-    off: usize,
-    cnt: usize,
-) -> [__m512i; 4] {
+unsafe fn transpose16<const FULL: bool>(base: *const u8, bb: usize, off: usize, cnt: usize) -> [__m512i; 4] {
     let mut r = [_mm512_setzero_si512(); 4];
     for (i, v) in r.iter_mut().enumerate() {
         let mut x = _mm512_castsi128_si512(ld128::<FULL>(base, bb, off, cnt, i));
@@ -168,22 +139,14 @@ unsafe fn transpose16<const FULL: bool>(
     let ab_hi = _mm512_unpackhi_epi32(r[0], r[1]);
     let cd_lo = _mm512_unpacklo_epi32(r[2], r[3]);
     let cd_hi = _mm512_unpackhi_epi32(r[2], r[3]);
-    [
-        _mm512_unpacklo_epi64(ab_lo, cd_lo),
-        _mm512_unpackhi_epi64(ab_lo, cd_lo),
-        _mm512_unpacklo_epi64(ab_hi, cd_hi),
-        _mm512_unpackhi_epi64(ab_hi, cd_hi),
-    ]
+    [_mm512_unpacklo_epi64(ab_lo, cd_lo), _mm512_unpackhi_epi64(ab_lo, cd_lo), _mm512_unpacklo_epi64(ab_hi, cd_hi), _mm512_unpackhi_epi64(ab_hi, cd_hi)]
 }
 
 /// One group of 16 blocks of a 32-block format: the unsigned weights of the 8 steps in the
 /// activation layout, the 16 block scales, and the 16 correction factors (offset or min).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
-unsafe fn group_weights<const F: u8, const FULL: bool>(
-    base: *const u8,
-    cnt: usize,
-) -> ([__m512i; 8], __m512, __m512) {
+unsafe fn group_weights<const F: u8, const FULL: bool>(base: *const u8, cnt: usize) -> ([__m512i; 8], __m512, __m512) {
     let (bb, qh_off, qs_off, has_m, bias): (usize, usize, usize, bool, f32) = match F {
         0 => (18, 0, 2, false, 8.0),
         1 => (20, 0, 4, true, 0.0),
@@ -193,17 +156,10 @@ unsafe fn group_weights<const F: u8, const FULL: bool>(
     };
     let zero = _mm512_setzero_si512();
     let mask: __mmask16 = if FULL { 0xFFFF } else { g16_mask(cnt) };
-    let gidx = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32(bb as i32),
-    );
+    let gidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(bb as i32));
     let g0 = _mm512_mask_i32gather_epi32::<1>(zero, mask, gidx, base as *const _);
     let dv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g0));
-    let cv = if has_m {
-        _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(g0)))
-    } else {
-        _mm512_mul_ps(dv, _mm512_set1_ps(-bias))
-    };
+    let cv = if has_m { _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(g0))) } else { _mm512_mul_ps(dv, _mm512_set1_ps(-bias)) };
     let mut u = [zero; 8];
     if F <= 3 {
         let m4 = _mm512_set1_epi8(0x0F);
@@ -213,8 +169,7 @@ unsafe fn group_weights<const F: u8, const FULL: bool>(
             u[t + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(t4[t]), m4);
         }
         if F >= 2 {
-            let hv =
-                _mm512_mask_i32gather_epi32::<1>(zero, mask, gidx, base.add(qh_off) as *const _);
+            let hv = _mm512_mask_i32gather_epi32::<1>(zero, mask, gidx, base.add(qh_off) as *const _);
             // Byte 0 of every dword copied to all four bytes (vpshufb works per 128 bits).
             let (lo, hi) = (0x0404_0404_0000_0000i64, 0x0C0C_0C0C_0808_0808i64);
             let rep = _mm512_set_epi64(hi, lo, hi, lo, hi, lo, hi, lo);
@@ -251,21 +206,13 @@ unsafe fn transpose8(base: *const u8, bb: usize, off: usize, cnt: usize) -> [__m
     let ab_hi = _mm256_unpackhi_epi32(r[0], r[1]);
     let cd_lo = _mm256_unpacklo_epi32(r[2], r[3]);
     let cd_hi = _mm256_unpackhi_epi32(r[2], r[3]);
-    [
-        _mm256_unpacklo_epi64(ab_lo, cd_lo),
-        _mm256_unpackhi_epi64(ab_lo, cd_lo),
-        _mm256_unpacklo_epi64(ab_hi, cd_hi),
-        _mm256_unpackhi_epi64(ab_hi, cd_hi),
-    ]
+    [_mm256_unpacklo_epi64(ab_lo, cd_lo), _mm256_unpackhi_epi64(ab_lo, cd_lo), _mm256_unpacklo_epi64(ab_hi, cd_hi), _mm256_unpackhi_epi64(ab_hi, cd_hi)]
 }
 
 /// `group_weights` for a group tail of at most 8 blocks, at 256 bits.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
-unsafe fn group8_weights<const F: u8>(
-    base: *const u8,
-    cnt: usize,
-) -> ([__m256i; 8], __m256, __m256) {
+unsafe fn group8_weights<const F: u8>(base: *const u8, cnt: usize) -> ([__m256i; 8], __m256, __m256) {
     let (bb, qh_off, qs_off, has_m, bias): (usize, usize, usize, bool, f32) = match F {
         0 => (18, 0, 2, false, 8.0),
         1 => (20, 0, 4, true, 0.0),
@@ -275,17 +222,10 @@ unsafe fn group8_weights<const F: u8>(
     };
     let zero = _mm256_setzero_si256();
     let mask = ((1u32 << cnt) - 1) as __mmask8;
-    let gidx = _mm256_mullo_epi32(
-        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-        _mm256_set1_epi32(bb as i32),
-    );
+    let gidx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(bb as i32));
     let g0 = _mm256_mmask_i32gather_epi32::<1>(zero, mask, gidx, base as *const _);
     let dv = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g0));
-    let cv = if has_m {
-        _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(g0)))
-    } else {
-        _mm256_mul_ps(dv, _mm256_set1_ps(-bias))
-    };
+    let cv = if has_m { _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(g0))) } else { _mm256_mul_ps(dv, _mm256_set1_ps(-bias)) };
     let mut u = [zero; 8];
     if F <= 3 {
         let m4 = _mm256_set1_epi8(0x0F);
@@ -295,12 +235,8 @@ unsafe fn group8_weights<const F: u8>(
             u[t + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(t4[t]), m4);
         }
         if F >= 2 {
-            let hv =
-                _mm256_mmask_i32gather_epi32::<1>(zero, mask, gidx, base.add(qh_off) as *const _);
-            let rep = _mm256_setr_epi8(
-                0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4, 8, 8,
-                8, 8, 12, 12, 12, 12,
-            );
+            let hv = _mm256_mmask_i32gather_epi32::<1>(zero, mask, gidx, base.add(qh_off) as *const _);
+            let rep = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
             let pat = _mm256_set1_epi32(0x0804_0201);
             let b16 = _mm256_set1_epi8(16);
             for (t, ut) in u.iter_mut().enumerate() {
@@ -323,13 +259,7 @@ unsafe fn group8_weights<const F: u8>(
 
 /// 32-block formats. F: 0 Q4_0, 1 Q4_1, 2 Q5_0, 3 Q5_1, 4 Q8_0.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
-unsafe fn pair_tile<const M: usize, const K: usize, const F: u8>(
-    w: [&[u8]; M],
-    cols: usize,
-    p: &Prepared,
-    i0: usize,
-    o: &mut [[f32; K]; M],
-) {
+unsafe fn pair_tile<const M: usize, const K: usize, const F: u8>(w: [&[u8]; M], cols: usize, p: &Prepared, i0: usize, o: &mut [[f32; K]; M]) {
     let bb = [18, 20, 22, 24, 34][F as usize];
     let nb = cols / 32;
     let aq: [*const i8; K] = std::array::from_fn(|j| p.qs.as_ptr().add((i0 + j) * p.qs_stride));
@@ -345,41 +275,24 @@ unsafe fn pair_tile<const M: usize, const K: usize, const F: u8>(
                     let a = aq[j].add(512 * g);
                     let mut ai = _mm256_setzero_si256();
                     for (t, ut) in u.iter().enumerate() {
-                        ai = _mm256_dpbusd_epi32(
-                            ai,
-                            *ut,
-                            _mm256_loadu_si256(a.add(64 * t) as *const __m256i),
-                        );
+                        ai = _mm256_dpbusd_epi32(ai, *ut, _mm256_loadu_si256(a.add(64 * t) as *const __m256i));
                     }
                     let sa = _mm256_loadu_ps(asum[j].add(16 * g));
-                    acc[m][j] = _mm512_fmadd_ps(
-                        _mm512_zextps256_ps512(cv),
-                        _mm512_zextps256_ps512(sa),
-                        acc[m][j],
-                    );
+                    acc[m][j] = _mm512_fmadd_ps(_mm512_zextps256_ps512(cv), _mm512_zextps256_ps512(sa), acc[m][j]);
                     let sc = _mm256_mul_ps(dv, _mm256_loadu_ps(ad[j].add(16 * g)));
-                    acc[m][j] = _mm512_fmadd_ps(
-                        _mm512_zextps256_ps512(_mm256_cvtepi32_ps(ai)),
-                        _mm512_zextps256_ps512(sc),
-                        acc[m][j],
-                    );
+                    acc[m][j] = _mm512_fmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(ai)), _mm512_zextps256_ps512(sc), acc[m][j]);
                 }
             }
             continue;
         }
         for m in 0..M {
             let base = w[m].as_ptr().add(16 * g * bb);
-            let (u, dv, cv) = if cnt == 16 {
-                group_weights::<F, true>(base, 16)
-            } else {
-                group_weights::<F, false>(base, cnt)
-            };
+            let (u, dv, cv) = if cnt == 16 { group_weights::<F, true>(base, 16) } else { group_weights::<F, false>(base, cnt) };
             for j in 0..K {
                 let a = aq[j].add(512 * g);
                 let mut ai = _mm512_setzero_si512();
                 for (t, ut) in u.iter().enumerate() {
-                    ai =
-                        _mm512_dpbusd_epi32(ai, *ut, _mm512_loadu_si512(a.add(64 * t) as *const _));
+                    ai = _mm512_dpbusd_epi32(ai, *ut, _mm512_loadu_si512(a.add(64 * t) as *const _));
                 }
                 acc[m][j] = _mm512_fmadd_ps(cv, _mm512_loadu_ps(asum[j].add(16 * g)), acc[m][j]);
                 let sc = _mm512_mul_ps(dv, _mm512_loadu_ps(ad[j].add(16 * g)));
@@ -402,11 +315,7 @@ const fn idx_tables(per: usize) -> [[i16; 32]; 4] {
     while g < 4 {
         let mut k = 0;
         while k < 32 {
-            t[g][k] = if per == 16 {
-                (4 * g + k / 8) as i16
-            } else {
-                (2 * g + k / 16) as i16
-            };
+            t[g][k] = if per == 16 { (4 * g + k / 8) as i16 } else { (2 * g + k / 16) as i16 };
             k += 1;
         }
         g += 1;
@@ -483,9 +392,7 @@ unsafe fn k_head<const T: u8>(blk: *const u8) -> KHead {
             KHead {
                 d: f16_at(blk),
                 dmin: f16_at(blk.add(2)),
-                sc: _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(
-                    sc.as_ptr() as *const __m128i
-                ))),
+                sc: _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(sc.as_ptr() as *const __m128i))),
                 mn16: _mm256_set_m128i(_mm_unpackhi_epi16(mn8, mn8), _mm_unpacklo_epi16(mn8, mn8)),
                 corr: _mm512_setzero_si512(),
             }
@@ -510,18 +417,14 @@ unsafe fn k_unpack<const T: u8>(blk: *const u8, g: usize) -> __m512i {
     let one = _mm512_set1_epi8(1);
     let three = _mm512_set1_epi8(3);
     let m4 = _mm512_set1_epi8(0x0F);
-    let bcast =
-        |off: usize| _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.add(off) as *const __m256i));
+    let bcast = |off: usize| _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.add(off) as *const __m256i));
     match T {
         2 | 3 => {
             let (h, jj) = ((g / 2) as i16, (2 * (g % 2)) as i16);
             let q = bcast(if T == 2 { 16 } else { 32 } + 32 * (g / 2));
             let lo = _mm512_and_si512(_mm512_srlv_epi16(q, halves16(2 * jj, 2 * jj + 2)), three);
             if T == 3 {
-                let hb = _mm512_and_si512(
-                    _mm512_srlv_epi16(bcast(0), halves16(4 * h + jj, 4 * h + jj + 1)),
-                    one,
-                );
+                let hb = _mm512_and_si512(_mm512_srlv_epi16(bcast(0), halves16(4 * h + jj, 4 * h + jj + 1)), one);
                 _mm512_or_si512(lo, _mm512_slli_epi16::<2>(hb))
             } else {
                 lo
@@ -531,10 +434,7 @@ unsafe fn k_unpack<const T: u8>(blk: *const u8, g: usize) -> __m512i {
             let q = bcast(if T == 5 { 48 } else { 16 } + 32 * g);
             let u = _mm512_and_si512(_mm512_srlv_epi16(q, halves16(0, 4)), m4);
             if T == 5 {
-                let hb = _mm512_and_si512(
-                    _mm512_srlv_epi16(bcast(16), halves16(2 * g as i16, 2 * g as i16 + 1)),
-                    one,
-                );
+                let hb = _mm512_and_si512(_mm512_srlv_epi16(bcast(16), halves16(2 * g as i16, 2 * g as i16 + 1)), one);
                 _mm512_or_si512(u, _mm512_slli_epi16::<4>(hb))
             } else {
                 u
@@ -543,16 +443,8 @@ unsafe fn k_unpack<const T: u8>(blk: *const u8, g: usize) -> __m512i {
         _ => {
             let (h, t) = (g / 2, g % 2);
             let ql = _mm512_loadu_si512(blk.add(64 * h) as *const _);
-            let nib = if t == 0 {
-                _mm512_and_si512(ql, m4)
-            } else {
-                _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4)
-            };
-            let shifts = if t == 0 {
-                halves16(0, 2)
-            } else {
-                halves16(4, 6)
-            };
+            let nib = if t == 0 { _mm512_and_si512(ql, m4) } else { _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4) };
+            let shifts = if t == 0 { halves16(0, 2) } else { halves16(4, 6) };
             let hb = _mm512_and_si512(_mm512_srlv_epi16(bcast(128 + 32 * h), shifts), three);
             _mm512_or_si512(nib, _mm512_slli_epi16::<4>(hb))
         }
@@ -561,13 +453,7 @@ unsafe fn k_unpack<const T: u8>(blk: *const u8, g: usize) -> __m512i {
 
 /// K-quants. T: 2 Q2_K, 3 Q3_K, 4 Q4_K, 5 Q5_K, 6 Q6_K.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
-unsafe fn k_tile<const M: usize, const K: usize, const T: u8>(
-    w: [&[u8]; M],
-    cols: usize,
-    p: &Prepared,
-    i0: usize,
-    o: &mut [[f32; K]; M],
-) {
+unsafe fn k_tile<const M: usize, const K: usize, const T: u8>(w: [&[u8]; M], cols: usize, p: &Prepared, i0: usize, o: &mut [[f32; K]; M]) {
     let bb = match T {
         2 => 84,
         3 => 110,
@@ -600,17 +486,12 @@ unsafe fn k_tile<const M: usize, const K: usize, const T: u8>(
             for m in 0..M {
                 let h = &head[m];
                 if has_min {
-                    acc[m][j] = _mm512_fmadd_ps(
-                        _mm512_cvtepi32_ps(ai[m][j]),
-                        _mm512_set1_ps(h.d * da),
-                        acc[m][j],
-                    );
+                    acc[m][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[m][j]), _mm512_set1_ps(h.d * da), acc[m][j]);
                     let mi = _mm256_cvtepi32_ps(_mm256_madd_epi16(h.mn16, bs));
                     accm[m][j] = _mm256_fmadd_ps(mi, _mm256_set1_ps(-h.dmin * da), accm[m][j]);
                 } else {
                     let v = _mm512_dpwssd_epi32(ai[m][j], h.corr, _mm512_zextsi256_si512(bs));
-                    acc[m][j] =
-                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(h.d * da), acc[m][j]);
+                    acc[m][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(h.d * da), acc[m][j]);
                 }
             }
         }
@@ -638,10 +519,7 @@ const PG: usize = 640;
 /// Whether `packed_rows` handles the format.
 pub(super) fn packs(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(
-        ty,
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K
-    )
+    matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K)
 }
 
 /// Packed bytes of one weight row of `cols` columns.
@@ -689,11 +567,7 @@ unsafe fn pack_pair<const F: u8>(w: &[u8], cols: usize, dst: &mut [u8]) {
             _mm256_storeu_ps(d.add(512) as *mut f32, dv);
             _mm256_storeu_ps(d.add(576) as *mut f32, cv);
         } else {
-            let (u, dv, cv) = if cnt == 16 {
-                group_weights::<F, true>(base, 16)
-            } else {
-                group_weights::<F, false>(base, cnt)
-            };
+            let (u, dv, cv) = if cnt == 16 { group_weights::<F, true>(base, 16) } else { group_weights::<F, false>(base, cnt) };
             for (t, ut) in u.iter().enumerate() {
                 _mm512_storeu_si512(d.add(64 * t) as *mut _, *ut);
             }
@@ -705,14 +579,7 @@ unsafe fn pack_pair<const F: u8>(w: &[u8], cols: usize, dst: &mut [u8]) {
 
 /// Activation rows `i0..i0 + K` against M packed weight rows (`pk[m]`), `cols` columns.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
-pub(super) unsafe fn packed_tile<const M: usize, const K: usize>(
-    ty: GgmlType,
-    pk: [*const u8; M],
-    cols: usize,
-    p: &Prepared,
-    i0: usize,
-    o: &mut [[f32; K]; M],
-) {
+pub(super) unsafe fn packed_tile<const M: usize, const K: usize>(ty: GgmlType, pk: [*const u8; M], cols: usize, p: &Prepared, i0: usize, o: &mut [[f32; K]; M]) {
     use GgmlType::*;
     match ty {
         Q2_K => k_packed_tile::<M, K, 2>(pk, cols, p, i0, o),
@@ -754,13 +621,7 @@ unsafe fn pack_k<const T: u8>(w: &[u8], cols: usize, dst: &mut [u8]) {
 
 /// `k_tile` on packed superblocks: the same arithmetic in the same order.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
-unsafe fn k_packed_tile<const M: usize, const K: usize, const T: u8>(
-    pk: [*const u8; M],
-    cols: usize,
-    p: &Prepared,
-    i0: usize,
-    o: &mut [[f32; K]; M],
-) {
+unsafe fn k_packed_tile<const M: usize, const K: usize, const T: u8>(pk: [*const u8; M], cols: usize, p: &Prepared, i0: usize, o: &mut [[f32; K]; M]) {
     let has_min = matches!(T, 2 | 4 | 5);
     let a = KActs::<K>::new(p, i0);
     let mut acc = [[_mm512_setzero_ps(); K]; M];
@@ -769,10 +630,8 @@ unsafe fn k_packed_tile<const M: usize, const K: usize, const T: u8>(
         let blk: [*const u8; M] = std::array::from_fn(|m| pk[m].add(sb * PG));
         let mut ai = [[_mm512_setzero_si512(); K]; M];
         for g in 0..4 {
-            let u: [__m512i; M] =
-                std::array::from_fn(|m| _mm512_loadu_si512(blk[m].add(64 * g) as *const _));
-            let sp: [__m512i; M] =
-                std::array::from_fn(|m| _mm512_loadu_si512(blk[m].add(256 + 64 * g) as *const _));
+            let u: [__m512i; M] = std::array::from_fn(|m| _mm512_loadu_si512(blk[m].add(64 * g) as *const _));
+            let sp: [__m512i; M] = std::array::from_fn(|m| _mm512_loadu_si512(blk[m].add(256 + 64 * g) as *const _));
             for j in 0..K {
                 let av = _mm512_loadu_si512(a.q[j].add(sb * 256 + 64 * g) as *const _);
                 for m in 0..M {
@@ -788,20 +647,13 @@ unsafe fn k_packed_tile<const M: usize, const K: usize, const T: u8>(
                 if has_min {
                     let hdmin = (blk[m].add(580) as *const f32).read_unaligned();
                     let mn16 = _mm256_loadu_si256(blk[m].add(512) as *const __m256i);
-                    acc[m][j] = _mm512_fmadd_ps(
-                        _mm512_cvtepi32_ps(ai[m][j]),
-                        _mm512_set1_ps(hd * da),
-                        acc[m][j],
-                    );
+                    acc[m][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[m][j]), _mm512_set1_ps(hd * da), acc[m][j]);
                     let mi = _mm256_cvtepi32_ps(_mm256_madd_epi16(mn16, bs));
                     accm[m][j] = _mm256_fmadd_ps(mi, _mm256_set1_ps(-hdmin * da), accm[m][j]);
                 } else {
-                    let corr = _mm512_zextsi256_si512(_mm256_loadu_si256(
-                        blk[m].add(544) as *const __m256i,
-                    ));
+                    let corr = _mm512_zextsi256_si512(_mm256_loadu_si256(blk[m].add(544) as *const __m256i));
                     let v = _mm512_dpwssd_epi32(ai[m][j], corr, _mm512_zextsi256_si512(bs));
-                    acc[m][j] =
-                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(hd * da), acc[m][j]);
+                    acc[m][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(hd * da), acc[m][j]);
                 }
             }
         }
@@ -817,13 +669,7 @@ unsafe fn k_packed_tile<const M: usize, const K: usize, const T: u8>(
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,bmi2")]
-unsafe fn pair_packed_tile<const M: usize, const K: usize>(
-    pk: [*const u8; M],
-    cols: usize,
-    p: &Prepared,
-    i0: usize,
-    o: &mut [[f32; K]; M],
-) {
+unsafe fn pair_packed_tile<const M: usize, const K: usize>(pk: [*const u8; M], cols: usize, p: &Prepared, i0: usize, o: &mut [[f32; K]; M]) {
     let nb = cols / 32;
     let aq: [*const i8; K] = std::array::from_fn(|j| p.qs.as_ptr().add((i0 + j) * p.qs_stride));
     let ad: [*const f32; K] = std::array::from_fn(|j| p.d.as_ptr().add((i0 + j) * p.d_stride));
@@ -834,48 +680,33 @@ unsafe fn pair_packed_tile<const M: usize, const K: usize>(
         if cnt <= 8 {
             for m in 0..M {
                 let gp = pk[m].add(g * PG);
-                let u: [__m256i; 8] =
-                    std::array::from_fn(|t| _mm256_loadu_si256(gp.add(64 * t) as *const __m256i));
+                let u: [__m256i; 8] = std::array::from_fn(|t| _mm256_loadu_si256(gp.add(64 * t) as *const __m256i));
                 let dv = _mm256_loadu_ps(gp.add(512) as *const f32);
                 let cv = _mm256_loadu_ps(gp.add(576) as *const f32);
                 for j in 0..K {
                     let a = aq[j].add(512 * g);
                     let mut ai = _mm256_setzero_si256();
                     for (t, ut) in u.iter().enumerate() {
-                        ai = _mm256_dpbusd_epi32(
-                            ai,
-                            *ut,
-                            _mm256_loadu_si256(a.add(64 * t) as *const __m256i),
-                        );
+                        ai = _mm256_dpbusd_epi32(ai, *ut, _mm256_loadu_si256(a.add(64 * t) as *const __m256i));
                     }
                     let sa = _mm256_loadu_ps(asum[j].add(16 * g));
-                    acc[m][j] = _mm512_fmadd_ps(
-                        _mm512_zextps256_ps512(cv),
-                        _mm512_zextps256_ps512(sa),
-                        acc[m][j],
-                    );
+                    acc[m][j] = _mm512_fmadd_ps(_mm512_zextps256_ps512(cv), _mm512_zextps256_ps512(sa), acc[m][j]);
                     let sc = _mm256_mul_ps(dv, _mm256_loadu_ps(ad[j].add(16 * g)));
-                    acc[m][j] = _mm512_fmadd_ps(
-                        _mm512_zextps256_ps512(_mm256_cvtepi32_ps(ai)),
-                        _mm512_zextps256_ps512(sc),
-                        acc[m][j],
-                    );
+                    acc[m][j] = _mm512_fmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(ai)), _mm512_zextps256_ps512(sc), acc[m][j]);
                 }
             }
             continue;
         }
         for m in 0..M {
             let gp = pk[m].add(g * PG);
-            let u: [__m512i; 8] =
-                std::array::from_fn(|t| _mm512_loadu_si512(gp.add(64 * t) as *const _));
+            let u: [__m512i; 8] = std::array::from_fn(|t| _mm512_loadu_si512(gp.add(64 * t) as *const _));
             let dv = _mm512_loadu_ps(gp.add(512) as *const f32);
             let cv = _mm512_loadu_ps(gp.add(576) as *const f32);
             for j in 0..K {
                 let a = aq[j].add(512 * g);
                 let mut ai = _mm512_setzero_si512();
                 for (t, ut) in u.iter().enumerate() {
-                    ai =
-                        _mm512_dpbusd_epi32(ai, *ut, _mm512_loadu_si512(a.add(64 * t) as *const _));
+                    ai = _mm512_dpbusd_epi32(ai, *ut, _mm512_loadu_si512(a.add(64 * t) as *const _));
                 }
                 acc[m][j] = _mm512_fmadd_ps(cv, _mm512_loadu_ps(asum[j].add(16 * g)), acc[m][j]);
                 let sc = _mm512_mul_ps(dv, _mm512_loadu_ps(ad[j].add(16 * g)));

@@ -40,34 +40,15 @@ pub enum KernelError {
     /// `cols` is not a whole number of blocks of the format.
     PartialBlock { ty: GgmlType, cols: usize },
     /// The data length does not match `rows x cols` of the format.
-    WrongByteLength {
-        ty: GgmlType,
-        rows: usize,
-        cols: usize,
-        got: usize,
-        expected: usize,
-    },
+    WrongByteLength { ty: GgmlType, rows: usize, cols: usize, got: usize, expected: usize },
 }
 
 impl std::fmt::Display for KernelError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             KernelError::Unsupported(ty) => write!(f, "no matmul kernel for {ty} weights"),
-            KernelError::PartialBlock { ty, cols } => write!(
-                f,
-                "{cols} columns is not a whole number of {ty} blocks ({} values)",
-                ty.block_len()
-            ),
-            KernelError::WrongByteLength {
-                ty,
-                rows,
-                cols,
-                got,
-                expected,
-            } => write!(
-                f,
-                "{ty} matrix {rows} x {cols} needs {expected} bytes, got {got}"
-            ),
+            KernelError::PartialBlock { ty, cols } => write!(f, "{cols} columns is not a whole number of {ty} blocks ({} values)", ty.block_len()),
+            KernelError::WrongByteLength { ty, rows, cols, got, expected } => write!(f, "{ty} matrix {rows} x {cols} needs {expected} bytes, got {got}"),
         }
     }
 }
@@ -84,37 +65,18 @@ pub struct QMatrix<'a> {
 }
 
 impl<'a> QMatrix<'a> {
-    pub fn new(
-        ty: GgmlType,
-        rows: usize,
-        cols: usize,
-        data: &'a [u8],
-    ) -> Result<Self, KernelError> {
+    pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, KernelError> {
         if matches!(ty, GgmlType::Q8_1 | GgmlType::Q8_K) {
             return Err(KernelError::Unsupported(ty));
         }
         if !cols.is_multiple_of(ty.block_len()) {
             return Err(KernelError::PartialBlock { ty, cols });
         }
-        let expected = (cols / ty.block_len())
-            .checked_mul(ty.block_bytes())
-            .and_then(|b| b.checked_mul(rows))
-            .unwrap_or(usize::MAX);
+        let expected = (cols / ty.block_len()).checked_mul(ty.block_bytes()).and_then(|b| b.checked_mul(rows)).unwrap_or(usize::MAX);
         if data.len() != expected {
-            return Err(KernelError::WrongByteLength {
-                ty,
-                rows,
-                cols,
-                got: data.len(),
-                expected,
-            });
+            return Err(KernelError::WrongByteLength { ty, rows, cols, got: data.len(), expected });
         }
-        Ok(QMatrix {
-            ty,
-            rows,
-            cols,
-            data,
-        })
+        Ok(QMatrix { ty, rows, cols, data })
     }
 
     /// Bytes of one row.
@@ -157,11 +119,7 @@ impl Simd {
             #[cfg(target_arch = "x86_64")]
             Simd::Avx512Vnni => {
                 use std::arch::is_x86_feature_detected as has;
-                Simd::Avx2.is_available()
-                    && has!("avx512f")
-                    && has!("avx512bw")
-                    && has!("avx512vl")
-                    && has!("avx512vnni")
+                Simd::Avx2.is_available() && has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni")
             }
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
@@ -170,10 +128,7 @@ impl Simd {
 
     /// Every path this machine can run, slowest first.
     pub fn available() -> Vec<Simd> {
-        [Simd::Portable, Simd::Avx2, Simd::Avx512Vnni]
-            .into_iter()
-            .filter(|s| s.is_available())
-            .collect()
+        [Simd::Portable, Simd::Avx2, Simd::Avx512Vnni].into_iter().filter(|s| s.is_available()).collect()
     }
 
     /// The fastest available path (detected once).
@@ -208,23 +163,10 @@ const CHUNK_BYTES: usize = 256 << 10;
 
 /// `matmul` on a given path (tests and benches). Panics when the path is not available here.
 pub fn matmul_on(simd: Simd, w: &QMatrix, acts: &Acts, out: &mut [f32]) {
-    assert!(
-        simd.is_available(),
-        "SIMD path {} is not available on this machine",
-        simd.name()
-    );
-    assert_eq!(
-        acts.cols, w.cols,
-        "matmul: activations have {} columns, weights {}",
-        acts.cols, w.cols
-    );
+    assert!(simd.is_available(), "SIMD path {} is not available on this machine", simd.name());
+    assert_eq!(acts.cols, w.cols, "matmul: activations have {} columns, weights {}", acts.cols, w.cols);
     let (n, rows) = (acts.n, w.rows);
-    assert_eq!(
-        out.len(),
-        n * rows,
-        "matmul: out has {} values, want {n} x {rows}",
-        out.len()
-    );
+    assert_eq!(out.len(), n * rows, "matmul: out has {} values, want {n} x {rows}", out.len());
     if n == 0 || rows == 0 {
         return;
     }
@@ -288,15 +230,7 @@ pub fn matmul_many(jobs: &mut [(&QMatrix, &mut [f32])], acts: &Acts) {
     }
 }
 
-fn run_chunk(
-    simd: Simd,
-    w: &QMatrix,
-    acts: &Acts,
-    prep: &Prepared,
-    r0: usize,
-    r1: usize,
-    out: *mut f32,
-) {
+fn run_chunk(simd: Simd, w: &QMatrix, acts: &Acts, prep: &Prepared, r0: usize, r1: usize, out: *mut f32) {
     let n = acts.n;
     #[cfg(target_arch = "x86_64")]
     if simd == Simd::Avx512Vnni && n >= PACK_MIN && avx512::packs(w.ty) {
@@ -346,15 +280,7 @@ fn packed_chunk(w: &QMatrix, acts: &Acts, prep: &Prepared, r0: usize, r1: usize,
 }
 
 #[cfg(target_arch = "x86_64")]
-fn packed_sub(
-    w: &QMatrix,
-    acts: &Acts,
-    prep: &Prepared,
-    prb: usize,
-    r0: usize,
-    r1: usize,
-    out: *mut f32,
-) {
+fn packed_sub(w: &QMatrix, acts: &Acts, prep: &Prepared, prb: usize, r0: usize, r1: usize, out: *mut f32) {
     PACKED.with(|buf| {
         let mut buf = buf.borrow_mut();
         let need = prb * (r1 - r0);
@@ -379,16 +305,7 @@ fn packed_sub(
 /// Every activation row against packed weight rows r0..r1, PK activation rows a tile.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
-fn packed_tiles<const PK: usize>(
-    w: &QMatrix,
-    n: usize,
-    prep: &Prepared,
-    pk: *const u8,
-    prb: usize,
-    r0: usize,
-    r1: usize,
-    out: *mut f32,
-) {
+fn packed_tiles<const PK: usize>(w: &QMatrix, n: usize, prep: &Prepared, pk: *const u8, prb: usize, r0: usize, r1: usize, out: *mut f32) {
     {
         let mut i = 0;
         while i + PK <= n {
@@ -411,16 +328,7 @@ fn packed_tiles<const PK: usize>(
 
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
-fn packed_rows_of<const M: usize, const K: usize>(
-    w: &QMatrix,
-    prep: &Prepared,
-    pk: *const u8,
-    prb: usize,
-    r0: usize,
-    r1: usize,
-    i: usize,
-    out: *mut f32,
-) {
+fn packed_rows_of<const M: usize, const K: usize>(w: &QMatrix, prep: &Prepared, pk: *const u8, prb: usize, r0: usize, r1: usize, i: usize, out: *mut f32) {
     let rows = w.rows;
     let put = |r: usize, o: &[f32; K]| {
         // SAFETY: (i + j, r) is inside out and only this task writes rows r0..r1.
@@ -453,16 +361,7 @@ fn packed_rows_of<const M: usize, const K: usize>(
 /// Weight rows `r0..r1` against activation rows `i..i + K`, M weight rows a call (the rest
 /// one a call). The value of one element does not depend on M or K.
 #[allow(clippy::too_many_arguments)]
-fn rows_of<const M: usize, const K: usize>(
-    simd: Simd,
-    w: &QMatrix,
-    acts: &Acts,
-    prep: &Prepared,
-    r0: usize,
-    r1: usize,
-    i: usize,
-    out: *mut f32,
-) {
+fn rows_of<const M: usize, const K: usize>(simd: Simd, w: &QMatrix, acts: &Acts, prep: &Prepared, r0: usize, r1: usize, i: usize, out: *mut f32) {
     let rows = w.rows;
     let mut r = r0;
     let put = |r: usize, o: &[f32; K]| {
@@ -474,15 +373,7 @@ fn rows_of<const M: usize, const K: usize>(
     if M > 1 {
         while r + M <= r1 {
             let mut o = [[0f32; K]; M];
-            tile::<M, K>(
-                simd,
-                w.ty,
-                std::array::from_fn(|m| w.row(r + m)),
-                acts,
-                prep,
-                i,
-                &mut o,
-            );
+            tile::<M, K>(simd, w.ty, std::array::from_fn(|m| w.row(r + m)), acts, prep, i, &mut o);
             for (m, om) in o.iter().enumerate() {
                 put(r + m, om);
             }
@@ -499,15 +390,7 @@ fn rows_of<const M: usize, const K: usize>(
 
 /// Activation rows `i0..i0 + K` against weight rows `wrows`.
 #[inline]
-fn tile<const M: usize, const K: usize>(
-    simd: Simd,
-    ty: GgmlType,
-    wrows: [&[u8]; M],
-    acts: &Acts,
-    p: &Prepared,
-    i0: usize,
-    o: &mut [[f32; K]; M],
-) {
+fn tile<const M: usize, const K: usize>(simd: Simd, ty: GgmlType, wrows: [&[u8]; M], acts: &Acts, p: &Prepared, i0: usize, o: &mut [[f32; K]; M]) {
     let x = &acts.x;
     let cols = acts.cols;
     match simd {

@@ -5,15 +5,7 @@ use super::acts::{Family, Prepared};
 use super::blocks::{bf16, f16, g16_offset, k4_scales, q3_scales, rd32};
 use resin_gguf::GgmlType;
 
-pub(super) fn tile<const K: usize>(
-    ty: GgmlType,
-    w: &[u8],
-    x: &[f32],
-    cols: usize,
-    p: &Prepared,
-    i0: usize,
-    o: &mut [f32; K],
-) {
+pub(super) fn tile<const K: usize>(ty: GgmlType, w: &[u8], x: &[f32], cols: usize, p: &Prepared, i0: usize, o: &mut [f32; K]) {
     match Family::of(ty) {
         Family::Float => float_tile(ty, w, x, cols, i0, o),
         Family::Pair32 => pair_tile(ty, w, cols, p, i0, o),
@@ -32,14 +24,7 @@ pub(crate) fn float_at(ty: GgmlType, w: &[u8], c: usize) -> f32 {
     }
 }
 
-fn float_tile<const K: usize>(
-    ty: GgmlType,
-    w: &[u8],
-    x: &[f32],
-    cols: usize,
-    i0: usize,
-    o: &mut [f32; K],
-) {
+fn float_tile<const K: usize>(ty: GgmlType, w: &[u8], x: &[f32], cols: usize, i0: usize, o: &mut [f32; K]) {
     for (j, oj) in o.iter_mut().enumerate() {
         let xr = &x[(i0 + j) * cols..(i0 + j + 1) * cols];
         let mut lanes = [0f32; 8];
@@ -57,11 +42,7 @@ pub(crate) fn decode32(ty: GgmlType, b: &[u8]) -> (f32, f32, [i8; 32]) {
     let mut q = [0i8; 32];
     match ty {
         GgmlType::Q4_0 | GgmlType::Q4_1 => {
-            let (off, bias, m) = if ty == GgmlType::Q4_0 {
-                (2, 8, 0.0)
-            } else {
-                (4, 0, f16(b, 2))
-            };
+            let (off, bias, m) = if ty == GgmlType::Q4_0 { (2, 8, 0.0) } else { (4, 0, f16(b, 2)) };
             for l in 0..16 {
                 q[l] = (b[off + l] & 0xF) as i8 - bias;
                 q[l + 16] = (b[off + l] >> 4) as i8 - bias;
@@ -69,11 +50,7 @@ pub(crate) fn decode32(ty: GgmlType, b: &[u8]) -> (f32, f32, [i8; 32]) {
             (f16(b, 0), m, q)
         }
         GgmlType::Q5_0 | GgmlType::Q5_1 => {
-            let (hoff, off, bias, m) = if ty == GgmlType::Q5_0 {
-                (2, 6, 16, 0.0)
-            } else {
-                (4, 8, 0, f16(b, 2))
-            };
+            let (hoff, off, bias, m) = if ty == GgmlType::Q5_0 { (2, 6, 16, 0.0) } else { (4, 8, 0, f16(b, 2)) };
             let qh = rd32(b, hoff);
             for l in 0..16 {
                 let h0 = ((qh >> l) & 1) as u8;
@@ -93,14 +70,7 @@ pub(crate) fn decode32(ty: GgmlType, b: &[u8]) -> (f32, f32, [i8; 32]) {
     }
 }
 
-fn pair_tile<const K: usize>(
-    ty: GgmlType,
-    w: &[u8],
-    cols: usize,
-    p: &Prepared,
-    i0: usize,
-    o: &mut [f32; K],
-) {
+fn pair_tile<const K: usize>(ty: GgmlType, w: &[u8], cols: usize, p: &Prepared, i0: usize, o: &mut [f32; K]) {
     let bb = ty.block_bytes();
     let has_m = matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1);
     let mut acc = [0f32; K];
@@ -173,11 +143,7 @@ pub(crate) fn decode_k(ty: GgmlType, b: &[u8]) -> ([i8; 256], [i32; 16], [i32; 1
             for j in 0..4 {
                 for l in 0..32 {
                     let v = b[qs + 32 * j + l];
-                    let (h0, h1) = if five {
-                        ((b[16 + l] >> (2 * j)) & 1, (b[16 + l] >> (2 * j + 1)) & 1)
-                    } else {
-                        (0, 0)
-                    };
+                    let (h0, h1) = if five { ((b[16 + l] >> (2 * j)) & 1, (b[16 + l] >> (2 * j + 1)) & 1) } else { (0, 0) };
                     q[64 * j + l] = ((v & 0xF) | (h0 << 4)) as i8;
                     q[64 * j + 32 + l] = ((v >> 4) | (h1 << 4)) as i8;
                 }
@@ -205,14 +171,7 @@ pub(crate) fn decode_k(ty: GgmlType, b: &[u8]) -> ([i8; 256], [i32; 16], [i32; 1
     }
 }
 
-fn k_tile<const K: usize>(
-    ty: GgmlType,
-    w: &[u8],
-    cols: usize,
-    p: &Prepared,
-    i0: usize,
-    o: &mut [f32; K],
-) {
+fn k_tile<const K: usize>(ty: GgmlType, w: &[u8], cols: usize, p: &Prepared, i0: usize, o: &mut [f32; K]) {
     let bb = ty.block_bytes();
     let has_min = matches!(ty, GgmlType::Q2_K | GgmlType::Q4_K | GgmlType::Q5_K);
     let mut acc = [0f32; K];

@@ -14,10 +14,7 @@ pub(super) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        (
-            (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
+        ((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 
@@ -41,16 +38,7 @@ pub(super) fn pack_scale_min_k4(ls: &[u8; 8], lm: &[u8; 8]) -> [u8; 12] {
 /// i.e. the positive offset) minimising the weighted error over `nstep + 1` trial scales.
 /// `x`, `weights`, `l` have the same length n <= 32.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn make_qkx2_quants(
-    nmax: i32,
-    x: &[f32],
-    weights: &[f32],
-    l: &mut [u8],
-    rmin: f32,
-    rdelta: f32,
-    nstep: i32,
-    use_mad: bool,
-) -> (f32, f32) {
+pub(super) fn make_qkx2_quants(nmax: i32, x: &[f32], weights: &[f32], l: &mut [u8], rmin: f32, rdelta: f32, nstep: i32, use_mad: bool) -> (f32, f32) {
     let n = x.len();
     let mut laux = [0u8; 32];
     let mut min = x[0];

@@ -70,28 +70,18 @@ pub fn as_blocks_mut<B: Block>(bytes: &mut [u8]) -> Option<&mut [B]> {
         return None;
     }
     // SAFETY: as in as_blocks; the borrow is unique.
-    Some(unsafe {
-        std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<B>(), bytes.len() / size)
-    })
+    Some(unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<B>(), bytes.len() / size) })
 }
 
 /// Checks that `n` values are whole blocks of `ty` stored in `bytes` bytes.
 fn check(ty: GgmlType, n: usize, bytes: usize) -> Result<()> {
     let bl = ty.block_len();
     if !n.is_multiple_of(bl) {
-        return Err(GgufError::PartialBlock {
-            ty,
-            len: n,
-            block: bl,
-        });
+        return Err(GgufError::PartialBlock { ty, len: n, block: bl });
     }
     let expected = n / bl * ty.block_bytes();
     if bytes != expected {
-        return Err(GgufError::WrongByteLength {
-            ty,
-            got: bytes,
-            expected,
-        });
+        return Err(GgufError::WrongByteLength { ty, got: bytes, expected });
     }
     Ok(())
 }
@@ -140,11 +130,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>> {
     let bl = ty.block_len();
     if !src.len().is_multiple_of(bl) {
-        return Err(GgufError::PartialBlock {
-            ty,
-            len: src.len(),
-            block: bl,
-        });
+        return Err(GgufError::PartialBlock { ty, len: src.len(), block: bl });
     }
     let mut out = vec![0u8; src.len() / bl * ty.block_bytes()];
     quantize_into(ty, src, &mut out)?;

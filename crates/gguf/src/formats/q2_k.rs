@@ -57,16 +57,7 @@ unsafe impl Block for BlockQ2K {
             for (w, v) in weights.iter_mut().zip(xs) {
                 *w = v.abs();
             }
-            let (s, m) = make_qkx2_quants(
-                3,
-                xs,
-                &weights,
-                &mut l[16 * j..16 * j + 16],
-                -0.5,
-                0.1,
-                15,
-                true,
-            );
+            let (s, m) = make_qkx2_quants(3, xs, &weights, &mut l[16 * j..16 * j + 16], -0.5, 0.1, 15, true);
             scales[j] = s;
             mins[j] = m;
             if s > max_scale {
@@ -76,12 +67,7 @@ unsafe impl Block for BlockQ2K {
                 max_min = m;
             }
         }
-        let mut b = BlockQ2K {
-            scales: [0; 16],
-            qs: [0; 64],
-            d: [0; 2],
-            dmin: [0; 2],
-        };
+        let mut b = BlockQ2K { scales: [0; 16], qs: [0; 64], d: [0; 2], dmin: [0; 2] };
         if max_scale > 0.0 {
             let iscale = Q4SCALE / max_scale;
             for (sc, s) in b.scales.iter_mut().zip(&scales) {

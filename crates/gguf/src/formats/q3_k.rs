@@ -68,12 +68,7 @@ unsafe impl Block for BlockQ3K {
                 max_scale = scales[j];
             }
         }
-        let mut b = BlockQ3K {
-            hmask: [0; 32],
-            qs: [0; 64],
-            scales: [0; 12],
-            d: [0; 2],
-        };
+        let mut b = BlockQ3K { hmask: [0; 32], qs: [0; 64], scales: [0; 12], d: [0; 2] };
         if max_scale != 0.0 {
             let iscale = -32.0 / max_scale;
             for (j, s) in scales.iter().enumerate() {

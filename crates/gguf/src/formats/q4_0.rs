@@ -44,9 +44,6 @@ unsafe impl Block for BlockQ4_0 {
             let q1 = ((x[16 + j] * id + 8.5) as i8).min(15) as u8;
             *q = q0 | (q1 << 4);
         }
-        BlockQ4_0 {
-            d: f16_bytes(d),
-            qs,
-        }
+        BlockQ4_0 { d: f16_bytes(d), qs }
     }
 }

@@ -48,10 +48,6 @@ unsafe impl Block for BlockQ4_1 {
             let q1 = (((x[16 + j] - min) * id + 0.5) as i8).min(15) as u8;
             *q = q0 | (q1 << 4);
         }
-        BlockQ4_1 {
-            d: f16_bytes(d),
-            m: f16_bytes(min),
-            qs,
-        }
+        BlockQ4_1 { d: f16_bytes(d), m: f16_bytes(min), qs }
     }
 }

@@ -23,13 +23,7 @@ const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
 /// `make_qkx2_quants` with weights `rms + |x|`, then 6-bit scales and mins under f16 super
 /// scales, then the quants recomputed against the rounded scales. Returns (d, dmin, packed
 /// scales) and fills `l` with quants in 0..=nmax.
-pub(super) fn quantize_scales_k(
-    x: &[f32],
-    nmax: i32,
-    rmin: f32,
-    nstep: i32,
-    l: &mut [u8; 256],
-) -> ([u8; 2], [u8; 2], [u8; 12]) {
+pub(super) fn quantize_scales_k(x: &[f32], nmax: i32, rmin: f32, nstep: i32, l: &mut [u8; 256]) -> ([u8; 2], [u8; 2], [u8; 12]) {
     let mut weights = [0f32; 32];
     let mut mins = [0f32; 8];
     let mut scales = [0f32; 8];
@@ -55,11 +49,7 @@ pub(super) fn quantize_scales_k(
             max_min = m;
         }
     }
-    let inv_scale = if max_scale > 0.0 {
-        63.0 / max_scale
-    } else {
-        0.0
-    };
+    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
     for j in 0..8 {
@@ -93,12 +83,7 @@ unsafe impl Block for BlockQ4K {
     fn dequantize(&self, y: &mut [f32]) {
         let d = f16_le(self.d);
         let min = f16_le(self.dmin);
-        for (p, (q, y64)) in self
-            .qs
-            .chunks_exact(32)
-            .zip(y.chunks_exact_mut(64))
-            .enumerate()
-        {
+        for (p, (q, y64)) in self.qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
             let (sc1, m1) = scale_min_k4(2 * p, &self.scales);
             let (sc2, m2) = scale_min_k4(2 * p + 1, &self.scales);
             let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
@@ -122,11 +107,6 @@ unsafe impl Block for BlockQ4K {
                 *qb = lp[i] | (lp[i + 32] << 4);
             }
         }
-        BlockQ4K {
-            d,
-            dmin,
-            scales,
-            qs,
-        }
+        BlockQ4K { d, dmin, scales, qs }
     }
 }

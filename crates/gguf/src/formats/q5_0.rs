@@ -24,13 +24,7 @@ unsafe impl Block for BlockQ5_0 {
         let d = f16_le(self.d);
         let qh = u32::from_le_bytes(self.qh);
         let (lo, hi) = y.split_at_mut(16);
-        for (j, ((q, a), b)) in self
-            .qs
-            .iter()
-            .zip(lo.iter_mut())
-            .zip(hi.iter_mut())
-            .enumerate()
-        {
+        for (j, ((q, a), b)) in self.qs.iter().zip(lo.iter_mut()).zip(hi.iter_mut()).enumerate() {
             let h0 = ((qh >> j) << 4) & 0x10;
             let h1 = (qh >> (j + 12)) & 0x10;
             *a = (((q & 0x0f) as u32 | h0) as i32 - 16) as f32 * d;
@@ -58,10 +52,6 @@ unsafe impl Block for BlockQ5_0 {
             qh |= (((q0 & 0x10) >> 4) as u32) << j;
             qh |= (((q1 & 0x10) >> 4) as u32) << (j + 16);
         }
-        BlockQ5_0 {
-            d: f16_bytes(d),
-            qh: qh.to_le_bytes(),
-            qs,
-        }
+        BlockQ5_0 { d: f16_bytes(d), qh: qh.to_le_bytes(), qs }
     }
 }

@@ -30,24 +30,14 @@ unsafe impl Block for BlockQ5K {
     fn dequantize(&self, y: &mut [f32]) {
         let d = f16_le(self.d);
         let min = f16_le(self.dmin);
-        for (p, (ql, y64)) in self
-            .qs
-            .chunks_exact(32)
-            .zip(y.chunks_exact_mut(64))
-            .enumerate()
-        {
+        for (p, (ql, y64)) in self.qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
             let (sc1, m1) = scale_min_k4(2 * p, &self.scales);
             let (sc2, m2) = scale_min_k4(2 * p + 1, &self.scales);
             let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
             let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
             let (u1, u2) = (1u8 << (2 * p), 2u8 << (2 * p));
             let (lo, hi) = y64.split_at_mut(32);
-            for (((qb, hb), a), b) in ql
-                .iter()
-                .zip(&self.qh)
-                .zip(lo.iter_mut())
-                .zip(hi.iter_mut())
-            {
+            for (((qb, hb), a), b) in ql.iter().zip(&self.qh).zip(lo.iter_mut()).zip(hi.iter_mut()) {
                 let h1 = if hb & u1 != 0 { 16 } else { 0 };
                 let h2 = if hb & u2 != 0 { 16 } else { 0 };
                 *a = d1 * ((qb & 0x0f) + h1) as f32 - m1;
@@ -60,13 +50,7 @@ unsafe impl Block for BlockQ5K {
     fn quantize(x: &[f32]) -> Self {
         let mut l = [0u8; 256];
         let (d, dmin, scales) = quantize_scales_k(x, 31, -0.5, 15, &mut l);
-        let mut b = BlockQ5K {
-            d,
-            dmin,
-            scales,
-            qh: [0; 32],
-            qs: [0; 128],
-        };
+        let mut b = BlockQ5K { d, dmin, scales, qh: [0; 32], qs: [0; 128] };
         for (p, ql) in b.qs.chunks_exact_mut(32).enumerate() {
             let (m1, m2) = (1u8 << (2 * p), 2u8 << (2 * p));
             let lp = &l[64 * p..64 * p + 64];

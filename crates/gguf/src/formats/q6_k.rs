@@ -59,12 +59,7 @@ unsafe impl Block for BlockQ6K {
                 max_scale = s;
             }
         }
-        let mut b = BlockQ6K {
-            ql: [0; 128],
-            qh: [0; 64],
-            scales: [0; 16],
-            d: [0; 2],
-        };
+        let mut b = BlockQ6K { ql: [0; 128], qh: [0; 64], scales: [0; 16], d: [0; 2] };
         if max_abs_scale < GROUP_MAX_EPS {
             b.d = f16_bytes(0.0);
             return b;
@@ -90,8 +85,7 @@ unsafe impl Block for BlockQ6K {
                 let q = |k: usize| lh[i + 32 * k] as u8;
                 b.ql[64 * n + i] = (q(0) & 0x0f) | ((q(2) & 0x0f) << 4);
                 b.ql[64 * n + i + 32] = (q(1) & 0x0f) | ((q(3) & 0x0f) << 4);
-                b.qh[32 * n + i] =
-                    (q(0) >> 4) | ((q(1) >> 4) << 2) | ((q(2) >> 4) << 4) | ((q(3) >> 4) << 6);
+                b.qh[32 * n + i] = (q(0) >> 4) | ((q(1) >> 4) << 2) | ((q(2) >> 4) << 4) | ((q(3) >> 4) << 6);
             }
         }
         b
@@ -123,11 +117,7 @@ unsafe impl Block for BlockQ8K {
 
     /// quantize_row_q8_K_ref: the value of largest magnitude maps to -127.
     fn quantize(x: &[f32]) -> Self {
-        let mut b = BlockQ8K {
-            d: [0; 4],
-            qs: [0; 256],
-            bsums: [[0; 2]; 16],
-        };
+        let mut b = BlockQ8K { d: [0; 4], qs: [0; 256], bsums: [[0; 2]; 16] };
         let (mut max, mut amax) = (0.0f32, 0.0f32);
         for &v in x {
             if v.abs() > amax {

@@ -28,9 +28,7 @@ const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
 #[inline]
 fn q8(x: &[f32]) -> (f32, [i8; 32]) {
     // MAX(amax, fabsf(v)) as ggml writes it.
-    let amax = x
-        .iter()
-        .fold(0.0f32, |a, v| if a > v.abs() { a } else { v.abs() });
+    let amax = x.iter().fold(0.0f32, |a, v| if a > v.abs() { a } else { v.abs() });
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let mut qs = [0i8; 32];
@@ -59,10 +57,7 @@ unsafe impl Block for BlockQ8_0 {
 
     fn quantize(x: &[f32]) -> Self {
         let (d, qs) = q8(x);
-        BlockQ8_0 {
-            d: f16_bytes(d),
-            qs,
-        }
+        BlockQ8_0 { d: f16_bytes(d), qs }
     }
 }
 
@@ -78,10 +73,6 @@ unsafe impl Block for BlockQ8_1 {
     fn quantize(x: &[f32]) -> Self {
         let (d, qs) = q8(x);
         let sum: i32 = qs.iter().map(|&q| q as i32).sum();
-        BlockQ8_1 {
-            d: f16_bytes(d),
-            s: f16_bytes(sum as f32 * d),
-            qs,
-        }
+        BlockQ8_1 { d: f16_bytes(d), s: f16_bytes(sum as f32 * d), qs }
     }
 }

@@ -247,13 +247,23 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         text += &profile_text(&format!("token step ({} rows)", resin_core::NROW_MAX), &out["profile"]["step_nrow"]);
         text += &profile_text(&format!("wide step ({WIDE_PROFILE_ROWS} rows)"), &out["profile"]["step_wide"]);
     }
-    print_result(&args.format, &out, &format!(
-        "{text}{} on {} ({} threads, {}): pp{} {:.1} t/s, tg{} {:.1} t/s{} (median of {})",
-        out["model"].as_str().unwrap_or("?"), spec.kind, out["threads"], out["simd"].as_str().unwrap_or("?"),
-        args.prompt_tokens, pp_tps, args.gen_tokens, tg_tps,
-        tg_greedy_tps.map_or(String::new(), |g| format!(" ({g:.1} t/s greedy: argmax ids only)")),
-        args.reps
-    ));
+    print_result(
+        &args.format,
+        &out,
+        &format!(
+            "{text}{} on {} ({} threads, {}): pp{} {:.1} t/s, tg{} {:.1} t/s{} (median of {})",
+            out["model"].as_str().unwrap_or("?"),
+            spec.kind,
+            out["threads"],
+            out["simd"].as_str().unwrap_or("?"),
+            args.prompt_tokens,
+            pp_tps,
+            args.gen_tokens,
+            tg_tps,
+            tg_greedy_tps.map_or(String::new(), |g| format!(" ({g:.1} t/s greedy: argmax ids only)")),
+            args.reps
+        ),
+    );
     Ok(())
 }
 
@@ -384,11 +394,20 @@ fn bench_lockstep(args: BenchArgs) -> Result<()> {
         "repeatable": repeatable,
         "counters": counters_json(home.counters()),
     });
-    print_result(&args.format, &out, &format!(
-        "{} streams in lockstep on {}: prefill {pp:.1} t/s ({} prompts of {}), decode {tg:.1} t/s ({} steps of {n} rows, median {ms:.2} ms; median of {}){}",
-        n, spec.kind, n, args.prompt_tokens, args.gen_tokens, args.reps,
-        if repeatable { "" } else { "; the runs' ids differed from the warm-up's" }
-    ));
+    print_result(
+        &args.format,
+        &out,
+        &format!(
+            "{} streams in lockstep on {}: prefill {pp:.1} t/s ({} prompts of {}), decode {tg:.1} t/s ({} steps of {n} rows, median {ms:.2} ms; median of {}){}",
+            n,
+            spec.kind,
+            n,
+            args.prompt_tokens,
+            args.gen_tokens,
+            args.reps,
+            if repeatable { "" } else { "; the runs' ids differed from the warm-up's" }
+        ),
+    );
     Ok(())
 }
 
@@ -477,16 +496,20 @@ fn bench_streams(args: BenchArgs, params: SamplingParams, penalized: SamplingPar
     });
     // The home is dropped on the engine thread before the process exits.
     engine.shutdown();
-    print_result(&args.format, &out, &format!(
-        "{} streams on {kind}: aggregate decode {decode:.1} t/s ({}), median TTFT {ttft_p50:.3} s; a decode step {:.2} ms in the home + {:.2} ms on the host",
-        args.streams,
-        match full_width {
-            Some(f) => format!("{f:.1} t/s while all {} decode", args.streams),
-            None => format!("never all {} decoding at once", args.streams),
-        },
-        step_ms["home"].as_f64().unwrap_or(0.0),
-        step_ms["host"].as_f64().unwrap_or(0.0),
-    ));
+    print_result(
+        &args.format,
+        &out,
+        &format!(
+            "{} streams on {kind}: aggregate decode {decode:.1} t/s ({}), median TTFT {ttft_p50:.3} s; a decode step {:.2} ms in the home + {:.2} ms on the host",
+            args.streams,
+            match full_width {
+                Some(f) => format!("{f:.1} t/s while all {} decode", args.streams),
+                None => format!("never all {} decoding at once", args.streams),
+            },
+            step_ms["home"].as_f64().unwrap_or(0.0),
+            step_ms["host"].as_f64().unwrap_or(0.0),
+        ),
+    );
     Ok(())
 }
 

@@ -75,7 +75,11 @@ pub enum WideSteps {
 /// cache root), `RESIN_PIP` (the pip command) and `RESIN_VERBOSE` (pip's own output shown).
 pub fn hub() -> resin_hub::Hub {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    resin_hub::Hub::new(resin_hub::HubSettings { cache_root: var("RESIN_CACHE").map(PathBuf::from), pip: var("RESIN_PIP"), verbose: var("RESIN_VERBOSE").is_some_and(|v| v != "0") })
+    resin_hub::Hub::new(resin_hub::HubSettings {
+        cache_root: var("RESIN_CACHE").map(PathBuf::from),
+        pip: var("RESIN_PIP"),
+        verbose: var("RESIN_VERBOSE").is_some_and(|v| v != "0"),
+    })
 }
 
 fn parse_codec(s: &str) -> Result<KvCodec, String> {
@@ -131,7 +135,8 @@ impl ModelArgs {
     /// The Vulkan home. `auto` takes only a hardware device: a software one (lavapipe) is slower
     /// than the CPU home, so it is used when asked for by name (`--gpu vulkan`).
     fn vulkan(&self, file: &Arc<GgufFile>, cfg: &ModelConfig, regions: usize, counters: Arc<Counters>) -> Result<Box<dyn Home>> {
-        let gpu_opts = GpuOptions { device: self.vk_device, queues: self.vk_queues, pipeline_stats: self.vk_pipeline_stats, spin: std::time::Duration::from_micros(self.vk_spin_us) };
+        let gpu_opts =
+            GpuOptions { device: self.vk_device, queues: self.vk_queues, pipeline_stats: self.vk_pipeline_stats, spin: std::time::Duration::from_micros(self.vk_spin_us) };
         let gpu = resin_vulkan::Gpu::start_with(&gpu_opts)?;
         if self.gpu == Gpu::Auto && gpu.info.kind == "cpu" {
             bail!("the only Vulkan device, {}, is a software rasterizer (use --gpu vulkan to take it anyway)", gpu.info.name);

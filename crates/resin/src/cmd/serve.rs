@@ -47,18 +47,16 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         anyhow::bail!("--parallel must be at least 1");
     }
     let loaded = args.model.load(args.parallel)?;
-    let id = args.name.clone().unwrap_or_else(|| {
-        loaded.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
-    });
-    let engine_cfg = EngineConfig { max_queue: args.max_queue, prefill_peel: args.prefill_peel, host_cache_bytes: args.host_cache_mib << 20, prefill_quantum_busy: args.prefill_quantum, ..EngineConfig::default() };
-    let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), engine_cfg);
-    let cfg = ServerConfig {
-        host: args.host,
-        port: args.port,
-        api_key: args.api_key,
-        model_name: id.clone(),
-        ..ServerConfig::default()
+    let id = args.name.clone().unwrap_or_else(|| loaded.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()));
+    let engine_cfg = EngineConfig {
+        max_queue: args.max_queue,
+        prefill_peel: args.prefill_peel,
+        host_cache_bytes: args.host_cache_mib << 20,
+        prefill_quantum_busy: args.prefill_quantum,
+        ..EngineConfig::default()
     };
+    let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), engine_cfg);
+    let cfg = ServerConfig { host: args.host, port: args.port, api_key: args.api_key, model_name: id.clone(), ..ServerConfig::default() };
     let model = ModelInfo { id, tokenizer: loaded.tokenizer, template: loaded.template };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let served = rt.block_on(resin_server::serve(engine.clone(), model, cfg));

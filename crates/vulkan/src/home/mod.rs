@@ -39,16 +39,19 @@ mod submit;
 mod upload;
 
 pub use options::{UploadProgress, VulkanOptions, WideMode, FAST_GEMM_MIN_ROWS};
-pub use plan::Plan;
-pub use upload::rope_table;
 use pass::*;
+pub use plan::Plan;
 use plan::*;
 use scratch::*;
-use submit::*;
-use upload::*;
 use std::sync::Arc;
+use submit::*;
+pub use upload::rope_table;
+use upload::*;
 
-use resin_core::{check_rows, check_segments, check_snapshot, check_step, Counters, Home, HomeError, HomeSpec, Logits, Need, Profile, RegionId, Row, RowOut, Segment, StepOut, TopCandidates, NROW_MAX, PF_WINDOW};
+use resin_core::{
+    check_rows, check_segments, check_snapshot, check_step, Counters, Home, HomeError, HomeSpec, Logits, Need, Profile, RegionId, Row, RowOut, Segment, StepOut, TopCandidates,
+    NROW_MAX, PF_WINDOW,
+};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
 
@@ -87,7 +90,15 @@ impl VulkanHome {
         let plan = plan(&gpu, &file, &cfg, opts, &counters)?;
         let weights = upload(&gpu, &file, &cfg, &plan, opts)?;
         let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, plan.out_rows, PF_WINDOW)?;
-        let spec = HomeSpec { kind: "vulkan", vocab: cfg.vocab, n_ctx: plan.n_ctx, regions: opts.regions, codec: opts.codec, step_rows_max: HomeSpec::wide_rows(opts.regions), chunk_rows_min: WINDOW_ATTN_MIN_ROWS };
+        let spec = HomeSpec {
+            kind: "vulkan",
+            vocab: cfg.vocab,
+            n_ctx: plan.n_ctx,
+            regions: opts.regions,
+            codec: opts.codec,
+            step_rows_max: HomeSpec::wide_rows(opts.regions),
+            chunk_rows_min: WINDOW_ATTN_MIN_ROWS,
+        };
         tracing::info!(
             "vulkan home ready: {} at n_ctx {} x {} regions ({:?} mirror): weights {} MiB, mirror {} MiB, scratch {} MiB",
             cfg.name,
@@ -222,7 +233,11 @@ impl Home for VulkanHome {
                     Need::Argmax => RowOut::Argmax(ids[2 * j]),
                     Need::Top => {
                         let row = &top[2 * k * j..2 * k * (j + 1)];
-                        RowOut::Top(TopCandidates { argmax: ids[2 * j], top: row.chunks(2).map_while(|p| crate::kernels::topk_decode(p[0], p[1])).collect(), lse: f32::from_bits(ids[2 * j + 1]) })
+                        RowOut::Top(TopCandidates {
+                            argmax: ids[2 * j],
+                            top: row.chunks(2).map_while(|p| crate::kernels::topk_decode(p[0], p[1])).collect(),
+                            lse: f32::from_bits(ids[2 * j + 1]),
+                        })
                     }
                     Need::Logits => {
                         let i = if back == ReadBack::Logits { j } else { next_whole };
@@ -273,7 +288,6 @@ impl Home for VulkanHome {
         }
         Ok(())
     }
-
 }
 
 impl Profile for VulkanHome {

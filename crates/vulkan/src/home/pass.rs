@@ -3,7 +3,6 @@
 //! final norm and classifier, the argmax and what the step reads back; recorded into a
 //! command buffer, top to bottom.
 
-
 use resin_core::{Counters, KvCodec, NROW_MAX};
 use resin_model::ModelConfig;
 
@@ -175,7 +174,15 @@ pub(super) struct Norm<'a> {
 /// dispatch (the add in place, rounded or packed for the matrices: `norm_for`, which marks
 /// the norm's label after its barrier), then the GEMVs; the caller puts the barrier after
 /// them. The sum is then all of `r.x`.
-pub(super) fn norm_mm(rec: &mut Recorder<'_>, n: usize, r: &mut Resid<'_>, norm: Norm<'_>, ms: &[(&Mat, &Buffer, usize)], s: &Scratch, clock: &mut Option<&mut StageClock<'_>>) -> Result<(), VkError> {
+pub(super) fn norm_mm(
+    rec: &mut Recorder<'_>,
+    n: usize,
+    r: &mut Resid<'_>,
+    norm: Norm<'_>,
+    ms: &[(&Mat, &Buffer, usize)],
+    s: &Scratch,
+    clock: &mut Option<&mut StageClock<'_>>,
+) -> Result<(), VkError> {
     let mats: Vec<&Mat> = ms.iter().map(|(m, _, _)| *m).collect();
     norm_for(rec, n, r, norm.w, &mats, s, norm.p)?;
     r.add = None;
@@ -269,13 +276,8 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     let style = cfg.arch.rope_style();
     let flags = if cfg.qkv_bias { ROPE_BIAS } else { 0 } | if cfg.qk_norm { ROPE_QK_NORM } else { 0 };
     let rp = RopePush { n_head: cfg.n_head as u32, n_head_kv: cfg.n_head_kv as u32, head_dim: cfg.head_dim as u32, rope_dims: cfg.rope_dims as u32, flags, eps: cfg.rms_eps };
-    let ap = AttnPush {
-        n_head: cfg.n_head as u32,
-        n_head_kv: cfg.n_head_kv as u32,
-        head_dim: cfg.head_dim as u32,
-        n_pieces: attn_pieces(n),
-        scale: 1.0 / (cfg.head_dim as f32).sqrt(),
-    };
+    let ap =
+        AttnPush { n_head: cfg.n_head as u32, n_head_kv: cfg.n_head_kv as u32, head_dim: cfg.head_dim as u32, n_pieces: attn_pieces(n), scale: 1.0 / (cfg.head_dim as f32).sqrt() };
     // The one-row token command's attention ropes and stores (the same bits as the rope_store
     // dispatch). The kernel serves any rows of regions of their own (a peel's rows share
     // one), but it pays at one row only (docs/lessons.md).
@@ -309,8 +311,24 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
             // The combine rounds its output for attn_out itself, unless rows are gathered after.
             let round = if last && shape.narrow.is_some() { None } else { attn_round(&ly.attn_out, n, cfg, s)? };
             rounded = round.is_some();
-            let own_rope = rope_in.then(|| AttnRope { k: (&s.k).into(), v: (&s.v).into(), bias: (&ly.bias).into(), table: rope.into(), rope_dims: cfg.rope_dims as u32, style, bias_on: cfg.qkv_bias });
-            rec.attention_round(codec, nr, AttnBinds { q: (&s.q).into(), mk: (&ly.mk).into(), mv: (&ly.mv).into(), meta: (&s.meta).into(), part: (&s.part).into(), out: (&s.att).into() }, round, Some((&s.done).into()), own_rope, ap)?;
+            let own_rope = rope_in.then(|| AttnRope {
+                k: (&s.k).into(),
+                v: (&s.v).into(),
+                bias: (&ly.bias).into(),
+                table: rope.into(),
+                rope_dims: cfg.rope_dims as u32,
+                style,
+                bias_on: cfg.qkv_bias,
+            });
+            rec.attention_round(
+                codec,
+                nr,
+                AttnBinds { q: (&s.q).into(), mk: (&ly.mk).into(), mv: (&ly.mv).into(), meta: (&s.meta).into(), part: (&s.part).into(), out: (&s.att).into() },
+                round,
+                Some((&s.done).into()),
+                own_rope,
+                ap,
+            )?;
         }
         if last && shape.narrow.is_some() {
             rec.transfer_barrier(); // the gathers below copy
@@ -367,7 +385,9 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     }
     mark(&mut clock, cmd, "argmax", 0);
     // Make the host-visible results available to the host.
-    let mb = [ash::vk::MemoryBarrier::default().src_access_mask(ash::vk::AccessFlags::SHADER_WRITE | ash::vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(ash::vk::AccessFlags::HOST_READ)];
+    let mb = [ash::vk::MemoryBarrier::default()
+        .src_access_mask(ash::vk::AccessFlags::SHADER_WRITE | ash::vk::AccessFlags::TRANSFER_WRITE)
+        .dst_access_mask(ash::vk::AccessFlags::HOST_READ)];
     // SAFETY: the command buffer is recording.
     unsafe {
         rec.gpu.device.cmd_pipeline_barrier(

@@ -1,7 +1,6 @@
 //! The residency plan: what goes where, in bytes, before anything is uploaded; the
 //! declines of what this home does not serve.
 
-
 use resin_core::{Counters, HomeSpec, KvCodec, NROW_MAX, PF_WINDOW};
 use resin_gguf::GgufFile;
 use resin_model::{LayerNames, ModelConfig};
@@ -67,7 +66,12 @@ pub(super) fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig,
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
     let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
     let (sp, sd) = if rows > NROW_MAX { split_slot_bytes(info, cfg) } else { (0, 0) };
-    let out = out + SPLIT_SLOTS * (sp + sd) as usize / 4 + 4 * topk_pairs(cfg, out_rows) + crate::kernels::topk_sel_words(out_rows as u32) as usize + 2 * out_rows * TOPK_MAX as usize + crate::kernels::rows_copy_words(out_rows as u32) as usize;
+    let out = out
+        + SPLIT_SLOTS * (sp + sd) as usize / 4
+        + 4 * topk_pairs(cfg, out_rows)
+        + crate::kernels::topk_sel_words(out_rows as u32) as usize
+        + 2 * out_rows * TOPK_MAX as usize
+        + crate::kernels::rows_copy_words(out_rows as u32) as usize;
     ((rows * per_row + out + attn_part_floats(cfg, out_rows)) * 4) as u64
 }
 
@@ -138,7 +142,11 @@ pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOpti
     }
     let budget = {
         let local = gpu.info.device_local_bytes();
-        if local == 0 { u64::MAX } else { local / 10 * 9 }
+        if local == 0 {
+            u64::MAX
+        } else {
+            local / 10 * 9
+        }
     };
     let mut n_ctx = opts.n_ctx.unwrap_or(cfg.ctx_train.min(4096)).max(1);
     loop {

@@ -1,7 +1,6 @@
 //! Recording, submitting and reading back: the token commands of each lane by (rows, read-
 //! back), the prefill windows, a step's passes on lanes, what comes back.
 
-
 use resin_core::{count_window, plan_chain, Counters, HomeError, Logits, Need, Row, Segment, NROW_MAX, PF_WINDOW};
 
 use crate::buffers::{Commands, Fence};
@@ -78,7 +77,8 @@ const _: () = assert!(resin_core::TOP_CANDIDATES == crate::kernels::TOPK_MAX as 
 const _: () = assert!(crate::kernels::TOPK_MAX <= crate::kernels::TOPK_SLICES);
 
 /// The decline said (once) when segments of one prefill cannot share a window chain exactly.
-pub(super) const APART: &str = "segments whose rows would take other kernels in a shared window than in windows of their own (under 16 rows: the GEMV or the decode attention) run in windows of their own";
+pub(super) const APART: &str =
+    "segments whose rows would take other kernels in a shared window than in windows of their own (under 16 rows: the GEMV or the decode attention) run in windows of their own";
 
 /// Which kernels a window of `n` rows takes, which decide its rows' bits: the GEMV (up to
 /// NROW_MAX rows) or the GEMM, then the decode attention (under WINDOW_ATTN_MIN_ROWS rows) or
@@ -150,7 +150,6 @@ pub(super) fn triples(rows: &[Row]) -> Vec<(u32, u32, u32)> {
 }
 
 impl VulkanHome {
-
     /// Make sure lanes 0..count exist (the ones past the first hold NROW_MAX-row scratch).
     pub(super) fn ensure_lanes(&mut self, count: usize) -> Result<(), VkError> {
         while self.lanes.len() < count {
@@ -159,7 +158,6 @@ impl VulkanHome {
         }
         Ok(())
     }
-
 
     /// Lane `lane`'s token command for `n` rows (1..=NROW_MAX; on lane 0 up to step_rows_max,
     /// above NROW_MAX a GEMM pass), recorded on first use and kept; `back`: what comes back to
@@ -172,7 +170,6 @@ impl VulkanHome {
         }
         self.lanes[lane].commands.get(&key).map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
     }
-
 
     /// Record one pass of `shape` over lane `lane`'s scratch into a command buffer of its own
     /// (`one_time`: submitted once), with a timestamp after every stage when `clock` is given.
@@ -192,7 +189,6 @@ impl VulkanHome {
         Ok(TokenCommand { cmds, _desc: desc, pieces: res? })
     }
 
-
     pub(super) fn profile_pass(&mut self, rows: &[(u32, u32, u32)], narrow: Option<&[u32]>) -> Result<Option<Vec<(String, f64)>>, VkError> {
         let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (12 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
         self.write_meta(0, rows)?;
@@ -204,14 +200,12 @@ impl VulkanHome {
         Ok(Some(labels.iter().enumerate().skip(1).map(|(i, l)| (l.clone(), (t[i] - t[i - 1]) / 1e3)).collect()))
     }
 
-
     /// Write the metadata block of `rows` (region, position, token) into lane `lane`'s scratch.
     pub(super) fn write_meta(&mut self, lane: usize, rows: &[(u32, u32, u32)]) -> Result<(), VkError> {
         let region_elems = (self.plan.n_ctx * self.cfg.kv_dim()) as u32;
         let meta: Vec<RowMeta> = rows.iter().map(|&(region, pos, token)| RowMeta { token, pos, kv_base: region * region_elems, keys: pos + 1 }).collect();
         self.lanes[lane].scratch.meta.write(0, &RowMeta::words(&meta))
     }
-
 
     /// The segments as one window chain (the caller made sure each takes the kernels it takes
     /// in a chain of its own: `exact_groups`), one logits row a segment.
@@ -229,7 +223,6 @@ impl VulkanHome {
         Ok(Logits { vocab, data })
     }
 
-
     /// One prefill window (up to PF_WINDOW rows, already checked), recorded for its shape and
     /// submitted; returns the logits of the rows in `keep`.
     pub(super) fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
@@ -241,7 +234,6 @@ impl VulkanHome {
         }
         self.lanes[0].scratch.logits_host.read_f32(0, keep.len() * self.cfg.vocab)
     }
-
 
     /// Run a step over `rows` (already checked), recording its commands on first use: one
     /// pass on lane 0, or with `WideMode::Lanes` and more than NROW_MAX rows of distinct
@@ -295,7 +287,6 @@ impl VulkanHome {
         res.map(|()| groups.into_iter().zip(lists).enumerate().map(|(lane, (n, m))| (lane, n, m)).collect())
     }
 
-
     /// Count a step by what ran: one pass (a token command, or a wide GEMM pass), or groups of
     /// token commands on lanes (a grouped step, each group an N-row step).
     pub(super) fn count_passes(&self, passes: &[(usize, usize, usize)]) {
@@ -307,4 +298,3 @@ impl VulkanHome {
         }
     }
 }
-

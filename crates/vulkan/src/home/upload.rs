@@ -108,58 +108,54 @@ pub(super) struct Weights {
 /// Upload the model as `plan` says, each layer's K/V mirror with it, reporting progress to
 /// `opts.progress` (or a log line every 10 %).
 pub(super) fn upload(gpu: &Arc<Gpu>, f: &GgufFile, cfg: &ModelConfig, plan: &Plan, opts: &VulkanOptions) -> Result<Weights, VkError> {
-        let total = plan.weights;
-        let mut done = 0u64;
-        let mut last_tenth = 0u64;
-        let mut progress = |bytes: u64| {
-            done += bytes;
-            if let Some(p) = &opts.progress {
-                (p.0)(done, total);
-                return;
-            }
-            let tenth = done * 10 / total.max(1);
-            if tenth > last_tenth {
-                last_tenth = tenth;
-                tracing::info!("vulkan upload {}% ({} of {} MiB)", tenth * 10, done >> 20, total >> 20);
-            }
-        };
-        let mirror_bytes = (opts.regions * plan.n_ctx) as u64 * opts.codec.bytes_for(cfg.kv_dim()) as u64;
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for l in 0..cfg.n_layer {
-            let n = LayerNames::new(l);
-            let mut mat = |name: &str| -> Result<Mat, VkError> {
-                let m = upload_mat(gpu, f, name)?;
-                progress((m.rows * m.row_bytes) as u64);
-                Ok(m)
-            };
-            let (q, k, v, attn_out, gate, up, down) = (mat(&n.q)?, mat(&n.k)?, mat(&n.v)?, mat(&n.attn_out)?, mat(&n.gate)?, mat(&n.up)?, mat(&n.down)?);
-            let bias = if cfg.qkv_bias {
-                [vector(f, &n.q_bias)?, vector(f, &n.k_bias)?, vector(f, &n.v_bias)?].concat()
-            } else {
-                vec![0.0]
-            };
-            let qk_norm = if cfg.qk_norm { [vector(f, &n.q_norm)?, vector(f, &n.k_norm)?].concat() } else { vec![0.0] };
-            let dev = |v: &[f32]| Buffer::with_data(gpu, &f32_bytes(v), Location::Device);
-            layers.push(Layer {
-                attn_norm: dev(&vector(f, &n.attn_norm)?)?,
-                q,
-                k,
-                v,
-                bias: dev(&bias)?,
-                qk_norm: dev(&qk_norm)?,
-                attn_out,
-                ffn_norm: dev(&vector(f, &n.ffn_norm)?)?,
-                gate,
-                up,
-                down,
-                mk: Buffer::new(gpu, mirror_bytes, Location::Device)?,
-                mv: Buffer::new(gpu, mirror_bytes, Location::Device)?,
-            });
+    let total = plan.weights;
+    let mut done = 0u64;
+    let mut last_tenth = 0u64;
+    let mut progress = |bytes: u64| {
+        done += bytes;
+        if let Some(p) = &opts.progress {
+            (p.0)(done, total);
+            return;
         }
-        let embd = upload_mat(gpu, f, resin_model::TOKEN_EMBD)?;
-        progress((embd.rows * embd.row_bytes) as u64);
-        let output = if cfg.tied_output { None } else { Some(upload_mat(gpu, f, resin_model::OUTPUT)?) };
-        let output_norm = Buffer::with_data(gpu, &f32_bytes(&vector(f, resin_model::OUTPUT_NORM)?), Location::Device)?;
-        let rope = Buffer::with_data(gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, cfg.rope_base)), Location::Device)?;
-        Ok(Weights { layers, embd, output, output_norm, rope })
+        let tenth = done * 10 / total.max(1);
+        if tenth > last_tenth {
+            last_tenth = tenth;
+            tracing::info!("vulkan upload {}% ({} of {} MiB)", tenth * 10, done >> 20, total >> 20);
+        }
+    };
+    let mirror_bytes = (opts.regions * plan.n_ctx) as u64 * opts.codec.bytes_for(cfg.kv_dim()) as u64;
+    let mut layers = Vec::with_capacity(cfg.n_layer);
+    for l in 0..cfg.n_layer {
+        let n = LayerNames::new(l);
+        let mut mat = |name: &str| -> Result<Mat, VkError> {
+            let m = upload_mat(gpu, f, name)?;
+            progress((m.rows * m.row_bytes) as u64);
+            Ok(m)
+        };
+        let (q, k, v, attn_out, gate, up, down) = (mat(&n.q)?, mat(&n.k)?, mat(&n.v)?, mat(&n.attn_out)?, mat(&n.gate)?, mat(&n.up)?, mat(&n.down)?);
+        let bias = if cfg.qkv_bias { [vector(f, &n.q_bias)?, vector(f, &n.k_bias)?, vector(f, &n.v_bias)?].concat() } else { vec![0.0] };
+        let qk_norm = if cfg.qk_norm { [vector(f, &n.q_norm)?, vector(f, &n.k_norm)?].concat() } else { vec![0.0] };
+        let dev = |v: &[f32]| Buffer::with_data(gpu, &f32_bytes(v), Location::Device);
+        layers.push(Layer {
+            attn_norm: dev(&vector(f, &n.attn_norm)?)?,
+            q,
+            k,
+            v,
+            bias: dev(&bias)?,
+            qk_norm: dev(&qk_norm)?,
+            attn_out,
+            ffn_norm: dev(&vector(f, &n.ffn_norm)?)?,
+            gate,
+            up,
+            down,
+            mk: Buffer::new(gpu, mirror_bytes, Location::Device)?,
+            mv: Buffer::new(gpu, mirror_bytes, Location::Device)?,
+        });
+    }
+    let embd = upload_mat(gpu, f, resin_model::TOKEN_EMBD)?;
+    progress((embd.rows * embd.row_bytes) as u64);
+    let output = if cfg.tied_output { None } else { Some(upload_mat(gpu, f, resin_model::OUTPUT)?) };
+    let output_norm = Buffer::with_data(gpu, &f32_bytes(&vector(f, resin_model::OUTPUT_NORM)?), Location::Device)?;
+    let rope = Buffer::with_data(gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, cfg.rope_base)), Location::Device)?;
+    Ok(Weights { layers, embd, output, output_norm, rope })
 }
