@@ -112,10 +112,10 @@ pub fn balanced_groups(n: usize, max: usize) -> Vec<usize> {
 /// The greedy choice: the first index of the largest logit (NaN never wins; 0 when every
 /// logit is NaN). The Vulkan home's on-device argmax follows the same rule.
 ///
-/// Two branch-free passes the compiler vectorizes (a vocabulary of 128k logits a token: about
-/// a fifth of the one-pass loop's time): the largest value, 16 lanes at a time, then the first
-/// index holding it. `argmax_scalar` is the rule written plainly (and serves the rare case
-/// where no logit is above -inf).
+/// Two branch-free passes the compiler vectorizes (a vocabulary of 128k logits a token, where
+/// the one-pass loop's branch keeps it scalar: docs/lessons.md): the largest value, 16 lanes
+/// at a time, then the first index holding it. `argmax_scalar` is the rule written plainly
+/// (and serves the rare case where no logit is above -inf).
 pub fn argmax(logits: &[f32]) -> u32 {
     const L: usize = 16;
     let best = max_of(logits, |_| true);
@@ -368,6 +368,20 @@ pub trait Profile {
 
     /// As `profile_step`, for one prefill window of `segment` (its first PF_WINDOW rows).
     fn profile_window(&mut self, segment: &Segment<'_>) -> Result<Option<Vec<(String, f64)>>>;
+
+    /// The shape of the token command for `rows` rows (1..=NROW_MAX): its dependent stages,
+    /// dispatches and barriers; None where the home records no command.
+    fn step_shape(&mut self, rows: usize) -> Result<Option<StepShape>>;
+}
+
+/// A token command's shape: what bounds a step that moves few bytes is the chain of dependent
+/// stages (each waits for the one before), not its dispatches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepShape {
+    /// Links in the longest chain of waits a row's data passes through, the whole command.
+    pub stages: u32,
+    pub dispatches: u32,
+    pub barriers: u32,
 }
 
 /// Shorthands over [`Home::step`] for callers that want one kind of result for every row

@@ -399,10 +399,10 @@ fn pick(instance: &ash::Instance, forced: Option<usize>) -> Result<(vk::Physical
 }
 
 /// An instance kept for the life of the process, made at the first device start. Without it a
-/// process whose threads drop a second device crashed on the H200 (BENCHMARKS.md, seventh and
-/// tenth sessions; test `engines_on_a_device_each_start_and_drop_in_turn`): the loader unloads
-/// a driver when its last instance is destroyed, while that driver's threads for the dropped
-/// device may still run. With this instance alive, no device's end is the last instance's.
+/// process whose threads drop a second device crashed on the H200 (docs/lessons.md; test
+/// `engines_on_a_device_each_start_and_drop_in_turn`): the loader unloads a driver when its
+/// last instance is destroyed, while that driver's threads for the dropped device may still
+/// run. With this instance alive, no device's end is the last instance's.
 /// Never destroyed: the process's exit frees it.
 static KEEPER: std::sync::OnceLock<Option<(ash::Entry, ash::Instance)>> = std::sync::OnceLock::new();
 

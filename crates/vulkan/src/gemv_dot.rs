@@ -126,9 +126,8 @@ pub fn dot_format(ty: GgmlType) -> Option<&'static str> {
 /// activation unit is loaded once for all of them; the results do not depend on it). More
 /// rows a subgroup cut the activation loads (n of them a weight unit) but leave fewer
 /// subgroups to keep the memory busy: the most of 1, 2, 4 that leaves at least 4096 subgroups,
-/// for one row and for N rows (measured on the H200, BENCHMARKS.md: an 8-row pass over the
-/// 1B's 8192 x 2048 gate took 31.6 us with 4 rows a subgroup, 27.6 with 2 rows and 2 units a
-/// lane; over its 2048 x 8192 down 36.5 with 2 rows, 30.2 with 1 row and 2 units).
+/// for one row and for N rows (at 8 rows too, more rows a subgroup lost to more subgroups:
+/// docs/lessons.md).
 pub fn dot_rows(rows: u32) -> u32 {
     [4, 2].into_iter().find(|&r| rows / r >= 4096).unwrap_or(1)
 }
@@ -148,8 +147,8 @@ pub struct DotShape {
 impl DotShape {
     /// The shape for an `n`-row pass over a matrix of `rows` rows of `ty`: [`dot_rows`]; 2
     /// units a lane for N rows of the 32-value formats at up to 2 rows a subgroup (more loads
-    /// in flight a lane; measured on Q8_0, see [`dot_rows`]), else 1; no split (splitting a
-    /// one-row pass's rows over more subgroups lost: docs/lessons.md).
+    /// in flight a lane; it won on Q8_0 and lost at one row: docs/lessons.md), else 1; no split
+    /// (splitting a one-row pass's rows over more subgroups lost: docs/lessons.md).
     pub fn pick(ty: GgmlType, n: u32, rows: u32) -> DotShape {
         let r = dot_rows(rows);
         let unroll = if n > 1 && act_block(ty) == Some(32) && r <= 2 { 2 } else { 1 };

@@ -381,24 +381,51 @@ pub struct Recorder<'a> {
     pub pipes: &'a mut Pipelines,
     pub desc: &'a mut Descriptors,
     pub cmd: vk::CommandBuffer,
+    /// What has been recorded so far: dispatches, barriers, dependent stages.
+    pub tally: std::cell::Cell<StepCounts>,
 }
 
-impl Recorder<'_> {
+impl<'a> Recorder<'a> {
+    pub fn new(gpu: &'a Gpu, pipes: &'a mut Pipelines, desc: &'a mut Descriptors, cmd: vk::CommandBuffer) -> Self {
+        Recorder { gpu, pipes, desc, cmd, tally: Default::default() }
+    }
+
     pub(crate) fn run(&mut self, name: &str, spec: &[u32], binds: &[Bind<'_>], push: &[u8], groups: [u32; 3]) -> Result<(), VkError> {
         let k = self.pipes.get(name, binds.len() as u32, push.len() as u32, spec)?;
         let set = self.desc.set(&k, binds)?;
         k.dispatch(self.cmd, set, push, groups);
+        self.tally_work();
         Ok(())
+    }
+
+    /// Count work recorded since the last barrier (a dispatch, or a copy the caller records).
+    pub fn tally_work(&self) {
+        let mut t = self.tally.get();
+        t.dispatches += 1;
+        if !t.open {
+            t.open = true;
+            t.stages += 1;
+        }
+        self.tally.set(t);
+    }
+
+    fn tally_barrier(&self) {
+        let mut t = self.tally.get();
+        t.barriers += 1;
+        t.open = false;
+        self.tally.set(t);
     }
 
     /// Make shader writes so far visible to the shaders that follow.
     pub fn barrier(&self) {
         barrier(self.gpu, self.cmd);
+        self.tally_barrier();
     }
 
     /// [`Recorder::barrier`] that also orders copies (before and after it) with shaders.
     pub fn transfer_barrier(&self) {
         transfer_barrier(self.gpu, self.cmd);
+        self.tally_barrier();
     }
 
     /// y[c][y_off + r] = W[r] . x[c] for c < n (1..=8): the one-row form at n = 1, the N-row
@@ -749,6 +776,19 @@ impl Recorder<'_> {
         self.barrier();
         self.run("argmax", &[], &[logits, part, ids], &push, [rows, 1, 1])
     }
+}
+
+/// What a recorded command holds: its dispatches (copies counted with them), its pipeline
+/// barriers, and its dependent stages: the runs of work between two barriers, each of which
+/// waits for the one before (every barrier here is a full compute barrier, so the chain of
+/// waits a row's data passes through is this count).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepCounts {
+    pub stages: u32,
+    pub dispatches: u32,
+    pub barriers: u32,
+    /// Work recorded since the last barrier (a stage is open).
+    open: bool,
 }
 
 /// Floats of attention partials for `rows` rows.

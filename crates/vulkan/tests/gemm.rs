@@ -166,7 +166,7 @@ fn gemm_refuses_what_it_cannot_run() {
     let p = GemvPush { rows: 4, cols: 32, row_bytes: 34, x_stride: 32, y_stride: 4, y_off: 0 };
     let mut errs = Vec::new();
     submit_once(&gpu, |cmd| {
-        let mut rec = Recorder { gpu: &gpu, pipes: &mut pipes, desc: &mut desc, cmd };
+        let mut rec = Recorder::new(&gpu, &mut pipes, &mut desc, cmd);
         if !gpu.info.coopmat {
             // The cooperative-matrix tier forced on a device without it is an error, not a dispatch.
             errs.push(rec.gemm_in(GemmTier::CoopMat, GgmlType::Q8_0, 3, (&w).into(), (&w).into(), (&w).into(), p, None).is_err());

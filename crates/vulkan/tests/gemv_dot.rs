@@ -346,7 +346,7 @@ fn gemv_dot_refusals() {
     let gpu = h.gpu.clone();
     let mut errs = Vec::new();
     resin_vulkan::buffers::submit_once(&gpu, |cmd| {
-        let mut rec = resin_vulkan::kernels::Recorder { gpu: &gpu, pipes: &mut h.pipes, desc: &mut h.desc, cmd };
+        let mut rec = resin_vulkan::kernels::Recorder::new(&gpu, &mut h.pipes, &mut h.desc, cmd);
         // F16 has no dot kernel; Q4_K with 32-blocks; 9 columns; more columns than packed.
         errs.push(rec.gemv_dot(GgmlType::F16, 1, (&w).into(), (&x).into(), (&y).into(), p, l).is_err());
         errs.push(rec.gemv_dot(GgmlType::Q4_K, 1, (&w).into(), (&x).into(), (&y).into(), p, QPack::new(32, 512).unwrap()).is_err());

@@ -291,7 +291,7 @@ fn q8_mirror_head_dims_not_a_multiple_of_32_are_refused() {
     let gpu = h.gpu.clone();
     let mut res = Ok(());
     resin_vulkan::buffers::submit_once(&gpu, |cmd| {
-        let mut rec = Recorder { gpu: &gpu, pipes: &mut h.pipes, desc: &mut h.desc, cmd };
+        let mut rec = Recorder::new(&gpu, &mut h.pipes, &mut h.desc, cmd);
         res = rec.attention(KvCodec::Q8_0, 1, AttnBinds { q: (&b).into(), mk: (&b).into(), mv: (&b).into(), meta: (&b).into(), part: (&b).into(), out: (&b).into() }, p);
     })
     .unwrap();

@@ -63,6 +63,10 @@ pub struct BenchArgs {
     /// (timestamp queries; homes without a device clock report none).
     #[arg(long)]
     pub profile: bool,
+    /// Keys already in the context before the measured prefill and decode (as `llama-bench
+    /// -d N`): the prompt is prefilled after N tokens and decode runs from position N + 1.
+    #[arg(long, default_value_t = 0)]
+    pub depth: usize,
 }
 
 /// `--prefill-quantum`: `auto` (0: the engine sizes it from its prefill rate) or prompt rows
@@ -161,9 +165,13 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     if args.temperature != 0.0 || args.top_p != 1.0 || args.top_k != 0 || args.repeat_penalty != 1.0 || args.penalty_streams.is_some() {
         bail!("--temperature, --top-p, --top-k and --repeat-penalty apply with --streams above 1 (a single stream's tg128 takes each step's argmax, as llama-bench's figure compares)");
     }
+    if args.depth > 0 && args.streams > 1 {
+        bail!("--depth applies to the single-stream pp/tg figures");
+    }
+    let depth = args.depth;
     let mut model = args.model.clone();
-    // Room for the run and for the warm-up (64 prompt rows, 4 steps).
-    model.ctx = Some(model.ctx.unwrap_or(0).max(args.prompt_tokens.max(64) + args.gen_tokens.max(resin_core::NROW_MAX) + 1));
+    // Room for the depth, the run and the warm-up (64 prompt rows, 4 steps).
+    model.ctx = Some(model.ctx.unwrap_or(0).max(depth + args.prompt_tokens.max(64) + args.gen_tokens.max(resin_core::NROW_MAX) + 1));
     // --profile also times a wide step of WIDE_PROFILE_ROWS rows, one a region.
     let loaded = model.load(if args.profile { WIDE_PROFILE_ROWS } else { 1 })?;
     let file_bytes = loaded.file.file_len();
@@ -171,10 +179,21 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let vocab = home.spec().vocab;
     let region = RegionId(0);
     let prompt = prompt_ids(args.prompt_tokens, vocab, 1);
+    // The keys before the measured work (--depth), prefilled once: every measured prefill and
+    // step writes positions past them, so they stay.
+    if depth > 0 {
+        let keys = prompt_ids(depth, vocab, 2);
+        let t = Instant::now();
+        for (i, w) in keys.chunks(resin_core::PF_WINDOW).enumerate() {
+            home.prefill(&[Segment { region, start: (i * resin_core::PF_WINDOW) as u32, tokens: w }])?;
+        }
+        tracing::info!(depth, secs = t.elapsed().as_secs_f64(), "context filled");
+    }
+    let at = depth as u32;
 
     let pp = |home: &mut Box<dyn Home>, toks: &[u32]| -> Result<f64> {
         let t = Instant::now();
-        home.prefill(&[Segment { region, start: 0, tokens: toks }])?;
+        home.prefill(&[Segment { region, start: at, tokens: toks }])?;
         Ok(toks.len() as f64 / t.elapsed().as_secs_f64())
     };
     // Decode n tokens from the first prompt token. `greedy` false: each step's logits read
@@ -185,7 +204,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         let t = Instant::now();
         let mut tok = prompt[0];
         for pos in 0..n {
-            let row = [Row { region, token: tok, pos: pos as u32 }];
+            let row = [Row { region, token: tok, pos: at + pos as u32 }];
             tok = if greedy { home.step_ids(&row)?[0] } else { argmax(home.step_logits(&row)?.row(0)) };
         }
         Ok(n as f64 / t.elapsed().as_secs_f64())
@@ -205,12 +224,16 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let (pp_tps, tg_tps) = (median(pps.clone()), median(tgs.clone()));
     let tg_greedy_tps = Some(median(greedy));
     let spec = home.spec().clone();
+    let shape = match home.profiler() {
+        Some(p) => p.step_shape(1)?,
+        None => None,
+    };
     let profile = if let (true, Some(home)) = (args.profile, home.profiler()) {
-        let window = home.profile_window(&Segment { region, start: 0, tokens: &prompt })?;
-        let row = Row { region, token: prompt[0], pos: prompt.len() as u32 };
+        let window = home.profile_window(&Segment { region, start: at, tokens: &prompt })?;
+        let row = Row { region, token: prompt[0], pos: at + prompt.len() as u32 };
         let step = home.profile_step(&[row])?;
         // An N-row step: NROW_MAX rows (one region's next positions, as the peel runs them).
-        let rows: Vec<Row> = (0..resin_core::NROW_MAX).map(|i| Row { region, token: prompt[i % prompt.len()], pos: (prompt.len() + i) as u32 }).collect();
+        let rows: Vec<Row> = (0..resin_core::NROW_MAX).map(|i| Row { region, token: prompt[i % prompt.len()], pos: at + (prompt.len() + i) as u32 }).collect();
         let step_n = if rows.last().is_some_and(|r| (r.pos as usize) < spec.n_ctx) { home.profile_step(&rows)? } else { None };
         // A wide step: one row in each region at the prompt's length (the other regions' K/V
         // rows hold whatever is there: a timing, not a result).
@@ -238,6 +261,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         "peak_rss_bytes": peak_rss_bytes(),
         "counters": counters_json(home.counters()),
         "weights_gb_s_at_tg": file_bytes as f64 * tg_tps / 1e9,
+        "depth": depth,
+        "layers": loaded.cfg.n_layer,
+        "step_stages": shape.map(|s| s.stages),
+        "step_dispatches": shape.map(|s| s.dispatches),
+        "step_barriers": shape.map(|s| s.barriers),
         "profile": profile,
     });
     let mut text = String::new();
@@ -250,7 +278,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     print_result(
         &args.format,
         &out,
-        &format!(
+        &(format!(
             "{text}{} on {} ({} threads, {}): pp{} {:.1} t/s, tg{} {:.1} t/s{} (median of {})",
             out["model"].as_str().unwrap_or("?"),
             spec.kind,
@@ -262,7 +290,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             tg_tps,
             tg_greedy_tps.map_or(String::new(), |g| format!(" ({g:.1} t/s greedy: argmax ids only)")),
             args.reps
-        ),
+        ) + &shape.map_or(String::new(), |s| {
+            format!("\none-row token command: {} dependent stages, {} dispatches, {} barriers ({} layers)", s.stages, s.dispatches, s.barriers, loaded.cfg.n_layer)
+        }) + &if depth > 0 { format!("\nat depth {depth}") } else { String::new() }),
     );
     Ok(())
 }

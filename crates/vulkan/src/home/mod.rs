@@ -48,7 +48,7 @@ use submit::*;
 pub use upload::rope_table;
 use upload::*;
 
-use resin_core::{
+use resin_core::{StepShape, 
     check_rows, check_segments, check_snapshot, check_step, Counters, Home, HomeError, HomeSpec, Logits, Need, Profile, RegionId, Row, RowOut, Segment, StepOut, TopCandidates,
     NROW_MAX, PF_WINDOW,
 };
@@ -307,6 +307,15 @@ impl Profile for VulkanHome {
         let r: Vec<(u32, u32, u32)> = segment.tokens.iter().take(PF_WINDOW).enumerate().map(|(i, &t)| (segment.region.0, segment.start + i as u32, t)).collect();
         let keep = [r.len() as u32 - 1];
         Ok(self.profile_pass(&r, Some(&keep))?)
+    }
+
+    fn step_shape(&mut self, rows: usize) -> resin_core::Result<Option<StepShape>> {
+        if !(1..=NROW_MAX).contains(&rows) {
+            return Err(HomeError::BadRowCount { got: rows, max: NROW_MAX });
+        }
+        self.command(0, rows, ReadBack::Ids).map_err(HomeError::from)?;
+        let c = self.lanes[0].commands.get(&(rows, ReadBack::Ids)).map(|c| c.counts).unwrap_or_default();
+        Ok(Some(StepShape { stages: c.stages, dispatches: c.dispatches, barriers: c.barriers }))
     }
 }
 

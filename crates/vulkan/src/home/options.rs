@@ -33,15 +33,15 @@ pub enum WideMode {
     Lanes,
     /// One pass of all the rows, its matrices through the window's GEMM.
     Gemm,
-    /// The faster of the two by width (measured on the H200, BENCHMARKS.md): lanes under
-    /// FAST_GEMM_MIN_ROWS rows, one GEMM pass from there (it reads the weights once, not
-    /// once a group). A row's result then depends on how wide its step was (within the CPU
-    /// home's bar, as any GEMM row), so it is asked for by name (`--wide-steps fast`).
+    /// The faster of the two by width (docs/lessons.md): lanes under FAST_GEMM_MIN_ROWS rows,
+    /// one GEMM pass from there (it reads the weights once, not once a group). A row's result
+    /// then depends on how wide its step was (within the CPU home's bar, as any GEMM row), so
+    /// it is asked for by name (`--wide-steps fast`).
     Fast,
 }
 
-/// Rows from which `WideMode::Fast` takes one GEMM pass: in lockstep on the H200 a 32-row
-/// GEMM pass was +11% on the 1B and -5% on the 3B against lanes, a 64-row one +64% and +51%.
+/// Rows from which `WideMode::Fast` takes one GEMM pass: at 32 rows the lanes still won on the
+/// 3B, at 64 the GEMM pass won on both models (docs/lessons.md).
 pub const FAST_GEMM_MIN_ROWS: usize = 40;
 
 impl WideMode {

@@ -229,6 +229,7 @@ pub(super) fn gather(rec: &Recorder<'_>, src: &Buffer, dst: &Buffer, width: usiz
     // SAFETY: the command buffer is recording; both buffers hold the rows (sized for a window
     // and for out_rows rows) and are distinct.
     unsafe { rec.gpu.device.cmd_copy_buffer(rec.cmd, src.buffer, dst.buffer, &regions) };
+    rec.tally_work();
 }
 
 /// What one pass computes: `n` rows (metadata rows 0..n) through every layer; `narrow` None
@@ -382,6 +383,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
         let bytes = (m * cfg.vocab * 4) as u64;
         // SAFETY: the command buffer is recording; both buffers hold out_rows logits rows (m <= out_rows).
         unsafe { rec.gpu.device.cmd_copy_buffer(rec.cmd, s.logits.buffer, s.logits_host.buffer, &[ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bytes }]) };
+        rec.tally_work();
     }
     mark(&mut clock, cmd, "argmax", 0);
     // Make the host-visible results available to the host.

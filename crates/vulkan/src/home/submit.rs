@@ -16,6 +16,8 @@ pub(super) struct TokenCommand {
     pub(super) _desc: Descriptors,
     /// The key pieces a row and head of its decode attention takes (`record_pass`).
     pub(super) pieces: u32,
+    /// Its stages, dispatches and barriers.
+    pub(super) counts: StepCounts,
 }
 
 /// What one pass in flight needs of its own: scratch, the token commands recorded over it and
@@ -176,17 +178,18 @@ impl VulkanHome {
     pub(super) fn record_shape(&mut self, lane: usize, one_time: bool, shape: PassShape<'_>, mut clock: Option<&mut StageClock<'_>>) -> Result<TokenCommand, VkError> {
         let cmds = Commands::new(&self.gpu)?;
         let mut desc = Descriptors::new(&self.gpu);
-        let mut res = Ok(0);
+        let mut res = Ok((0, StepCounts::default()));
         cmds.record(one_time, |cmd| {
             if let Some(c) = clock.as_deref_mut() {
                 c.ts.reset(cmd);
                 c.mark(cmd, "start");
             }
-            let mut rec = Recorder { gpu: &self.gpu, pipes: &mut self.pipes, desc: &mut desc, cmd };
+            let mut rec = Recorder::new(&self.gpu, &mut self.pipes, &mut desc, cmd);
             let ctx = PassCtx { cfg: &self.cfg, codec: self.spec.codec, w: &self.weights, s: &self.lanes[lane].scratch, counters: &self.counters };
-            res = record_pass(&mut rec, shape, &ctx, clock);
+            res = record_pass(&mut rec, shape, &ctx, clock).map(|p| (p, rec.tally.get()));
         })?;
-        Ok(TokenCommand { cmds, _desc: desc, pieces: res? })
+        let (pieces, counts) = res?;
+        Ok(TokenCommand { cmds, _desc: desc, pieces, counts })
     }
 
     pub(super) fn profile_pass(&mut self, rows: &[(u32, u32, u32)], narrow: Option<&[u32]>) -> Result<Option<Vec<(String, f64)>>, VkError> {

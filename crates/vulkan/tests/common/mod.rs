@@ -100,7 +100,7 @@ impl Harness {
         let gpu = self.gpu.clone();
         let mut res = Ok(());
         submit_once(&gpu, |cmd| {
-            let mut rec = Recorder { gpu: &gpu, pipes: &mut self.pipes, desc: &mut self.desc, cmd };
+            let mut rec = Recorder::new(&gpu, &mut self.pipes, &mut self.desc, cmd);
             res = f(&mut rec);
         })
         .unwrap();
