@@ -117,8 +117,9 @@ pub const PREFILL_QUANTUM_MIN: usize = 128;
 
 /// The automatic prefill quantum: the rows the home prefills in PREFILL_TICK_TARGET at
 /// `rows_per_s` (its windows' measured rate; None before the first), between
-/// PREFILL_QUANTUM_MIN and PF_WINDOW. On the H200 a fixed 512 against 128 rows raised 64
-/// streams' decode rate 20% and halved their time to first token (BENCHMARKS.md).
+/// PREFILL_QUANTUM_MIN and PF_WINDOW. Larger quanta won both the decoding streams' rate and
+/// the waiting ones' time to first token (docs/lessons.md); the tick target keeps a tick's
+/// prefill from stalling the decoding streams.
 pub fn auto_quantum(rows_per_s: Option<f64>) -> usize {
     let Some(rate) = rows_per_s.filter(|r| r.is_finite() && *r > 0.0) else { return PREFILL_QUANTUM_MIN };
     ((rate * PREFILL_TICK_TARGET.as_secs_f64()) as usize).clamp(PREFILL_QUANTUM_MIN, PF_WINDOW)
@@ -735,8 +736,8 @@ fn fail(done: &mut Vec<(usize, Result<FinishReason, String>)>, members: &[usize]
 
 /// Each member stream's pick (`members` ascending, one item of `items` each, in order), the
 /// streams' draws in parallel: each is its own work over its own row (a 128k vocabulary's draw
-/// takes 0.1-0.5 ms of host time, a good part of a GPU step), and the picks are the same in any
-/// order (each stream has its own generator). Fewer picks than members where `items` runs out.
+/// costs host time of the order of a GPU step), and the picks are the same in any order (each
+/// stream has its own generator). Fewer picks than members where `items` runs out.
 fn pick_members<T: Send>(streams: &mut [Stream], members: &[usize], mut items: impl Iterator<Item = T>, pick: impl Fn(&mut Stream, T) -> u32 + Sync + Send) -> Vec<u32> {
     let mut jobs: Vec<(&mut Stream, T)> = Vec::with_capacity(members.len());
     let mut next = members.iter().peekable();
@@ -763,7 +764,7 @@ mod quantum_tests {
         assert_eq!(auto_quantum(Some(0.0)), PREFILL_QUANTUM_MIN);
         // A CPU home (a few hundred rows a second): the least quantum, as before.
         assert_eq!(auto_quantum(Some(700.0)), PREFILL_QUANTUM_MIN);
-        // The H200's 3B (10,600 rows/s): 265 rows in 25 ms; its 1B (27,000): a whole window.
+        // A GPU home at 10,600 rows/s: 265 rows in 25 ms; at 27,000: a whole window.
         assert_eq!(auto_quantum(Some(10_600.0)), 265);
         assert_eq!(auto_quantum(Some(27_000.0)), PF_WINDOW);
     }

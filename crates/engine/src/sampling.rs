@@ -180,10 +180,10 @@ impl Sampler {
     /// weight is at least `min_p` of the largest, `top_p` the shortest prefix whose share
     /// reaches `top_p`; one draw over what is kept, walked in that order.
     ///
-    /// Nothing is sorted whole (a 128k vocabulary's sort took milliseconds a token, several
-    /// GPU steps): the candidates fall into `BINS` slices of their logits' span, whose weights
-    /// say which bin holds the top-p cut and the draw; only that bin is sorted and walked
-    /// (`find_binned`). Where most logits are candidates and top_k cuts none (a high
+    /// Nothing is sorted whole (a 128k vocabulary's sort costs several GPU steps a token:
+    /// docs/lessons.md): the candidates fall into `BINS` slices of their logits' span, whose
+    /// weights say which bin holds the top-p cut and the draw; only that bin is sorted and
+    /// walked (`find_binned`). Where most logits are candidates and top_k cuts none (a high
     /// temperature over a flat distribution), the candidates are not even listed: every
     /// logit's weight and bin are computed in place, 8 at a time (`sample_dense`); both paths
     /// draw alike. Logits more than `WEIGHT_CUT` temperatures below the largest are not
@@ -619,11 +619,11 @@ unsafe fn weights_avx2(v: &[f32], w: &mut Vec<f32>) {
 }
 
 /// e^x for x in [-80, 0] (a logit's weight), within 5e-7 relatively, in float and integer
-/// arithmetic only, so a loop of it vectorizes (libm's f64 exp of 128k weights took a
-/// millisecond a token): x = n ln 2 + r with n the nearest integer (by the 1.5 * 2^23 trick,
-/// its value in the sum's low bits) and ln 2 in two parts (Cody-Waite: n ln2_hi is exact),
-/// e^r by its Taylor terms to the 7th (|r| <= ln 2 / 2: (ln 2 / 2)^8 / 8! ~ 5e-9), times 2^n
-/// by the exponent bits.
+/// arithmetic only, so a loop of it vectorizes (libm's f64 exp does not, and every logit of a
+/// 128k vocabulary needs one a token: docs/lessons.md): x = n ln 2 + r with n the nearest
+/// integer (by the 1.5 * 2^23 trick, its value in the sum's low bits) and ln 2 in two parts
+/// (Cody-Waite: n ln2_hi is exact), e^r by its Taylor terms to the 7th (|r| <= ln 2 / 2:
+/// (ln 2 / 2)^8 / 8! ~ 5e-9), times 2^n by the exponent bits.
 #[inline(always)]
 fn exp_neg(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4; // 355 / 512: 9 bits, so n * LN2_HI is exact for |n| < 2^15

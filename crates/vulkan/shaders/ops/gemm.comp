@@ -206,8 +206,8 @@ shared float stage[NREG * CM * CM];              // one 16x16 accumulator per re
 // A K step's global reads go to registers (fetch), all of a thread's loads out at once, then
 // to shared memory (stash). A thread takes weight units t, t + WG, ... (at most MAXWT, 32
 // values each) and activation quads likewise (at most MAXXP): the host keeps BN * KU * 8 <= 16 WG
-// so both fit. (Fetching the next step while this one multiplies measured slower on the
-// H200, 17.2k against 18.2k t/s pp512 on the 1B: the registers it holds cost occupancy.)
+// so both fit. (Fetching the next step while this one multiplies lost: the registers it holds
+// cost occupancy; docs/lessons.md.)
 #define MAXWT 2u
 #define MAXXP 16u
 f16vec4 wreg[MAXWT * 8u];
