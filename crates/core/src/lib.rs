@@ -372,6 +372,15 @@ pub trait Profile {
     /// The shape of the token command for `rows` rows (1..=NROW_MAX): its dependent stages,
     /// dispatches and barriers; None where the home records no command.
     fn step_shape(&mut self, rows: usize) -> Result<Option<StepShape>>;
+
+    /// Bytes of weights each kind of matrix stage reads in one pass, summed over the layers
+    /// (`qkv`, `attn_out`, `gate_up`, `down`, `classifier`, as the profiles label them), so a
+    /// profile can say each stage's bandwidth.
+    fn stage_weight_bytes(&self) -> Vec<(&'static str, u64)>;
+
+    /// Bytes a second of a device-local buffer copy (the bytes read over its time): the
+    /// bandwidth the matrix stages are held against. None without a device clock.
+    fn copy_bandwidth(&mut self) -> Result<Option<f64>>;
 }
 
 /// A token command's shape: what bounds a step that moves few bytes is the chain of dependent

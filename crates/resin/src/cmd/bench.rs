@@ -91,22 +91,30 @@ fn by_op(stages: &[(String, f64)]) -> (Vec<(String, f64)>, f64) {
     (v, total)
 }
 
-fn profile_json(stages: Option<Vec<(String, f64)>>) -> serde_json::Value {
+/// A pass's stages by op: `[op, microseconds, GB/s]` each, GB/s where the op reads weights
+/// (`bytes`: each op's weight bytes a pass; null elsewhere).
+fn profile_json(stages: Option<Vec<(String, f64)>>, bytes: &[(&str, u64)]) -> serde_json::Value {
     match stages {
         None => serde_json::Value::Null,
         Some(st) => {
             let (ops, total) = by_op(&st);
-            json!({ "total_us": total, "ops_us": ops.into_iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>() })
+            let gb_s = |op: &str, us: f64| bytes.iter().find(|(k, _)| *k == op).map(|&(_, b)| b as f64 / (us.max(1e-3) * 1e3));
+            json!({ "total_us": total, "ops_us": ops.into_iter().map(|(k, v)| json!([k, v, gb_s(&k, v)])).collect::<Vec<_>>() })
         }
     }
 }
 
-fn profile_text(what: &str, p: &serde_json::Value) -> String {
+fn profile_text(what: &str, p: &serde_json::Value, copy_gb_s: Option<f64>) -> String {
     let Some(total) = p["total_us"].as_f64() else { return format!("{what}: no device timestamps\n") };
     let mut s = format!("{what}: {:.0} us on the device\n", total);
     for op in p["ops_us"].as_array().into_iter().flatten() {
         let us = op[1].as_f64().unwrap_or(0.0);
-        s += &format!("  {:<12} {:>10.1} us {:>5.1}%\n", op[0].as_str().unwrap_or("?"), us, 100.0 * us / total.max(1e-9));
+        let bw = match (op[2].as_f64(), copy_gb_s) {
+            (Some(g), Some(c)) => format!(" {g:>8.0} GB/s ({:.0}% of the copy's {c:.0})", 100.0 * g / c),
+            (Some(g), None) => format!(" {g:>8.0} GB/s"),
+            _ => String::new(),
+        };
+        s += &format!("  {:<12} {:>10.1} us {:>5.1}%{bw}\n", op[0].as_str().unwrap_or("?"), us, 100.0 * us / total.max(1e-9));
     }
     s
 }
@@ -228,7 +236,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         Some(p) => p.step_shape(1)?,
         None => None,
     };
+    let mut copy_gb_s = None;
     let profile = if let (true, Some(home)) = (args.profile, home.profiler()) {
+        copy_gb_s = home.copy_bandwidth()?.map(|b| b / 1e9);
+        let bytes = home.stage_weight_bytes();
         let window = home.profile_window(&Segment { region, start: at, tokens: &prompt })?;
         let row = Row { region, token: prompt[0], pos: at + prompt.len() as u32 };
         let step = home.profile_step(&[row])?;
@@ -239,7 +250,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         // rows hold whatever is there: a timing, not a result).
         let wide: Vec<Row> = (0..WIDE_PROFILE_ROWS).map(|r| Row { region: RegionId(r as u32), token: prompt[r % prompt.len()], pos: prompt.len() as u32 }).collect();
         let step_w = if spec.step_rows_max >= wide.len() { home.profile_step(&wide)? } else { None };
-        json!({ "window": profile_json(window), "step": profile_json(step), "step_nrow": profile_json(step_n), "step_wide": profile_json(step_w) })
+        json!({ "window": profile_json(window, &bytes), "step": profile_json(step, &bytes), "step_nrow": profile_json(step_n, &bytes), "step_wide": profile_json(step_w, &bytes), "copy_gb_s": copy_gb_s })
     } else {
         serde_json::Value::Null
     };
@@ -270,10 +281,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     });
     let mut text = String::new();
     if args.profile {
-        text += &profile_text(&format!("prefill window of {} rows", prompt.len().min(resin_core::PF_WINDOW)), &out["profile"]["window"]);
-        text += &profile_text("token step (1 row)", &out["profile"]["step"]);
-        text += &profile_text(&format!("token step ({} rows)", resin_core::NROW_MAX), &out["profile"]["step_nrow"]);
-        text += &profile_text(&format!("wide step ({WIDE_PROFILE_ROWS} rows)"), &out["profile"]["step_wide"]);
+        text += &profile_text(&format!("prefill window of {} rows", prompt.len().min(resin_core::PF_WINDOW)), &out["profile"]["window"], copy_gb_s);
+        text += &profile_text("token step (1 row)", &out["profile"]["step"], copy_gb_s);
+        text += &profile_text(&format!("token step ({} rows)", resin_core::NROW_MAX), &out["profile"]["step_nrow"], copy_gb_s);
+        text += &profile_text(&format!("wide step ({WIDE_PROFILE_ROWS} rows)"), &out["profile"]["step_wide"], copy_gb_s);
     }
     print_result(
         &args.format,

@@ -290,6 +290,29 @@ impl Home for VulkanHome {
     }
 }
 
+/// Bytes a second of a device-local copy: see `Profile::copy_bandwidth`.
+fn copy_bandwidth(gpu: &Arc<Gpu>) -> Result<Option<f64>, VkError> {
+    use crate::buffers::{Buffer, Commands, Location, Timestamps};
+    let bytes: u64 = if gpu.info.kind == "cpu" { 64 << 20 } else { 256 << 20 };
+    let Some(ts) = Timestamps::new(gpu, 2)? else { return Ok(None) };
+    let (src, dst) = (Buffer::new(gpu, bytes, Location::Device)?, Buffer::new(gpu, bytes, Location::Device)?);
+    let mut best = None;
+    for _ in 0..2 {
+        let c = Commands::new(gpu)?;
+        c.record(true, |cmd| {
+            ts.reset(cmd);
+            ts.write(cmd, 0);
+            // SAFETY: the command buffer is recording; both buffers hold `bytes` and are distinct.
+            unsafe { gpu.device.cmd_copy_buffer(cmd, src.buffer, dst.buffer, &[ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bytes }]) };
+            ts.write(cmd, 1);
+        })?;
+        Fence::new(gpu)?.submit_wait(c.cmd)?;
+        let t = ts.read(2)?;
+        best = Some(bytes as f64 / ((t[1] - t[0]).max(1.0) * 1e-9));
+    }
+    Ok(best)
+}
+
 impl Profile for VulkanHome {
     /// Run one token command over `rows` with a timestamp after every stage; returns
     /// (stage, microseconds) in order, stages named `<op>.<layer>`. The K/V rows of `rows` are
@@ -316,6 +339,24 @@ impl Profile for VulkanHome {
         self.command(0, rows, ReadBack::Ids).map_err(HomeError::from)?;
         let c = self.lanes[0].commands.get(&(rows, ReadBack::Ids)).map(|c| c.counts).unwrap_or_default();
         Ok(Some(StepShape { stages: c.stages, dispatches: c.dispatches, barriers: c.barriers }))
+    }
+
+    fn stage_weight_bytes(&self) -> Vec<(&'static str, u64)> {
+        let b = |m: &Mat| (m.rows * m.row_bytes) as u64;
+        let sum = |f: &dyn Fn(&Layer) -> u64| self.weights.layers.iter().map(f).sum::<u64>();
+        vec![
+            ("qkv", sum(&|l| b(&l.q) + b(&l.k) + b(&l.v))),
+            ("attn_out", sum(&|l| b(&l.attn_out))),
+            ("gate_up", sum(&|l| b(&l.gate) + b(&l.up))),
+            ("down", sum(&|l| b(&l.down))),
+            ("classifier", b(self.weights.output.as_ref().unwrap_or(&self.weights.embd))),
+        ]
+    }
+
+    /// A copy of 256 MiB (64 on a software device) between two device-local buffers, timed
+    /// on the device, the second of two runs (the first warms the path).
+    fn copy_bandwidth(&mut self) -> resin_core::Result<Option<f64>> {
+        Ok(copy_bandwidth(&self.gpu).map_err(HomeError::from)?)
     }
 }
 
