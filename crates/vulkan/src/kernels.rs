@@ -764,6 +764,14 @@ impl<'a> Recorder<'a> {
         self.run("rows_copy", &[], &[src, list, dst], &push, [ROWS_COPY_SLICES, slots, 1])
     }
 
+    /// dst = src for `words` 16-byte words over `groups` workgroups (shaders/ops/copy.comp).
+    pub fn copy16(&mut self, words: u32, groups: u32, src: Bind<'_>, dst: Bind<'_>) -> Result<(), VkError> {
+        if src.range < words as u64 * 16 || dst.range < words as u64 * 16 {
+            return Err(VkError::OutOfRange(format!("copy buffers of {} and {} bytes for {words} words", src.range, dst.range)));
+        }
+        self.run("copy", &[], &[src, dst], &CountPush { count: words }.bytes(), [groups.max(1), 1, 1])
+    }
+
     /// ids[2r] = argmax of logits row r (n values a row), ids[2r + 1] = the bits of its
     /// log-sum-exp (shaders/ops/argmax.comp). `part` holds ARGMAX_PART_WORDS words a row
     /// between the two stages.

@@ -1114,3 +1114,21 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
 fn words_of(bytes: &[u8]) -> Vec<u32> {
     bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
+
+/// The copy that measures the device's bandwidth copies every word, through the 4-word body
+/// and the tail (a length that is not a multiple of the grid's stride), with fewer workgroups
+/// than words need (each invocation strides on). Control: the output was poisoned, and a copy
+/// one word short leaves the last word's poison, which the check sees.
+#[test]
+fn copy16_copies_every_word() {
+    let Some(mut h) = Harness::new() else { return };
+    let words = 3 * 256 * 4 + 77;
+    let src: Vec<f32> = Rng(0xc09).vec(words * 4, 5.0);
+    let sb = h.buf_f32(&src);
+    let dst = h.poisoned(words * 4);
+    h.run(|rec| rec.copy16(words as u32, 2, (&sb).into(), (&dst).into()));
+    assert_eq!(dst.read_u32(0, words * 4).unwrap(), src.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    let short = h.poisoned(words * 4);
+    h.run(|rec| rec.copy16(words as u32 - 1, 2, (&sb).into(), (&short).into()));
+    assert_ne!(short.read_u32(0, words * 4).unwrap(), src.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "control: one word short");
+}

@@ -290,29 +290,6 @@ impl Home for VulkanHome {
     }
 }
 
-/// Bytes a second of a device-local copy: see `Profile::copy_bandwidth`.
-fn copy_bandwidth(gpu: &Arc<Gpu>) -> Result<Option<f64>, VkError> {
-    use crate::buffers::{Buffer, Commands, Location, Timestamps};
-    let bytes: u64 = if gpu.info.kind == "cpu" { 64 << 20 } else { 256 << 20 };
-    let Some(ts) = Timestamps::new(gpu, 2)? else { return Ok(None) };
-    let (src, dst) = (Buffer::new(gpu, bytes, Location::Device)?, Buffer::new(gpu, bytes, Location::Device)?);
-    let mut best = None;
-    for _ in 0..2 {
-        let c = Commands::new(gpu)?;
-        c.record(true, |cmd| {
-            ts.reset(cmd);
-            ts.write(cmd, 0);
-            // SAFETY: the command buffer is recording; both buffers hold `bytes` and are distinct.
-            unsafe { gpu.device.cmd_copy_buffer(cmd, src.buffer, dst.buffer, &[ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bytes }]) };
-            ts.write(cmd, 1);
-        })?;
-        Fence::new(gpu)?.submit_wait(c.cmd)?;
-        let t = ts.read(2)?;
-        best = Some(bytes as f64 / ((t[1] - t[0]).max(1.0) * 1e-9));
-    }
-    Ok(best)
-}
-
 impl Profile for VulkanHome {
     /// Run one token command over `rows` with a timestamp after every stage; returns
     /// (stage, microseconds) in order, stages named `<op>.<layer>`. The K/V rows of `rows` are
@@ -353,10 +330,11 @@ impl Profile for VulkanHome {
         ]
     }
 
-    /// A copy of 256 MiB (64 on a software device) between two device-local buffers, timed
-    /// on the device, the second of two runs (the first warms the path).
+    /// A shader copy of 256 MiB (64 on a software device) between two device-local buffers
+    /// (`Recorder::copy16`: a shader's loads, as the matrix stages' are, not the copy
+    /// engine's), timed on the device, the faster of two runs.
     fn copy_bandwidth(&mut self) -> resin_core::Result<Option<f64>> {
-        Ok(copy_bandwidth(&self.gpu).map_err(HomeError::from)?)
+        Ok(self.shader_copy_bandwidth().map_err(HomeError::from)?)
     }
 }
 

@@ -300,4 +300,35 @@ impl VulkanHome {
             self.counters.count_step(n);
         }
     }
+
+    /// Bytes a second a shader copy reads between two device-local buffers (see
+    /// `Profile::copy_bandwidth`); None without timestamps.
+    pub(super) fn shader_copy_bandwidth(&mut self) -> Result<Option<f64>, VkError> {
+        use crate::buffers::{Buffer, Location, Timestamps};
+        let bytes: u64 = (if self.gpu.info.kind == "cpu" { 64 } else { 256 }) << 20;
+        let words = (bytes / 16) as u32;
+        let Some(ts) = Timestamps::new(&self.gpu, 2)? else { return Ok(None) };
+        let (src, dst) = (Buffer::new(&self.gpu, bytes, Location::Device)?, Buffer::new(&self.gpu, bytes, Location::Device)?);
+        // Enough workgroups to fill any device many times over; each invocation strides on.
+        let groups = words.div_ceil(256 * 16).min(65_535);
+        let mut best: Option<f64> = None;
+        for _ in 0..2 {
+            let cmds = Commands::new(&self.gpu)?;
+            let mut desc = Descriptors::new(&self.gpu);
+            let mut res = Ok(());
+            cmds.record(true, |cmd| {
+                ts.reset(cmd);
+                ts.write(cmd, 0);
+                let mut rec = Recorder::new(&self.gpu, &mut self.pipes, &mut desc, cmd);
+                res = rec.copy16(words, groups, (&src).into(), (&dst).into());
+                ts.write(cmd, 1);
+            })?;
+            res?;
+            self.lanes[0].fence.submit_wait(cmds.cmd)?;
+            let t = ts.read(2)?;
+            let rate = bytes as f64 / ((t[1] - t[0]).max(1.0) * 1e-9);
+            best = Some(best.map_or(rate, |b| b.max(rate)));
+        }
+        Ok(best)
+    }
 }
