@@ -378,8 +378,8 @@ pub trait Profile {
     /// profile can say each stage's bandwidth.
     fn stage_weight_bytes(&self) -> Vec<(&'static str, u64)>;
 
-    /// Bytes a second of a device-local buffer copy (the bytes read over its time): the
-    /// bandwidth the matrix stages are held against. None without a device clock.
+    /// Bytes a second a device-local buffer copy moves (the bytes it reads and writes over its
+    /// time): the bandwidth the matrix stages are held against. None without a device clock.
     fn copy_bandwidth(&mut self) -> Result<Option<f64>>;
 }
 

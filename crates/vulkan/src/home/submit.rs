@@ -301,7 +301,7 @@ impl VulkanHome {
         }
     }
 
-    /// Bytes a second a shader copy reads between two device-local buffers (see
+    /// Bytes a second a shader copy between two device-local buffers reads and writes (see
     /// `Profile::copy_bandwidth`); None without timestamps.
     pub(super) fn shader_copy_bandwidth(&mut self) -> Result<Option<f64>, VkError> {
         use crate::buffers::{Buffer, Location, Timestamps};
@@ -326,7 +326,7 @@ impl VulkanHome {
             res?;
             self.lanes[0].fence.submit_wait(cmds.cmd)?;
             let t = ts.read(2)?;
-            let rate = bytes as f64 / ((t[1] - t[0]).max(1.0) * 1e-9);
+            let rate = 2.0 * bytes as f64 / ((t[1] - t[0]).max(1.0) * 1e-9);
             best = Some(best.map_or(rate, |b| b.max(rate)));
         }
         Ok(best)
