@@ -74,6 +74,7 @@ async fn main() -> anyhow::Result<()> {
             template,
         },
         cfg,
+        resin_server::shutdown_signal(),
     )
     .await
 }

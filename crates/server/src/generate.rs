@@ -14,8 +14,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use resin_engine::{Finish, FinishReason, GenEvent, GenHandle};
 use serde_json::{json, Value};
+use tokio::sync::watch;
 
 use crate::error::ApiError;
+use crate::http::{reached, InFlight, Phase};
 use crate::tools::{ToolCall, ToolStreamer};
 use crate::{AppState, LogsItself, Usage};
 
@@ -36,6 +38,26 @@ pub struct Gen {
     pub t0: Instant,
     pub path: &'static str,
     pub prompt_tokens: usize,
+    /// The server's shutdown phase: at [`Phase::Closing`] the generation is cancelled.
+    pub phase: watch::Receiver<Phase>,
+    /// Counts this generation as in flight while it lives.
+    pub(crate) _in_flight: InFlight,
+}
+
+/// What a stream or a waiting request says when the shutdown grace is over.
+fn shutdown_error() -> ApiError {
+    let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_shutdown", "The server shut down before this generation finished; retry it.").code("server_shutdown");
+    e.retry_after = Some(1);
+    e
+}
+
+/// The next engine event, or None when the server is closing (the caller drops the handle,
+/// which frees the session).
+async fn next_event(handle: &mut GenHandle, phase: &mut watch::Receiver<Phase>) -> Result<Option<GenEvent>, ()> {
+    tokio::select! {
+        ev = handle.next() => Ok(ev),
+        _ = reached(phase, Phase::Closing) => Err(()),
+    }
 }
 
 fn random_id(prefix: &str) -> String {
@@ -99,7 +121,11 @@ impl Gen {
         let mut text = String::new();
         let mut clock = TokenClock { last: None, tokens: 0 };
         let finish = loop {
-            match self.handle.next().await {
+            let ev = match next_event(&mut self.handle, &mut self.phase).await {
+                Ok(ev) => ev,
+                Err(()) => return shutdown_error().into_response(),
+            };
+            match ev {
                 Some(GenEvent::Delta { ids, text: t }) => {
                     clock.tick(&self.state, ids.len());
                     text.push_str(&t);
@@ -234,7 +260,17 @@ impl SseState {
             if self.done {
                 return None;
             }
-            match self.gen.handle.next().await {
+            let ev = match next_event(&mut self.gen.handle, &mut self.gen.phase).await {
+                Ok(ev) => ev,
+                Err(()) => {
+                    self.pending.push_back(sse(&shutdown_error().body()));
+                    self.pending.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                    self.finished = Some("server_shutdown");
+                    self.done = true;
+                    continue;
+                }
+            };
+            match ev {
                 Some(GenEvent::Delta { ids, text }) => {
                     self.clock.tick(&self.gen.state, ids.len());
                     let shown = match self.gen.tools.as_mut() {

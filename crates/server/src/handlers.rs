@@ -124,7 +124,18 @@ fn submit(
     req.constraint = constraint;
     let handle = state.engine.submit(req)?;
     state.metrics.tokens(prompt_tokens, 0);
-    Ok(Gen { state: state.clone(), handle, kind, tools, include_usage: plan.include_usage, t0, path, prompt_tokens })
+    Ok(Gen {
+        state: state.clone(),
+        handle,
+        kind,
+        tools,
+        include_usage: plan.include_usage,
+        t0,
+        path,
+        prompt_tokens,
+        phase: state.life.subscribe(),
+        _in_flight: state.life.generation(),
+    })
 }
 
 async fn respond(gen: Gen, stream: bool) -> Response {
@@ -247,6 +258,12 @@ pub async fn model(State(state): State<AppState>, Path(id): Path<String>) -> Res
 pub async fn health(State(state): State<AppState>) -> Response {
     use std::sync::atomic::Ordering;
     let s = state.engine.stats();
+    if state.life.phase() != crate::http::Phase::Running {
+        let mut body = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "The server is shutting down.").code("server_shutdown").body();
+        body["status"] = json!("shutting_down");
+        body["active"] = json!(s.active.load(Ordering::Relaxed));
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     Json(json!({
         "status": "ok",
         "model": state.model_id,

@@ -11,15 +11,16 @@
 pub mod error;
 mod generate;
 pub mod grammar;
+mod guard;
 mod handlers;
+pub mod http;
 pub mod metrics;
 mod openai;
 mod prompt;
 pub mod tools;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header;
@@ -31,6 +32,8 @@ use resin_engine::Engine;
 use resin_model::{ChatTemplate, Tokenizer};
 
 pub use error::ApiError;
+pub use guard::origin_allowed;
+pub use http::{serve_on, shutdown_signal, Lifecycle, Phase};
 pub use metrics::Metrics;
 
 /// How the server listens and what it accepts.
@@ -46,11 +49,34 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Largest `stop` list.
     pub max_stop: usize,
+    /// Time to receive a request's headers before the connection is closed (zero: no limit).
+    pub header_timeout: Duration,
+    /// Time to receive a request's body, from its headers, before a 408 (zero: no limit).
+    pub body_timeout: Duration,
+    /// Open connections served at once; past it new ones get 503 and are closed.
+    pub max_connections: usize,
+    /// Origins (`scheme://host[:port]`) whose browser requests are served; `*` allows any.
+    /// Requests with another `Origin` get 403; requests without one are not affected.
+    pub cors_origins: Vec<String>,
+    /// How long in-flight generations may run on after the shutdown signal.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { host: "127.0.0.1".into(), port: 8080, api_key: None, model_name: String::new(), max_body_bytes: 4 << 20, max_stop: 16 }
+        ServerConfig {
+            host: "127.0.0.1".into(),
+            port: 8080,
+            api_key: None,
+            model_name: String::new(),
+            max_body_bytes: 4 << 20,
+            max_stop: 16,
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 512,
+            cors_origins: Vec::new(),
+            shutdown_grace: Duration::from_secs(10),
+        }
     }
 }
 
@@ -78,6 +104,8 @@ pub struct Inner {
     pub created: u64,
     /// Token texts for the tool-call grammar, built on first use.
     pub token_table: OnceLock<Arc<grammar::TokenTable>>,
+    /// The shutdown phase and the generations in flight.
+    pub life: Lifecycle,
 }
 
 impl std::ops::Deref for AppState {
@@ -100,6 +128,7 @@ impl AppState {
             metrics: Metrics::default(),
             created,
             token_table: OnceLock::new(),
+            life: Lifecycle::default(),
         }))
     }
 
@@ -129,30 +158,19 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(handlers::metrics))
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(state.cfg.max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
         .layer(middleware::from_fn_with_state(state.clone(), log_request))
         .with_state(state)
 }
 
-/// Bind and serve until the process ends (or ctrl-c).
-pub async fn serve(engine: Engine, model: ModelInfo, cfg: ServerConfig) -> anyhow::Result<()> {
+/// Bind and serve until `shutdown` resolves (see [`shutdown_signal`]), then shut down gracefully.
+pub async fn serve(engine: Engine, model: ModelInfo, cfg: ServerConfig, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
     let addr = format!("{}:{}", cfg.host, cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| anyhow::anyhow!("binding {addr}: {e}"))?;
     let state = AppState::new(engine, model, cfg);
     let local = listener.local_addr()?;
     tracing::info!(addr = %local, model = %state.model_id, auth = state.cfg.api_key.is_some(), "serving the OpenAI API");
-    serve_on(listener, state).await
-}
-
-/// Serve on a bound listener (tests bind 127.0.0.1:0).
-pub async fn serve_on(listener: tokio::net::TcpListener, state: AppState) -> anyhow::Result<()> {
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-            tracing::info!("shutting down");
-        })
-        .await?;
-    Ok(())
+    serve_on(listener, state, shutdown).await
 }
 
 /// Compares in time that depends only on the lengths.

@@ -101,7 +101,7 @@ fn start(o: Opts) -> Option<Server> {
                 .expect("binding");
             tx.send(l.local_addr().expect("address"))
                 .expect("sending the address");
-            resin_server::serve_on(l, state).await.expect("serving");
+            resin_server::serve_on(l, state, std::future::pending()).await.expect("serving");
         });
     });
     let addr = rx.recv().expect("the server's address");

@@ -1,5 +1,7 @@
 //! `resin serve`: the OpenAI-compatible server over the engine.
 
+use std::time::Duration;
+
 use anyhow::Result;
 use resin_engine::{Engine, EngineConfig};
 use resin_server::{ModelInfo, ServerConfig};
@@ -40,11 +42,34 @@ pub struct ServeArgs {
     /// The model id clients see (default: the file name without .gguf).
     #[arg(long)]
     pub name: Option<String>,
+    /// Seconds a client has to send a request's headers before its connection is closed (0: no limit).
+    #[arg(long, default_value_t = 30, env = "RESIN_HEADER_TIMEOUT")]
+    pub header_timeout: u64,
+    /// Seconds a client has to send a request's body, from its headers, before a 408 (0: no limit).
+    #[arg(long, default_value_t = 30, env = "RESIN_BODY_TIMEOUT")]
+    pub body_timeout: u64,
+    /// Open connections served at once; past it new connections get 503 and are closed.
+    #[arg(long, default_value_t = 512, env = "RESIN_MAX_CONNECTIONS")]
+    pub max_connections: usize,
+    /// An origin (`https://app.example:8443`) whose browser requests are served, repeatable;
+    /// `*` allows any. Requests with another `Origin` header get 403; requests without one
+    /// (curl, SDKs) are not affected.
+    #[arg(long = "cors-origin", env = "RESIN_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
+    /// Seconds in-flight generations may run on after SIGTERM/SIGINT before they are ended.
+    #[arg(long, default_value_t = 10.0, env = "RESIN_SHUTDOWN_GRACE")]
+    pub shutdown_grace: f64,
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
     if args.parallel == 0 {
         anyhow::bail!("--parallel must be at least 1");
+    }
+    if args.max_connections == 0 {
+        anyhow::bail!("--max-connections must be at least 1");
+    }
+    if !(args.shutdown_grace.is_finite() && args.shutdown_grace >= 0.0) {
+        anyhow::bail!("--shutdown-grace must be a number of seconds, 0 or more");
     }
     let loaded = args.model.load(args.parallel)?;
     let id = args.name.clone().unwrap_or_else(|| loaded.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()));
@@ -56,10 +81,30 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         ..EngineConfig::default()
     };
     let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), engine_cfg);
-    let cfg = ServerConfig { host: args.host, port: args.port, api_key: args.api_key, model_name: id.clone(), ..ServerConfig::default() };
+    let cfg = ServerConfig {
+        host: args.host,
+        port: args.port,
+        api_key: args.api_key,
+        model_name: id.clone(),
+        header_timeout: Duration::from_secs(args.header_timeout),
+        body_timeout: Duration::from_secs(args.body_timeout),
+        max_connections: args.max_connections,
+        cors_origins: args.cors_origins,
+        shutdown_grace: Duration::from_secs_f64(args.shutdown_grace),
+        ..ServerConfig::default()
+    };
     let model = ModelInfo { id, tokenizer: loaded.tokenizer, template: loaded.template };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let served = rt.block_on(resin_server::serve(engine.clone(), model, cfg));
+    // The first SIGTERM/SIGINT shuts down gracefully; a second one exits at once.
+    let shutdown = async {
+        resin_server::shutdown_signal().await;
+        tokio::spawn(async {
+            resin_server::shutdown_signal().await;
+            eprintln!("second signal: exiting now");
+            std::process::exit(130);
+        });
+    };
+    let served = rt.block_on(resin_server::serve(engine.clone(), model, cfg, shutdown));
     engine.shutdown();
     served
 }

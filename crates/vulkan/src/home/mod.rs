@@ -334,7 +334,7 @@ impl Profile for VulkanHome {
     /// (`Recorder::copy16`: a shader's loads, as the matrix stages' are, not the copy
     /// engine's), timed on the device, the faster of two runs.
     fn copy_bandwidth(&mut self) -> resin_core::Result<Option<f64>> {
-        Ok(self.shader_copy_bandwidth().map_err(HomeError::from)?)
+        self.shader_copy_bandwidth().map_err(HomeError::from)
     }
 }
 
