@@ -1,5 +1,5 @@
 //! The HTTP layer under the router: the accept loop with its connection cap, hyper's header
-//! read timeout, JSON bodies for the answers hyper writes itself, and graceful shutdown.
+//! read timeout, the stall limit on clients that stop reading, JSON bodies for the answers hyper writes itself, and graceful shutdown.
 //!
 //! Shutdown runs in phases ([`Phase`]): on the signal the server drains (it still accepts, so
 //! `/health` can answer 503, but refuses new work), in-flight generations get up to
@@ -96,6 +96,21 @@ pub(crate) async fn reached(rx: &mut watch::Receiver<Phase>, p: Phase) {
 
 /// How long closing waits for connections to finish writing their last responses.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
+/// Unsent bytes a socket holds before writes wait (`TCP_NOTSENT_LOWAT`). Without it Linux
+/// autotunes a socket's send buffer to megabytes (on loopback at once), so a client that stops
+/// reading would take thousands of tokens before its writes wait and the stall limit starts.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const NOTSENT_LOWAT: u32 = 16 << 10;
+
+fn limit_unsent(stream: &TcpStream) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_notsent_lowat(NOTSENT_LOWAT) {
+        tracing::debug!(error = %e, "cannot set TCP_NOTSENT_LOWAT");
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = stream;
+}
+
 /// Connections past the cap that are still answered 503 at once (more are closed unanswered).
 const MAX_REFUSING: usize = 64;
 
@@ -142,6 +157,7 @@ async fn accept_loop(listener: TcpListener, state: AppState, app: axum::Router, 
             }
         };
         let _ = stream.set_nodelay(true);
+        limit_unsent(&stream);
         match conns.clone().try_acquire_owned() {
             Ok(permit) => {
                 let (state, app) = (state.clone(), app.clone());
@@ -177,7 +193,7 @@ async fn serve_connection(stream: TcpStream, remote: SocketAddr, state: AppState
         req.extensions_mut().insert(ConnectInfo(remote));
         app.clone().oneshot(req.map(Body::new))
     });
-    let io = TokioIo::new(JsonAutoErrors::new(stream));
+    let io = TokioIo::new(JsonAutoErrors::new(StallLimit::new(stream, state.cfg.stall_timeout)));
     let conn = http1(state.cfg.header_timeout).serve_connection(io, svc);
     tokio::pin!(conn);
     let mut phase = state.life.subscribe();
@@ -207,7 +223,7 @@ async fn refuse_connection(stream: TcpStream, header_timeout: Duration) {
     let t = header_timeout.min(Duration::from_secs(2)).max(Duration::from_millis(100));
     let mut b = http1(t);
     b.keep_alive(false);
-    let conn = b.serve_connection(TokioIo::new(JsonAutoErrors::new(stream)), svc);
+    let conn = b.serve_connection(TokioIo::new(JsonAutoErrors::new(StallLimit::new(stream, t))), svc);
     let _ = tokio::time::timeout(t * 2, conn).await;
 }
 
@@ -303,6 +319,59 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for JsonAutoErrors<T> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.poll_pending(cx))?;
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A socket whose writes fail once one has waited `limit` for the peer to take data (the
+/// socket's send buffer full because the client stopped reading). hyper then ends the
+/// connection and drops the response body, which cancels its generation and frees the session,
+/// as a disconnect does. Any progress restarts the clock; a zero limit never fails.
+pub(crate) struct StallLimit<T> {
+    inner: T,
+    limit: Option<Duration>,
+    /// Running while a write (or flush) is pending; reset when one completes.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> StallLimit<T> {
+    pub(crate) fn new(inner: T, limit: Duration) -> Self {
+        StallLimit { inner, limit: (!limit.is_zero()).then_some(limit), timer: None }
+    }
+
+    fn watch<R>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
+        if r.is_ready() {
+            self.timer = None;
+            return r;
+        }
+        let Some(limit) = self.limit else { return Poll::Pending };
+        let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.timer = None;
+        tracing::info!(stall_s = limit.as_secs_f64(), "client stopped reading: closing the connection");
+        Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "the client stopped reading the response")))
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for StallLimit<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for StallLimit<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(cx, r)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(cx, r)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.watch(cx, r)
     }
 }
 

@@ -60,6 +60,9 @@ pub struct ServerConfig {
     pub cors_origins: Vec<String>,
     /// How long in-flight generations may run on after the shutdown signal.
     pub shutdown_grace: Duration,
+    /// How long a response's write may wait for a client that stopped reading (its socket's
+    /// buffer full) before the connection is closed and its generation cancelled (zero: no limit).
+    pub stall_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +79,7 @@ impl Default for ServerConfig {
             max_connections: 512,
             cors_origins: Vec::new(),
             shutdown_grace: Duration::from_secs(10),
+            stall_timeout: Duration::from_secs(60),
         }
     }
 }

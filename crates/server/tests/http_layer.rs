@@ -16,6 +16,9 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// Held by tests whose timing checks a long generation running beside them would upset.
+static TIMED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 struct Server {
     addr: SocketAddr,
     state: AppState,
@@ -229,6 +232,7 @@ async fn closed_within(s: &mut TcpStream, d: Duration) -> Option<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_time_out_and_do_not_delay_others() {
+    let _timed = TIMED.lock().await;
     let s = start(1024, ServerConfig { header_timeout: Duration::from_secs(1), body_timeout: Duration::from_secs(1), ..cfg() });
     let a = s.addr;
     // Several connections that never finish their headers, several that never send their body.
@@ -402,4 +406,58 @@ async fn after_the_grace_streams_end_with_an_error_event_and_waiters_get_503() {
         assert!(Instant::now() < deadline, "sessions still active after shutdown");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+fn active(s: &Server) -> usize {
+    s.state.engine.stats().active.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A streaming request for many tokens on a socket with a small receive buffer that is never
+/// read: the server's writes soon wait. Returns once its session is generating.
+async fn stalled_stream(s: &Server) -> TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut c = sock.connect(s.addr).await.unwrap();
+    let body = json!({"messages": [{"role": "user", "content": "Count."}], "temperature": 0, "max_tokens": 1800, "ignore_eos": true, "stream": true}).to_string();
+    c.write_all(&post("/v1/chat/completions", Some("application/json"), "", &body)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while active(s) == 0 {
+        assert!(Instant::now() < deadline, "the stream's session never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    c
+}
+
+/// How long both servers below are watched: the 1800-token generation lasts longer than this
+/// (the control shows it), the 1 s stall limit is well inside it.
+const STALL_WAIT: Duration = Duration::from_secs(8);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_cancelled_after_the_stall_timeout() {
+    // Its long generations would slow the timed checks of the test above on a 2-core machine.
+    let _timed = TIMED.lock().await;
+    // Control: with no stall limit the unread stream keeps its session for the whole wait.
+    let s = start(2048, ServerConfig { stall_timeout: Duration::ZERO, ..cfg() });
+    let c = stalled_stream(&s).await;
+    tokio::time::sleep(STALL_WAIT).await;
+    assert_eq!(active(&s), 1, "without a stall limit the unread stream's session stays");
+    drop(c);
+    drop(s);
+
+    let s = start(2048, ServerConfig { stall_timeout: Duration::from_secs(1), ..cfg() });
+    let c = stalled_stream(&s).await;
+    let t0 = Instant::now();
+    // Another client is served meanwhile.
+    let r = raw(s.addr, &post("/v1/chat/completions", Some("application/json"), "", &chat(4, false))).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    while active(&s) > 0 {
+        assert!(t0.elapsed() < STALL_WAIT, "the stalled stream's session is still active after {:?}", t0.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The stalled connection was closed (the client sees the end after its buffered bytes).
+    let mut c = c;
+    let mut sink = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut sink)).await.expect("the stalled connection is closed").ok();
+    assert!(!sink.is_empty());
+    assert_eq!(s.state.life.in_flight(), 0);
 }

@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// Seconds in-flight generations may run on after SIGTERM/SIGINT before they are ended.
     #[arg(long, default_value_t = 10.0, env = "RESIN_SHUTDOWN_GRACE")]
     pub shutdown_grace: f64,
+    /// Seconds a response may wait for a client that stopped reading it (its socket's buffer
+    /// full) before the connection is closed and the generation cancelled (0: no limit).
+    #[arg(long, default_value_t = 60.0, env = "RESIN_STALL_TIMEOUT")]
+    pub stall_timeout: f64,
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
@@ -68,9 +72,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if args.max_connections == 0 {
         anyhow::bail!("--max-connections must be at least 1");
     }
-    if !(args.shutdown_grace.is_finite() && args.shutdown_grace >= 0.0) {
-        anyhow::bail!("--shutdown-grace must be a number of seconds, 0 or more");
-    }
+    let seconds = |v: f64, flag: &str| Duration::try_from_secs_f64(v).map_err(|_| anyhow::anyhow!("{flag} must be a number of seconds, 0 or more"));
+    let shutdown_grace = seconds(args.shutdown_grace, "--shutdown-grace")?;
+    let stall_timeout = seconds(args.stall_timeout, "--stall-timeout")?;
     let loaded = args.model.load(args.parallel)?;
     let id = args.name.clone().unwrap_or_else(|| loaded.path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()));
     let engine_cfg = EngineConfig {
@@ -90,7 +94,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         body_timeout: Duration::from_secs(args.body_timeout),
         max_connections: args.max_connections,
         cors_origins: args.cors_origins,
-        shutdown_grace: Duration::from_secs_f64(args.shutdown_grace),
+        shutdown_grace,
+        stall_timeout,
         ..ServerConfig::default()
     };
     let model = ModelInfo { id, tokenizer: loaded.tokenizer, template: loaded.template };
