@@ -67,6 +67,196 @@ const RE_GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{
 const RE_LLAMA3: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const RE_QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// A pre-tokenizer split: a regex, or a hand-written scanner that gives exactly the matches of
+/// one of the regexes above in linear time. fancy-regex runs every regex with a lookahead
+/// (`(?!\S)`) wholly in its backtracking VM, which pushes a state per character of a run and
+/// fails ("Max stack size exceeded for backtracking") on runs of about a million characters of
+/// any class; the scanners have no such limit.
+enum Split {
+    Regex(Regex),
+    Scan(Scan),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    Gpt2,
+    Llama3,
+    Qwen2,
+}
+
+fn split_for(re: &str) -> Result<Split> {
+    Ok(match re {
+        RE_GPT2 => Split::Scan(Scan::Gpt2),
+        RE_LLAMA3 => Split::Scan(Scan::Llama3),
+        RE_QWEN2 => Split::Scan(Scan::Qwen2),
+        _ => Split::Regex(Regex::new(re).map_err(|e| err(format!("pre-tokenizer regex: {e}")))?),
+    })
+}
+
+// Character classes of the pre-tokenizer regexes, as the regex engine defines them.
+const CL_L: u8 = 1; // \p{L}
+const CL_N: u8 = 2; // \p{N}
+const CL_S: u8 = 4; // \s
+
+struct Classes {
+    /// Class bits of every character of the Basic Multilingual Plane.
+    bmp: Vec<u8>,
+    /// For the rest: single-character regexes.
+    l: Option<Regex>,
+    n: Option<Regex>,
+    s: Option<Regex>,
+}
+
+fn classes() -> &'static Classes {
+    static CLASSES: std::sync::OnceLock<Classes> = std::sync::OnceLock::new();
+    CLASSES.get_or_init(|| {
+        // Every BMP character once, classified by the regex engine itself (no lookaround: these
+        // run in the linear-time engine), so the scanners agree with the regexes exactly.
+        let all: String = (0u32..0x10000).filter_map(char::from_u32).collect();
+        let mut bmp = vec![0u8; 0x10000];
+        let l = Regex::new(r"\p{L}").ok();
+        let n = Regex::new(r"\p{N}").ok();
+        let s = Regex::new(r"\s").ok();
+        for (re, bit) in [(&l, CL_L), (&n, CL_N), (&s, CL_S)] {
+            if let Some(re) = re {
+                for m in re.find_iter(&all).flatten() {
+                    for c in all[m.start()..m.end()].chars() {
+                        bmp[c as usize] |= bit;
+                    }
+                }
+            }
+        }
+        Classes { bmp, l, n, s }
+    })
+}
+
+impl Classes {
+    fn of(&self, c: char) -> u8 {
+        if let Some(&b) = self.bmp.get(c as usize) {
+            return b;
+        }
+        let mut buf = [0u8; 4];
+        let t: &str = c.encode_utf8(&mut buf);
+        let hit = |re: &Option<Regex>| re.as_ref().is_some_and(|re| re.is_match(t).unwrap_or(false));
+        (if hit(&self.l) { CL_L } else { 0 }) | (if hit(&self.n) { CL_N } else { 0 }) | (if hit(&self.s) { CL_S } else { 0 })
+    }
+}
+
+/// The matches of the scanner's regex in `text`, as (start, end) byte offsets, in order; the
+/// same as `Regex::find_iter` of that regex gives.
+fn scan(kind: Scan, text: &str, out: &mut Vec<(usize, usize)>) {
+    let cls = classes();
+    // Characters with their byte offsets and classes; `at(k)` is the k-th one.
+    let chars: Vec<(usize, char, u8)> = text.char_indices().map(|(i, c)| (i, c, cls.of(c))).collect();
+    let n = chars.len();
+    let off = |k: usize| if k < n { chars[k].0 } else { text.len() };
+    let is = |k: usize, bit: u8| k < n && chars[k].2 & bit != 0;
+    let other = |k: usize| k < n && chars[k].2 & (CL_L | CL_N | CL_S) == 0;
+    let nl = |k: usize| k < n && matches!(chars[k].1, '\r' | '\n');
+    let ch = |k: usize| if k < n { Some(chars[k].1) } else { None };
+    let run = |mut k: usize, f: &dyn Fn(usize) -> bool| {
+        while k < n && f(k) {
+            k += 1;
+        }
+        k
+    };
+    let mut i = 0;
+    while i < n {
+        // The end (in characters) of the match at i, if one starts there.
+        let end: Option<usize> = match kind {
+            Scan::Gpt2 => {
+                // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)
+                let c = chars[i].1;
+                let contraction = if c == '\'' {
+                    match (ch(i + 1), ch(i + 2)) {
+                        (Some('s' | 't' | 'm' | 'd'), _) => Some(i + 2),
+                        (Some('r' | 'v'), Some('e')) | (Some('l'), Some('l')) => Some(i + 3),
+                        _ => None,
+                    }
+                } else {
+                    None
+                };
+                let sp = if c == ' ' { 1 } else { 0 };
+                contraction
+                    .or_else(|| if is(i + sp, CL_L) { Some(run(i + sp, &|k| is(k, CL_L))) } else { None })
+                    .or_else(|| if is(i + sp, CL_N) { Some(run(i + sp, &|k| is(k, CL_N))) } else { None })
+                    .or_else(|| if other(i + sp) { Some(run(i + sp, &other)) } else { None })
+                    .or_else(|| ws_not_before_nonspace(i, n, &|k| is(k, CL_S)))
+            }
+            Scan::Llama3 | Scan::Qwen2 => {
+                // (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+
+                // |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+   (qwen2: \p{N})
+                let c = chars[i].1;
+                let lower = |k: usize| ch(k).map(|c| c.to_ascii_lowercase());
+                let contraction = if c == '\'' {
+                    match (lower(i + 1), lower(i + 2)) {
+                        (Some('s' | 't' | 'm' | 'd'), _) => Some(i + 2),
+                        (Some('r' | 'v'), Some('e')) | (Some('l'), Some('l')) => Some(i + 3),
+                        _ => None,
+                    }
+                } else {
+                    None
+                };
+                let max_digits = if kind == Scan::Llama3 { 3 } else { 1 };
+                contraction
+                    .or_else(|| {
+                        let lead = !nl(i) && !is(i, CL_L | CL_N);
+                        if lead && is(i + 1, CL_L) {
+                            Some(run(i + 1, &|k| is(k, CL_L)))
+                        } else if is(i, CL_L) {
+                            Some(run(i, &|k| is(k, CL_L)))
+                        } else {
+                            None
+                        }
+                    })
+                    .or_else(|| if is(i, CL_N) { Some(run(i, &|k| is(k, CL_N) && k < i + max_digits)) } else { None })
+                    .or_else(|| {
+                        let sp = if c == ' ' { 1 } else { 0 };
+                        if other(i + sp) {
+                            Some(run(run(i + sp, &other), &nl))
+                        } else {
+                            None
+                        }
+                    })
+                    .or_else(|| {
+                        if !is(i, CL_S) {
+                            return None;
+                        }
+                        let j = run(i, &|k| is(k, CL_S));
+                        // \s*[\r\n]+: up to the last newline of the run.
+                        (i..j).rev().find(|&k| nl(k)).map(|k| k + 1).or_else(|| ws_not_before_nonspace(i, n, &|k| is(k, CL_S))).or(Some(j))
+                    })
+            }
+        };
+        match end {
+            Some(e) if e > i => {
+                out.push((off(i), off(e)));
+                i = e;
+            }
+            _ => i += 1,
+        }
+    }
+}
+
+/// `\s+(?!\S)` at character i: the whitespace run, less its last character when something
+/// other than whitespace follows it; nothing when that leaves it empty.
+fn ws_not_before_nonspace(i: usize, n: usize, ws: &dyn Fn(usize) -> bool) -> Option<usize> {
+    if !ws(i) {
+        return None;
+    }
+    let mut j = i;
+    while j < n && ws(j) {
+        j += 1;
+    }
+    if j == n {
+        Some(j)
+    } else if j - i >= 2 {
+        Some(j - 1)
+    } else {
+        None
+    }
+}
+
 /// Regexes and `ignore_merges` for a `tokenizer.ggml.pre` name (llama.cpp's table, the
 /// llama-family subset).
 fn pre_tokenizer(pre: &str) -> Option<(Vec<&'static str>, bool)> {
@@ -112,10 +302,12 @@ fn byte_chars() -> [char; 256] {
 
 struct Bpe {
     /// Merge rank by the token ids of its two halves.
-    ranks: HashMap<(u32, u32), u32>,
+    /// Merge rank and the id of the merged text (if it is a token) by the token ids of the
+    /// two halves.
+    ranks: HashMap<(u32, u32), (u32, Option<u32>), FxBuild>,
     /// Merges whose halves are not both tokens (rare), by text.
     text_ranks: HashMap<(String, String), u32>,
-    splits: Vec<Regex>,
+    splits: Vec<Split>,
     ignore_merges: bool,
     byte_char: [char; 256],
 }
@@ -195,9 +387,9 @@ impl Tokenizer {
         let (model, mut bos, mut eos, mut add_bos, mut add_space_prefix) = match model_name {
             "gpt2" => {
                 let (res, ignore_merges) = pre_tokenizer(pre).ok_or_else(|| err(format!("unknown pre-tokenizer {pre:?}")))?;
-                let splits = res.iter().map(|r| Regex::new(r).map_err(|e| err(format!("pre-tokenizer regex: {e}")))).collect::<Result<Vec<_>>>()?;
+                let splits = res.iter().map(|r| split_for(r)).collect::<Result<Vec<_>>>()?;
                 let merges = array(f, "tokenizer.ggml.merges")?.ok_or_else(|| err("no tokenizer.ggml.merges"))?;
-                let mut ranks = HashMap::with_capacity(merges.len());
+                let mut ranks = HashMap::with_capacity_and_hasher(merges.len(), FxBuild);
                 let mut text_ranks = HashMap::new();
                 for (rank, m) in merges.iter().enumerate() {
                     let m = m.as_str().ok_or_else(|| err(format!("merge {rank} is not a string")))?;
@@ -208,7 +400,8 @@ impl Tokenizer {
                     };
                     match (ids.get(a), ids.get(b)) {
                         (Some(&x), Some(&y)) => {
-                            ranks.entry((x, y)).or_insert(rank as u32);
+                            let merged = ids.get(&format!("{a}{b}")).copied();
+                            ranks.entry((x, y)).or_insert((rank as u32, merged));
                         }
                         _ => {
                             text_ranks.entry((a.to_owned(), b.to_owned())).or_insert(rank as u32);
@@ -594,20 +787,30 @@ impl Tokenizer {
     /// Byte-level BPE over each pre-tokenizer piece (llama.cpp's llm_tokenizer_bpe_session).
     fn bpe_tokenize(&self, bpe: &Bpe, text: &str, out: &mut Vec<u32>) -> Result<()> {
         let mut pieces = vec![(0usize, text.len())];
-        for re in &bpe.splits {
+        let mut matches = Vec::new();
+        for split in &bpe.splits {
             let mut next = Vec::with_capacity(pieces.len() * 2);
             for (s, e) in pieces {
                 let sub = &text[s..e];
+                matches.clear();
+                match split {
+                    Split::Regex(re) => {
+                        for m in re.find_iter(sub) {
+                            let m = m.map_err(|e| err(format!("pre-tokenizer regex: {e}")))?;
+                            matches.push((m.start(), m.end()));
+                        }
+                    }
+                    Split::Scan(kind) => scan(*kind, sub, &mut matches),
+                }
                 let mut last = 0;
-                for m in re.find_iter(sub) {
-                    let m = m.map_err(|e| err(format!("pre-tokenizer regex: {e}")))?;
-                    if m.start() > last {
-                        next.push((s + last, s + m.start()));
+                for &(ms, me) in &matches {
+                    if ms > last {
+                        next.push((s + last, s + ms));
                     }
-                    if m.end() > m.start() {
-                        next.push((s + m.start(), s + m.end()));
+                    if me > ms {
+                        next.push((s + ms, s + me));
                     }
-                    last = m.end();
+                    last = me;
                 }
                 if last < sub.len() {
                     next.push((s + last, e));
@@ -632,28 +835,29 @@ impl Tokenizer {
             let count = word.chars().count();
             for (i, (start, c)) in word.char_indices().enumerate() {
                 let n = c.len_utf8();
-                let id = self.ids.get(&word[start..start + n]).copied();
+                // Each character of `word` is the byte-level character of one byte of the text.
+                let id = self.byte_token[text.as_bytes()[s + i] as usize];
                 syms.push(Sym { start, n, prev: i as isize - 1, next: if i + 1 == count { -1 } else { i as isize + 1 }, id });
             }
-            let rank = |syms: &[Sym], l: isize, r: isize| -> Option<u32> {
+            let rank = |syms: &[Sym], l: isize, r: isize| -> Option<(u32, Option<Option<u32>>)> {
                 if l < 0 || r < 0 {
                     return None;
                 }
                 let (ls, rs) = (&syms[l as usize], &syms[r as usize]);
                 match (ls.id, rs.id) {
-                    (Some(a), Some(b)) => bpe.ranks.get(&(a, b)).copied(),
+                    (Some(a), Some(b)) => bpe.ranks.get(&(a, b)).map(|&(r, m)| (r, Some(m))),
                     _ if bpe.text_ranks.is_empty() => None,
                     _ => {
                         let a = &word[ls.start..ls.start + ls.n];
                         let b = &word[rs.start..rs.start + rs.n];
-                        bpe.text_ranks.get(&(a.to_owned(), b.to_owned())).copied()
+                        bpe.text_ranks.get(&(a.to_owned(), b.to_owned())).map(|&r| (r, None))
                     }
                 }
             };
             let push = |syms: &[Sym], heap: &mut BinaryHeap<BpePair>, l: isize, r: isize| {
-                if let Some(rank) = rank(syms, l, r) {
+                if let Some((rank, merged)) = rank(syms, l, r) {
                     let (l, r) = (l as usize, r as usize);
-                    heap.push(BpePair { rank, left: l, right: r, ln: syms[l].n, rn: syms[r].n });
+                    heap.push(BpePair { rank, left: l, right: r, ln: syms[l].n, rn: syms[r].n, merged });
                 }
             };
             for i in 1..syms.len() {
@@ -668,7 +872,10 @@ impl Tokenizer {
                 let left = &mut syms[p.left];
                 left.n += p.rn;
                 left.next = rnext;
-                left.id = self.ids.get(&word[left.start..left.start + left.n]).copied();
+                left.id = match p.merged {
+                    Some(id) => id,
+                    None => self.ids.get(&word[left.start..left.start + left.n]).copied(),
+                };
                 let lprev = left.prev;
                 syms[p.right].n = 0;
                 if rnext >= 0 {
@@ -766,6 +973,34 @@ impl Ord for SpmPair {
     }
 }
 
+/// FxHash (as rustc's): fast hashing of the merge table's integer keys. The table is fixed by
+/// the model file, so no input can lengthen its chains.
+#[derive(Default, Clone, Copy)]
+struct FxBuild;
+struct FxHasher(u64);
+impl std::hash::BuildHasher for FxBuild {
+    type Hasher = FxHasher;
+    fn build_hasher(&self) -> FxHasher {
+        FxHasher(0)
+    }
+}
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// A BPE merge candidate: lowest rank first, then leftmost.
 #[derive(PartialEq, Eq)]
 struct BpePair {
@@ -774,6 +1009,8 @@ struct BpePair {
     right: usize,
     ln: usize,
     rn: usize,
+    /// The merged token, when known from the merge table (else looked up by its text).
+    merged: Option<Option<u32>>,
 }
 impl PartialOrd for BpePair {
     fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
@@ -839,5 +1076,53 @@ impl StreamDecoder {
         let s = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scanners give exactly the regexes' matches on random and adversarial short texts
+    /// (short enough for fancy-regex's backtracking VM).
+    #[test]
+    fn scanners_match_regexes() {
+        let alphabet: Vec<char> = " \t\n\r\u{a0}\u{3000}\u{85}\u{b}aBzé日ß1٣Ⅻ½!'_.-\"sStTrReEvVlLmMdD\u{301}😀𝐀𝟎\u{1F100}".chars().collect();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move |m: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % m as u64) as usize
+        };
+        let mut texts: Vec<String> = vec![
+            String::new(),
+            " ".into(),
+            "  ".into(),
+            " a".into(),
+            "  a".into(),
+            "\n a".into(),
+            " \n\n  x".into(),
+            "'s'S'll'LL're've'm'd'x".into(),
+            "123456 7\u{a0}\u{a0}8".into(),
+            "a  \t\n\r\n \tb!!\n\n  ?? \r".into(),
+        ];
+        for _ in 0..40_000 {
+            let len = rnd(24);
+            // Draw from a small random sub-alphabet at times, for long runs of one class.
+            let sub: Vec<char> = (0..1 + rnd(4)).map(|_| alphabet[rnd(alphabet.len())]).collect();
+            let pool = if rnd(2) == 0 { &sub } else { &alphabet };
+            texts.push((0..len).map(|_| pool[rnd(pool.len())]).collect());
+        }
+        for (kind, re) in [(Scan::Gpt2, RE_GPT2), (Scan::Llama3, RE_LLAMA3), (Scan::Qwen2, RE_QWEN2)] {
+            let re = Regex::new(re).unwrap();
+            let mut got = Vec::new();
+            for t in &texts {
+                let want: Vec<(usize, usize)> = re.find_iter(t).map(|m| m.map(|m| (m.start(), m.end())).unwrap()).collect();
+                got.clear();
+                scan(kind, t, &mut got);
+                assert_eq!(got, want, "{kind:?} on {t:?}");
+            }
+        }
     }
 }
