@@ -1,6 +1,6 @@
-//! The scheduler on the CPU home with the real SmolLM2: concurrent streams equal each stream
-//! alone, a second turn adopts the first turn's rows and prefills only its suffix, the peel and
-//! the window chain agree, and a dropped handle frees its region at once.
+//! The engine on the CPU home with the real SmolLM2, beyond the scheduler's scenarios (those
+//! run on every home in `conformance.rs`): what a step's rows read back, sampled streams at
+//! once, limits, stop strings, a dropped handle, shutdown.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -64,7 +64,8 @@ fn prompts(m: &Model, n: usize) -> Vec<Vec<u32>> {
 }
 
 /// The decode steps are counted by what their rows needed: a greedy stream's 11 steps are
-/// argmax steps, and a top-k stream's 11 are top steps; neither reads back a whole row.
+/// argmax steps, and a top-k stream's 11 are top steps; neither reads back a whole row. Each
+/// step's time in the home is counted (a CPU forward pass takes at least a microsecond).
 #[test]
 fn decode_steps_count_what_the_rows_needed() {
     let m = model();
@@ -80,6 +81,7 @@ fn decode_steps_count_what_the_rows_needed() {
         let c = e.counters();
         let got = (n(&c.decode_steps), n(&c.decode_argmax_steps), n(&c.decode_top_steps), n(&c.decode_logits_rows));
         assert_eq!(got, (11, if sampled { 0 } else { 11 }, if sampled { 11 } else { 0 }, 0), "sampled {sampled}: (steps, argmax steps, top steps, logits rows)");
+        assert!(n(&c.decode_home_microseconds) >= n(&c.decode_steps), "a CPU step takes at least a microsecond");
     }
 }
 
@@ -199,52 +201,6 @@ fn a_step_reads_back_whole_rows_only_for_the_streams_that_need_them() {
     assert_ne!(run(true, 1011).0, topped, "control: other seeds draw other tokens");
 }
 
-/// `wide`: the home takes every row in one step; otherwise it takes at most NROW_MAX rows a
-/// step, so more than NROW_MAX streams step in the engine's balanced calls.
-fn concurrent_equals_alone(streams: usize, wide: bool) {
-    let m = model();
-    let ps = prompts(&m, streams);
-    let alone: Vec<Vec<u32>> = {
-        let e = engine(&m, 1, EngineConfig::default());
-        let out = ps.iter().map(|p| collect(e.submit(request(p.clone(), 12)).unwrap()).0).collect();
-        // One stream at a time: its first token comes from the prefill, the other 11 from a
-        // decode step each, and each step's time is counted (in the home: a CPU forward pass).
-        let c = e.counters();
-        assert_eq!(c.decode_steps.load(Ordering::Relaxed), 11 * ps.len() as u64, "decode steps of {} streams alone", ps.len());
-        assert!(c.decode_home_microseconds.load(Ordering::Relaxed) >= c.decode_steps.load(Ordering::Relaxed), "a CPU step takes at least a microsecond");
-        out
-    };
-    let e = if wide { engine(&m, streams, EngineConfig::default()) } else { grouped_engine(&m, streams) };
-    let handles: Vec<GenHandle> = ps.iter().map(|p| e.submit(request(p.clone(), 12)).unwrap()).collect();
-    for (i, h) in handles.into_iter().enumerate() {
-        assert_eq!(collect(h).0, alone[i], "stream {i} of {streams} differs from the same prompt alone");
-    }
-    let c = e.counters();
-    if wide {
-        assert!(c.wide_steps.load(Ordering::Relaxed) > 0, "{streams} streams must take wide steps");
-        assert_eq!(c.grouped_steps.load(Ordering::Relaxed), 0, "a wide step holds all {streams} rows");
-    } else {
-        assert!(c.grouped_steps.load(Ordering::Relaxed) > 0, "{streams} streams must take grouped steps");
-        assert_eq!(c.wide_steps.load(Ordering::Relaxed), 0);
-    }
-    assert!(c.nrow_steps.load(Ordering::Relaxed) > 0);
-}
-
-#[test]
-fn twelve_concurrent_streams_equal_each_alone() {
-    concurrent_equals_alone(12, false);
-}
-
-#[test]
-fn seventeen_concurrent_streams_equal_each_alone() {
-    concurrent_equals_alone(17, false);
-}
-
-#[test]
-fn seventeen_concurrent_streams_in_wide_steps_equal_each_alone() {
-    concurrent_equals_alone(17, true);
-}
-
 #[test]
 fn sampled_streams_at_once_draw_what_each_draws_alone() {
     // Seeded sampling: the streams' draws run in parallel on the host, each with its own
@@ -269,46 +225,6 @@ fn sampled_streams_at_once_draw_what_each_draws_alone() {
     // Control: other seeds draw other tokens (for some stream).
     let other: Vec<Vec<u32>> = (0..ps.len()).map(|i| collect(e.submit(req(i, 900 + i as u64)).unwrap()).0).collect();
     assert_ne!(other, alone, "the seed must matter");
-}
-
-#[test]
-fn second_turn_prefills_only_its_suffix_and_equals_a_fresh_session() {
-    let m = model();
-    let e = engine(&m, 2, EngineConfig::default());
-    let first = m.tok.encode("The three primary colors are", false, false).unwrap();
-    let (out1, f1) = collect(e.submit(request(first.clone(), 8)).unwrap());
-    assert_eq!(f1.reused_tokens, 0);
-    // The next turn: the whole transcript so far plus new text.
-    let mut second = first.clone();
-    second.extend(&out1);
-    second.extend(m.tok.encode(" and the three secondary colors are", false, false).unwrap());
-    let before = e.counters().prompt_tokens_prefilled.load(Ordering::Relaxed);
-    let (out2, f2) = collect(e.submit(request(second.clone(), 8)).unwrap());
-    let prefilled = e.counters().prompt_tokens_prefilled.load(Ordering::Relaxed) - before;
-    // The region holds the first prompt and every generated token but the last (never fed).
-    let held = first.len() + out1.len() - 1;
-    assert_eq!(f2.reused_tokens, held, "the second turn adopts the parked rows");
-    assert_eq!(prefilled as usize, second.len() - held, "only the new suffix is prefilled");
-    let fresh = engine(&m, 1, EngineConfig::default());
-    let (out_fresh, f3) = collect(fresh.submit(request(second, 8)).unwrap());
-    assert_eq!(f3.reused_tokens, 0);
-    assert_eq!(out2, out_fresh, "an adopted continuation equals a fresh session on the whole transcript");
-}
-
-#[test]
-fn the_peel_and_the_window_chain_agree() {
-    let m = model();
-    let prompt = m.tok.encode("Once upon a time", false, false).unwrap();
-    assert!(prompt.len() <= resin_core::NROW_MAX);
-    let peel = engine(&m, 1, EngineConfig::default());
-    let (a, _) = collect(peel.submit(request(prompt.clone(), 10)).unwrap());
-    assert_eq!(peel.counters().peel_steps.load(Ordering::Relaxed), 1);
-    assert_eq!(peel.counters().prefill_windows.load(Ordering::Relaxed), 0);
-    let chain = engine(&m, 1, EngineConfig { prefill_peel: false, ..EngineConfig::default() });
-    let (b, _) = collect(chain.submit(request(prompt, 10)).unwrap());
-    assert_eq!(chain.counters().peel_steps.load(Ordering::Relaxed), 0);
-    assert_eq!(chain.counters().prefill_windows.load(Ordering::Relaxed), 1);
-    assert_eq!(a, b);
 }
 
 #[test]
@@ -365,63 +281,6 @@ fn stop_strings_end_generation_without_leaking() {
     }
     assert_eq!(text, " Pa");
     assert_eq!(reason, Some(FinishReason::Stop));
-}
-
-#[test]
-fn max_segments_one_prefills_one_session_a_window_with_the_same_tokens() {
-    let m = model();
-    let ps = prompts(&m, 4);
-    let run = |max_segments: usize| {
-        let e = engine(&m, 4, EngineConfig { prefill_peel: false, max_segments, ..EngineConfig::default() });
-        let handles: Vec<GenHandle> = ps.iter().map(|p| e.submit(request(p.clone(), 4)).unwrap()).collect();
-        let out: Vec<Vec<u32>> = handles.into_iter().map(|h| collect(h).0).collect();
-        let c = e.counters();
-        (out, c.prefill_windows.load(Ordering::Relaxed), c.prefill_segment_windows.load(Ordering::Relaxed))
-    };
-    let (together, _, seg_together) = run(usize::MAX);
-    let (apart, windows_apart, seg_apart) = run(1);
-    assert_eq!(apart, together, "one session a window gives the same tokens");
-    assert_eq!(seg_apart, 0, "max_segments 1: no window holds two sessions");
-    assert!(windows_apart >= 4, "each of the 4 prompts in a window of its own ({windows_apart})");
-    // Control: unlimited segments put prompts submitted together into a shared window (if they
-    // arrived in one tick; they are submitted back to back, so at least two share one).
-    assert!(seg_together >= 1, "segments: prompts arriving together share a window");
-}
-
-#[test]
-fn a_session_displaced_to_host_memory_comes_back_for_its_next_turn() {
-    let m = model();
-    // One region: the second conversation takes it from the first, whose rows go to host memory.
-    let e = engine(&m, 1, EngineConfig::default());
-    let first = m.tok.encode("The three primary colors are", false, false).unwrap();
-    let (out1, _) = collect(e.submit(request(first.clone(), 8)).unwrap());
-    let other = m.tok.encode("Write a haiku about rain.", false, false).unwrap();
-    collect(e.submit(request(other, 4)).unwrap());
-    let c = e.counters();
-    assert_eq!(c.sessions_saved_to_host.load(Ordering::Relaxed), 1, "the parked first conversation was saved");
-    // The first conversation's next turn: restored from host memory, only the suffix prefilled.
-    let mut second = first.clone();
-    second.extend(&out1);
-    second.extend(m.tok.encode(" and the three secondary colors are", false, false).unwrap());
-    let before = c.prompt_tokens_prefilled.load(Ordering::Relaxed);
-    let (out2, f2) = collect(e.submit(request(second.clone(), 8)).unwrap());
-    let prefilled = c.prompt_tokens_prefilled.load(Ordering::Relaxed) - before;
-    let held = first.len() + out1.len() - 1;
-    assert_eq!(c.sessions_restored_from_host.load(Ordering::Relaxed), 1);
-    assert_eq!(f2.reused_tokens, held, "the restored rows are reused");
-    assert_eq!(prefilled as usize, second.len() - held, "only the new suffix is prefilled");
-    // The haiku's history was displaced in turn (saved), and the output equals a fresh session.
-    assert_eq!(c.sessions_saved_to_host.load(Ordering::Relaxed), 2);
-    let fresh = engine(&m, 1, EngineConfig::default());
-    let (out_fresh, _) = collect(fresh.submit(request(second.clone(), 8)).unwrap());
-    assert_eq!(out2, out_fresh, "a restored session continues exactly as a fresh one on the whole transcript");
-    // Control: with no host memory the first conversation is prefilled again from scratch.
-    let off = engine(&m, 1, EngineConfig { host_cache_bytes: 0, ..EngineConfig::default() });
-    collect(off.submit(request(first.clone(), 8)).unwrap());
-    collect(off.submit(request(m.tok.encode("Write a haiku about rain.", false, false).unwrap(), 4)).unwrap());
-    let (_, f_off) = collect(off.submit(request(second, 8)).unwrap());
-    assert_eq!(f_off.reused_tokens, 0);
-    assert_eq!(off.counters().sessions_restored_from_host.load(Ordering::Relaxed), 0);
 }
 
 #[test]

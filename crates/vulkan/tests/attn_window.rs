@@ -121,7 +121,11 @@ fn run_case(h: &mut Harness, what: &str, c: &Case, tiles: &[Option<WindowTile>],
     for codec in [KvCodec::F16, KvCodec::F32] {
         let s = setup(c, codec, seed);
         let bytes = |v: &[f32]| -> Vec<u8> {
-            if codec == KvCodec::F16 { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() } else { f32_bytes(v) }
+            if codec == KvCodec::F16 {
+                v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect()
+            } else {
+                f32_bytes(v)
+            }
         };
         let (mk, mv) = (h.buf_bytes(&bytes(&s.kvals)), h.buf_bytes(&bytes(&s.vvals)));
         let mb = h.buf_bytes(&RowMeta::words(&s.meta));
@@ -164,7 +168,14 @@ fn run_case(h: &mut Harness, what: &str, c: &Case, tiles: &[Option<WindowTile>],
             let part = h.poisoned(attn_part_len(s.rows, c.n_head, c.hd, ATTN_SLOTS as usize));
             let ob = h.poisoned(n);
             let t0 = std::time::Instant::now();
-            h.run(|rec| rec.attention(codec, s.rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() }, p));
+            h.run(|rec| {
+                rec.attention(
+                    codec,
+                    s.rows as u32,
+                    AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() },
+                    p,
+                )
+            });
             let dt = t0.elapsed();
             let dec = ob.read_f32(0, n).unwrap();
             let dec64: Vec<f64> = dec.iter().map(|&x| x as f64).collect();
@@ -264,7 +275,6 @@ fn tile_pick() {
     assert_eq!(WindowTile { br: 32, bc: 32 }.wg(64), 128);
     assert_eq!(WindowTile { br: 32, bc: 32 }.wg(128), 256);
 }
-
 
 /// The cooperative-matrix tier over `meta`'s rows with queries `q` on `s`'s K/V (f16 mirror):
 /// the outputs, and that nothing past them was written.

@@ -129,11 +129,7 @@ fn gemm_every_format_edges_strides_and_gemv_agreement() {
             assert!(check("control: poisoned", &unwritten.read_f32(0, rows).unwrap(), &want[0].0, &bar).is_err());
         }
     }
-    eprintln!(
-        "gemm: 9 formats x 4 shapes x {} row counts in {:.1} s; worst err/bar {worst:.3} (oracle), {worst_gemv:.3} (GEMV)",
-        NS.len(),
-        t0.elapsed().as_secs_f64()
-    );
+    eprintln!("gemm: 9 formats x 4 shapes x {} row counts in {:.1} s; worst err/bar {worst:.3} (oracle), {worst_gemv:.3} (GEMV)", NS.len(), t0.elapsed().as_secs_f64());
 }
 
 #[test]
@@ -227,7 +223,12 @@ fn gemm_coopmat_tier_where_offered() {
                 if first9.is_empty() {
                     first9 = rows9;
                 } else {
-                    assert!(first9 == rows9, "coopmat gemm {ty} {rows}x{cols}: rows 0..9 at n={n} (tile {}) differ from n=9 (tile {})", coopmat_tile_n(n as u32), coopmat_tile_n(9));
+                    assert!(
+                        first9 == rows9,
+                        "coopmat gemm {ty} {rows}x{cols}: rows 0..9 at n={n} (tile {}) differ from n=9 (tile {})",
+                        coopmat_tile_n(n as u32),
+                        coopmat_tile_n(9)
+                    );
                 }
             }
             let mut written = vec![false; len];

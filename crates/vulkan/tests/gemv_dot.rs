@@ -115,7 +115,13 @@ fn half_to_f32(h: u16) -> f32 {
     let s = (h >> 15) as u32;
     let e = ((h >> 10) & 31) as i32;
     let m = (h & 1023) as f32;
-    let v = if e == 0 { m * (2f32).powi(-24) } else if e == 31 { f32::INFINITY } else { (1.0 + m / 1024.0) * (2f32).powi(e - 15) };
+    let v = if e == 0 {
+        m * (2f32).powi(-24)
+    } else if e == 31 {
+        f32::INFINITY
+    } else {
+        (1.0 + m / 1024.0) * (2f32).powi(e - 15)
+    };
     if s == 1 {
         -v
     } else {
@@ -372,13 +378,9 @@ fn gemv_dot_speed() {
     }
     let reps = 100u32;
     // The big shapes outrun the L2; 8192x2048 and 2048x8192 are the 1B model's gate and down.
-    for (ty, rows, cols) in [
-        (GgmlType::Q8_0, 32768usize, 4096usize),
-        (GgmlType::Q8_0, 8192, 2048),
-        (GgmlType::Q8_0, 2048, 8192),
-        (GgmlType::Q4_K, 32768, 8192),
-        (GgmlType::Q6_K, 32768, 8192),
-    ] {
+    for (ty, rows, cols) in
+        [(GgmlType::Q8_0, 32768usize, 4096usize), (GgmlType::Q8_0, 8192, 2048), (GgmlType::Q8_0, 2048, 8192), (GgmlType::Q4_K, 32768, 8192), (GgmlType::Q6_K, 32768, 8192)]
+    {
         let bb = ty.block_bytes();
         let row_bytes = cols / (if resin_vulkan::kernels::act_block(ty) == Some(32) { 32 } else { 256 }) * bb;
         let mut rng = Rng(9);

@@ -197,10 +197,13 @@ fn embed_every_format() {
         let bar: Vec<f64> = want.iter().map(|w| 2.0 * U * w.abs()).collect();
         check(&format!("embed {ty}"), &got, &want, &bar).unwrap();
         // Control: the neighbouring token's row must fail.
-        let wrong: Vec<f64> = tokens.iter().flat_map(|&t| {
-            let t = (t as usize + 1) % vocab;
-            wq[t * cols..(t + 1) * cols].iter().map(|&v| v as f64).collect::<Vec<_>>()
-        }).collect();
+        let wrong: Vec<f64> = tokens
+            .iter()
+            .flat_map(|&t| {
+                let t = (t as usize + 1) % vocab;
+                wq[t * cols..(t + 1) * cols].iter().map(|&v| v as f64).collect::<Vec<_>>()
+            })
+            .collect();
         assert!(check("control", &got, &wrong, &bar).is_err());
     }
 }
@@ -244,12 +247,14 @@ fn rmsnorm_plain_and_fused_add() {
             assert!(xg.iter().zip(&xs).all(|(p, q)| p.to_bits() == q.to_bits()), "residual write-back");
             // Control: the norm without the fused add (or with it, for the plain form) must fail.
             let other: Vec<f32> = if fused { x.clone() } else { x.iter().zip(&a).map(|(p, q)| p + q).collect() };
-            let wrong: Vec<f64> = (0..rows * n).map(|i| {
-                let r = i / n;
-                let row = &other[r * n..(r + 1) * n];
-                let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
-                row[i % n] as f64 / (ss / n as f64 + eps as f64).sqrt() * w[i % n] as f64
-            }).collect();
+            let wrong: Vec<f64> = (0..rows * n)
+                .map(|i| {
+                    let r = i / n;
+                    let row = &other[r * n..(r + 1) * n];
+                    let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
+                    row[i % n] as f64 / (ss / n as f64 + eps as f64).sqrt() * w[i % n] as f64
+                })
+                .collect();
             assert!(check("control", &got, &wrong, &bar).is_err());
         }
     }
@@ -563,7 +568,11 @@ fn topk_lists_the_largest_logits_in_the_samplers_order() {
         let got = out.read_u32(0, 2 * rows * k as usize).unwrap();
         // (A top larger than TOPK_SLICES is sorted whole: the counts are not written.)
         for &c in sel.read_u32(0, rows).unwrap().iter().filter(|_| k <= TOPK_SLICES) {
-            if c <= TOPK_SPAN { selected += 1 } else { sorted_rows += 1 }
+            if c <= TOPK_SPAN {
+                selected += 1
+            } else {
+                sorted_rows += 1
+            }
         }
         for r in 0..rows {
             let row = &l[r * n..(r + 1) * n];
@@ -639,7 +648,15 @@ fn rope_and_store_norm_neox_bias_qknorm_passthrough() {
         mk.fill_u32(POISON).unwrap();
         mv.fill_u32(POISON).unwrap();
         let p = RopePush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, rope_dims: rope_dims as u32, flags, eps };
-        h.run(|rec| rec.rope_store(style, codec, rows as u32, [(&qb).into(), (&kb).into(), (&vb).into(), (&bb).into(), (&nb).into(), (&tb).into(), (&mb).into(), (&mk).into(), (&mv).into()], p));
+        h.run(|rec| {
+            rec.rope_store(
+                style,
+                codec,
+                rows as u32,
+                [(&qb).into(), (&kb).into(), (&vb).into(), (&bb).into(), (&nb).into(), (&tb).into(), (&mb).into(), (&mk).into(), (&mv).into()],
+                p,
+            )
+        });
 
         // Oracle, the CPU home's operations.
         let mut vv = v.clone();
@@ -752,7 +769,11 @@ fn decode_attention_case(h: &mut Harness, n_head: usize, n_head_kv: usize, hd: u
         let kvals: Vec<f32> = rng.vec(elems, 2.0).iter().map(|&a| half::f16::from_f32(a).to_f32()).collect();
         let vvals: Vec<f32> = rng.vec(elems, 2.0).iter().map(|&a| half::f16::from_f32(a).to_f32()).collect();
         let bytes = |v: &[f32]| -> Vec<u8> {
-            if codec == resin_core::KvCodec::F16 { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() } else { f32_bytes(v) }
+            if codec == resin_core::KvCodec::F16 {
+                v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect()
+            } else {
+                f32_bytes(v)
+            }
         };
         let (mk, mv) = (h.buf_bytes(&bytes(&kvals)), h.buf_bytes(&bytes(&vvals)));
         let rows = rr.len();
@@ -803,10 +824,23 @@ fn decode_attention_case(h: &mut Harness, n_head: usize, n_head_kv: usize, hd: u
             let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale };
             h.run(|rec| {
                 if !merge {
-                    return rec.attention(codec, n as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() }, p);
+                    return rec.attention(
+                        codec,
+                        n as u32,
+                        AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() },
+                        p,
+                    );
                 }
                 for _ in 0..2 {
-                    rec.attention_round(codec, n as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() }, None, Some((&done).into()), None, p)?;
+                    rec.attention_round(
+                        codec,
+                        n as u32,
+                        AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() },
+                        None,
+                        Some((&done).into()),
+                        None,
+                        p,
+                    )?;
                     rec.barrier();
                 }
                 Ok(())
@@ -883,7 +917,9 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
         let bits = |b: &Buffer, k: usize| b.read_u32(0, k).unwrap();
         // Reference: the plain combine, then the separate rounding and packing of each block size.
         let outr = h.poisoned(count);
-        h.run(|rec| rec.attention(codec, rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&outr).into() }, p));
+        h.run(|rec| {
+            rec.attention(codec, rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&outr).into() }, p)
+        });
         let want_out = bits(&outr, count);
         for block in [32u32, 256] {
             let what = format!("hd {hd} x {n_head} heads, block {block}");
@@ -907,10 +943,26 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
                 h.run(|rec| {
                     let d = merge.then(|| (&done).into());
                     let round = Some(AttnRound::Rounded { block, y: (&fq).into() });
-                    rec.attention_round(codec, rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&oq).into() }, round, d, None, p)?;
+                    rec.attention_round(
+                        codec,
+                        rows as u32,
+                        AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&oq).into() },
+                        round,
+                        d,
+                        None,
+                        p,
+                    )?;
                     rec.barrier();
                     let round = Some(AttnRound::Packed { layout: l, out: (&fp).into() });
-                    rec.attention_round(codec, rows as u32, AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&op).into() }, round, d, None, p)
+                    rec.attention_round(
+                        codec,
+                        rows as u32,
+                        AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&op).into() },
+                        round,
+                        d,
+                        None,
+                        p,
+                    )
                 });
                 assert_eq!(bits(&oq, count), want_out, "{what}: output (rounding form)");
                 assert_eq!(bits(&op, count), want_out, "{what}: output (packing form)");
@@ -990,7 +1042,9 @@ fn dispatch_floor() {
         eprintln!("{name}: {:.2} us a dispatch and barrier", h.time_chained(reps, f));
     };
     time("swiglu of 64 values", &mut |rec| rec.swiglu(64, (&g).into(), (&g).into()));
-    time("rmsnorm_add_p of 2048", &mut |rec| rec.rmsnorm_p(1, (&x).into(), Some((&a).into()), (&w).into(), (&o).into(), Some((&p).into()), None, NormPush { n: n as u32, eps: 1e-5 }));
+    time("rmsnorm_add_p of 2048", &mut |rec| {
+        rec.rmsnorm_p(1, (&x).into(), Some((&a).into()), (&w).into(), (&o).into(), Some((&p).into()), None, NormPush { n: n as u32, eps: 1e-5 })
+    });
     time("rmsnorm of 2048", &mut |rec| rec.rmsnorm(1, (&x).into(), None, (&w).into(), (&o).into(), NormPush { n: n as u32, eps: 1e-5 }));
     time("qpack of 2048", &mut |rec| rec.qpack(layout, (&x).into(), (&p).into()));
 }
@@ -1078,8 +1132,21 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
                     let rope = AttnRope { k: (&kb).into(), v: (&vb).into(), bias: (&bb).into(), table: (&tb).into(), rope_dims: rope_dims as u32, style, bias_on };
                     return rec.attention_round(codec, rows as u32, binds, None, Some((&done).into()), Some(rope), p);
                 }
-                let rp = RopePush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, rope_dims: rope_dims as u32, flags: if bias_on { ROPE_BIAS } else { 0 }, eps: 1e-6 };
-                rec.rope_store(style, codec, rows as u32, [(&qb).into(), (&kb).into(), (&vb).into(), (&bb).into(), (&nb).into(), (&tb).into(), (&mb).into(), (&mk).into(), (&mv).into()], rp)?;
+                let rp = RopePush {
+                    n_head: n_head as u32,
+                    n_head_kv: n_head_kv as u32,
+                    head_dim: hd as u32,
+                    rope_dims: rope_dims as u32,
+                    flags: if bias_on { ROPE_BIAS } else { 0 },
+                    eps: 1e-6,
+                };
+                rec.rope_store(
+                    style,
+                    codec,
+                    rows as u32,
+                    [(&qb).into(), (&kb).into(), (&vb).into(), (&bb).into(), (&nb).into(), (&tb).into(), (&mb).into(), (&mk).into(), (&mv).into()],
+                    rp,
+                )?;
                 rec.barrier();
                 rec.attention_round(codec, rows as u32, binds, None, Some((&done).into()), None, p)
             });

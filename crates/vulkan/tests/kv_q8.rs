@@ -12,7 +12,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use resin_core::{Counters, Home, StepAll, KvCodec, RegionId, Row, Segment};
+use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::{formats, GgmlType, GgufFile};
 use resin_model::{ModelConfig, RopeStyle, Tokenizer};
@@ -125,10 +125,26 @@ fn rope_store_q8_blocks_equal_the_cpu_quantization_bit_for_bit() {
             let q32 = h.buf_f32(&q);
             let mk32 = h.poisoned(mirror_elems);
             let mv32 = h.poisoned(mirror_elems);
-            h.run(|rec| rec.rope_store(style, KvCodec::F32, n as u32, [(&q32).into(), (&kb).into(), (&vb).into(), (&bb).into(), (&nb).into(), (&tb).into(), (&mb).into(), (&mk32).into(), (&mv32).into()], p));
+            h.run(|rec| {
+                rec.rope_store(
+                    style,
+                    KvCodec::F32,
+                    n as u32,
+                    [(&q32).into(), (&kb).into(), (&vb).into(), (&bb).into(), (&nb).into(), (&tb).into(), (&mb).into(), (&mk32).into(), (&mv32).into()],
+                    p,
+                )
+            });
             let (gk32, gv32) = (mk32.read_f32(0, mirror_elems).unwrap(), mv32.read_f32(0, mirror_elems).unwrap());
             let q8b = h.buf_f32(&q);
-            h.run(|rec| rec.rope_store(style, KvCodec::Q8_0, n as u32, [(&q8b).into(), (&kb).into(), (&vb).into(), (&bb).into(), (&nb).into(), (&tb).into(), (&mb).into(), (&mk8).into(), (&mv8).into()], p));
+            h.run(|rec| {
+                rec.rope_store(
+                    style,
+                    KvCodec::Q8_0,
+                    n as u32,
+                    [(&q8b).into(), (&kb).into(), (&vb).into(), (&bb).into(), (&nb).into(), (&tb).into(), (&mb).into(), (&mk8).into(), (&mv8).into()],
+                    p,
+                )
+            });
             // q is roped in place the same way in both forms.
             assert!(bits_equal(&q8b.read_f32(0, n * q_dim).unwrap(), &q32.read_f32(0, n * q_dim).unwrap()), "hd {hd}: q differs between the forms");
             for &(pos, reg) in rows.iter() {
@@ -237,7 +253,9 @@ fn attention_over_a_q8_mirror_matches_the_oracle_over_its_dequantized_values() {
             let (mk, mv) = if codec == KvCodec::Q8_0 { (&mk8, &mv8) } else { (&mk32, &mv32) };
             let part = h.poisoned(attn_part_len(n, n_head, hd, ATTN_SLOTS as usize));
             let ob = h.poisoned(n * q_dim);
-            h.run(|rec| rec.attention(codec, n as u32, AttnBinds { q: (&qb).into(), mk: mk.into(), mv: mv.into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() }, p(pieces)));
+            h.run(|rec| {
+                rec.attention(codec, n as u32, AttnBinds { q: (&qb).into(), mk: mk.into(), mv: mv.into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() }, p(pieces))
+            });
             ob.read_f32(0, n * q_dim).unwrap()
         };
         let f32_ref = decode(&mut h, KvCodec::F32, 1);
@@ -325,7 +343,8 @@ fn the_q8_mirror_on_each_home_gives_the_same_ids_and_snapshots_cross_over() {
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let tok = Tokenizer::from_gguf(&file).unwrap();
     let n_ctx = 128;
-    let cpu = || CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(n_ctx), regions: 2, codec: KvCodec::Q8_0, threads: None }, Arc::new(Counters::default())).unwrap();
+    let cpu =
+        || CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(n_ctx), regions: 2, codec: KvCodec::Q8_0, threads: None }, Arc::new(Counters::default())).unwrap();
     let vopts = VulkanOptions { n_ctx: Some(n_ctx), regions: 2, codec: KvCodec::Q8_0, q8_activations: true, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() };
     let mut vk = VulkanHome::on(gpu, file.clone(), cfg.clone(), &vopts, Arc::new(Counters::default())).unwrap();
     let mut c = cpu();
@@ -403,4 +422,3 @@ fn the_q8_mirror_on_each_home_gives_the_same_ids_and_snapshots_cross_over() {
     eprintln!("control (a step without the prompt's K/V): relative L2 {control:.2e}");
     assert!(control >= Q8_BAR, "control: logits without the prompt's K/V must fail the bar");
 }
-

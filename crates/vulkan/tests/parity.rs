@@ -8,7 +8,7 @@ use common::{argmax, rel_l2};
 
 use std::sync::Arc;
 
-use resin_core::{Counters, Home, Profile, StepAll, KvCodec, RegionId, Row, Segment};
+use resin_core::{Counters, Home, KvCodec, Profile, RegionId, Row, Segment, StepAll};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
@@ -31,7 +31,14 @@ fn cpu_home(file: Arc<GgufFile>, n_ctx: usize, regions: usize) -> CpuHome {
 
 fn homes_on(gpu: Arc<resin_vulkan::Gpu>, file: Arc<GgufFile>, n_ctx: usize, regions: usize, q8_activations: bool) -> (CpuHome, VulkanHome) {
     let cfg = ModelConfig::from_gguf(&file).unwrap();
-    let vk = VulkanHome::on(gpu, file.clone(), cfg, &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() }, Arc::new(Counters::default())).unwrap();
+    let vk = VulkanHome::on(
+        gpu,
+        file.clone(),
+        cfg,
+        &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() },
+        Arc::new(Counters::default()),
+    )
+    .unwrap();
     (cpu_home(file, n_ctx, regions), vk)
 }
 

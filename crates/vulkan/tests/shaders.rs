@@ -20,8 +20,7 @@ fn manifest_matches_sources() {
     common.sort_by(|a, b| a.file_name().unwrap().as_encoded_bytes().cmp(b.file_name().unwrap().as_encoded_bytes()));
     let common_bytes: Vec<u8> = common.iter().flat_map(|p| std::fs::read(p).unwrap()).collect();
     let manifest = std::fs::read_to_string(dir.join("spv/MANIFEST")).expect("spv/MANIFEST: run scripts/build_shaders.sh");
-    let recorded: std::collections::HashMap<&str, &str> =
-        manifest.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(' ')).collect();
+    let recorded: std::collections::HashMap<&str, &str> = manifest.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(' ')).collect();
     assert_eq!(recorded.len(), resin_vulkan::pipelines::VARIANTS.len(), "MANIFEST and the variant table list different variants: run scripts/build_shaders.sh");
     for v in resin_vulkan::pipelines::VARIANTS {
         let mut h = Sha256::new();
@@ -52,10 +51,5 @@ fn committed_spirv_is_fresh() {
     };
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/build_shaders.sh");
     let out = std::process::Command::new("bash").arg(script).arg("--check").env("GLSLANG", compiler).output().unwrap();
-    assert!(
-        out.status.success(),
-        "committed SPIR-V is stale:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "committed SPIR-V is stale:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }

@@ -156,7 +156,13 @@ pub fn check(what: &str, got: &[f32], want: &[f64], bar: &[f64]) -> Result<f64, 
             return Err(format!("{what}[{i}] = {g} (not finite; want {})", want[i]));
         }
         let e = (g - want[i]).abs();
-        let r = if bar[i] > 0.0 { e / bar[i] } else if e == 0.0 { 0.0 } else { f64::INFINITY };
+        let r = if bar[i] > 0.0 {
+            e / bar[i]
+        } else if e == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        };
         if r > worst.1 {
             worst = (i, r);
         }

@@ -1,0 +1,201 @@
+//! The conformance suite's plumbing: which home a scenario runs on, the model, requests and
+//! their streams, the prompts, and each prompt's tokens alone (the reference most scenarios
+//! compare with).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use resin_core::{Counters, Home, HomeSpec, KvCodec, Logits, Need, RegionId, Row, Segment, StepOut};
+use resin_cpu::{CpuHome, CpuOptions};
+use resin_engine::{Engine, EngineConfig, Finish, GenEvent, GenHandle, GenRequest};
+use resin_gguf::GgufFile;
+use resin_model::{ModelConfig, Tokenizer};
+use resin_vulkan::{Gpu, VulkanHome, VulkanOptions, WideMode};
+
+/// The homes every scenario runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Cpu,
+    /// On Mesa's lavapipe in CI.
+    Vulkan,
+}
+
+/// Positions per region of the suite's homes.
+pub const N_CTX: usize = 256;
+/// Tokens each stream generates (greedy, no stop ids: every run has this length).
+pub const TOKENS: usize = 8;
+
+/// One scenario's homes: its kind, the model (SmolLM2-135M) and, for the Vulkan home, the
+/// scenario's device. The homes a scenario builds on the device take turns: one is dropped
+/// before the next is built (two homes' threads would submit to the same queue), which
+/// `home` checks.
+pub struct Suite {
+    pub kind: Kind,
+    pub tok: Arc<Tokenizer>,
+    file: Arc<GgufFile>,
+    cfg: ModelConfig,
+    gpu: Option<(Arc<Gpu>, usize)>,
+}
+
+impl Suite {
+    /// The suite for `kind`; None where the Vulkan home has no device (a SKIP line, or a
+    /// failure when RESIN_REQUIRE_VULKAN=1).
+    pub fn new(kind: Kind) -> Option<Suite> {
+        let gpu = match kind {
+            Kind::Cpu => None,
+            Kind::Vulkan => match Gpu::start() {
+                Ok(g) => {
+                    let held = Arc::strong_count(&g);
+                    Some((g, held))
+                }
+                Err(e) => {
+                    if std::env::var("RESIN_REQUIRE_VULKAN").as_deref() == Ok("1") {
+                        panic!("RESIN_REQUIRE_VULKAN=1 but there is no Vulkan device: {e}");
+                    }
+                    eprintln!("SKIP: no Vulkan device ({e}); apt-get install mesa-vulkan-drivers libvulkan1");
+                    return None;
+                }
+            },
+        };
+        let path = resin_hub::ensure("smollm2-135m", false).expect("fetching SmolLM2-135M");
+        let file = Arc::new(GgufFile::open(path).unwrap());
+        let cfg = ModelConfig::from_gguf(&file).unwrap();
+        let tok = Arc::new(Tokenizer::from_gguf(&file).unwrap());
+        Some(Suite { kind, tok, file, cfg, gpu })
+    }
+
+    /// A home of `regions` regions of `n_ctx` positions (the Vulkan home's wide steps in lanes).
+    pub fn home(&self, regions: usize, n_ctx: usize) -> Box<dyn Home> {
+        self.home_wide(regions, n_ctx, WideMode::Lanes)
+    }
+
+    /// As `home`, the Vulkan home's steps of more than NROW_MAX rows run as `wide` says.
+    pub fn home_wide(&self, regions: usize, n_ctx: usize, wide: WideMode) -> Box<dyn Home> {
+        let counters = Arc::new(Counters::default());
+        match &self.gpu {
+            None => {
+                let opts = CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None };
+                Box::new(CpuHome::new(self.file.clone(), self.cfg.clone(), &opts, counters).unwrap())
+            }
+            Some((gpu, held)) => {
+                assert_eq!(Arc::strong_count(gpu), *held, "a scenario's Vulkan homes take turns: drop the last engine before building the next");
+                let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, wide, ..VulkanOptions::default() };
+                Box::new(VulkanHome::on(gpu.clone(), self.file.clone(), self.cfg.clone(), &opts, counters).unwrap())
+            }
+        }
+    }
+
+    /// An engine over a home of `regions` regions of N_CTX positions.
+    pub fn engine(&self, regions: usize, config: EngineConfig) -> Engine {
+        Engine::start(self.home(regions, N_CTX), self.tok.clone(), config)
+    }
+
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.tok.encode(text, false, false).unwrap()
+    }
+
+    /// Each prompt's `tokens` tokens alone: one after another on an engine of one region,
+    /// default settings. Kept for the process (scenarios share prompts); the prompts computed
+    /// together share no first token, so none adopts another's rows.
+    pub fn alone(&self, prompts: &[Vec<u32>], tokens: usize) -> Vec<Vec<u32>> {
+        /// (tokens, prompt) -> the prompt's tokens alone, a map for each kind.
+        type Known = Mutex<BTreeMap<(usize, Vec<u32>), Vec<u32>>>;
+        static ALONE: [Known; 2] = [Mutex::new(BTreeMap::new()), Mutex::new(BTreeMap::new())];
+        let mut known = ALONE[self.kind as usize].lock().unwrap_or_else(|e| e.into_inner());
+        let mut missing: Vec<&Vec<u32>> = prompts.iter().filter(|p| !known.contains_key(&(tokens, p.to_vec()))).collect();
+        missing.dedup();
+        if !missing.is_empty() {
+            assert_distinct_starts(&missing);
+            let e = self.engine(1, EngineConfig::default());
+            for p in missing {
+                let (ids, f) = collect(e.submit(request(p.clone(), tokens)).unwrap());
+                assert_eq!(f.reused_tokens, 0, "a prompt alone adopts nothing");
+                known.insert((tokens, p.clone()), ids);
+            }
+        }
+        prompts.iter().map(|p| known[&(tokens, p.clone())].clone()).collect()
+    }
+}
+
+/// Greedy, exactly `n` tokens (no stop ids).
+pub fn request(prompt: Vec<u32>, n: usize) -> GenRequest {
+    let mut r = GenRequest::new(prompt, n);
+    r.stop_ids = Some(Vec::new());
+    r
+}
+
+/// A stream's tokens and how it finished.
+pub fn collect(mut h: GenHandle) -> (Vec<u32>, Finish) {
+    let mut ids = Vec::new();
+    while let Some(ev) = h.blocking_next() {
+        match ev {
+            GenEvent::Delta { ids: new, .. } => ids.extend(new),
+            GenEvent::Done(f) => return (ids, f),
+            GenEvent::Error(e) => panic!("generation failed: {e}"),
+        }
+    }
+    panic!("stream ended without Done");
+}
+
+/// Every prompt submitted at once, each stream's `tokens` tokens.
+pub fn together(e: &Engine, prompts: &[Vec<u32>], tokens: usize) -> Vec<Vec<u32>> {
+    let hs: Vec<GenHandle> = prompts.iter().map(|p| e.submit(request(p.clone(), tokens)).unwrap()).collect();
+    hs.into_iter().map(|h| collect(h).0).collect()
+}
+
+pub fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+fn assert_distinct_starts(prompts: &[&Vec<u32>]) {
+    let firsts: std::collections::BTreeSet<u32> = prompts.iter().map(|p| p[0]).collect();
+    assert_eq!(firsts.len(), prompts.len(), "prompts run one after another on one region must not share a first token");
+}
+
+/// `n` (at most 12) prompts of two tokens that share no first token: the peel packs four a
+/// tick, so the streams are soon decoding together.
+pub fn short_prompts(s: &Suite, n: usize) -> Vec<Vec<u32>> {
+    let subjects = ["Cats", "Dogs", "Birds", "Trees", "Fish", "Books", "Children", "People", "Students", "Doctors", "Teachers", "Winter"];
+    let ps: Vec<Vec<u32>> = subjects[..n].iter().map(|x| s.encode(&format!("{x} are"))).collect();
+    assert!(ps.iter().all(|p| p.len() == 2), "two tokens a prompt");
+    assert_distinct_starts(&ps.iter().collect::<Vec<_>>());
+    ps
+}
+
+/// A home that takes at most `rows_max` rows a step: the engine steps more streams in
+/// balanced calls of its own.
+pub struct Capped {
+    home: Box<dyn Home>,
+    spec: HomeSpec,
+}
+
+impl Capped {
+    pub fn new(home: Box<dyn Home>, rows_max: usize) -> Capped {
+        let mut spec = home.spec().clone();
+        spec.step_rows_max = rows_max;
+        Capped { home, spec }
+    }
+}
+
+impl Home for Capped {
+    fn spec(&self) -> &HomeSpec {
+        &self.spec
+    }
+    fn prefill(&mut self, segments: &[Segment<'_>]) -> resin_core::Result<Logits> {
+        self.home.prefill(segments)
+    }
+    fn step(&mut self, rows: &[Row], needs: &[Need]) -> resin_core::Result<StepOut> {
+        resin_core::check_step(&self.spec, rows, needs)?;
+        self.home.step(rows, needs)
+    }
+    fn counters(&self) -> &Arc<Counters> {
+        self.home.counters()
+    }
+    fn save_region(&mut self, region: RegionId, rows: usize) -> resin_core::Result<Vec<u8>> {
+        self.home.save_region(region, rows)
+    }
+    fn load_region(&mut self, region: RegionId, rows: usize, snapshot: &[u8]) -> resin_core::Result<()> {
+        self.home.load_region(region, rows, snapshot)
+    }
+}
