@@ -79,11 +79,7 @@ fn time<F: FnMut()>(mut f: F, min_s: f64) -> f64 {
         f();
         reps += 1;
     }
-    let spent = if cpu {
-        cpu_now() - c0
-    } else {
-        t.elapsed().as_secs_f64()
-    };
+    let spent = if cpu { cpu_now() - c0 } else { t.elapsed().as_secs_f64() };
     if MIN_OF.load(std::sync::atomic::Ordering::Relaxed) {
         // The fastest of several short batches (a busy machine only ever slows a batch down).
         let per = spent / reps as f64;
@@ -113,59 +109,27 @@ struct Layer {
 }
 
 const fn l(name: &'static str, ty: GgmlType, rows: usize, cols: usize) -> Layer {
-    Layer {
-        name,
-        ty,
-        rows,
-        cols,
-    }
+    Layer { name, ty, rows, cols }
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let simd = match args
-        .iter()
-        .position(|a| a == "--simd")
-        .map(|i| args[i + 1].as_str())
-    {
+    let simd = match args.iter().position(|a| a == "--simd").map(|i| args[i + 1].as_str()) {
         Some("portable") => Simd::Portable,
         Some("avx2") => Simd::Avx2,
         Some("avx512vnni") => Simd::Avx512Vnni,
         _ => Simd::detected(),
     };
-    CPU_CLOCK.store(
-        args.iter().any(|a| a == "--cpu"),
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    MIN_OF.store(
-        args.iter().any(|a| a == "--min"),
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    CPU_CLOCK.store(args.iter().any(|a| a == "--cpu"), std::sync::atomic::Ordering::Relaxed);
+    MIN_OF.store(args.iter().any(|a| a == "--min"), std::sync::atomic::Ordering::Relaxed);
     // --only Q5_0,Q4_K: just those formats' matrices; --no-sweep: skip the whole-model sweeps.
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .map(|i| args[i + 1].clone());
+    let only = args.iter().position(|a| a == "--only").map(|i| args[i + 1].clone());
     let min_s = if quick { 0.1 } else { 0.4 };
-    println!(
-        "simd {}, {} threads, {} time",
-        simd.name(),
-        rayon::current_num_threads(),
-        if CPU_CLOCK.load(std::sync::atomic::Ordering::Relaxed) {
-            "process CPU"
-        } else {
-            "wall"
-        }
-    );
+    println!("simd {}, {} threads, {} time", simd.name(), rayon::current_num_threads(), if CPU_CLOCK.load(std::sync::atomic::Ordering::Relaxed) { "process CPU" } else { "wall" });
     use GgmlType::*;
-    let smol: &[Layer] = &[
-        l("attn_q/o", Q4_1, 576, 576),
-        l("attn_k/v", Q4_1, 192, 576),
-        l("ffn_gate/up", Q4_1, 1536, 576),
-        l("ffn_down", Q4_1, 576, 1536),
-        l("classifier", Q8_0, 49152, 576),
-    ];
+    let smol: &[Layer] =
+        &[l("attn_q/o", Q4_1, 576, 576), l("attn_k/v", Q4_1, 192, 576), l("ffn_gate/up", Q4_1, 1536, 576), l("ffn_down", Q4_1, 576, 1536), l("classifier", Q8_0, 49152, 576)];
     let qwen: &[Layer] = &[
         l("attn_q/o", Q5_0, 896, 896),
         l("attn_k", Q5_0, 128, 896),
@@ -178,10 +142,7 @@ fn main() {
         l("(Q4_1 ref)", Q4_1, 1024, 1024),
     ];
     let mut rng = Rng(0x1234_5678_9abc_def1);
-    println!(
-        "{:<12} {:>5} {:>13} {:>5} {:>10} {:>9} {:>9}",
-        "matrix", "type", "rows x cols", "n", "us", "GFLOP/s", "GB/s"
-    );
+    println!("{:<12} {:>5} {:>13} {:>5} {:>10} {:>9} {:>9}", "matrix", "type", "rows x cols", "n", "us", "GFLOP/s", "GB/s");
     for (model, layers) in [("SmolLM2-135M", smol), ("Qwen2.5-0.5B", qwen)] {
         println!("-- {model}");
         for ly in layers {
@@ -196,9 +157,7 @@ fn main() {
                 if n > 1 && ly.name == "classifier" {
                     continue; // prefill runs the classifier on segment-last rows only
                 }
-                let x: Vec<f32> = (0..n * ly.cols)
-                    .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
-                    .collect();
+                let x: Vec<f32> = (0..n * ly.cols).map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5).collect();
                 let acts = Acts::prepare(&x, n, ly.cols, ly.ty);
                 let mut out = vec![0f32; n * ly.rows];
                 let t = time(|| matmul_on(simd, &w, &acts, &mut out), min_s);
@@ -223,15 +182,7 @@ fn main() {
     }
     // Whole-model sweeps: every layer's own weights (so decode streams them like the model).
     println!("-- whole-model matmul sweeps (matmuls only, incl. activation quantization)");
-    let smol_layer = [
-        (Q4_1, 576, 576),
-        (Q4_1, 192, 576),
-        (Q4_1, 192, 576),
-        (Q4_1, 576, 576),
-        (Q4_1, 1536, 576),
-        (Q4_1, 1536, 576),
-        (Q4_1, 576, 1536),
-    ];
+    let smol_layer = [(Q4_1, 576, 576), (Q4_1, 192, 576), (Q4_1, 192, 576), (Q4_1, 576, 576), (Q4_1, 1536, 576), (Q4_1, 1536, 576), (Q4_1, 576, 1536)];
     let mut qwen_layers = Vec::new();
     for i in 0..24 {
         let more = i % 3 == 0 || !(3..21).contains(&i); // Q4_K_M gives some layers more bits
@@ -245,41 +196,14 @@ fn main() {
             (if more { Q6_K } else { Q4_K }, 896, 4864),
         ]);
     }
-    let smol_layers: Vec<Vec<(GgmlType, usize, usize)>> =
-        (0..30).map(|_| smol_layer.to_vec()).collect();
-    for (model, layers, classifier) in [
-        (
-            "SmolLM2-135M Q4_1",
-            &smol_layers,
-            (Q8_0, 49152usize, 576usize),
-        ),
-        ("Qwen2.5-0.5B Q4_K_M", &qwen_layers, (Q8_0, 151936, 896)),
-    ] {
-        let mats: Vec<Vec<Vec<u8>>> = layers
-            .iter()
-            .map(|ls| {
-                ls.iter()
-                    .map(|&(ty, r, c)| weights(ty, r, c, &mut rng))
-                    .collect()
-            })
-            .collect();
+    let smol_layers: Vec<Vec<(GgmlType, usize, usize)>> = (0..30).map(|_| smol_layer.to_vec()).collect();
+    for (model, layers, classifier) in [("SmolLM2-135M Q4_1", &smol_layers, (Q8_0, 49152usize, 576usize)), ("Qwen2.5-0.5B Q4_K_M", &qwen_layers, (Q8_0, 151936, 896))] {
+        let mats: Vec<Vec<Vec<u8>>> = layers.iter().map(|ls| ls.iter().map(|&(ty, r, c)| weights(ty, r, c, &mut rng)).collect()).collect();
         let cls = weights(classifier.0, classifier.1, classifier.2, &mut rng);
         let total_bytes: usize = mats.iter().flatten().map(|m| m.len()).sum::<usize>() + cls.len();
         for n in [1usize, 512] {
-            let xs: Vec<Vec<f32>> = [576usize, 896, 1536, 4864]
-                .iter()
-                .map(|&c| {
-                    (0..n * c)
-                        .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
-                        .collect()
-                })
-                .collect();
-            let pick = |c: usize| {
-                &xs[[576usize, 896, 1536, 4864]
-                    .iter()
-                    .position(|&v| v == c)
-                    .unwrap()]
-            };
+            let xs: Vec<Vec<f32>> = [576usize, 896, 1536, 4864].iter().map(|&c| (0..n * c).map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5).collect()).collect();
+            let pick = |c: usize| &xs[[576usize, 896, 1536, 4864].iter().position(|&v| v == c).unwrap()];
             let mut out = vec![0f32; n * 4864];
             let mut cls_out = vec![0f32; classifier.1];
             let run = |out: &mut Vec<f32>, cls_out: &mut Vec<f32>| {
@@ -291,24 +215,11 @@ fn main() {
                     }
                 }
                 let w = QMatrix::new(classifier.0, classifier.1, classifier.2, &cls).unwrap();
-                let acts = Acts::prepare(
-                    &pick(classifier.2)[..classifier.2],
-                    1,
-                    classifier.2,
-                    classifier.0,
-                );
+                let acts = Acts::prepare(&pick(classifier.2)[..classifier.2], 1, classifier.2, classifier.0);
                 matmul_on(simd, &w, &acts, cls_out);
             };
-            let t = time(
-                || run(&mut out, &mut cls_out),
-                if quick { 0.3 } else { 1.5 },
-            );
-            println!(
-                "{model:<22} n={n:<4} {:>8.2} ms/pass {:>8.1} tok/s {:>7.1} GB/s of weights",
-                t * 1e3,
-                n as f64 / t,
-                total_bytes as f64 / t * 1e-9
-            );
+            let t = time(|| run(&mut out, &mut cls_out), if quick { 0.3 } else { 1.5 });
+            println!("{model:<22} n={n:<4} {:>8.2} ms/pass {:>8.1} tok/s {:>7.1} GB/s of weights", t * 1e3, n as f64 / t, total_bytes as f64 / t * 1e-9);
         }
     }
 }

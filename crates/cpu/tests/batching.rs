@@ -8,7 +8,7 @@ mod common;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use resin_core::{Counters, Home, StepAll, KvCodec, RegionId, Row, Segment};
+use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
@@ -26,7 +26,6 @@ fn home(regions: usize, codec: KvCodec) -> CpuHome {
 /// what was measured on 2026-12-02 (f16 3.4e-2, q8_0 2.0e-2; the order between them varies).
 const BAR16: f64 = 7e-2;
 const BAR8: f64 = 5e-2;
-
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -52,11 +51,7 @@ fn n_rows_equal_each_row_alone() {
     }
     // Three steps of five rows at different positions.
     for step in 0..3u32 {
-        let rows: Vec<Row> = prompts
-            .iter()
-            .enumerate()
-            .map(|(r, p)| Row { region: RegionId(r as u32), token: 500 + step * 11 + r as u32, pos: p.len() as u32 + step })
-            .collect();
+        let rows: Vec<Row> = prompts.iter().enumerate().map(|(r, p)| Row { region: RegionId(r as u32), token: 500 + step * 11 + r as u32, pos: p.len() as u32 + step }).collect();
         let together = batched.step_logits(&rows).unwrap();
         for (i, row) in rows.iter().enumerate() {
             let single = alone.step_logits(&[*row]).unwrap();
@@ -71,9 +66,7 @@ fn segments_in_one_window_equal_each_session_alone() {
     let a = tokens(37, 1);
     let b = tokens(90, 2);
     let mut shared = home(2, KvCodec::F16);
-    let both = shared
-        .prefill(&[Segment { region: RegionId(0), start: 0, tokens: &a }, Segment { region: RegionId(1), start: 0, tokens: &b }])
-        .unwrap();
+    let both = shared.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &a }, Segment { region: RegionId(1), start: 0, tokens: &b }]).unwrap();
     let mut solo = home(2, KvCodec::F16);
     let la = prefill_one(&mut solo, 0, &a);
     let lb = prefill_one(&mut solo, 1, &b);

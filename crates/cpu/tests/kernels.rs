@@ -102,10 +102,7 @@ fn k4(j: usize, q: &[u8]) -> (f32, f32) {
     if j < 4 {
         ((q[j] & 63) as f32, (q[j + 4] & 63) as f32)
     } else {
-        (
-            ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4)) as f32,
-            ((q[j + 4] >> 4) | ((q[j] >> 6) << 4)) as f32,
-        )
+        (((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4)) as f32, ((q[j + 4] >> 4) | ((q[j] >> 6) << 4)) as f32)
     }
 }
 
@@ -196,8 +193,7 @@ fn dequant_block(ty: GgmlType, b: &[u8], y: &mut [f32]) {
                         is += 1;
                         for l in 0..16 {
                             let li = l + 16 * half;
-                            let v =
-                                ((q[li] >> shift) & 3) as i32 - if b[li] & m != 0 { 0 } else { 4 };
+                            let v = ((q[li] >> shift) & 3) as i32 - if b[li] & m != 0 { 0 } else { 4 };
                             y[yi] = dl * v as f32;
                             yi += 1;
                         }
@@ -216,20 +212,12 @@ fn dequant_block(ty: GgmlType, b: &[u8], y: &mut [f32]) {
                 let (sc1, m1) = k4(2 * j, s);
                 let (sc2, m2) = k4(2 * j + 1, s);
                 for l in 0..32 {
-                    let hb = if five && b[16 + l] & (1 << (2 * j)) != 0 {
-                        16.0
-                    } else {
-                        0.0
-                    };
+                    let hb = if five && b[16 + l] & (1 << (2 * j)) != 0 { 16.0 } else { 0.0 };
                     y[yi] = d * sc1 * ((ql[32 * j + l] & 0xF) as f32 + hb) - min * m1;
                     yi += 1;
                 }
                 for l in 0..32 {
-                    let hb = if five && b[16 + l] & (2 << (2 * j)) != 0 {
-                        16.0
-                    } else {
-                        0.0
-                    };
+                    let hb = if five && b[16 + l] & (2 << (2 * j)) != 0 { 16.0 } else { 0.0 };
                     y[yi] = d * sc2 * ((ql[32 * j + l] >> 4) as f32 + hb) - min * m2;
                     yi += 1;
                 }
@@ -263,25 +251,16 @@ fn dequant(ty: GgmlType, data: &[u8], n: usize) -> Vec<f32> {
     let (bl, bb) = (ty.block_len(), ty.block_bytes());
     let mut y = vec![0f32; n];
     for b in 0..n / bl {
-        dequant_block(
-            ty,
-            &data[b * bb..(b + 1) * bb],
-            &mut y[b * bl..(b + 1) * bl],
-        );
+        dequant_block(ty, &data[b * bb..(b + 1) * bb], &mut y[b * bl..(b + 1) * bl]);
     }
     // Cross-check against the gguf crate's reference once it exists.
     let theirs = std::panic::catch_unwind(|| {
         let mut t = vec![0f32; n];
-        resin_gguf::formats::dequantize(ty, data, &mut t)
-            .ok()
-            .map(|_| t)
+        resin_gguf::formats::dequantize(ty, data, &mut t).ok().map(|_| t)
     });
     if let Ok(Some(t)) = theirs {
         for (i, (a, b)) in y.iter().zip(&t).enumerate() {
-            assert!(
-                a.to_bits() == b.to_bits() || (a - b).abs() <= 1e-6 * a.abs().max(1e-3),
-                "{ty} value {i}: test {a} vs gguf {b}"
-            );
+            assert!(a.to_bits() == b.to_bits() || (a - b).abs() <= 1e-6 * a.abs().max(1e-3), "{ty} value {i}: test {a} vs gguf {b}");
         }
     }
     y
@@ -293,15 +272,9 @@ fn random_acts(n: usize, cols: usize, rng: &mut Rng) -> Vec<f32> {
 
 /// The named bar for one output element (see the module docs).
 fn bar(ty: GgmlType, w: &[f32], x: &[f32]) -> f64 {
-    let sum_abs: f64 = w
-        .iter()
-        .zip(x)
-        .map(|(a, b)| (*a as f64 * *b as f64).abs())
-        .sum();
+    let sum_abs: f64 = w.iter().zip(x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
     match ty {
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
-            (w.len() as f64 / 8.0 + 32.0) * f32::EPSILON as f64 * sum_abs + 1e-30
-        }
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => (w.len() as f64 / 8.0 + 32.0) * f32::EPSILON as f64 * sum_abs + 1e-30,
         _ => {
             let blk = if ty.block_len() == 256 { 256 } else { 32 };
             let mut q8 = 0f64;
@@ -329,16 +302,7 @@ fn shapes(ty: GgmlType) -> Vec<(usize, usize)> {
 
 /// (worst err / bar, mean err / sum|w x|) over every element.
 #[allow(clippy::too_many_arguments)]
-fn check(
-    ty: GgmlType,
-    simd: Simd,
-    rows: usize,
-    cols: usize,
-    n: usize,
-    data: &[u8],
-    wf: &[f32],
-    x: &[f32],
-) -> (f64, f64) {
+fn check(ty: GgmlType, simd: Simd, rows: usize, cols: usize, n: usize, data: &[u8], wf: &[f32], x: &[f32]) -> (f64, f64) {
     let w = QMatrix::new(ty, rows, cols, data).unwrap();
     let acts = Acts::prepare(x, n, cols, ty);
     let mut out = vec![0f32; n * rows];
@@ -349,11 +313,7 @@ fn check(
             let (wr, xr) = (&wf[r * cols..(r + 1) * cols], &x[i * cols..(i + 1) * cols]);
             let e = (out[i * rows + r] as f64 - exact(wr, xr)).abs();
             worst = worst.max(e / bar(ty, wr, xr));
-            let sa: f64 = wr
-                .iter()
-                .zip(xr)
-                .map(|(a, b)| (*a as f64 * *b as f64).abs())
-                .sum();
+            let sa: f64 = wr.iter().zip(xr).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
             rel += e / sa.max(1e-30);
         }
     }
@@ -373,11 +333,7 @@ fn every_format_every_path_within_bar() {
             for simd in Simd::available() {
                 let (worst, rel) = check(ty, simd, rows, cols, n, &data, &wf, &x);
                 println!("{ty:5} {:10} {rows:3}x{cols:4}: worst err/bar {worst:.3}, mean rel err {rel:.2e}", simd.name());
-                assert!(
-                    worst <= 1.0,
-                    "{ty} on {}: error {worst} x the bar",
-                    simd.name()
-                );
+                assert!(worst <= 1.0, "{ty} on {}: error {worst} x the bar", simd.name());
                 let w = QMatrix::new(ty, rows, cols, &data).unwrap();
                 let acts = Acts::prepare(&x, n, cols, ty);
                 let mut out = vec![0f32; n * rows];
@@ -389,16 +345,8 @@ fn every_format_every_path_within_bar() {
             for (simd, o) in &outs[1..] {
                 for (k, (a, b)) in base.iter().zip(o).enumerate() {
                     let (i, r) = (k / rows, k % rows);
-                    let sa: f64 = wf[r * cols..(r + 1) * cols]
-                        .iter()
-                        .zip(&x[i * cols..(i + 1) * cols])
-                        .map(|(a, b)| (*a as f64 * *b as f64).abs())
-                        .sum();
-                    assert!(
-                        ((a - b).abs() as f64) <= 1e-5 * sa + 1e-12,
-                        "{ty} {}: element {k} portable {a} vs {b}",
-                        simd.name()
-                    );
+                    let sa: f64 = wf[r * cols..(r + 1) * cols].iter().zip(&x[i * cols..(i + 1) * cols]).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+                    assert!(((a - b).abs() as f64) <= 1e-5 * sa + 1e-12, "{ty} {}: element {k} portable {a} vs {b}", simd.name());
                 }
             }
         }
@@ -432,11 +380,7 @@ fn negative_control_breaks_the_bar() {
         let x = random_acts(n, cols, &mut rng);
         for simd in Simd::available() {
             let (worst, _) = check(ty, simd, rows, cols, n, &bad, &wf, &x);
-            assert!(
-                worst > 1.0,
-                "{ty} on {}: a perturbed block stays within the bar ({worst})",
-                simd.name()
-            );
+            assert!(worst > 1.0, "{ty} on {}: a perturbed block stays within the bar ({worst})", simd.name());
         }
     }
 }
@@ -462,36 +406,19 @@ fn bit_identical_across_batches_and_threads() {
             for i in 0..n {
                 let one = run(&x[i * cols..(i + 1) * cols], 1);
                 for r in 0..rows {
-                    assert_eq!(
-                        one[r].to_bits(),
-                        all[i * rows + r].to_bits(),
-                        "{ty} {}: n=1 vs n=33 at ({i},{r})",
-                        simd.name()
-                    );
+                    assert_eq!(one[r].to_bits(), all[i * rows + r].to_bits(), "{ty} {}: n=1 vs n=33 at ({i},{r})", simd.name());
                 }
             }
             let seven = run(&x[3 * cols..10 * cols], 7);
             for i in 0..7 {
                 for r in 0..rows {
-                    assert_eq!(
-                        seven[i * rows + r].to_bits(),
-                        all[(i + 3) * rows + r].to_bits(),
-                        "{ty} {}: n=7",
-                        simd.name()
-                    );
+                    assert_eq!(seven[i * rows + r].to_bits(), all[(i + 3) * rows + r].to_bits(), "{ty} {}: n=7", simd.name());
                 }
             }
             for threads in [1, 3] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
                 let t = pool.install(|| run(&x, n));
-                assert!(
-                    t.iter().zip(&all).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{ty} {}: {threads} threads",
-                    simd.name()
-                );
+                assert!(t.iter().zip(&all).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty} {}: {threads} threads", simd.name());
             }
         }
     }
@@ -519,12 +446,7 @@ fn bit_identical_every_shape_prefill_tiles() {
                     for i in 0..n {
                         let one = run(&x[i * cols..(i + 1) * cols], 1);
                         for r in 0..rows {
-                            assert_eq!(
-                                one[r].to_bits(),
-                                all[i * rows + r].to_bits(),
-                                "{ty} {} {rows}x{cols}: n=1 vs n={n} at ({i},{r})",
-                                simd.name()
-                            );
+                            assert_eq!(one[r].to_bits(), all[i * rows + r].to_bits(), "{ty} {} {rows}x{cols}: n=1 vs n={n} at ({i},{r})", simd.name());
                         }
                     }
                 }
@@ -537,14 +459,7 @@ fn bit_identical_every_shape_prefill_tiles() {
 #[test]
 fn bit_identical_when_parallel() {
     let mut rng = Rng(0x9999);
-    for ty in [
-        GgmlType::Q4_1,
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q6_K,
-        GgmlType::Q5_0,
-        GgmlType::F16,
-    ] {
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::F16] {
         let (rows, cols) = (301, 512);
         let data = random_weights(ty, rows, cols, &mut rng);
         let w = QMatrix::new(ty, rows, cols, &data).unwrap();
@@ -552,10 +467,7 @@ fn bit_identical_when_parallel() {
         let x = random_acts(n, cols, &mut rng);
         for simd in Simd::available() {
             let run = |xs: &[f32], k: usize, threads: usize| {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
                 pool.install(|| {
                     let acts = Acts::prepare(xs, k, cols, ty);
                     let mut out = vec![0f32; k * rows];
@@ -567,18 +479,10 @@ fn bit_identical_when_parallel() {
             for i in [0, 4, 8] {
                 let one = run(&x[i * cols..(i + 1) * cols], 1, 2);
                 for r in 0..rows {
-                    assert_eq!(
-                        one[r].to_bits(),
-                        all[i * rows + r].to_bits(),
-                        "{ty} {}",
-                        simd.name()
-                    );
+                    assert_eq!(one[r].to_bits(), all[i * rows + r].to_bits(), "{ty} {}", simd.name());
                 }
             }
-            assert!(run(&x, n, 1)
-                .iter()
-                .zip(&all)
-                .all(|(a, b)| a.to_bits() == b.to_bits()));
+            assert!(run(&x, n, 1).iter().zip(&all).all(|(a, b)| a.to_bits() == b.to_bits()));
         }
     }
 }
@@ -589,22 +493,14 @@ fn one_acts_serves_every_family() {
     let (rows, cols, n) = (8, 512, 3);
     let x = random_acts(n, cols, &mut rng);
     let acts = Acts::prepare(&x, n, cols, GgmlType::Q4_K);
-    for ty in [
-        GgmlType::Q6_K,
-        GgmlType::Q5_0,
-        GgmlType::Q8_0,
-        GgmlType::F32,
-    ] {
+    for ty in [GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::F32] {
         let data = random_weights(ty, rows, cols, &mut rng);
         let w = QMatrix::new(ty, rows, cols, &data).unwrap();
         let mut a = vec![0f32; n * rows];
         let mut b = vec![0f32; n * rows];
         resin_cpu::kernels::matmul(&w, &acts, &mut a);
         resin_cpu::kernels::matmul_f32(&w, &x, n, &mut b);
-        assert!(
-            a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
-            "{ty}"
-        );
+        assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()), "{ty}");
     }
 }
 
@@ -631,15 +527,8 @@ fn reference_quantized_weights_within_bar() {
         let x = random_acts(n, cols, &mut rng);
         for simd in Simd::available() {
             let (worst, rel) = check(ty, simd, rows, cols, n, &data, &wf, &x);
-            println!(
-                "{ty:5} {:10} quantized: worst err/bar {worst:.3}, mean rel err {rel:.2e}",
-                simd.name()
-            );
-            assert!(
-                worst <= 1.0,
-                "{ty} on {}: error {worst} x the bar",
-                simd.name()
-            );
+            println!("{ty:5} {:10} quantized: worst err/bar {worst:.3}, mean rel err {rel:.2e}", simd.name());
+            assert!(worst <= 1.0, "{ty} on {}: error {worst} x the bar", simd.name());
         }
     }
 }

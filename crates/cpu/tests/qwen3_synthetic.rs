@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use resin_core::{Counters, Home, StepAll, KvCodec, RegionId, Row, Segment};
+use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::{GgmlType, GgufFile, GgufWriter, Value};
 use resin_model::{Arch, ModelConfig};

@@ -13,7 +13,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use resin_core::{Counters, Home, StepAll, KvCodec, RegionId, Row, Segment};
+use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::{ModelConfig, Tokenizer};

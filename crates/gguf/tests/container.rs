@@ -149,10 +149,7 @@ fn small_valid_file() -> Vec<u8> {
     let mut w = GgufWriter::new();
     w.set("general.architecture", Value::String("llama".into()));
     w.set("llama.block_count", Value::U32(2));
-    w.set(
-        "tokenizer.ggml.tokens",
-        Value::Array(ValueType::String, vec![Value::String("a".into()), Value::String("".into())]),
-    );
+    w.set("tokenizer.ggml.tokens", Value::Array(ValueType::String, vec![Value::String("a".into()), Value::String("".into())]));
     w.set("tokenizer.ggml.add_bos_token", Value::Bool(true));
     w.add_tensor("a", &[4, 2], GgmlType::F32).unwrap();
     w.add_tensor("b", &[32], GgmlType::Q8_0).unwrap();
@@ -203,23 +200,13 @@ fn every_value() -> Vec<(String, Value)> {
             "arr.nested".into(),
             Value::Array(
                 ValueType::Array,
-                vec![
-                    Value::Array(ValueType::U8, vec![Value::U8(1), Value::U8(2)]),
-                    Value::Array(ValueType::String, vec![s("x"), s("")]),
-                    Value::Array(ValueType::F64, vec![]),
-                ],
+                vec![Value::Array(ValueType::U8, vec![Value::U8(1), Value::U8(2)]), Value::Array(ValueType::String, vec![s("x"), s("")]), Value::Array(ValueType::F64, vec![])],
             ),
         ),
         (
             // Four levels: the most the reader accepts.
             "arr.nested4".into(),
-            Value::Array(
-                ValueType::Array,
-                vec![Value::Array(
-                    ValueType::Array,
-                    vec![Value::Array(ValueType::Array, vec![Value::Array(ValueType::I8, vec![Value::I8(-7)])])],
-                )],
-            ),
+            Value::Array(ValueType::Array, vec![Value::Array(ValueType::Array, vec![Value::Array(ValueType::Array, vec![Value::Array(ValueType::I8, vec![Value::I8(-7)])])])]),
         ),
     ]
 }
@@ -257,11 +244,7 @@ fn round_trip(alignment: Option<Value>) -> (GgufFile, Vec<Vec<u8>>) {
         w.set("general.alignment", a.clone());
     }
     let specs = tensor_specs();
-    let data: Vec<Vec<u8>> = specs
-        .iter()
-        .enumerate()
-        .map(|(i, (_, dims, ty))| noise(tensor_bytes(*ty, dims) as usize, i as u64 + 10))
-        .collect();
+    let data: Vec<Vec<u8>> = specs.iter().enumerate().map(|(i, (_, dims, ty))| noise(tensor_bytes(*ty, dims) as usize, i as u64 + 10)).collect();
     for (name, dims, ty) in &specs {
         w.add_tensor(*name, dims, *ty).unwrap();
     }
@@ -338,15 +321,7 @@ fn round_trip_every_value_type_and_tensor_type() {
 
 #[test]
 fn round_trip_custom_alignment() {
-    for a in [
-        Value::U32(1),
-        Value::U32(8),
-        Value::U8(16),
-        Value::U64(64),
-        Value::I32(128),
-        Value::U32(4096),
-        Value::U32(1 << 20),
-    ] {
+    for a in [Value::U32(1), Value::U32(8), Value::U8(16), Value::U64(64), Value::I32(128), Value::U32(4096), Value::U32(1 << 20)] {
         let (f, _) = round_trip(Some(a.clone()));
         assert_eq!(f.alignment, a.as_u64().unwrap());
     }
@@ -422,10 +397,7 @@ fn v2_file_written_by_hand_reads() {
     assert_eq!(f.data_offset, data_offset as u64);
     assert_eq!(f.get_str("general.architecture").unwrap(), Some("llama"));
     assert_eq!(f.get_u64("llama.block_count").unwrap(), Some(1));
-    assert_eq!(
-        f.get("tokenizer.ggml.scores"),
-        Some(&Value::Array(ValueType::F32, vec![Value::F32(1.0), Value::F32(-2.5)]))
-    );
+    assert_eq!(f.get("tokenizer.ggml.scores"), Some(&Value::Array(ValueType::F32, vec![Value::F32(1.0), Value::F32(-2.5)])));
     assert_eq!(f.tensor_data(f.tensor("w").unwrap()), &data[..32]);
     assert_eq!(f.tensor_data(f.tensor("q").unwrap()), &data[32..]);
 
@@ -487,10 +459,7 @@ fn unsupported_versions() {
 fn empty_and_tiny_inputs() {
     for n in 0..4 {
         let e = err(GgufFile::from_bytes(vec![b'G'; n]));
-        assert!(
-            matches!(&e, GgufError::Truncated { what, offset: 0, need: 4, len } if what == "magic" && *len == n as u64),
-            "{n} bytes: {e}"
-        );
+        assert!(matches!(&e, GgufError::Truncated { what, offset: 0, need: 4, len } if what == "magic" && *len == n as u64), "{n} bytes: {e}");
     }
 }
 
@@ -555,10 +524,7 @@ fn truncation_at_every_byte_offset_of_the_round_trip_file() {
 fn tensor_count_too_large() {
     for n in [u64::MAX, u64::MAX / 24 + 1, 1 << 40] {
         let e = err(Raw::header(3, n, 0).zeros(100).parse());
-        assert!(
-            matches!(&e, GgufError::CountTooLarge { what, count, remaining: 100 } if what == "tensor count" && *count == n),
-            "{n}: {e}"
-        );
+        assert!(matches!(&e, GgufError::CountTooLarge { what, count, remaining: 100 } if what == "tensor count" && *count == n), "{n}: {e}");
     }
     // Just over what fits: an entry takes at least 32 bytes (name length, rank, one dim, type,
     // offset), so 101 bytes left hold at most 3 entries.
@@ -577,10 +543,7 @@ fn tensor_count_too_large() {
 fn metadata_count_too_large() {
     for n in [u64::MAX, u64::MAX / 13 + 1, 1 << 40] {
         let e = err(Raw::header(3, 0, n).zeros(64).parse());
-        assert!(
-            matches!(&e, GgufError::CountTooLarge { what, count, remaining: 64 } if what == "metadata count" && *count == n),
-            "{n}: {e}"
-        );
+        assert!(matches!(&e, GgufError::CountTooLarge { what, count, remaining: 64 } if what == "metadata count" && *count == n), "{n}: {e}");
         assert!(e.to_string().contains("cannot fit"), "{e}");
     }
     // A pair takes at least 13 bytes: 130 bytes hold at most 10.
@@ -601,21 +564,10 @@ fn array_header(key: &str, ety: ValueType, n: u64) -> Raw {
 
 #[test]
 fn array_length_too_large() {
-    for (ety, min) in [
-        (ValueType::U8, 1u64),
-        (ValueType::Bool, 1),
-        (ValueType::U16, 2),
-        (ValueType::F32, 4),
-        (ValueType::U64, 8),
-        (ValueType::String, 8),
-        (ValueType::Array, 12),
-    ] {
+    for (ety, min) in [(ValueType::U8, 1u64), (ValueType::Bool, 1), (ValueType::U16, 2), (ValueType::F32, 4), (ValueType::U64, 8), (ValueType::String, 8), (ValueType::Array, 12)] {
         for n in [u64::MAX, (u64::MAX / min).saturating_add(1), 1 << 40] {
             let e = err(array_header("arr", ety, n).zeros(48).parse());
-            assert!(
-                matches!(&e, GgufError::CountTooLarge { what, count, remaining: 48 } if what == "array \"arr\"" && *count == n),
-                "{ety:?} x {n}: {e}"
-            );
+            assert!(matches!(&e, GgufError::CountTooLarge { what, count, remaining: 48 } if what == "array \"arr\"" && *count == n), "{ety:?} x {n}: {e}");
         }
         // Just over: 48 bytes hold at most 48 / min elements.
         let e = err(array_header("arr", ety, 48 / min + 1).zeros(48).parse());
@@ -634,10 +586,7 @@ fn string_length_too_large() {
     // 15 bytes follow the length (10 + type 4 + value 1): 16 is just over.
     for n in [u64::MAX, 1 << 40, 16] {
         let e = err(Raw::header(3, 0, 1).u64(n).bytes(b"abcdefghij").u32(0).u8(0).parse());
-        assert!(
-            matches!(&e, GgufError::Truncated { what, need, offset: 32, .. } if what == "metadata key #0" && *need == n),
-            "{n}: {e}"
-        );
+        assert!(matches!(&e, GgufError::Truncated { what, need, offset: 32, .. } if what == "metadata key #0" && *need == n), "{n}: {e}");
     }
     // String value: just over the 5 bytes that are left.
     let raw = Raw::header(3, 0, 1).str("k").u32(ValueType::String as u32).u64(6).bytes(b"hello");
@@ -667,10 +616,7 @@ fn huge_claims_allocate_nothing_large() {
         ("u8 array", array_header("a", ValueType::U8, 1 << 40).zeros(4096)),
         ("string array", array_header("a", ValueType::String, 1 << 40).zeros(4096)),
         ("nested array", array_header("a", ValueType::Array, 1 << 40).zeros(4096)),
-        (
-            "inner array",
-            array_header("a", ValueType::Array, 1).u32(ValueType::U64 as u32).u64(1 << 40).zeros(4096),
-        ),
+        ("inner array", array_header("a", ValueType::Array, 1).u32(ValueType::U64 as u32).u64(1 << 40).zeros(4096)),
         ("metadata count", Raw::header(3, 0, 1 << 40).zeros(4096)),
         ("tensor count", Raw::header(3, 1 << 40, 0).zeros(4096)),
         ("key length", Raw::header(3, 0, 1).u64(1 << 40).zeros(4096)),
@@ -785,10 +731,7 @@ fn dimension_product_overflows() {
 fn tensor_data_past_end() {
     // 8 F32 values need 32 bytes; 31 are there.
     let e = err(one_tensor(&[8], 0, 0, 31).parse());
-    assert!(
-        matches!(&e, GgufError::Truncated { what, need: 32, offset: 64, len: 95 } if what.contains("tensor \"t\" data")),
-        "{e}"
-    );
+    assert!(matches!(&e, GgufError::Truncated { what, need: 32, offset: 64, len: 95 } if what.contains("tensor \"t\" data")), "{e}");
     one_tensor(&[8], 0, 0, 32).parse().unwrap();
     // An offset that puts the data past the end.
     let e = err(one_tensor(&[8], 0, 32, 32).parse());
@@ -813,9 +756,7 @@ fn misaligned_offset() {
         assert!(p.contains(&format!("offset {off} is not aligned to 32")), "{p}");
     }
     // With general.alignment 8, offset 8 is fine and 4 is not.
-    let mk = |off| {
-        Raw::header(3, 1, 1).kv_u32("general.alignment", 8).tensor("t", &[2], 0, off).pad_to(8).zeros(32)
-    };
+    let mk = |off| Raw::header(3, 1, 1).kv_u32("general.alignment", 8).tensor("t", &[2], 0, off).pad_to(8).zeros(32);
     let f = mk(8).parse().unwrap();
     assert_eq!(f.alignment, 8);
     assert_eq!(f.data_offset % 8, 0);
@@ -874,10 +815,7 @@ fn unknown_tensor_type() {
 fn bool_byte_not_0_or_1() {
     for b in [2u8, 0x80, 0xff] {
         let e = err(Raw::header(3, 0, 1).str("flag").u32(ValueType::Bool as u32).u8(b).parse());
-        assert!(
-            matches!(&e, GgufError::BadMetadata { key, problem } if key == "flag" && problem.contains(&format!("bool byte {b}"))),
-            "{e}"
-        );
+        assert!(matches!(&e, GgufError::BadMetadata { key, problem } if key == "flag" && problem.contains(&format!("bool byte {b}"))), "{e}");
         let e = err(array_header("flags", ValueType::Bool, 2).u8(1).u8(b).parse());
         assert!(matches!(&e, GgufError::BadMetadata { key, .. } if key == "flags"), "{e}");
     }
@@ -924,10 +862,7 @@ fn bad_alignment_values() {
     ];
     for (value, expect) in cases {
         let e = err(with(value).parse());
-        assert!(
-            matches!(&e, GgufError::BadMetadata { key, problem } if key == "general.alignment" && problem.contains(expect)),
-            "{expect}: {e}"
-        );
+        assert!(matches!(&e, GgufError::BadMetadata { key, problem } if key == "general.alignment" && problem.contains(expect)), "{expect}: {e}");
     }
     // Any non-negative integer type holding a power of two up to 1 MiB is accepted.
     for v in [Raw::default().u32(0).u8(64), Raw::default().u32(5).u32(16), Raw::default().u32(10).u64(1 << 20)] {
@@ -1092,8 +1027,7 @@ fn write_fuzz_seeds() {
             w.set("general.alignment", a);
         }
         let specs = tensor_specs();
-        let data: Vec<Vec<u8>> =
-            specs.iter().enumerate().map(|(i, (_, d, ty))| noise(tensor_bytes(*ty, d) as usize, i as u64)).collect();
+        let data: Vec<Vec<u8>> = specs.iter().enumerate().map(|(i, (_, d, ty))| noise(tensor_bytes(*ty, d) as usize, i as u64)).collect();
         for (n, d, ty) in &specs {
             w.add_tensor(*n, d, *ty).unwrap();
         }

@@ -45,27 +45,15 @@ const NUMPY_DEQUANT: [GgmlType; 13] = [
 ];
 
 /// The formats gguf-py can quantize (checked byte for byte).
-const NUMPY_QUANT: [GgmlType; 7] = [
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-];
+const NUMPY_QUANT: [GgmlType; 7] = [GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0];
 
 fn data(name: &str) -> Vec<u8> {
     let path = format!("{}/tests/data/formats/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{path}: {e} (run scripts/gen_format_vectors.py)"))
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e} (run scripts/gen_format_vectors.py)"))
 }
 
 fn floats(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
 /// Deterministic standard Gaussian values (splitmix64 + Box-Muller); no rand crate.
@@ -102,11 +90,7 @@ fn round_trip_error(ty: GgmlType) -> f64 {
 }
 
 fn bound(ty: GgmlType) -> f64 {
-    ROUND_TRIP_BOUNDS
-        .iter()
-        .find(|(t, _)| *t == ty)
-        .expect("every type has a bound")
-        .1
+    ROUND_TRIP_BOUNDS.iter().find(|(t, _)| *t == ty).expect("every type has a bound").1
 }
 
 /// Bit-exact: our dequantizers perform the same f32 operations in the same order as ggml's C
@@ -114,8 +98,7 @@ fn bound(ty: GgmlType) -> f64 {
 /// is needed; a mismatch is a layout or arithmetic bug, not rounding noise.
 #[test]
 fn dequantize_matches_gguf_numpy() {
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&data("manifest.json")).expect("manifest.json");
+    let manifest: serde_json::Value = serde_json::from_slice(&data("manifest.json")).expect("manifest.json");
     eprintln!("vectors from gguf {}", manifest["gguf_version"]);
     for ty in NUMPY_DEQUANT {
         let src = data(&format!("{ty}.bin"));
@@ -124,11 +107,7 @@ fn dequantize_matches_gguf_numpy() {
         let mut got = vec![f32::NAN; want.len()];
         dequantize(ty, &src, &mut got).unwrap();
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!(
-                g.to_bits() == w.to_bits(),
-                "{ty}: value {i} (block {}): got {g:e}, gguf-py {w:e}",
-                i / ty.block_len()
-            );
+            assert!(g.to_bits() == w.to_bits(), "{ty}: value {i} (block {}): got {g:e}, gguf-py {w:e}", i / ty.block_len());
         }
     }
 }
@@ -142,12 +121,7 @@ fn quantize_matches_gguf_numpy() {
         let got = quantize(ty, &x).unwrap();
         assert_eq!(got.len(), want.len(), "{ty}");
         if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
-            panic!(
-                "{ty}: byte {i} (block {}) differs: {} vs gguf-py {}",
-                i / ty.block_bytes(),
-                got[i],
-                want[i]
-            );
+            panic!("{ty}: byte {i} (block {}) differs: {} vs gguf-py {}", i / ty.block_bytes(), got[i], want[i]);
         }
     }
 }
@@ -158,11 +132,7 @@ fn round_trip_within_budget() {
     for ty in GgmlType::ALL {
         let err = round_trip_error(ty);
         report += &format!("{ty}: {err:.3e} (bound {:.1e})\n", bound(ty));
-        assert!(
-            err.is_finite() && err <= bound(ty),
-            "{ty}: round-trip error {err:.3e} > {:.1e}",
-            bound(ty)
-        );
+        assert!(err.is_finite() && err <= bound(ty), "{ty}: round-trip error {err:.3e} > {:.1e}", bound(ty));
     }
     eprint!("{report}");
 }
@@ -171,10 +141,7 @@ fn round_trip_within_budget() {
 #[test]
 fn q4_0_fails_q8_0_budget() {
     let err = round_trip_error(GgmlType::Q4_0);
-    assert!(
-        err > bound(GgmlType::Q8_0),
-        "Q4_0 error {err:.3e} passed the Q8_0 bound"
-    );
+    assert!(err > bound(GgmlType::Q8_0), "Q4_0 error {err:.3e} passed the Q8_0 bound");
 }
 
 /// Requantizing dequantized values is stable for the simple formats: the same bytes come back.
@@ -208,11 +175,7 @@ fn length_errors_never_panic() {
         for bad in [good.len() + 1, good.len() - 1, 0] {
             let mut y = vec![0f32; n];
             match dequantize(ty, &vec![0u8; bad], &mut y) {
-                Err(GgufError::WrongByteLength {
-                    ty: t,
-                    got,
-                    expected,
-                }) => {
+                Err(GgufError::WrongByteLength { ty: t, got, expected }) => {
                     assert_eq!((t, got, expected), (ty, bad, good.len()), "{ty}")
                 }
                 other => panic!("{ty}: dequantize with {bad} bytes gave {other:?}"),
@@ -229,23 +192,11 @@ fn length_errors_never_panic() {
         // A value count that is not whole blocks (only possible for block formats).
         if bl > 1 {
             let mut y = vec![0f32; n + 1];
-            assert!(
-                matches!(dequantize(ty, &good, &mut y), Err(GgufError::PartialBlock { len, block, .. }) if len == n + 1 && block == bl),
-                "{ty}: dequantize partial block"
-            );
+            assert!(matches!(dequantize(ty, &good, &mut y), Err(GgufError::PartialBlock { len, block, .. }) if len == n + 1 && block == bl), "{ty}: dequantize partial block");
             let x = vec![0f32; bl / 2];
-            assert!(
-                matches!(quantize(ty, &x), Err(GgufError::PartialBlock { .. })),
-                "{ty}: quantize partial block"
-            );
+            assert!(matches!(quantize(ty, &x), Err(GgufError::PartialBlock { .. })), "{ty}: quantize partial block");
             let mut dst = vec![0u8; bb];
-            assert!(
-                matches!(
-                    quantize_into(ty, &x, &mut dst),
-                    Err(GgufError::PartialBlock { .. })
-                ),
-                "{ty}: quantize_into partial block"
-            );
+            assert!(matches!(quantize_into(ty, &x, &mut dst), Err(GgufError::PartialBlock { .. })), "{ty}: quantize_into partial block");
         }
 
         // Empty input is fine.
@@ -259,9 +210,7 @@ fn length_errors_never_panic() {
 fn any_bytes_dequantize() {
     for ty in GgmlType::ALL {
         let n = 512;
-        let bytes: Vec<u8> = (0..n / ty.block_len() * ty.block_bytes())
-            .map(|i| (i * 131 + 7) as u8)
-            .collect();
+        let bytes: Vec<u8> = (0..n / ty.block_len() * ty.block_bytes()).map(|i| (i * 131 + 7) as u8).collect();
         let mut y = vec![0f32; n];
         dequantize(ty, &bytes, &mut y).unwrap();
     }

@@ -8,11 +8,7 @@ use resin_hub::{Hub, HubSettings};
 /// The settings the binary would use: test code may read the environment, the library does not.
 fn hub_from_env() -> Hub {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    Hub::new(HubSettings {
-        cache_root: var("RESIN_CACHE").map(Into::into),
-        pip: var("RESIN_PIP"),
-        verbose: var("RESIN_VERBOSE").is_some_and(|v| v != "0"),
-    })
+    Hub::new(HubSettings { cache_root: var("RESIN_CACHE").map(Into::into), pip: var("RESIN_PIP"), verbose: var("RESIN_VERBOSE").is_some_and(|v| v != "0") })
 }
 
 #[test]
@@ -26,10 +22,7 @@ fn ensure_smollm2_fetches_and_verifies() {
             std::thread::spawn(move || hub.ensure("smollm2", false))
         })
         .collect();
-    let paths: Vec<_> = handles
-        .into_iter()
-        .map(|h| h.join().unwrap().unwrap_or_else(|e| panic!("{e}")))
-        .collect();
+    let paths: Vec<_> = handles.into_iter().map(|h| h.join().unwrap().unwrap_or_else(|e| panic!("{e}"))).collect();
     let path = &paths[0];
     assert!(paths.iter().all(|p| p == path));
     assert_eq!(path, &hub.model_path(entry));
@@ -45,14 +38,7 @@ fn ensure_smollm2_fetches_and_verifies() {
     assert_eq!(&hub.ensure(resin_hub::DEFAULT_MODEL, false).unwrap(), path);
     assert_eq!(&hub.resolve(None, false).unwrap(), path);
     assert_eq!(&hub.resolve(Some("smollm2-135m"), false).unwrap(), path);
-    assert_eq!(
-        &hub.resolve(Some(path.to_str().unwrap()), false).unwrap(),
-        path
-    );
-    assert!(
-        t.elapsed().as_millis() < 200,
-        "cached lookups took {:?}",
-        t.elapsed()
-    );
+    assert_eq!(&hub.resolve(Some(path.to_str().unwrap()), false).unwrap(), path);
+    assert!(t.elapsed().as_millis() < 200, "cached lookups took {:?}", t.elapsed());
     assert_eq!(hub.cached("smollm2").as_ref(), Some(path));
 }

@@ -18,12 +18,7 @@ fn load(name: &str) -> Value {
 }
 
 fn template(doc: &Value) -> ChatTemplate {
-    ChatTemplate::new(
-        doc["template"].as_str().unwrap(),
-        doc["bos_token"].as_str(),
-        doc["eos_token"].as_str(),
-    )
-    .unwrap()
+    ChatTemplate::new(doc["template"].as_str().unwrap(), doc["bos_token"].as_str(), doc["eos_token"].as_str()).unwrap()
 }
 
 /// Renders every case of one data file; returns how many there were.
@@ -40,20 +35,11 @@ fn check(name: &str) -> usize {
         let want = case["expected"].as_str().unwrap();
         match tmpl.render(messages, tools, agp) {
             Ok(got) if got == want => {}
-            Ok(got) => bad.push(format!(
-                "{} / {}:\n--- want\n{want}\n--- got\n{got}\n---",
-                name, case["name"]
-            )),
+            Ok(got) => bad.push(format!("{} / {}:\n--- want\n{want}\n--- got\n{got}\n---", name, case["name"])),
             Err(e) => bad.push(format!("{} / {}: {e}", name, case["name"])),
         }
     }
-    assert!(
-        bad.is_empty(),
-        "{} of {} renders differ:\n{}",
-        bad.len(),
-        cases.len(),
-        bad.join("\n")
-    );
+    assert!(bad.is_empty(), "{} of {} renders differ:\n{}", bad.len(), cases.len(), bad.join("\n"));
     cases.len()
 }
 
@@ -84,12 +70,7 @@ fn raise_exception_is_an_error() {
 
 #[test]
 fn extra_variables_override() {
-    let tmpl = ChatTemplate::new(
-        "{{ bos_token }}|{{ enable_thinking }}|{{ messages | length }}",
-        Some("<s>"),
-        None,
-    )
-    .unwrap();
+    let tmpl = ChatTemplate::new("{{ bos_token }}|{{ enable_thinking }}|{{ messages | length }}", Some("<s>"), None).unwrap();
     let mut extra = serde_json::Map::new();
     extra.insert("enable_thinking".into(), Value::Bool(false));
     extra.insert("bos_token".into(), Value::String("[BOS]".into()));
@@ -103,15 +84,10 @@ fn from_gguf_matches_data() {
     for (name, data) in [("smollm2-135m", "smollm2"), ("qwen2.5-coder-0.5b", "qwen2.5-coder")] {
         let path = resin_hub::ensure(name, false).unwrap_or_else(|e| panic!("fetching {name}: {e}"));
         let f = resin_gguf::GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let tmpl = ChatTemplate::from_gguf(&f)
-            .unwrap()
-            .expect("the model has a chat template");
+        let tmpl = ChatTemplate::from_gguf(&f).unwrap().expect("the model has a chat template");
         let doc = load(data);
         assert_eq!(tmpl.source(), doc["template"].as_str().unwrap());
         let msgs = doc["cases"][0]["messages"].as_array().unwrap();
-        assert_eq!(
-            tmpl.render(msgs, None, true).unwrap(),
-            doc["cases"][0]["expected"].as_str().unwrap()
-        );
+        assert_eq!(tmpl.render(msgs, None, true).unwrap(), doc["cases"][0]["expected"].as_str().unwrap());
     }
 }

@@ -16,17 +16,11 @@ fn vocab_dir() -> PathBuf {
     static FETCHED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     FETCHED
         .get_or_init(|| {
-            let dir = std::env::var_os("RESIN_VOCAB_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| home().join(".cache/resin-dev/vocab"));
+            let dir = std::env::var_os("RESIN_VOCAB_DIR").map(PathBuf::from).unwrap_or_else(|| home().join(".cache/resin-dev/vocab"));
             if !dir.join("ggml-vocab-qwen2.gguf.out").exists() {
                 let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch_vocab_tests.sh");
                 let status = std::process::Command::new("bash").arg(&script).arg(&dir).status();
-                assert!(
-                    matches!(status, Ok(s) if s.success()),
-                    "fetching the vocabulary test vectors with {} failed: {status:?}",
-                    script.display()
-                );
+                assert!(matches!(status, Ok(s) if s.success()), "fetching the vocabulary test vectors with {} failed: {status:?}", script.display());
             }
             dir
         })
@@ -46,10 +40,8 @@ fn load_vocab(name: &str) -> (Tokenizer, Vec<(String, Vec<u32>)>) {
     let hint = "run scripts/fetch_vocab_tests.sh (or set RESIN_VOCAB_DIR)";
     let gguf = dir.join(format!("ggml-vocab-{name}.gguf"));
     let tok = Tokenizer::from_gguf(&open(&gguf, hint)).unwrap();
-    let inp = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp")))
-        .unwrap_or_else(|e| panic!("{name}.inp: {e}; {hint}"));
-    let out = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out")))
-        .unwrap_or_else(|e| panic!("{name}.out: {e}; {hint}"));
+    let inp = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp"))).unwrap_or_else(|e| panic!("{name}.inp: {e}; {hint}"));
+    let out = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out"))).unwrap_or_else(|e| panic!("{name}.out: {e}; {hint}"));
     // As llama.cpp's tests/test-tokenizer-0.cpp reads them.
     let sep = "\n__ggml_vocab_test__\n";
     let mut inputs = Vec::new();
@@ -66,15 +58,8 @@ fn load_vocab(name: &str) -> (Tokenizer, Vec<(String, Vec<u32>)>) {
             }
         }
     }
-    let outputs: Vec<Vec<u32>> = out
-        .lines()
-        .map(|l| l.split_whitespace().map(|t| t.parse().expect("token id")).collect())
-        .collect();
-    assert_eq!(
-        inputs.len(),
-        outputs.len(),
-        "{name}: inputs and outputs differ in number"
-    );
+    let outputs: Vec<Vec<u32>> = out.lines().map(|l| l.split_whitespace().map(|t| t.parse().expect("token id")).collect()).collect();
+    assert_eq!(inputs.len(), outputs.len(), "{name}: inputs and outputs differ in number");
     (tok, inputs.into_iter().zip(outputs).collect())
 }
 
@@ -90,13 +75,7 @@ fn check_vocab(name: &str) {
         }
     }
     eprintln!("{name}: {}/{} inputs pass", cases.len() - failures.len(), cases.len());
-    assert!(
-        failures.is_empty(),
-        "{name}: {} of {} inputs differ:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{name}: {} of {} inputs differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
 #[test]
@@ -129,11 +108,7 @@ fn vocab_round_trips() {
             let ids = tok.encode(text, false, false).unwrap();
             assert_eq!(&tok.decode(&ids, false), text, "{name}: round trip of {text:?}");
             let ids = tok.encode(text, true, false).unwrap();
-            assert_eq!(
-                &tok.decode(&ids, false),
-                text,
-                "{name}: round trip with BOS of {text:?}"
-            );
+            assert_eq!(&tok.decode(&ids, false), text, "{name}: round trip with BOS of {text:?}");
         }
     }
 }
@@ -196,15 +171,9 @@ fn qwen05() -> Tokenizer {
 fn smollm2_prompt() {
     let tok = smollm2();
     assert_eq!(tok.vocab_size(), 49152);
-    assert_eq!(
-        tok.encode("The capital of France is", true, false).unwrap(),
-        vec![504, 3575, 282, 4649, 314]
-    );
+    assert_eq!(tok.encode("The capital of France is", true, false).unwrap(), vec![504, 3575, 282, 4649, 314]);
     // add_bos_token is false in the file.
-    assert_eq!(
-        tok.encode("The capital of France is", false, false).unwrap(),
-        vec![504, 3575, 282, 4649, 314]
-    );
+    assert_eq!(tok.encode("The capital of France is", false, false).unwrap(), vec![504, 3575, 282, 4649, 314]);
     let im_start = tok.token_id("<|im_start|>").unwrap();
     let im_end = tok.token_id("<|im_end|>").unwrap();
     let ids = tok.encode("<|im_start|>user\nHi<|im_end|>\n", false, true).unwrap();
@@ -222,15 +191,9 @@ fn smollm2_prompt() {
 #[test]
 fn qwen05_prompt() {
     let tok = qwen05();
-    assert_eq!(
-        tok.encode("The capital of France is", true, false).unwrap(),
-        vec![785, 6722, 315, 9625, 374]
-    );
+    assert_eq!(tok.encode("The capital of France is", true, false).unwrap(), vec![785, 6722, 315, 9625, 374]);
     let ids = [12095, 13, 12095, 374, 7407, 304, 279, 10200, 30282, 949];
-    assert_eq!(
-        tok.decode(&ids, false),
-        " Paris. Paris is located in the northwestern part"
-    );
+    assert_eq!(tok.decode(&ids, false), " Paris. Paris is located in the northwestern part");
     let im_end = tok.token_id("<|im_end|>").unwrap();
     let eot = tok.token_id("<|endoftext|>").unwrap();
     let stops = tok.stop_ids();
@@ -244,23 +207,15 @@ fn qwen05_prompt() {
     // <tool_call> is user-defined: matched even without parse_special (as llama.cpp), and
     // decoded even without `special`; control tokens only with it.
     for parse_special in [false, true] {
-        let ids = tok
-            .encode("<tool_call>\n{\"name\": \"f\"}\n</tool_call>", false, parse_special)
-            .unwrap();
+        let ids = tok.encode("<tool_call>\n{\"name\": \"f\"}\n</tool_call>", false, parse_special).unwrap();
         assert_eq!(ids[0], tok.token_id("<tool_call>").unwrap());
         assert_eq!(*ids.last().unwrap(), tok.token_id("</tool_call>").unwrap());
     }
-    assert_eq!(
-        tok.token_bytes(tok.token_id("<tool_call>").unwrap(), false),
-        b"<tool_call>"
-    );
+    assert_eq!(tok.token_bytes(tok.token_id("<tool_call>").unwrap(), false), b"<tool_call>");
     assert_eq!(tok.token_bytes(im_end, false), b"");
     assert_eq!(tok.token_bytes(im_end, true), b"<|im_end|>");
     let ids = tok.encode("<|im_start|>", false, false).unwrap();
-    assert!(
-        ids.len() > 1,
-        "control text without parse_special is plain text: {ids:?}"
-    );
+    assert!(ids.len() > 1, "control text without parse_special is plain text: {ids:?}");
 }
 
 #[test]
@@ -288,11 +243,7 @@ fn real_models_round_trip() {
 #[test]
 fn stream_decoder_multibyte() {
     for tok in [smollm2(), qwen05()] {
-        for t in [
-            "🦙 llama, 日本語のテキスト, 😶‍🌫️ and ĉ ŝ ŭ",
-            "中文字符测试：你好，世界！",
-            "🎉🎉🎉",
-        ] {
+        for t in ["🦙 llama, 日本語のテキスト, 😶‍🌫️ and ĉ ŝ ŭ", "中文字符测试：你好，世界！", "🎉🎉🎉"] {
             let ids = tok.encode(t, false, false).unwrap();
             let mut dec = StreamDecoder::new();
             let mut out = String::new();

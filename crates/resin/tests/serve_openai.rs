@@ -49,12 +49,7 @@ fn openai_client_against_resin_serve() {
     let (_smol, url) = start("smollm2-135m", &["--api-key", "test-key"]);
     let (_qwen, tools_url) = start("qwen2.5-coder-0.5b", &[]);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/serve_tests.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(&url)
-        .args(["--api-key", "test-key", "--tools-url", &tools_url])
-        .output()
-        .expect("running python3 scripts/serve_tests.py");
+    let out = Command::new("python3").arg(&script).arg(&url).args(["--api-key", "test-key", "--tools-url", &tools_url]).output().expect("running python3 scripts/serve_tests.py");
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "serve_tests.py failed: {stdout}");

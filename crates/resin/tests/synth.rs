@@ -49,12 +49,7 @@ fn tiny_spec(vocab: &Path, layers: usize) -> SynthSpec {
 
 /// The expected table, written out independently of `tensor_plan`.
 fn expected(spec: &SynthSpec, ty: SynthType, n_vocab: u64) -> Vec<(String, Vec<u64>, GgmlType)> {
-    let (h, q, kv, f) = (
-        spec.hidden as u64,
-        (spec.heads * spec.head_dim) as u64,
-        (spec.kv_heads * spec.head_dim) as u64,
-        spec.ffn as u64,
-    );
+    let (h, q, kv, f) = (spec.hidden as u64, (spec.heads * spec.head_dim) as u64, (spec.kv_heads * spec.head_dim) as u64, spec.ffn as u64);
     let (base, six) = match ty {
         SynthType::Q8_0 => (GgmlType::Q8_0, GgmlType::Q8_0),
         SynthType::Q4_K_M => (GgmlType::Q4_K, GgmlType::Q6_K),
@@ -81,11 +76,9 @@ fn expected(spec: &SynthSpec, ty: SynthType, n_vocab: u64) -> Vec<(String, Vec<u
 fn check_file(path: &Path, spec: &SynthSpec, ty: SynthType, n_vocab: u64) -> GgufFile {
     let f = GgufFile::open(path).unwrap();
     assert_eq!(f.version, 3);
-    let got: Vec<(String, Vec<u64>, GgmlType)> =
-        f.tensors().iter().map(|t| (t.name.clone(), t.dims.clone(), t.ty)).collect();
+    let got: Vec<(String, Vec<u64>, GgmlType)> = f.tensors().iter().map(|t| (t.name.clone(), t.dims.clone(), t.ty)).collect();
     assert_eq!(got, expected(spec, ty, n_vocab));
-    let plan: Vec<(String, Vec<u64>, GgmlType)> =
-        tensor_plan(spec, ty, n_vocab as usize).into_iter().map(|t| (t.name, t.dims, t.ty)).collect();
+    let plan: Vec<(String, Vec<u64>, GgmlType)> = tensor_plan(spec, ty, n_vocab as usize).into_iter().map(|t| (t.name, t.dims, t.ty)).collect();
     assert_eq!(got, plan);
     assert!(f.tensor("output.weight").is_none(), "tied embeddings: no output.weight");
 

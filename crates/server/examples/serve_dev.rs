@@ -13,68 +13,24 @@ use resin_server::{ModelInfo, ServerConfig};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into())).init();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let opt = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let path = args
-        .first()
-        .filter(|a| !a.starts_with("--"))
-        .cloned()
-        .ok_or_else(|| anyhow::anyhow!("usage: serve_dev MODEL.gguf [--port N] ..."))?;
-    let parallel: usize = opt("--parallel")
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(4);
+    let opt = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let path = args.first().filter(|a| !a.starts_with("--")).cloned().ok_or_else(|| anyhow::anyhow!("usage: serve_dev MODEL.gguf [--port N] ..."))?;
+    let parallel: usize = opt("--parallel").map(|v| v.parse()).transpose()?.unwrap_or(4);
     let ctx: usize = opt("--ctx").map(|v| v.parse()).transpose()?.unwrap_or(2048);
     let file = Arc::new(GgufFile::open(&path)?);
     let cfg = ModelConfig::from_gguf(&file)?;
     let tokenizer = Arc::new(Tokenizer::from_gguf(&file)?);
     let template = ChatTemplate::from_gguf(&file)?;
-    let home = CpuHome::new(
-        file.clone(),
-        cfg,
-        &CpuOptions {
-            n_ctx: Some(ctx),
-            regions: parallel,
-            codec: KvCodec::F16,
-            threads: None,
-        },
-        Arc::new(Counters::default()),
-    )?;
+    let home = CpuHome::new(file.clone(), cfg, &CpuOptions { n_ctx: Some(ctx), regions: parallel, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default()))?;
     let engine = Engine::start(Box::new(home), tokenizer.clone(), EngineConfig::default());
-    let id = opt("--name").unwrap_or_else(|| {
-        std::path::Path::new(&path)
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "model".into())
-    });
+    let id = opt("--name").unwrap_or_else(|| std::path::Path::new(&path).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()));
     let cfg = ServerConfig {
         host: opt("--host").unwrap_or_else(|| "127.0.0.1".into()),
-        port: opt("--port")
-            .map(|v| v.parse())
-            .transpose()?
-            .unwrap_or(8080),
+        port: opt("--port").map(|v| v.parse()).transpose()?.unwrap_or(8080),
         api_key: opt("--api-key"),
         ..ServerConfig::default()
     };
-    resin_server::serve(
-        engine,
-        ModelInfo {
-            id,
-            tokenizer,
-            template,
-        },
-        cfg,
-        resin_server::shutdown_signal(),
-    )
-    .await
+    resin_server::serve(engine, ModelInfo { id, tokenizer, template }, cfg, resin_server::shutdown_signal()).await
 }

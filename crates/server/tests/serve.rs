@@ -32,13 +32,7 @@ struct Opts {
 
 impl Default for Opts {
     fn default() -> Self {
-        Opts {
-            regions: 4,
-            n_ctx: 256,
-            max_queue: 64,
-            api_key: None,
-            max_body: 64 << 10,
-        }
+        Opts { regions: 4, n_ctx: 256, max_queue: 64, api_key: None, max_body: 64 << 10 }
     }
 }
 
@@ -54,113 +48,49 @@ fn start(o: Opts) -> Option<Server> {
     let cfg = ModelConfig::from_gguf(&file).expect("model config");
     let tokenizer = Arc::new(Tokenizer::from_gguf(&file).expect("tokenizer"));
     let template = ChatTemplate::from_gguf(&file).expect("chat template");
-    let home = CpuHome::new(
-        file.clone(),
-        cfg,
-        &CpuOptions {
-            n_ctx: Some(o.n_ctx),
-            regions: o.regions,
-            codec: KvCodec::F16,
-            threads: None,
-        },
-        Arc::new(Counters::default()),
-    )
-    .expect("cpu home");
-    let engine = Engine::start(
-        Box::new(home),
-        tokenizer.clone(),
-        EngineConfig {
-            max_queue: o.max_queue,
-            ..EngineConfig::default()
-        },
-    );
-    let cfg = ServerConfig {
-        api_key: o.api_key,
-        max_body_bytes: o.max_body,
-        ..ServerConfig::default()
-    };
-    let state = AppState::new(
-        engine,
-        ModelInfo {
-            id: "smollm2".into(),
-            tokenizer,
-            template,
-        },
-        cfg,
-    );
+    let home = CpuHome::new(file.clone(), cfg, &CpuOptions { n_ctx: Some(o.n_ctx), regions: o.regions, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default()))
+        .expect("cpu home");
+    let engine = Engine::start(Box::new(home), tokenizer.clone(), EngineConfig { max_queue: o.max_queue, ..EngineConfig::default() });
+    let cfg = ServerConfig { api_key: o.api_key, max_body_bytes: o.max_body, ..ServerConfig::default() };
+    let state = AppState::new(engine, ModelInfo { id: "smollm2".into(), tokenizer, template }, cfg);
     let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
         rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("binding");
-            tx.send(l.local_addr().expect("address"))
-                .expect("sending the address");
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding");
+            tx.send(l.local_addr().expect("address")).expect("sending the address");
             resin_server::serve_on(l, state, std::future::pending()).await.expect("serving");
         });
     });
     let addr = rx.recv().expect("the server's address");
-    Some(Server {
-        base: format!("http://{addr}"),
-        http: reqwest::Client::new(),
-    })
+    Some(Server { base: format!("http://{addr}"), http: reqwest::Client::new() })
 }
 
 impl Server {
     async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .json(body)
-            .send()
-            .await
-            .expect("request");
+        let r = self.http.post(format!("{}{path}", self.base)).json(body).send().await.expect("request");
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
     async fn get_text(&self, path: &str) -> (u16, String) {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .expect("request");
+        let r = self.http.get(format!("{}{path}", self.base)).send().await.expect("request");
         (r.status().as_u16(), r.text().await.expect("body"))
     }
 
     /// A streamed request: every `data:` payload, in order.
     async fn stream(&self, path: &str, body: &Value) -> Vec<String> {
-        let r = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .json(body)
-            .send()
-            .await
-            .expect("request");
+        let r = self.http.post(format!("{}{path}", self.base)).json(body).send().await.expect("request");
         assert_eq!(r.status().as_u16(), 200);
         assert_eq!(r.headers()["content-type"], "text/event-stream");
         let text = r.text().await.expect("body");
-        assert!(
-            text.ends_with("data: [DONE]\n\n"),
-            "stream must end with [DONE]: {text:?}"
-        );
-        text.split("\n\n")
-            .filter(|e| !e.is_empty())
-            .map(|e| e.strip_prefix("data: ").expect("data line").to_string())
-            .collect()
+        assert!(text.ends_with("data: [DONE]\n\n"), "stream must end with [DONE]: {text:?}");
+        text.split("\n\n").filter(|e| !e.is_empty()).map(|e| e.strip_prefix("data: ").expect("data line").to_string()).collect()
     }
 
     async fn metric(&self, name: &str) -> f64 {
         let (_, m) = self.get_text("/metrics").await;
-        m.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or(f64::NAN)
+        m.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok()).unwrap_or(f64::NAN)
     }
 }
 
@@ -196,151 +126,75 @@ fn chat_stream_text(events: &[String]) -> (String, Option<String>, Option<Value>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_openai_errors_and_the_server_keeps_serving() {
-    let Some(s) = start(Opts {
-        n_ctx: 64,
-        ..Opts::default()
-    }) else {
+    let Some(s) = start(Opts { n_ctx: 64, ..Opts::default() }) else {
         return;
     };
     let url = format!("{}/v1/chat/completions", s.base);
     let check = |status: u16, body: &Value, want: u16| {
         assert_eq!(status, want, "{body}");
         let e = &body["error"];
-        assert!(
-            e["message"].as_str().is_some_and(|m| !m.is_empty()),
-            "{body}"
-        );
-        assert!(
-            e["type"].is_string() && e.get("param").is_some() && e.get("code").is_some(),
-            "{body}"
-        );
+        assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+        assert!(e["type"].is_string() && e.get("param").is_some() && e.get("code").is_some(), "{body}");
     };
     // Invalid JSON.
-    let r = s
-        .http
-        .post(&url)
-        .header("content-type", "application/json")
-        .body("{nope")
-        .send()
-        .await
-        .unwrap();
+    let r = s.http.post(&url).header("content-type", "application/json").body("{nope").send().await.unwrap();
     let st = r.status().as_u16();
     check(st, &r.json().await.unwrap(), 400);
     // Wrong types.
-    let (st, b) = s
-        .post("/v1/chat/completions", &json!({"messages": "hi"}))
-        .await;
+    let (st, b) = s.post("/v1/chat/completions", &json!({"messages": "hi"})).await;
     check(st, &b, 400);
     assert_eq!(b["error"]["param"], "messages");
-    let (st, b) = s
-        .post(
-            "/v1/chat/completions",
-            &json!({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}),
-        )
-        .await;
+    let (st, b) = s.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})).await;
     check(st, &b, 400);
     assert_eq!(b["error"]["param"], "temperature");
     // Unknown model.
-    let (st, b) = s
-        .post(
-            "/v1/chat/completions",
-            &json!({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}),
-        )
-        .await;
+    let (st, b) = s.post("/v1/chat/completions", &json!({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})).await;
     check(st, &b, 404);
     assert_eq!(b["error"]["code"], "model_not_found");
     // max_tokens out of range.
     for m in [0, -5, 100_000] {
-        let (st, b) = s
-            .post(
-                "/v1/chat/completions",
-                &json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": m}),
-            )
-            .await;
+        let (st, b) = s.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": m})).await;
         check(st, &b, 400);
         assert_eq!(b["error"]["param"], "max_tokens");
     }
     // n other than 1.
-    let (st, b) = s
-        .post(
-            "/v1/chat/completions",
-            &json!({"messages": [{"role": "user", "content": "x"}], "n": 3}),
-        )
-        .await;
+    let (st, b) = s.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "x"}], "n": 3})).await;
     check(st, &b, 400);
     // A prompt longer than the context: 400 with the counts.
     let long = "word ".repeat(200);
-    let (st, b) = s
-        .post("/v1/completions", &json!({"prompt": long, "max_tokens": 4}))
-        .await;
+    let (st, b) = s.post("/v1/completions", &json!({"prompt": long, "max_tokens": 4})).await;
     check(st, &b, 400);
     let msg = b["error"]["message"].as_str().unwrap();
-    let numbers: Vec<u64> = msg
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    assert!(
-        numbers.contains(&64) && numbers.iter().any(|&n| n > 64),
-        "the counts: {msg}"
-    );
+    let numbers: Vec<u64> = msg.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+    assert!(numbers.contains(&64) && numbers.iter().any(|&n| n > 64), "the counts: {msg}");
     assert_eq!(b["error"]["code"], "context_length_exceeded");
     // Oversize body.
     let big = json!({"prompt": "a".repeat(100 << 10)});
     let (st, b) = s.post("/v1/completions", &big).await;
     check(st, &b, 413);
     // Bad tool choice, bad roles.
-    let (st, b) = s
-        .post(
-            "/v1/chat/completions",
-            &json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}),
-        )
-        .await;
+    let (st, b) = s.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})).await;
     check(st, &b, 400);
-    let (st, b) = s
-        .post(
-            "/v1/chat/completions",
-            &json!({"messages": [{"role": "robot", "content": "x"}]}),
-        )
-        .await;
+    let (st, b) = s.post("/v1/chat/completions", &json!({"messages": [{"role": "robot", "content": "x"}]})).await;
     check(st, &b, 400);
     // Unknown endpoint.
-    let r = s
-        .http
-        .get(format!("{}/v1/nothing", s.base))
-        .send()
-        .await
-        .unwrap();
+    let r = s.http.get(format!("{}/v1/nothing", s.base)).send().await.unwrap();
     let st = r.status().as_u16();
     check(st, &r.json().await.unwrap(), 404);
     // And it still serves.
-    let (st, b) = s
-        .post("/v1/chat/completions", &chat_body("Hi", 4, false))
-        .await;
+    let (st, b) = s.post("/v1/chat/completions", &chat_body("Hi", 4, false)).await;
     assert_eq!(st, 200, "{b}");
     assert_eq!(b["object"], "chat.completion");
-    assert_eq!(
-        b["usage"]["completion_tokens"].as_u64().unwrap()
-            + b["usage"]["prompt_tokens"].as_u64().unwrap(),
-        b["usage"]["total_tokens"].as_u64().unwrap()
-    );
+    assert_eq!(b["usage"]["completion_tokens"].as_u64().unwrap() + b["usage"]["prompt_tokens"].as_u64().unwrap(), b["usage"]["total_tokens"].as_u64().unwrap());
     let (st, m) = s.get_text("/metrics").await;
     assert_eq!(st, 200);
-    assert!(
-        m.contains("resin_requests_total{path=\"/v1/chat/completions\",status=\"400\"}"),
-        "{m}"
-    );
-    assert!(
-        m.contains("resin_requests_total{path=\"/v1/completions\",status=\"413\"}"),
-        "{m}"
-    );
+    assert!(m.contains("resin_requests_total{path=\"/v1/chat/completions\",status=\"400\"}"), "{m}");
+    assert!(m.contains("resin_requests_total{path=\"/v1/completions\",status=\"413\"}"), "{m}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_key_guards_v1_only() {
-    let Some(s) = start(Opts {
-        api_key: Some("sekret-key".into()),
-        ..Opts::default()
-    }) else {
+    let Some(s) = start(Opts { api_key: Some("sekret-key".into()), ..Opts::default() }) else {
         return;
     };
     let models = format!("{}/v1/models", s.base);
@@ -348,45 +202,13 @@ async fn api_key_guards_v1_only() {
     assert_eq!(r.status().as_u16(), 401);
     let b: Value = r.json().await.unwrap();
     assert_eq!(b["error"]["code"], "invalid_api_key");
-    assert_eq!(
-        s.http
-            .get(&models)
-            .bearer_auth("wrong")
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16(),
-        401
-    );
-    assert_eq!(
-        s.http
-            .get(&models)
-            .bearer_auth("sekret-ke")
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16(),
-        401
-    );
-    let r = s
-        .http
-        .get(&models)
-        .bearer_auth("sekret-key")
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(s.http.get(&models).bearer_auth("wrong").send().await.unwrap().status().as_u16(), 401);
+    assert_eq!(s.http.get(&models).bearer_auth("sekret-ke").send().await.unwrap().status().as_u16(), 401);
+    let r = s.http.get(&models).bearer_auth("sekret-key").send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let b: Value = r.json().await.unwrap();
     assert_eq!(b["data"][0]["id"], "smollm2");
-    let r = s
-        .http
-        .post(format!("{}/v1/chat/completions", s.base))
-        .json(&chat_body("Hi", 2, false))
-        .send()
-        .await
-        .unwrap();
+    let r = s.http.post(format!("{}/v1/chat/completions", s.base)).json(&chat_body("Hi", 2, false)).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 401);
     assert_eq!(s.get_text("/health").await.0, 200);
     assert_eq!(s.get_text("/metrics").await.0, 200);
@@ -398,12 +220,7 @@ async fn streaming_equals_whole_under_greedy() {
         return;
     };
     // Chat.
-    let (st, whole) = s
-        .post(
-            "/v1/chat/completions",
-            &chat_body("What is the capital of France?", 24, false),
-        )
-        .await;
+    let (st, whole) = s.post("/v1/chat/completions", &chat_body("What is the capital of France?", 24, false)).await;
     assert_eq!(st, 200, "{whole}");
     let mut body = chat_body("What is the capital of France?", 24, true);
     body["stream_options"] = json!({"include_usage": true});
@@ -411,15 +228,9 @@ async fn streaming_equals_whole_under_greedy() {
     let first: Value = serde_json::from_str(&events[0]).unwrap();
     assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
     let (text, reason, usage) = chat_stream_text(&events);
-    assert_eq!(
-        text,
-        whole["choices"][0]["message"]["content"].as_str().unwrap()
-    );
+    assert_eq!(text, whole["choices"][0]["message"]["content"].as_str().unwrap());
     assert!(!text.is_empty());
-    assert_eq!(
-        reason.as_deref(),
-        whole["choices"][0]["finish_reason"].as_str()
-    );
+    assert_eq!(reason.as_deref(), whole["choices"][0]["finish_reason"].as_str());
     let usage = usage.expect("a usage chunk");
     for k in ["prompt_tokens", "completion_tokens", "total_tokens"] {
         assert_eq!(usage[k], whole["usage"][k], "{k}");
@@ -430,21 +241,11 @@ async fn streaming_equals_whole_under_greedy() {
 
     // Completions, with a stop string that must not leak.
     let prompt = "The capital of France is";
-    let (st, whole) = s
-        .post(
-            "/v1/completions",
-            &json!({"prompt": prompt, "temperature": 0, "max_tokens": 16}),
-        )
-        .await;
+    let (st, whole) = s.post("/v1/completions", &json!({"prompt": prompt, "temperature": 0, "max_tokens": 16})).await;
     assert_eq!(st, 200, "{whole}");
     let full = whole["choices"][0]["text"].as_str().unwrap().to_string();
     assert!(full.contains("Paris"), "{full:?}");
-    let events = s
-        .stream(
-            "/v1/completions",
-            &json!({"prompt": prompt, "temperature": 0, "max_tokens": 16, "stream": true}),
-        )
-        .await;
+    let events = s.stream("/v1/completions", &json!({"prompt": prompt, "temperature": 0, "max_tokens": 16, "stream": true})).await;
     let mut text = String::new();
     for e in events.iter().filter(|e| *e != "[DONE]") {
         let v: Value = serde_json::from_str(e).unwrap();
@@ -454,27 +255,14 @@ async fn streaming_equals_whole_under_greedy() {
     assert_eq!(text, full);
     // Stop at "Paris": the text before it, none of it after (streamed and whole).
     let cut = full.find("Paris").unwrap();
-    let stop_body =
-        json!({"prompt": prompt, "temperature": 0, "max_tokens": 16, "stop": ["Paris"]});
+    let stop_body = json!({"prompt": prompt, "temperature": 0, "max_tokens": 16, "stop": ["Paris"]});
     let (_, stopped) = s.post("/v1/completions", &stop_body).await;
-    assert_eq!(
-        stopped["choices"][0]["text"].as_str().unwrap(),
-        &full[..cut]
-    );
+    assert_eq!(stopped["choices"][0]["text"].as_str().unwrap(), &full[..cut]);
     assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
     let mut sb = stop_body.clone();
     sb["stream"] = json!(true);
     let events = s.stream("/v1/completions", &sb).await;
-    let text: String = events
-        .iter()
-        .filter(|e| *e != "[DONE]")
-        .map(|e| {
-            serde_json::from_str::<Value>(e).unwrap()["choices"][0]["text"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
+    let text: String = events.iter().filter(|e| *e != "[DONE]").map(|e| serde_json::from_str::<Value>(e).unwrap()["choices"][0]["text"].as_str().unwrap().to_string()).collect();
     assert_eq!(text, &full[..cut]);
 }
 
@@ -483,9 +271,7 @@ async fn metrics_carry_the_counters() {
     let Some(s) = start(Opts::default()) else {
         return;
     };
-    let (st, _) = s
-        .post("/v1/chat/completions", &chat_body("Hello!", 6, false))
-        .await;
+    let (st, _) = s.post("/v1/chat/completions", &chat_body("Hello!", 6, false)).await;
     assert_eq!(st, 200);
     let (st, m) = s.get_text("/metrics").await;
     assert_eq!(st, 200);
@@ -518,13 +304,7 @@ async fn a_dropped_client_frees_its_session() {
         return;
     };
     let body = json!({"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "stream": true, "stop": []});
-    let r = s
-        .http
-        .post(format!("{}/v1/completions", s.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = s.http.post(format!("{}/v1/completions", s.base)).json(&body).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let mut chunks = r.bytes_stream();
     // Wait until a token has come: the session is active.
@@ -540,10 +320,7 @@ async fn a_dropped_client_frees_its_session() {
         if s.metric("resin_active_sessions").await == 0.0 {
             break;
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "the session was not freed"
-        );
+        assert!(t0.elapsed() < Duration::from_secs(10), "the session was not freed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Fewer than all 200 tokens were generated.
@@ -552,11 +329,7 @@ async fn a_dropped_client_frees_its_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_503_with_retry_after() {
-    let Some(s) = start(Opts {
-        regions: 1,
-        max_queue: 1,
-        ..Opts::default()
-    }) else {
+    let Some(s) = start(Opts { regions: 1, max_queue: 1, ..Opts::default() }) else {
         return;
     };
     let body = json!({"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0});
@@ -583,37 +356,17 @@ async fn a_full_queue_answers_503_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_two_streams_each_equal_to_its_prompt_alone() {
-    let Some(s) = start(Opts {
-        regions: 32,
-        n_ctx: 128,
-        ..Opts::default()
-    }) else {
+    let Some(s) = start(Opts { regions: 32, n_ctx: 128, ..Opts::default() }) else {
         return;
     };
-    let subjects = [
-        "cats", "the sea", "winter", "bread", "trains", "music", "the moon", "gardens",
-    ];
-    let prompts: Vec<String> = (0..32)
-        .map(|i| {
-            format!(
-                "Write one sentence about {} (number {i}).",
-                subjects[i % subjects.len()]
-            )
-        })
-        .collect();
+    let subjects = ["cats", "the sea", "winter", "bread", "trains", "music", "the moon", "gardens"];
+    let prompts: Vec<String> = (0..32).map(|i| format!("Write one sentence about {} (number {i}).", subjects[i % subjects.len()])).collect();
     let max_tokens = 12;
     let mut alone = Vec::new();
     for p in &prompts {
-        let (st, b) = s
-            .post("/v1/chat/completions", &chat_body(p, max_tokens, false))
-            .await;
+        let (st, b) = s.post("/v1/chat/completions", &chat_body(p, max_tokens, false)).await;
         assert_eq!(st, 200, "{b}");
-        alone.push(
-            b["choices"][0]["message"]["content"]
-                .as_str()
-                .unwrap()
-                .to_string(),
-        );
+        alone.push(b["choices"][0]["message"]["content"].as_str().unwrap().to_string());
     }
     let s = Arc::new(s);
     let tasks: Vec<_> = prompts
@@ -621,35 +374,24 @@ async fn thirty_two_streams_each_equal_to_its_prompt_alone() {
         .map(|p| {
             let s = s.clone();
             let body = chat_body(p, max_tokens, true);
-            tokio::spawn(
-                async move { chat_stream_text(&s.stream("/v1/chat/completions", &body).await) },
-            )
+            tokio::spawn(async move { chat_stream_text(&s.stream("/v1/chat/completions", &body).await) })
         })
         .collect();
     for (i, t) in tasks.into_iter().enumerate() {
         let (text, reason, _) = t.await.unwrap();
         assert!(reason.is_some(), "stream {i} did not finish");
-        assert_eq!(
-            text, alone[i],
-            "stream {i} differs from its prompt run alone"
-        );
+        assert_eq!(text, alone[i], "stream {i} differs from its prompt run alone");
     }
     // More than 8 rows a step: balanced groups of token commands, or wide steps (the home
     // decides which).
     let grouped = s.metric("resin_grouped_steps_total").await;
     let wide = s.metric("resin_wide_steps_total").await;
-    assert!(
-        grouped + wide >= 1.0,
-        "32 streams should have stepped in groups or wide steps"
-    );
+    assert!(grouped + wide >= 1.0, "32 streams should have stepped in groups or wide steps");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forced_tool_calls_are_valid_calls() {
-    let Some(s) = start(Opts {
-        n_ctx: 512,
-        ..Opts::default()
-    }) else {
+    let Some(s) = start(Opts { n_ctx: 512, ..Opts::default() }) else {
         return;
     };
     let tools = json!([{
@@ -667,10 +409,7 @@ async fn forced_tool_calls_are_valid_calls() {
         "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"utc": {"type": "boolean"}}, "required": ["utc"]}}
     }]);
     let messages = json!([{"role": "user", "content": "What will the weather be in Paris for the next 3 days?"}]);
-    for choice in [
-        json!("required"),
-        json!({"type": "function", "function": {"name": "get_time"}}),
-    ] {
+    for choice in [json!("required"), json!({"type": "function", "function": {"name": "get_time"}})] {
         let body = json!({"messages": messages, "tools": tools, "tool_choice": choice, "temperature": 0, "max_tokens": 60});
         let (st, b) = s.post("/v1/chat/completions", &body).await;
         assert_eq!(st, 200, "{b}");
@@ -679,14 +418,10 @@ async fn forced_tool_calls_are_valid_calls() {
         let call = &c["message"]["tool_calls"][0];
         assert!(call["id"].as_str().unwrap().starts_with("call_"));
         assert_eq!(call["type"], "function");
-        let args: Value =
-            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
         match call["function"]["name"].as_str().unwrap() {
             "get_weather" => {
-                assert!(
-                    args["unit"] == "celsius" || args["unit"] == "fahrenheit",
-                    "{args}"
-                );
+                assert!(args["unit"] == "celsius" || args["unit"] == "fahrenheit", "{args}");
                 assert!(args["days"].is_i64(), "{args}");
             }
             "get_time" => assert!(args["utc"].is_boolean(), "{args}"),
@@ -720,10 +455,7 @@ async fn forced_tool_calls_are_valid_calls() {
         }
         assert_eq!(reason.as_deref(), Some("tool_calls"));
         assert_eq!(name.as_deref(), call["function"]["name"].as_str());
-        assert_eq!(
-            streamed_args,
-            call["function"]["arguments"].as_str().unwrap()
-        );
+        assert_eq!(streamed_args, call["function"]["arguments"].as_str().unwrap());
     }
 
     // A round trip: the call and its result go back in; the model answers in text.

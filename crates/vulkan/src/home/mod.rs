@@ -48,9 +48,9 @@ use submit::*;
 pub use upload::rope_table;
 use upload::*;
 
-use resin_core::{StepShape, 
-    check_rows, check_segments, check_snapshot, check_step, Counters, Home, HomeError, HomeSpec, Logits, Need, Profile, RegionId, Row, RowOut, Segment, StepOut, TopCandidates,
-    NROW_MAX, PF_WINDOW,
+use resin_core::{
+    check_rows, check_segments, check_snapshot, check_step, Counters, Home, HomeError, HomeSpec, Logits, Need, Profile, RegionId, Row, RowOut, Segment, StepOut, StepShape,
+    TopCandidates, NROW_MAX, PF_WINDOW,
 };
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
