@@ -177,6 +177,11 @@ class Soak:
                 try:
                     v = json.loads(text)
                     choice = v["choices"][0]
+                    # A forced call cut by max_tokens ends with finish_reason "length" and its
+                    # partial arguments as text: a truncation, not a wrong answer.
+                    if kind == "tool_call" and choice.get("finish_reason") == "length":
+                        st.outcome(kind, "truncated")
+                        return
                     if kind == "tool_call" and not choice["message"].get("tool_calls"):
                         raise ValueError("no tool_calls in a tool_choice=required answer")
                     tokens = v.get("usage", {}).get("completion_tokens", 0)
