@@ -32,28 +32,7 @@ use acts::{Family, Prepared, SendPtr};
 use resin_gguf::GgmlType;
 use std::sync::OnceLock;
 
-/// Why a weight matrix cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KernelError {
-    /// The format has no kernel (Q8_1 and Q8_K are activation formats).
-    Unsupported(GgmlType),
-    /// `cols` is not a whole number of blocks of the format.
-    PartialBlock { ty: GgmlType, cols: usize },
-    /// The data length does not match `rows x cols` of the format.
-    WrongByteLength { ty: GgmlType, rows: usize, cols: usize, got: usize, expected: usize },
-}
-
-impl std::fmt::Display for KernelError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            KernelError::Unsupported(ty) => write!(f, "no matmul kernel for {ty} weights"),
-            KernelError::PartialBlock { ty, cols } => write!(f, "{cols} columns is not a whole number of {ty} blocks ({} values)", ty.block_len()),
-            KernelError::WrongByteLength { ty, rows, cols, got, expected } => write!(f, "{ty} matrix {rows} x {cols} needs {expected} bytes, got {got}"),
-        }
-    }
-}
-
-impl std::error::Error for KernelError {}
+pub use crate::error::KernelError;
 
 /// A weight matrix: `rows` rows of `cols` values each, row-major, each row whole blocks of `ty`.
 #[derive(Debug, Clone, Copy)]
