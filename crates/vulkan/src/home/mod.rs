@@ -221,12 +221,10 @@ impl Home for VulkanHome {
         let (k, vocab) = (resin_core::TOP_CANDIDATES, self.cfg.vocab);
         let mut out = Vec::with_capacity(rows.len());
         let mut at = 0;
-        for &(lane, n, m) in &passes {
+        for &(lane, n) in &passes {
             let s = &self.lanes[lane].scratch;
             let ids = s.ids.read_u32(0, 2 * n).map_err(HomeError::from)?;
             let top = if back.top() { s.top_host.read_u32(0, 2 * n * k).map_err(HomeError::from)? } else { Vec::new() };
-            let whole = if back == ReadBack::Logits { n } else { m };
-            let logits = if whole > 0 { s.logits_host.read_f32(0, whole * vocab).map_err(HomeError::from)? } else { Vec::new() };
             let mut next_whole = 0;
             for (j, &need) in needs[at..at + n].iter().enumerate() {
                 out.push(match need {
@@ -240,9 +238,10 @@ impl Home for VulkanHome {
                         })
                     }
                     Need::Logits => {
+                        // Every row's logits lie in row order; listed rows in the first rows.
                         let i = if back == ReadBack::Logits { j } else { next_whole };
                         next_whole += 1;
-                        RowOut::Logits(logits[i * vocab..(i + 1) * vocab].to_vec())
+                        RowOut::Logits(s.logits_host.read_f32(i * vocab, vocab).map_err(HomeError::from)?)
                     }
                 });
             }
@@ -313,8 +312,7 @@ impl Profile for VulkanHome {
         if !(1..=NROW_MAX).contains(&rows) {
             return Err(HomeError::BadRowCount { got: rows, max: NROW_MAX });
         }
-        self.command(0, rows, ReadBack::Ids).map_err(HomeError::from)?;
-        let c = self.lanes[0].commands.get(&(rows, ReadBack::Ids)).map(|c| c.counts).unwrap_or_default();
+        let c = self.command(0, rows, ReadBack::Ids).map_err(HomeError::from)?.counts;
         Ok(Some(StepShape { stages: c.stages, dispatches: c.dispatches, barriers: c.barriers }))
     }
 

@@ -164,13 +164,13 @@ impl VulkanHome {
     /// Lane `lane`'s token command for `n` rows (1..=NROW_MAX; on lane 0 up to step_rows_max,
     /// above NROW_MAX a GEMM pass), recorded on first use and kept; `back`: what comes back to
     /// the host besides the argmax ids.
-    pub(super) fn command(&mut self, lane: usize, n: usize, back: ReadBack) -> Result<ash::vk::CommandBuffer, VkError> {
+    pub(super) fn command(&mut self, lane: usize, n: usize, back: ReadBack) -> Result<&TokenCommand, VkError> {
         let key = (n, back);
         if !self.lanes[lane].commands.contains_key(&key) {
             let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: back == ReadBack::Logits, top: back.top(), listed: back.listed() }, None)?;
             self.lanes[lane].commands.insert(key, c);
         }
-        self.lanes[lane].commands.get(&key).map(|c| c.cmds.cmd).ok_or_else(|| VkError::Model("no token command".into()))
+        self.lanes[lane].commands.get(&key).ok_or_else(|| VkError::Model("no token command".into()))
     }
 
     /// Record one pass of `shape` over lane `lane`'s scratch into a command buffer of its own
@@ -242,29 +242,26 @@ impl VulkanHome {
     /// pass on lane 0, or with `WideMode::Lanes` and more than NROW_MAX rows of distinct
     /// regions, balanced groups of N-row token commands on lanes 0, 1, ..., all submitted
     /// before any is waited for. (Rows that share a region take one pass: a row may attend to
-    /// keys another row of the step stores.) `listed`: with `ReadBack::TopRows`, the rows
+    /// keys another row of the step stores.) `listed`: with a read-back that lists rows, the rows
     /// (ascending indices into `rows`) whose whole logits come back, each pass's in its lane's
-    /// `rows_list`. Returns (lane, rows, listed rows) of each pass in row order; its results
-    /// are in that lane's scratch.
-    pub(super) fn run_step(&mut self, rows: &[(u32, u32, u32)], back: ReadBack, listed: &[usize]) -> Result<Vec<(usize, usize, usize)>, VkError> {
+    /// `rows_list`. Returns (lane, rows) of each pass in row order; its results are in that
+    /// lane's scratch.
+    pub(super) fn run_step(&mut self, rows: &[(u32, u32, u32)], back: ReadBack, listed: &[usize]) -> Result<Vec<(usize, usize)>, VkError> {
         let mut seen = std::collections::HashSet::new();
         let distinct = rows.iter().all(|r| seen.insert(r.0));
         let groups: Vec<usize> = self.wide.passes(rows.len(), distinct).into_iter().map(|(_, n)| n).collect();
         self.ensure_lanes(groups.len())?;
         let mut cmds = Vec::with_capacity(groups.len());
-        let mut lists = Vec::with_capacity(groups.len());
         let mut at = 0;
         for (lane, &n) in groups.iter().enumerate() {
-            let cmd = self.command(lane, n, back)?;
-            let pieces = self.lanes[lane].commands.get(&(n, back)).map_or(0, |c| c.pieces);
+            let (cmd, pieces) = self.command(lane, n, back).map(|c| (c.cmds.cmd, c.pieces))?;
             Counters::add(&self.counters.decode_attention_pieces, pieces as u64);
             cmds.push(cmd);
             self.write_meta(lane, &rows[at..at + n])?;
-            let list: Vec<u32> = listed.iter().filter(|&&i| (at..at + n).contains(&i)).map(|&i| (i - at) as u32).collect();
             if back.listed() {
+                let list: Vec<u32> = listed.iter().filter(|&&i| (at..at + n).contains(&i)).map(|&i| (i - at) as u32).collect();
                 self.lanes[lane].scratch.rows_list.write(0, &crate::kernels::rows_copy_list(&list))?;
             }
-            lists.push(list.len());
             at += n;
         }
         // Wait for every submitted pass even when a later submit fails: nothing a pass uses
@@ -287,16 +284,16 @@ impl VulkanHome {
                 res = waited;
             }
         }
-        res.map(|()| groups.into_iter().zip(lists).enumerate().map(|(lane, (n, m))| (lane, n, m)).collect())
+        res.map(|()| groups.into_iter().enumerate().collect())
     }
 
     /// Count a step by what ran: one pass (a token command, or a wide GEMM pass), or groups of
     /// token commands on lanes (a grouped step, each group an N-row step).
-    pub(super) fn count_passes(&self, passes: &[(usize, usize, usize)]) {
+    pub(super) fn count_passes(&self, passes: &[(usize, usize)]) {
         if passes.len() > 1 {
             Counters::add(&self.counters.grouped_steps, 1);
         }
-        for &(_, n, _) in passes {
+        for &(_, n) in passes {
             self.counters.count_step(n);
         }
     }
