@@ -5,6 +5,7 @@
 //! session holds which region is the engine's business ([`regions::RegionTable`]); kernels only
 //! see an offset.
 
+pub mod canon;
 mod counters;
 mod error;
 pub mod regions;

@@ -128,7 +128,7 @@ unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 
 #[inline(always)]
-fn quant_block<const N: usize>(x: &[f32], q: &mut [i8; N]) -> (f32, i32) {
+pub(crate) fn quant_block<const N: usize>(x: &[f32], q: &mut [i8; N]) -> (f32, i32) {
     let mut amax = 0u32;
     for &v in x {
         amax = amax.max(v.to_bits() & 0x7fff_ffff);

@@ -25,6 +25,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod blocks;
+pub mod canon;
 mod portable;
 
 pub use acts::Acts;
