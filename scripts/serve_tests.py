@@ -13,6 +13,7 @@ Prints one line a test and 'N passed, N failed' at the end; exits 1 on a failure
 
 import argparse
 import json
+import math
 import os
 import sys
 import traceback
@@ -188,6 +189,110 @@ def api_key(ctx):
         pass
     assert raw(ctx.url + "/health")[0] == 200 and raw(ctx.url + "/metrics")[0] == 200
 
+
+
+def check_top_list(entry, k):
+    """One chat logprobs entry: a log-probability, its top list best first, within [-inf, 0]."""
+    assert entry.logprob <= 0, entry
+    top = entry.top_logprobs
+    assert len(top) == k, (len(top), k)
+    assert all(t.logprob <= 0 for t in top), top
+    assert all(a.logprob >= b.logprob for a, b in zip(top, top[1:])), top
+    assert sum(math.exp(t.logprob) for t in top) <= 1 + 1e-4, top
+    if top:
+        assert entry.logprob <= top[0].logprob + 1e-6, (entry, top[0])
+
+
+@test
+def logprobs_chat_greedy(ctx):
+    msgs = [{"role": "user", "content": "Name three colors."}]
+    kw = dict(model=ctx.model, messages=msgs, temperature=0, max_tokens=24, logprobs=True, top_logprobs=5)
+    r = ctx.client.chat.completions.create(**kw)
+    c = r.choices[0]
+    content = c.logprobs.content
+    # Every generated token but an end-of-generation token that ends the output.
+    assert r.usage.completion_tokens - len(content) in (0, 1), (r.usage, len(content))
+    assert "".join(e.token for e in content) == c.message.content, ([e.token for e in content], c.message.content)
+    for e in content:
+        check_top_list(e, 5)
+        # Greedy: the chosen token is the first of its top list, its log-probability the largest.
+        assert e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == e.logprob, e
+        assert bytes(e.bytes) == e.token.encode(), e
+    # The same without logprobs: the same text (asking for them does not change the draw).
+    plain = ctx.client.chat.completions.create(model=ctx.model, messages=msgs, temperature=0, max_tokens=24)
+    assert plain.choices[0].message.content == c.message.content and plain.choices[0].logprobs is None
+    # Streamed: the same entries, chunk by chunk.
+    streamed = []
+    text = ""
+    for chunk in ctx.client.chat.completions.create(**kw, stream=True):
+        for ch in chunk.choices:
+            text += ch.delta.content or ""
+            if ch.logprobs and ch.logprobs.content:
+                streamed.extend(ch.logprobs.content)
+    assert text == c.message.content
+    assert [e.model_dump() for e in streamed] == [e.model_dump() for e in content]
+    # logprobs without top_logprobs: empty top lists.
+    r0 = ctx.client.chat.completions.create(model=ctx.model, messages=msgs, temperature=0, max_tokens=4, logprobs=True)
+    assert [e.logprob for e in r0.choices[0].logprobs.content] == [e.logprob for e in content[:4]]
+    assert all(e.top_logprobs == [] for e in r0.choices[0].logprobs.content)
+
+
+@test
+def logprobs_chat_sampled(ctx):
+    msgs = [{"role": "user", "content": "Tell me a story."}]
+    # top_k within the top candidates, then penalties (the whole row): each token's logprob is
+    # the raw model's, whatever the sampler did with the row.
+    for extra in [dict(extra_body={"top_k": 40}), dict(frequency_penalty=1.0), dict(extra_body={"top_k": 0})]:
+        r = ctx.client.chat.completions.create(
+            model=ctx.model, messages=msgs, temperature=1.2, seed=5, max_tokens=24, logprobs=True, top_logprobs=20, **extra
+        )
+        content = r.choices[0].logprobs.content
+        assert len(content) >= r.usage.completion_tokens - 1, (extra, len(content), r.usage)
+        for e in content:
+            check_top_list(e, 20)
+            if any(t.token == e.token for t in e.top_logprobs):
+                assert any(t.token == e.token and abs(t.logprob - e.logprob) < 1e-6 for t in e.top_logprobs), e
+
+
+@test
+def logprobs_completions(ctx):
+    kw = dict(model=ctx.model, prompt="The capital of France is", temperature=0, max_tokens=12, logprobs=3)
+    r = ctx.client.completions.create(**kw)
+    c = r.choices[0]
+    lp = c.logprobs
+    assert "".join(lp.tokens) == c.text, (lp.tokens, c.text)
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))], lp.text_offset
+    for tok, v, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert v <= 0 and len(top) == 3 and sum(math.exp(x) for x in top.values()) <= 1 + 1e-4, top
+        assert max(top.values()) == v and top[tok] == v, (tok, v, top)
+    s = ctx.client.completions.create(**kw, stream=True)
+    tokens, values, offsets = [], [], []
+    for chunk in s:
+        for ch in chunk.choices:
+            if ch.logprobs:
+                tokens += ch.logprobs.tokens
+                values += ch.logprobs.token_logprobs
+                offsets += ch.logprobs.text_offset
+    assert (tokens, values, offsets) == (lp.tokens, lp.token_logprobs, lp.text_offset)
+
+
+@test
+def logprobs_errors(ctx):
+    msgs = [{"role": "user", "content": "hi"}]
+    for kw in [dict(logprobs=True, top_logprobs=21), dict(logprobs=True, top_logprobs=-1), dict(top_logprobs=2)]:
+        try:
+            ctx.client.chat.completions.create(model=ctx.model, messages=msgs, max_tokens=2, **kw)
+            raise AssertionError(f"accepted {kw}")
+        except openai.BadRequestError as e:
+            body = e.response.json()["error"]
+            assert body["type"] == "invalid_request_error" and body["param"] == "top_logprobs", body
+    for n in [21, -1]:
+        try:
+            ctx.client.completions.create(model=ctx.model, prompt="a", max_tokens=2, logprobs=n)
+            raise AssertionError(f"accepted logprobs={n}")
+        except openai.BadRequestError as e:
+            assert e.response.json()["error"]["param"] == "logprobs"
 
 WEATHER_TOOL = {
     "type": "function",

@@ -122,6 +122,7 @@ fn submit(
         req.stop_ids = Some(Vec::new());
     }
     req.constraint = constraint;
+    req.logprobs = plan.logprobs;
     let handle = state.engine.submit(req)?;
     state.metrics.tokens(prompt_tokens, 0);
     Ok(Gen {
@@ -130,6 +131,7 @@ fn submit(
         kind,
         tools,
         include_usage: plan.include_usage,
+        logprobs: plan.logprobs.is_some(),
         t0,
         path,
         prompt_tokens,
@@ -157,7 +159,8 @@ pub async fn chat_completions(State(state): State<AppState>, body: Result<Bytes,
 fn chat_gen(state: &AppState, body: Result<Bytes, BytesRejection>, t0: Instant) -> Result<(Gen, bool), ApiError> {
     let body = body_bytes(state, body)?;
     let req: ChatRequest = parse(&body)?;
-    let plan = req.common.plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
+    let mut plan = req.common.plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
+    plan.logprobs = req.logprobs()?;
     let tools = declared_tools(req.tools.as_deref().unwrap_or(&[]))?;
     let choice = tool_choice(req.tool_choice.as_ref(), &tools)?;
     let messages = prompt::normalize_messages(&req.messages)?;
@@ -197,7 +200,8 @@ pub async fn completions(State(state): State<AppState>, body: Result<Bytes, Byte
 fn completion_gen(state: &AppState, body: Result<Bytes, BytesRejection>, t0: Instant) -> Result<(Gen, bool), ApiError> {
     let body = body_bytes(state, body)?;
     let req: CompletionRequest = parse(&body)?;
-    let plan = req.common.plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
+    let mut plan = req.common.plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
+    plan.logprobs = req.logprobs()?;
     let bad = || ApiError::invalid("prompt must be a string, an array of one string, or an array of token ids.").param("prompt");
     let one = |v: &Value| -> Result<Vec<u32>, ApiError> {
         match v {
