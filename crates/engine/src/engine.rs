@@ -88,6 +88,8 @@ pub struct Finish {
     /// Prompt tokens whose K/V rows were adopted from a parked region (not prefilled again).
     pub reused_tokens: usize,
     pub time_to_first_token: Duration,
+    /// The stop string that ended the generation, when one did.
+    pub stop_string: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -665,6 +667,7 @@ impl Scheduler {
                         completion_tokens: s.generated,
                         reused_tokens: s.reused,
                         time_to_first_token: s.first_token.map(|t| t - s.submitted).unwrap_or_default(),
+                        stop_string: s.stop.matched().map(str::to_string),
                     }));
                     self.regions.set_tokens(s.region, &s.fed);
                     self.regions.park(s.region);

@@ -48,7 +48,7 @@ pub struct Gen {
 }
 
 /// What a stream or a waiting request says when the shutdown grace is over.
-fn shutdown_error() -> ApiError {
+pub(crate) fn shutdown_error() -> ApiError {
     let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_shutdown", "The server shut down before this generation finished; retry it.").code("server_shutdown");
     e.retry_after = Some(1);
     e
@@ -56,14 +56,14 @@ fn shutdown_error() -> ApiError {
 
 /// The next engine event, or None when the server is closing (the caller drops the handle,
 /// which frees the session).
-async fn next_event(handle: &mut GenHandle, phase: &mut watch::Receiver<Phase>) -> Result<Option<GenEvent>, ()> {
+pub(crate) async fn next_event(handle: &mut GenHandle, phase: &mut watch::Receiver<Phase>) -> Result<Option<GenEvent>, ()> {
     tokio::select! {
         ev = handle.next() => Ok(ev),
         _ = reached(phase, Phase::Closing) => Err(()),
     }
 }
 
-fn random_id(prefix: &str) -> String {
+pub(crate) fn random_id(prefix: &str) -> String {
     use rand::distributions::Alphanumeric;
     use rand::Rng;
     let r: String = rand::thread_rng().sample_iter(&Alphanumeric).take(24).map(char::from).collect();
@@ -149,13 +149,13 @@ fn legacy_logprobs(tok: &Tokenizer, lps: &[TokenLogprob], offset: &mut usize) ->
 }
 
 /// Tracks the time between tokens for the inter-token histogram.
-struct TokenClock {
-    last: Option<Instant>,
-    tokens: usize,
+pub(crate) struct TokenClock {
+    pub last: Option<Instant>,
+    pub tokens: usize,
 }
 
 impl TokenClock {
-    fn tick(&mut self, state: &AppState, ids: usize) {
+    pub fn tick(&mut self, state: &AppState, ids: usize) {
         if ids == 0 {
             return;
         }
@@ -170,15 +170,16 @@ impl TokenClock {
 }
 
 impl Gen {
-    /// Wait for the whole generation and answer it in one response.
-    pub async fn collect(mut self) -> Response {
+    /// Wait for the whole generation: its text, its tokens' log-probabilities (when asked
+    /// for) and how it ended; an error response where it failed or the server closed.
+    pub(crate) async fn run_to_end(&mut self) -> Result<(String, Vec<TokenLogprob>, Finish), ApiError> {
         let mut text = String::new();
         let mut lps: Vec<TokenLogprob> = Vec::new();
         let mut clock = TokenClock { last: None, tokens: 0 };
         let finish = loop {
             let ev = match next_event(&mut self.handle, &mut self.phase).await {
                 Ok(ev) => ev,
-                Err(()) => return shutdown_error().into_response(),
+                Err(()) => return Err(shutdown_error()),
             };
             match ev {
                 Some(GenEvent::Delta { ids, text: t, logprobs }) => {
@@ -187,12 +188,18 @@ impl Gen {
                     lps.extend(logprobs);
                 }
                 Some(GenEvent::Done(f)) => break f,
-                Some(GenEvent::Error(e)) => return ApiError::internal(format!("Generation failed: {e}")).into_response(),
-                None => return ApiError::internal("The engine stopped during this generation.").into_response(),
+                Some(GenEvent::Error(e)) => return Err(ApiError::internal(format!("Generation failed: {e}"))),
+                None => return Err(ApiError::internal("The engine stopped during this generation.")),
             }
         };
         self.state.metrics.ttft.observe(finish.time_to_first_token);
-        let (content, calls) = match self.tools.take() {
+        Ok((text, lps, finish))
+    }
+
+    /// The whole output as content and tool calls (through the tool-call recogniser, when the
+    /// request has one).
+    pub(crate) fn split_calls(&mut self, text: String) -> (String, Vec<ToolCall>) {
+        match self.tools.take() {
             Some(mut ts) => {
                 let mut shown = ts.push(&text);
                 let fin = ts.finish();
@@ -200,7 +207,16 @@ impl Gen {
                 (shown, fin.calls)
             }
             None => (text, Vec::new()),
+        }
+    }
+
+    /// Wait for the whole generation and answer it in one response.
+    pub async fn collect(mut self) -> Response {
+        let (text, lps, finish) = match self.run_to_end().await {
+            Ok(r) => r,
+            Err(e) => return e.into_response(),
         };
+        let (content, calls) = self.split_calls(text);
         let reason = finish_reason(&finish, &calls);
         let tok = &self.state.tokenizer;
         let logprobs = match (self.logprobs, self.kind) {
