@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""OpenAI-client tests against a running `resin serve` (or any OpenAI-compatible server).
+"""OpenAI- and Anthropic-client tests against a running `resin serve`.
 
     python3 scripts/serve_tests.py [URL] [--api-key KEY] [--tools-url URL2]
 
@@ -7,12 +7,14 @@
 URL (default $RESIN_URL or http://127.0.0.1:8080) serves SmolLM2-135M; the api-key tests run
 when the server was started with --api-key (pass the same key here, or $RESIN_API_KEY).
 --tools-url (or $RESIN_TOOLS_URL) serves Qwen2.5-Coder-0.5B for the tool-call round trip;
-without it that test is skipped. Uses the official `openai` package (pip install openai).
+without it those tests are skipped. Uses the official `openai` and `anthropic` packages
+(pip install openai anthropic).
 Prints one line a test and 'N passed, N failed' at the end; exits 1 on a failure.
 """
 
 import argparse
 import json
+import math
 import os
 import sys
 import traceback
@@ -24,6 +26,10 @@ try:
     from openai import OpenAI
 except ImportError:
     sys.exit("serve_tests.py needs the openai package: pip install openai")
+try:
+    import anthropic
+except ImportError:
+    sys.exit("serve_tests.py needs the anthropic package: pip install anthropic")
 
 RESULTS = {"passed": 0, "failed": 0, "skipped": 0}
 
@@ -41,6 +47,8 @@ class Ctx:
         self.tools_url = tools_url.rstrip("/") if tools_url else None
         self.client = OpenAI(base_url=self.url + "/v1", api_key=key or "none", max_retries=0, timeout=300)
         self.model = self.client.models.list().data[0].id
+        # Anthropic's client sends the key as x-api-key.
+        self.anthropic = anthropic.Anthropic(base_url=self.url, api_key=key or "none", max_retries=0, timeout=300)
 
 
 def raw(url, method="GET", body=None, headers=None):
@@ -189,6 +197,110 @@ def api_key(ctx):
     assert raw(ctx.url + "/health")[0] == 200 and raw(ctx.url + "/metrics")[0] == 200
 
 
+
+def check_top_list(entry, k):
+    """One chat logprobs entry: a log-probability, its top list best first, within [-inf, 0]."""
+    assert entry.logprob <= 0, entry
+    top = entry.top_logprobs
+    assert len(top) == k, (len(top), k)
+    assert all(t.logprob <= 0 for t in top), top
+    assert all(a.logprob >= b.logprob for a, b in zip(top, top[1:])), top
+    assert sum(math.exp(t.logprob) for t in top) <= 1 + 1e-4, top
+    if top:
+        assert entry.logprob <= top[0].logprob + 1e-6, (entry, top[0])
+
+
+@test
+def logprobs_chat_greedy(ctx):
+    msgs = [{"role": "user", "content": "Name three colors."}]
+    kw = dict(model=ctx.model, messages=msgs, temperature=0, max_tokens=24, logprobs=True, top_logprobs=5)
+    r = ctx.client.chat.completions.create(**kw)
+    c = r.choices[0]
+    content = c.logprobs.content
+    # Every generated token but an end-of-generation token that ends the output.
+    assert r.usage.completion_tokens - len(content) in (0, 1), (r.usage, len(content))
+    assert "".join(e.token for e in content) == c.message.content, ([e.token for e in content], c.message.content)
+    for e in content:
+        check_top_list(e, 5)
+        # Greedy: the chosen token is the first of its top list, its log-probability the largest.
+        assert e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == e.logprob, e
+        assert bytes(e.bytes) == e.token.encode(), e
+    # The same without logprobs: the same text (asking for them does not change the draw).
+    plain = ctx.client.chat.completions.create(model=ctx.model, messages=msgs, temperature=0, max_tokens=24)
+    assert plain.choices[0].message.content == c.message.content and plain.choices[0].logprobs is None
+    # Streamed: the same entries, chunk by chunk.
+    streamed = []
+    text = ""
+    for chunk in ctx.client.chat.completions.create(**kw, stream=True):
+        for ch in chunk.choices:
+            text += ch.delta.content or ""
+            if ch.logprobs and ch.logprobs.content:
+                streamed.extend(ch.logprobs.content)
+    assert text == c.message.content
+    assert [e.model_dump() for e in streamed] == [e.model_dump() for e in content]
+    # logprobs without top_logprobs: empty top lists.
+    r0 = ctx.client.chat.completions.create(model=ctx.model, messages=msgs, temperature=0, max_tokens=4, logprobs=True)
+    assert [e.logprob for e in r0.choices[0].logprobs.content] == [e.logprob for e in content[:4]]
+    assert all(e.top_logprobs == [] for e in r0.choices[0].logprobs.content)
+
+
+@test
+def logprobs_chat_sampled(ctx):
+    msgs = [{"role": "user", "content": "Tell me a story."}]
+    # top_k within the top candidates, then penalties (the whole row): each token's logprob is
+    # the raw model's, whatever the sampler did with the row.
+    for extra in [dict(extra_body={"top_k": 40}), dict(frequency_penalty=1.0), dict(extra_body={"top_k": 0})]:
+        r = ctx.client.chat.completions.create(
+            model=ctx.model, messages=msgs, temperature=1.2, seed=5, max_tokens=24, logprobs=True, top_logprobs=20, **extra
+        )
+        content = r.choices[0].logprobs.content
+        assert len(content) >= r.usage.completion_tokens - 1, (extra, len(content), r.usage)
+        for e in content:
+            check_top_list(e, 20)
+            if any(t.token == e.token for t in e.top_logprobs):
+                assert any(t.token == e.token and abs(t.logprob - e.logprob) < 1e-6 for t in e.top_logprobs), e
+
+
+@test
+def logprobs_completions(ctx):
+    kw = dict(model=ctx.model, prompt="The capital of France is", temperature=0, max_tokens=12, logprobs=3)
+    r = ctx.client.completions.create(**kw)
+    c = r.choices[0]
+    lp = c.logprobs
+    assert "".join(lp.tokens) == c.text, (lp.tokens, c.text)
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(len(lp.tokens))], lp.text_offset
+    for tok, v, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert v <= 0 and len(top) == 3 and sum(math.exp(x) for x in top.values()) <= 1 + 1e-4, top
+        assert max(top.values()) == v and top[tok] == v, (tok, v, top)
+    s = ctx.client.completions.create(**kw, stream=True)
+    tokens, values, offsets = [], [], []
+    for chunk in s:
+        for ch in chunk.choices:
+            if ch.logprobs:
+                tokens += ch.logprobs.tokens
+                values += ch.logprobs.token_logprobs
+                offsets += ch.logprobs.text_offset
+    assert (tokens, values, offsets) == (lp.tokens, lp.token_logprobs, lp.text_offset)
+
+
+@test
+def logprobs_errors(ctx):
+    msgs = [{"role": "user", "content": "hi"}]
+    for kw in [dict(logprobs=True, top_logprobs=21), dict(logprobs=True, top_logprobs=-1), dict(top_logprobs=2)]:
+        try:
+            ctx.client.chat.completions.create(model=ctx.model, messages=msgs, max_tokens=2, **kw)
+            raise AssertionError(f"accepted {kw}")
+        except openai.BadRequestError as e:
+            body = e.response.json()["error"]
+            assert body["type"] == "invalid_request_error" and body["param"] == "top_logprobs", body
+    for n in [21, -1]:
+        try:
+            ctx.client.completions.create(model=ctx.model, prompt="a", max_tokens=2, logprobs=n)
+            raise AssertionError(f"accepted logprobs={n}")
+        except openai.BadRequestError as e:
+            assert e.response.json()["error"]["param"] == "logprobs"
+
 WEATHER_TOOL = {
     "type": "function",
     "function": {
@@ -258,6 +370,163 @@ def tool_call_round_trip(ctx):
     assert c2.finish_reason in ("stop", "length") and c2.message.content, r2
     assert "21" in c2.message.content or "sunny" in c2.message.content.lower(), c2.message.content
 
+
+
+# ---- Anthropic's Messages API ----
+
+# Recent SDKs dropped `temperature` from create()'s signature; the API still takes it.
+GREEDY = {"temperature": 0}
+
+ANTHROPIC_WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "Get the current weather in a given city",
+    "input_schema": WEATHER_TOOL["function"]["parameters"],
+}
+
+
+def text_of(message):
+    return "".join(b.text for b in message.content if b.type == "text")
+
+
+@test
+def anthropic_message(ctx):
+    a = ctx.anthropic
+    kw = dict(model=ctx.model, max_tokens=32, extra_body=GREEDY, system="You are terse.", messages=[{"role": "user", "content": "Name three colors."}])
+    m = a.messages.create(**kw)
+    assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_"), m
+    assert m.content and m.content[0].type == "text" and m.content[0].text, m
+    assert m.stop_reason in ("end_turn", "max_tokens") and m.stop_sequence is None, m
+    assert m.usage.input_tokens > 0 and 0 < m.usage.output_tokens <= 32, m.usage
+    # The same conversation through the OpenAI route says the same (one chat pipeline).
+    o = ctx.client.chat.completions.create(
+        model=ctx.model, temperature=0, max_tokens=32, messages=[{"role": "system", "content": "You are terse."}, *kw["messages"]]
+    )
+    assert o.choices[0].message.content == text_of(m), (o.choices[0].message.content, text_of(m))
+    assert o.usage.prompt_tokens == m.usage.input_tokens
+    # Streamed: the SDK's accumulator sees the same message.
+    with a.messages.stream(**kw) as s:
+        streamed = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert streamed == text_of(m) and text_of(final) == text_of(m), (streamed, text_of(m))
+    assert final.stop_reason == m.stop_reason and final.usage.output_tokens == m.usage.output_tokens, final
+    # The raw events, in Anthropic's order.
+    names = [e.type for e in a.messages.create(**kw, stream=True)]
+    assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"], names
+    assert "content_block_start" in names and "content_block_stop" in names and "content_block_delta" in names, names
+    # Content blocks in, max_tokens and stop sequences out.
+    m2 = a.messages.create(model=ctx.model, max_tokens=3, extra_body=GREEDY, messages=[{"role": "user", "content": [{"type": "text", "text": "Name three colors."}]}])
+    assert m2.stop_reason == "max_tokens" and m2.usage.output_tokens == 3, m2
+    full = text_of(m)
+    word = next(w for w in full.split()[1:] if len(w) > 3).strip(".,!:;")
+    m3 = a.messages.create(**{**kw, "stop_sequences": [word, "zzzz"]})
+    assert m3.stop_reason == "stop_sequence" and m3.stop_sequence == word, (word, m3)
+    assert text_of(m3) == full[: full.index(word)], (text_of(m3), full, word)
+    # count_tokens: the prompt as /v1/messages renders it.
+    n = a.messages.count_tokens(model=ctx.model, system=kw["system"], messages=kw["messages"])
+    assert n.input_tokens == m.usage.input_tokens, (n, m.usage)
+
+
+@test
+def anthropic_errors(ctx):
+    a = ctx.anthropic
+
+    def expect(status, kind, call):
+        try:
+            call()
+        except anthropic.APIStatusError as e:
+            assert e.status_code == status, (e.status_code, status, e)
+            body = e.response.json()
+            assert body["type"] == "error" and body["error"]["type"] == kind and body["error"]["message"], body
+            return body
+        raise AssertionError(f"expected {status}")
+
+    msgs = [{"role": "user", "content": "hi"}]
+    expect(400, "invalid_request_error", lambda: a.messages.create(model=ctx.model, max_tokens=4, messages=[]))
+    expect(400, "invalid_request_error", lambda: a.messages.create(model=ctx.model, max_tokens=0, messages=msgs))
+    expect(400, "invalid_request_error", lambda: a.messages.create(model=ctx.model, max_tokens=4, messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}]}]))
+    expect(404, "not_found_error", lambda: a.messages.create(model="no-such-model", max_tokens=4, messages=msgs))
+    hdr = {"x-api-key": ctx.key or "none", "anthropic-version": "2023-06-01"}
+    # max_tokens is required; bad JSON; the HTTP layer's own errors: all in Anthropic's shape.
+    for body, ctype, want in [
+        ({"model": ctx.model, "messages": msgs}, "application/json", 400),
+        (b"{not json", "application/json", 400),
+        (b"{}", "text/plain", 415),
+        ({"prompt": "x" * (ctx.max_body + (16 << 10))}, "application/json", 413),
+    ]:
+        st, _, b = raw(ctx.url + "/v1/messages", "POST", body, {**hdr, "content-type": ctype})
+        assert st == want and b["type"] == "error" and b["error"]["message"], (st, b)
+    st, _, b = raw(ctx.url + "/v1/messages/nope", "POST", {}, hdr)
+    assert st == 404 and b["error"]["type"] == "not_found_error", (st, b)
+    st, _, b = raw(ctx.url + "/v1/messages", "GET", None, hdr)
+    assert st == 405 and b["type"] == "error", (st, b)
+    if ctx.key:
+        bad = anthropic.Anthropic(base_url=ctx.url, api_key="wrong", max_retries=0)
+        expect(401, "authentication_error", lambda: bad.messages.create(model=ctx.model, max_tokens=4, messages=msgs))
+        # A bearer token is accepted too.
+        st, _, b = raw(ctx.url + "/v1/messages", "POST", {"model": ctx.model, "max_tokens": 2, "messages": msgs}, {"authorization": f"Bearer {ctx.key}"})
+        assert st == 200 and b["type"] == "message", (st, b)
+    # The OpenAI routes keep OpenAI's shape.
+    st, _, b = raw(ctx.url + "/v1/chat/completions", "POST", {"messages": []}, auth(ctx))
+    assert st == 400 and "error" in b and "type" not in b, b
+
+
+@test
+def anthropic_forced_tool_use(ctx):
+    # On any model: tool_choice "tool" constrains decoding to a valid call.
+    a = ctx.anthropic
+    kw = dict(
+        model=ctx.model,
+        max_tokens=64,
+        extra_body=GREEDY,
+        tools=[ANTHROPIC_WEATHER_TOOL],
+        tool_choice={"type": "tool", "name": "get_weather"},
+        messages=[{"role": "user", "content": "What's the weather like in Paris?"}],
+    )
+    m = a.messages.create(**kw)
+    assert m.stop_reason == "tool_use", m
+    use = [b for b in m.content if b.type == "tool_use"][0]
+    assert use.id.startswith("toolu_") and use.name == "get_weather" and isinstance(use.input, dict) and "city" in use.input, use
+    with a.messages.stream(**kw) as s:
+        final = s.get_final_message()
+    suse = [b for b in final.content if b.type == "tool_use"][0]
+    assert final.stop_reason == "tool_use" and suse.name == use.name and suse.input == use.input, (final, m)
+
+
+def anthropic_tool_round(client, model, msgs, stream):
+    kw = dict(model=model, max_tokens=128, extra_body=GREEDY, tools=[ANTHROPIC_WEATHER_TOOL], messages=msgs,
+              system="You are a helpful assistant. Use the tools when they help.")
+    if not stream:
+        return client.messages.create(**kw)
+    with client.messages.stream(**kw) as s:
+        for _ in s:
+            pass
+        return s.get_final_message()
+
+
+@test
+def anthropic_tool_round_trip(ctx):
+    if not ctx.tools_url:
+        return "skip: no --tools-url (a server on Qwen2.5-Coder-0.5B)"
+    client = anthropic.Anthropic(base_url=ctx.tools_url, api_key=ctx.key or "none", max_retries=0, timeout=600)
+    model = ctx.client.with_options(base_url=ctx.tools_url + "/v1").models.list().data[0].id
+    msgs = [{"role": "user", "content": "What's the weather like in Paris today?"}]
+    answers = []
+    for stream in (False, True):
+        m = anthropic_tool_round(client, model, msgs, stream)
+        assert m.stop_reason == "tool_use", f"expected a call (stream={stream}), got {m.content!r}"
+        use = [b for b in m.content if b.type == "tool_use"][0]
+        assert use.name == "get_weather" and "paris" in use.input["city"].lower(), use
+        # The result goes back as a tool_result block; the model answers in text.
+        turn = msgs + [
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": json.dumps({"city": "Paris", "temperature_c": 21, "sky": "sunny"})}]},
+        ]
+        m2 = anthropic_tool_round(client, model, turn, stream)
+        assert m2.stop_reason in ("end_turn", "max_tokens"), m2
+        text = text_of(m2)
+        assert "21" in text or "sunny" in text.lower(), text
+        answers.append((use.input, text))
+    assert answers[0] == answers[1], answers
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

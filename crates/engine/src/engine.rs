@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 use resin_core::regions::{Claim, RegionTable};
-use resin_core::{balanced_groups, chunk_rows, Counters, Home, Need, RegionId, Row, RowOut, Segment, NROW_MAX, PF_WINDOW};
+use resin_core::{balanced_groups, chunk_rows, Counters, Home, Need, RegionId, Row, RowOut, Segment, TopCandidates, NROW_MAX, PF_WINDOW};
 use resin_model::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc as tmpsc;
 
@@ -32,11 +32,43 @@ pub struct GenRequest {
     /// Ids that end generation; None: the tokenizer's end-of-generation ids.
     pub stop_ids: Option<Vec<u32>>,
     pub constraint: Option<Box<dyn LogitsConstraint>>,
+    /// Some(k): every generated token carries its log-probability and the `k` most likely
+    /// tokens at its position ([`TokenLogprob`]); None: no log-probabilities (the cheapest
+    /// read-back).
+    pub logprobs: Option<usize>,
 }
 
 impl GenRequest {
     pub fn new(prompt: Vec<u32>, max_tokens: usize) -> Self {
-        GenRequest { prompt, params: SamplingParams::default(), max_tokens, stop: Vec::new(), stop_ids: None, constraint: None }
+        GenRequest { prompt, params: SamplingParams::default(), max_tokens, stop: Vec::new(), stop_ids: None, constraint: None, logprobs: None }
+    }
+}
+
+/// A generated token's log-probability and the most likely tokens at its position: the
+/// log-softmax of the model's raw logits (before temperature, penalties and any constraint's
+/// mask), `logit - logsumexp(row)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub id: u32,
+    pub logprob: f32,
+    /// The `k` most likely tokens (id, log-probability), best first (ties by id); at most
+    /// [`resin_core::TOP_CANDIDATES`].
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprob {
+    /// Token `id`'s entry from a row's top candidates, or None where `id` is not among them
+    /// (then its logit needs the whole row).
+    fn from_top(t: &TopCandidates, id: u32, k: usize) -> Option<TokenLogprob> {
+        let logit = t.top.iter().find(|&&(i, _)| i == id)?.1;
+        Some(TokenLogprob { id, logprob: logit - t.lse, top: t.top.iter().take(k).map(|&(i, l)| (i, l - t.lse)).collect() })
+    }
+
+    /// Token `id`'s entry from the whole raw logits row.
+    fn from_row(row: &[f32], id: u32, k: usize) -> TokenLogprob {
+        let t = TopCandidates::of(row);
+        let logit = row.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY);
+        TokenLogprob { id, logprob: logit - t.lse, top: t.top.iter().take(k).map(|&(i, l)| (i, l - t.lse)).collect() }
     }
 }
 
@@ -56,6 +88,8 @@ pub struct Finish {
     /// Prompt tokens whose K/V rows were adopted from a parked region (not prefilled again).
     pub reused_tokens: usize,
     pub time_to_first_token: Duration,
+    /// The stop string that ended the generation, when one did.
+    pub stop_string: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -64,6 +98,9 @@ pub enum GenEvent {
     Delta {
         ids: Vec<u32>,
         text: String,
+        /// One per id when the request asked for log-probabilities, else empty. The
+        /// end-of-generation token that ends the output (it has no text) has none.
+        logprobs: Vec<TokenLogprob>,
     },
     Done(Finish),
     Error(String),
@@ -277,6 +314,8 @@ struct Stream {
     submitted: Instant,
     first_token: Option<Instant>,
     id: u64,
+    /// The last picked token's log-probabilities (when the request asks for them), for `emit`.
+    lp: Option<TokenLogprob>,
 }
 
 struct Scheduler {
@@ -410,6 +449,7 @@ impl Scheduler {
                 submitted,
                 first_token: None,
                 id: self.next_id,
+                lp: None,
             });
         }
     }
@@ -619,7 +659,7 @@ impl Scheduler {
                 Ok(reason) => {
                     let tail = s.decoder.finish() + &s.stop.flush();
                     if !tail.is_empty() && reason == FinishReason::Length {
-                        let _ = s.tx.send(GenEvent::Delta { ids: Vec::new(), text: tail });
+                        let _ = s.tx.send(GenEvent::Delta { ids: Vec::new(), text: tail, logprobs: Vec::new() });
                     }
                     let _ = s.tx.send(GenEvent::Done(Finish {
                         reason,
@@ -627,6 +667,7 @@ impl Scheduler {
                         completion_tokens: s.generated,
                         reused_tokens: s.reused,
                         time_to_first_token: s.first_token.map(|t| t - s.submitted).unwrap_or_default(),
+                        stop_string: s.stop.matched().map(str::to_string),
                     }));
                     self.regions.set_tokens(s.region, &s.fed);
                     self.regions.park(s.region);
@@ -653,15 +694,32 @@ impl Stream {
     /// from as from the whole row; where the row has no finite logit, its argmax id, which is
     /// what `sample` picks from such a row); or the constraint's mask and the sampler over the
     /// whole row.
+    ///
+    /// A stream that asks for log-probabilities keeps the picked token's (`lp`), from the raw
+    /// row: the top candidates' (a draw from them never leaves them; greedy takes the first),
+    /// or the whole row's as it came, before the mask and the penalties.
     fn pick(&mut self, out: RowOut) -> u32 {
+        let k = self.req.logprobs;
         match out {
-            RowOut::Argmax(id) => id,
-            RowOut::Top(t) => self.sampler.sample_top(&t.top).unwrap_or(t.argmax),
+            RowOut::Argmax(id) => {
+                // Not reached with `logprobs` (`need` asks for the top candidates then).
+                self.lp = k.map(|_| TokenLogprob { id, logprob: f32::NAN, top: Vec::new() });
+                id
+            }
+            RowOut::Top(t) => {
+                let id = self.sampler.sample_top(&t.top).unwrap_or(t.argmax);
+                // Not in the top list only where the row has no finite logit.
+                self.lp = k.map(|k| TokenLogprob::from_top(&t, id, k).unwrap_or(TokenLogprob { id, logprob: f32::NEG_INFINITY, top: Vec::new() }));
+                id
+            }
             RowOut::Logits(mut row) => {
+                let raw = k.map(|_| row.clone());
                 if let Some(c) = self.req.constraint.as_mut() {
                     c.mask(&mut row);
                 }
-                self.sampler.sample(&mut row, &self.fed)
+                let id = self.sampler.sample(&mut row, &self.fed);
+                self.lp = raw.zip(k).map(|(raw, k)| TokenLogprob::from_row(&raw, id, k));
+                id
             }
         }
     }
@@ -669,11 +727,17 @@ impl Stream {
     /// What this stream's next draw needs of its row: the plain argmax (no constraint, no
     /// penalties, greedy), only the TOP_CANDIDATES largest logits (no constraint; see
     /// `Sampler::draws_from_top`), or the whole logits row.
+    /// A stream that asks for log-probabilities needs at least the top candidates (with the
+    /// row's log-sum-exp), and the whole row wherever its draw may leave them.
     fn need(&self) -> Need {
         if self.req.constraint.is_some() {
             Need::Logits
         } else if self.sampler.is_plain_greedy() {
-            Need::Argmax
+            if self.req.logprobs.is_some() {
+                Need::Top
+            } else {
+                Need::Argmax
+            }
         } else if self.sampler.draws_from_top(resin_core::TOP_CANDIDATES) {
             Need::Top
         } else {
@@ -688,24 +752,26 @@ impl Stream {
             self.first_token = Some(Instant::now());
         }
         let constraint_done = self.req.constraint.as_mut().is_some_and(|c| c.accept(t));
+        let lp = self.lp.take();
         if self.stop_ids.contains(&t) {
-            let _ = self.tx.send(GenEvent::Delta { ids: vec![t], text: String::new() });
+            let _ = self.tx.send(GenEvent::Delta { ids: vec![t], text: String::new(), logprobs: Vec::new() });
             return After::Finish(FinishReason::Stop);
         }
+        let logprobs: Vec<TokenLogprob> = lp.into_iter().collect();
         let piece = self.decoder.push(tok, t);
         match self.stop.push(&piece) {
             StopOutcome::Stop(text) => {
-                let _ = self.tx.send(GenEvent::Delta { ids: vec![t], text });
+                let _ = self.tx.send(GenEvent::Delta { ids: vec![t], text, logprobs });
                 return After::Finish(FinishReason::Stop);
             }
             StopOutcome::Emit(text) => {
-                let _ = self.tx.send(GenEvent::Delta { ids: vec![t], text });
+                let _ = self.tx.send(GenEvent::Delta { ids: vec![t], text, logprobs });
             }
         }
         if constraint_done {
             let tail = self.decoder.finish() + &self.stop.flush();
             if !tail.is_empty() {
-                let _ = self.tx.send(GenEvent::Delta { ids: Vec::new(), text: tail });
+                let _ = self.tx.send(GenEvent::Delta { ids: Vec::new(), text: tail, logprobs: Vec::new() });
             }
             return After::Finish(FinishReason::Stop);
         }

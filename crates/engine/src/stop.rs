@@ -5,6 +5,8 @@
 pub struct StopMatcher {
     stops: Vec<String>,
     held: String,
+    /// The stop string that matched, once one has.
+    matched: Option<String>,
 }
 
 /// What to do with new text.
@@ -18,7 +20,7 @@ pub enum StopOutcome {
 
 impl StopMatcher {
     pub fn new(stops: Vec<String>) -> Self {
-        StopMatcher { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new() }
+        StopMatcher { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new(), matched: None }
     }
 
     pub fn push(&mut self, text: &str) -> StopOutcome {
@@ -26,10 +28,11 @@ impl StopMatcher {
         if self.stops.is_empty() {
             return StopOutcome::Emit(std::mem::take(&mut self.held));
         }
-        // Earliest full match wins.
-        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+        // Earliest full match wins (the first listed of those that match there).
+        if let Some((at, i)) = self.stops.iter().enumerate().filter_map(|(i, s)| Some((self.held.find(s.as_str())?, i))).min() {
             let out = self.held[..at].to_string();
             self.held.clear();
+            self.matched = Some(self.stops[i].clone());
             return StopOutcome::Stop(out);
         }
         // Hold back the longest suffix that is a proper prefix of some stop string.
@@ -45,6 +48,11 @@ impl StopMatcher {
         let out = self.held[..cut].to_string();
         self.held.drain(..cut);
         StopOutcome::Emit(out)
+    }
+
+    /// The stop string that matched (after a [`StopOutcome::Stop`]).
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     /// Generation ended for another reason: what was held back is plain text after all.
@@ -74,6 +82,7 @@ mod tests {
     fn earliest_of_several_stops() {
         let mut m = StopMatcher::new(vec!["world".into(), "lo w".into()]);
         assert_eq!(m.push("hello world"), StopOutcome::Stop("hel".into()));
+        assert_eq!(m.matched(), Some("lo w"));
     }
 
     #[test]

@@ -339,3 +339,49 @@ fn dropping_the_last_handle_stops_the_engine_and_drops_the_home() {
     }
     assert!(rest < 400, "the stream ran on after the last handle was dropped");
 }
+
+/// Ids and log-probabilities of a stream.
+fn collect_logprobs(mut h: GenHandle) -> (Vec<u32>, Vec<resin_engine::TokenLogprob>) {
+    let (mut ids, mut lps) = (Vec::new(), Vec::new());
+    while let Some(ev) = h.blocking_next() {
+        match ev {
+            GenEvent::Delta { ids: new, logprobs, .. } => {
+                ids.extend(new);
+                lps.extend(logprobs);
+            }
+            GenEvent::Done(_) => return (ids, lps),
+            GenEvent::Error(e) => panic!("generation failed: {e}"),
+        }
+    }
+    panic!("stream ended without Done");
+}
+
+/// A stream that asks for log-probabilities draws what it draws without them; greedy's pick
+/// heads its top list; and the values are the raw row's whichever read-back gave them: a
+/// greedy stream's (top candidates with the row's log-sum-exp) equal those of a stream whose
+/// penalty makes it read whole rows (a penalty too small to change a pick).
+#[test]
+fn logprobs_ride_along_and_are_the_raw_rows() {
+    let m = model();
+    let e = engine(&m, 2, EngineConfig::default());
+    let prompt = prompts(&m, 1).remove(0);
+    let (plain, _) = collect(e.submit(request(prompt.clone(), 12)).unwrap());
+    let mut r = request(prompt.clone(), 12);
+    r.logprobs = Some(5);
+    let (ids, lps) = collect_logprobs(e.submit(r).unwrap());
+    assert_eq!(ids, plain);
+    assert_eq!(lps.len(), ids.len());
+    for (lp, &id) in lps.iter().zip(&ids) {
+        assert_eq!(lp.id, id);
+        assert_eq!(lp.top.len(), 5);
+        assert_eq!(lp.top[0], (id, lp.logprob), "{lp:?}");
+        assert!(lp.logprob <= 0.0 && lp.top.windows(2).all(|w| w[0].1 >= w[1].1), "{lp:?}");
+        assert!(lp.top.iter().map(|t| f64::from(t.1).exp()).sum::<f64>() <= 1.0 + 1e-5, "{lp:?}");
+    }
+    let mut r = request(prompt, 12);
+    r.logprobs = Some(5);
+    r.params = SamplingParams { frequency_penalty: 1e-6, ..SamplingParams::greedy() };
+    let (pen_ids, pen) = collect_logprobs(e.submit(r).unwrap());
+    assert_eq!(pen_ids, ids);
+    assert_eq!(pen, lps);
+}

@@ -40,7 +40,8 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
     pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "Incorrect or missing API key: send `Authorization: Bearer <key>`.").code("invalid_api_key")
+        Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "Incorrect or missing API key: send `Authorization: Bearer <key>` (or `x-api-key: <key>`).")
+            .code("invalid_api_key")
     }
 
     /// The error object alone (also sent inside a stream).

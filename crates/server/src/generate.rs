@@ -12,7 +12,8 @@ use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use resin_engine::{Finish, FinishReason, GenEvent, GenHandle};
+use resin_engine::{Finish, FinishReason, GenEvent, GenHandle, TokenLogprob};
+use resin_model::Tokenizer;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -34,6 +35,8 @@ pub struct Gen {
     pub kind: Kind,
     pub tools: Option<ToolStreamer>,
     pub include_usage: bool,
+    /// Whether the response carries log-probabilities (the engine sends them with each token).
+    pub logprobs: bool,
     /// When the request arrived (for the log line).
     pub t0: Instant,
     pub path: &'static str,
@@ -45,7 +48,7 @@ pub struct Gen {
 }
 
 /// What a stream or a waiting request says when the shutdown grace is over.
-fn shutdown_error() -> ApiError {
+pub(crate) fn shutdown_error() -> ApiError {
     let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_shutdown", "The server shut down before this generation finished; retry it.").code("server_shutdown");
     e.retry_after = Some(1);
     e
@@ -53,14 +56,14 @@ fn shutdown_error() -> ApiError {
 
 /// The next engine event, or None when the server is closing (the caller drops the handle,
 /// which frees the session).
-async fn next_event(handle: &mut GenHandle, phase: &mut watch::Receiver<Phase>) -> Result<Option<GenEvent>, ()> {
+pub(crate) async fn next_event(handle: &mut GenHandle, phase: &mut watch::Receiver<Phase>) -> Result<Option<GenEvent>, ()> {
     tokio::select! {
         ev = handle.next() => Ok(ev),
         _ = reached(phase, Phase::Closing) => Err(()),
     }
 }
 
-fn random_id(prefix: &str) -> String {
+pub(crate) fn random_id(prefix: &str) -> String {
     use rand::distributions::Alphanumeric;
     use rand::Rng;
     let r: String = rand::thread_rng().sample_iter(&Alphanumeric).take(24).map(char::from).collect();
@@ -94,14 +97,65 @@ fn calls_json(calls: &[ToolCall]) -> Value {
     calls.iter().map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})).collect()
 }
 
+/// A log-probability as JSON: a number, -9999 where it is not finite (OpenAI's stand-in for
+/// an impossible token; JSON has no -inf).
+fn lp_number(x: f32) -> Value {
+    if x.is_finite() {
+        json!(x)
+    } else {
+        json!(-9999.0)
+    }
+}
+
+/// A token's text as the logprobs list shows it (control tokens' text included; bytes that
+/// are not whole UTF-8 characters replaced) and its raw bytes.
+fn token_piece(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
+    let b = tok.token_bytes(id, true);
+    (String::from_utf8_lossy(&b).into_owned(), b)
+}
+
+/// Chat's `logprobs.content` entries for `lps`.
+fn chat_logprobs(tok: &Tokenizer, lps: &[TokenLogprob]) -> Vec<Value> {
+    lps.iter()
+        .map(|lp| {
+            let (token, bytes) = token_piece(tok, lp.id);
+            let top: Vec<Value> = lp
+                .top
+                .iter()
+                .map(|&(id, l)| {
+                    let (token, bytes) = token_piece(tok, id);
+                    json!({"token": token, "logprob": lp_number(l), "bytes": bytes})
+                })
+                .collect();
+            json!({"token": token, "logprob": lp_number(lp.logprob), "bytes": bytes, "top_logprobs": top})
+        })
+        .collect()
+}
+
+/// The legacy completions `logprobs` object for `lps`; `offset`: the characters of output
+/// before them (advanced past them).
+fn legacy_logprobs(tok: &Tokenizer, lps: &[TokenLogprob], offset: &mut usize) -> Value {
+    let (mut tokens, mut values, mut tops, mut offsets) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for lp in lps {
+        let (token, _) = token_piece(tok, lp.id);
+        offsets.push(*offset);
+        *offset += token.chars().count();
+        tokens.push(token);
+        values.push(lp_number(lp.logprob));
+        let top: serde_json::Map<String, Value> = lp.top.iter().map(|&(id, l)| (token_piece(tok, id).0, lp_number(l))).collect();
+        tops.push(Value::Object(top));
+    }
+    json!({"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets})
+}
+
 /// Tracks the time between tokens for the inter-token histogram.
-struct TokenClock {
-    last: Option<Instant>,
-    tokens: usize,
+pub(crate) struct TokenClock {
+    pub last: Option<Instant>,
+    pub tokens: usize,
 }
 
 impl TokenClock {
-    fn tick(&mut self, state: &AppState, ids: usize) {
+    pub fn tick(&mut self, state: &AppState, ids: usize) {
         if ids == 0 {
             return;
         }
@@ -116,27 +170,36 @@ impl TokenClock {
 }
 
 impl Gen {
-    /// Wait for the whole generation and answer it in one response.
-    pub async fn collect(mut self) -> Response {
+    /// Wait for the whole generation: its text, its tokens' log-probabilities (when asked
+    /// for) and how it ended; an error response where it failed or the server closed.
+    pub(crate) async fn run_to_end(&mut self) -> Result<(String, Vec<TokenLogprob>, Finish), ApiError> {
         let mut text = String::new();
+        let mut lps: Vec<TokenLogprob> = Vec::new();
         let mut clock = TokenClock { last: None, tokens: 0 };
         let finish = loop {
             let ev = match next_event(&mut self.handle, &mut self.phase).await {
                 Ok(ev) => ev,
-                Err(()) => return shutdown_error().into_response(),
+                Err(()) => return Err(shutdown_error()),
             };
             match ev {
-                Some(GenEvent::Delta { ids, text: t }) => {
+                Some(GenEvent::Delta { ids, text: t, logprobs }) => {
                     clock.tick(&self.state, ids.len());
                     text.push_str(&t);
+                    lps.extend(logprobs);
                 }
                 Some(GenEvent::Done(f)) => break f,
-                Some(GenEvent::Error(e)) => return ApiError::internal(format!("Generation failed: {e}")).into_response(),
-                None => return ApiError::internal("The engine stopped during this generation.").into_response(),
+                Some(GenEvent::Error(e)) => return Err(ApiError::internal(format!("Generation failed: {e}"))),
+                None => return Err(ApiError::internal("The engine stopped during this generation.")),
             }
         };
         self.state.metrics.ttft.observe(finish.time_to_first_token);
-        let (content, calls) = match self.tools.take() {
+        Ok((text, lps, finish))
+    }
+
+    /// The whole output as content and tool calls (through the tool-call recogniser, when the
+    /// request has one).
+    pub(crate) fn split_calls(&mut self, text: String) -> (String, Vec<ToolCall>) {
+        match self.tools.take() {
             Some(mut ts) => {
                 let mut shown = ts.push(&text);
                 let fin = ts.finish();
@@ -144,8 +207,23 @@ impl Gen {
                 (shown, fin.calls)
             }
             None => (text, Vec::new()),
+        }
+    }
+
+    /// Wait for the whole generation and answer it in one response.
+    pub async fn collect(mut self) -> Response {
+        let (text, lps, finish) = match self.run_to_end().await {
+            Ok(r) => r,
+            Err(e) => return e.into_response(),
         };
+        let (content, calls) = self.split_calls(text);
         let reason = finish_reason(&finish, &calls);
+        let tok = &self.state.tokenizer;
+        let logprobs = match (self.logprobs, self.kind) {
+            (false, _) => Value::Null,
+            (true, Kind::Chat) => json!({"content": chat_logprobs(tok, &lps), "refusal": null}),
+            (true, Kind::Completion) => legacy_logprobs(tok, &lps, &mut 0),
+        };
         let body = match self.kind {
             Kind::Chat => {
                 let mut message = json!({"role": "assistant", "content": content});
@@ -160,7 +238,7 @@ impl Gen {
                     "object": "chat.completion",
                     "created": now_secs(),
                     "model": self.state.model_id,
-                    "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": reason}],
+                    "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason}],
                     "usage": usage_json(&finish),
                 })
             }
@@ -169,7 +247,7 @@ impl Gen {
                 "object": "text_completion",
                 "created": now_secs(),
                 "model": self.state.model_id,
-                "choices": [{"index": 0, "text": content, "logprobs": null, "finish_reason": reason}],
+                "choices": [{"index": 0, "text": content, "logprobs": logprobs, "finish_reason": reason}],
                 "usage": usage_json(&finish),
             }),
         };
@@ -182,8 +260,17 @@ impl Gen {
     pub fn stream(self) -> Response {
         let id = random_id(if self.kind == Kind::Chat { "chatcmpl-" } else { "cmpl-" });
         let prompt_tokens = self.prompt_tokens;
-        let mut s =
-            SseState { gen: self, id, created: now_secs(), pending: VecDeque::new(), done: false, finished: None, clock: TokenClock { last: None, tokens: 0 }, prompt_tokens };
+        let mut s = SseState {
+            gen: self,
+            id,
+            created: now_secs(),
+            pending: VecDeque::new(),
+            done: false,
+            finished: None,
+            clock: TokenClock { last: None, tokens: 0 },
+            prompt_tokens,
+            text_offset: 0,
+        };
         if s.gen.kind == Kind::Chat {
             let first = s.chunk(json!({"role": "assistant", "content": ""}), None);
             s.pending.push_back(first);
@@ -214,6 +301,8 @@ struct SseState {
     finished: Option<&'static str>,
     clock: TokenClock,
     prompt_tokens: usize,
+    /// Characters of output the legacy logprobs' `text_offset` has counted.
+    text_offset: usize,
 }
 
 fn sse(v: &Value) -> Bytes {
@@ -223,6 +312,10 @@ fn sse(v: &Value) -> Bytes {
 impl SseState {
     /// One chunk: a chat delta or a text piece, with its finish reason.
     fn chunk(&self, delta: Value, finish: Option<&str>) -> Bytes {
+        sse(&self.chunk_value(delta, finish))
+    }
+
+    fn chunk_value(&self, delta: Value, finish: Option<&str>) -> Value {
         let mut v = match self.gen.kind {
             Kind::Chat => json!({
                 "id": self.id,
@@ -242,14 +335,24 @@ impl SseState {
         if self.gen.include_usage {
             v["usage"] = Value::Null;
         }
-        sse(&v)
+        v
     }
 
-    fn content(&self, text: String) -> Bytes {
-        match self.gen.kind {
-            Kind::Chat => self.chunk(json!({"content": text}), None),
-            Kind::Completion => self.chunk(Value::String(text), None),
+    fn content(&mut self, text: String, lps: &[TokenLogprob]) -> Bytes {
+        if !self.gen.logprobs || lps.is_empty() {
+            return match self.gen.kind {
+                Kind::Chat => self.chunk(json!({"content": text}), None),
+                Kind::Completion => self.chunk(Value::String(text), None),
+            };
         }
+        let tok = self.gen.state.tokenizer.clone();
+        let (delta, logprobs) = match self.gen.kind {
+            Kind::Chat => (json!({"content": text}), json!({"content": chat_logprobs(&tok, lps), "refusal": null})),
+            Kind::Completion => (Value::String(text), legacy_logprobs(&tok, lps, &mut self.text_offset)),
+        };
+        let mut v = self.chunk_value(delta, None);
+        v["choices"][0]["logprobs"] = logprobs;
+        sse(&v)
     }
 
     async fn next_bytes(&mut self) -> Option<Bytes> {
@@ -271,14 +374,16 @@ impl SseState {
                 }
             };
             match ev {
-                Some(GenEvent::Delta { ids, text }) => {
+                Some(GenEvent::Delta { ids, text, logprobs }) => {
                     self.clock.tick(&self.gen.state, ids.len());
                     let shown = match self.gen.tools.as_mut() {
                         Some(ts) => ts.push(&text),
                         None => text,
                     };
-                    if !shown.is_empty() {
-                        let c = self.content(shown);
+                    // A token whose text is held back (a stop string may be forming, a tool
+                    // call may be starting) still sends its log-probabilities.
+                    if !shown.is_empty() || (self.gen.logprobs && !logprobs.is_empty()) {
+                        let c = self.content(shown, &logprobs);
                         self.pending.push_back(c);
                     }
                 }
@@ -309,7 +414,7 @@ impl SseState {
             Some(ts) => {
                 let fin = ts.finish();
                 if !fin.content.is_empty() {
-                    let c = self.content(fin.content);
+                    let c = self.content(fin.content, &[]);
                     self.pending.push_back(c);
                 }
                 fin.calls

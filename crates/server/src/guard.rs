@@ -112,6 +112,15 @@ fn add_cors(resp: &mut Response, origin: Option<HeaderValue>) {
 }
 
 pub(crate) async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    // Every error under /v1/messages, whichever layer makes it, in Anthropic's shape.
+    if crate::anthropic::is_messages_path(req.uri().path()) {
+        let resp = guarded(state, req, next).await;
+        return crate::anthropic::reshape_error(resp).await;
+    }
+    guarded(state, req, next).await
+}
+
+async fn guarded(state: AppState, req: Request, next: Next) -> Response {
     let origin = match check_origin(&state, req.headers()) {
         None => None,
         Some(Ok(o)) => Some(o),

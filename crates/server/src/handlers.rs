@@ -20,7 +20,7 @@ use crate::tools::ToolStreamer;
 use crate::AppState;
 
 /// The body, or 413 past the limit (and 400 for a body that could not be read).
-fn body_bytes(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub(crate) fn body_bytes(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
@@ -122,6 +122,7 @@ fn submit(
         req.stop_ids = Some(Vec::new());
     }
     req.constraint = constraint;
+    req.logprobs = plan.logprobs;
     let handle = state.engine.submit(req)?;
     state.metrics.tokens(prompt_tokens, 0);
     Ok(Gen {
@@ -130,6 +131,7 @@ fn submit(
         kind,
         tools,
         include_usage: plan.include_usage,
+        logprobs: plan.logprobs.is_some(),
         t0,
         path,
         prompt_tokens,
@@ -157,6 +159,25 @@ pub async fn chat_completions(State(state): State<AppState>, body: Result<Bytes,
 fn chat_gen(state: &AppState, body: Result<Bytes, BytesRejection>, t0: Instant) -> Result<(Gen, bool), ApiError> {
     let body = body_bytes(state, body)?;
     let req: ChatRequest = parse(&body)?;
+    let mut job = prepare_chat(state, &req)?;
+    job.plan.logprobs = req.logprobs()?;
+    let stream = job.plan.stream;
+    let gen = submit_chat(state, job, Kind::Chat, "/v1/chat/completions", t0)?;
+    Ok((gen, stream))
+}
+
+/// A chat request made ready for the engine: its prompt, its checked plan, the forced tool
+/// call's grammar and the tool-call recogniser.
+pub(crate) struct ChatJob {
+    pub ids: Vec<u32>,
+    pub plan: Plan,
+    pub constraint: Option<Box<dyn LogitsConstraint>>,
+    pub streamer: Option<ToolStreamer>,
+}
+
+/// Check a chat request and render its prompt (what /v1/chat/completions and the Anthropic
+/// Messages API, translated into a [`ChatRequest`], share).
+pub(crate) fn prepare_chat(state: &AppState, req: &ChatRequest) -> Result<ChatJob, ApiError> {
     let plan = req.common.plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
     let tools = declared_tools(req.tools.as_deref().unwrap_or(&[]))?;
     let choice = tool_choice(req.tool_choice.as_ref(), &tools)?;
@@ -181,9 +202,12 @@ fn chat_gen(state: &AppState, body: Result<Bytes, BytesRejection>, t0: Instant) 
         ToolChoice::Auto => Some(ToolStreamer::new(tools.iter().map(|(n, _)| n.clone()).collect())),
         _ => Some(ToolStreamer::new(allowed.iter().map(|(n, _)| n.clone()).collect())),
     };
-    let stream = plan.stream;
-    let gen = submit(state, ids, plan, constraint, streamer, Kind::Chat, "/v1/chat/completions", t0)?;
-    Ok((gen, stream))
+    Ok(ChatJob { ids, plan, constraint, streamer })
+}
+
+/// Submit a prepared chat request.
+pub(crate) fn submit_chat(state: &AppState, job: ChatJob, kind: Kind, path: &'static str, t0: Instant) -> Result<Gen, ApiError> {
+    submit(state, job.ids, job.plan, job.constraint, job.streamer, kind, path, t0)
 }
 
 pub async fn completions(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
@@ -197,7 +221,8 @@ pub async fn completions(State(state): State<AppState>, body: Result<Bytes, Byte
 fn completion_gen(state: &AppState, body: Result<Bytes, BytesRejection>, t0: Instant) -> Result<(Gen, bool), ApiError> {
     let body = body_bytes(state, body)?;
     let req: CompletionRequest = parse(&body)?;
-    let plan = req.common.plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
+    let mut plan = req.common.plan(&state.model_id, state.engine.n_ctx(), state.cfg.max_stop)?;
+    plan.logprobs = req.logprobs()?;
     let bad = || ApiError::invalid("prompt must be a string, an array of one string, or an array of token ids.").param("prompt");
     let one = |v: &Value| -> Result<Vec<u32>, ApiError> {
         match v {
@@ -278,5 +303,6 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 pub async fn not_found() -> Response {
-    ApiError::not_found("No such endpoint. This server has /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics.").into_response()
+    ApiError::not_found("No such endpoint. This server has /v1/chat/completions, /v1/completions, /v1/models, /v1/messages, /v1/messages/count_tokens, /health and /metrics.")
+        .into_response()
 }

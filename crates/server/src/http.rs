@@ -213,10 +213,10 @@ async fn serve_connection(stream: TcpStream, remote: SocketAddr, state: AppState
 
 /// Past the connection cap: read the request (briefly), answer 503 and close.
 async fn refuse_connection(stream: TcpStream, header_timeout: Duration) {
-    let svc = hyper::service::service_fn(|_req: Request<Incoming>| async {
+    let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
         let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "The server has too many open connections; retry later.").code("too_many_connections");
         e.retry_after = Some(1);
-        let mut r = e.into_response();
+        let mut r = if crate::anthropic::is_messages_path(req.uri().path()) { crate::anthropic::error_response(&e) } else { e.into_response() };
         r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         Ok::<_, Infallible>(r)
     });

@@ -1,13 +1,16 @@
 //! resin's OpenAI-compatible HTTP server (axum on tokio).
 //!
-//! Endpoints: `POST /v1/chat/completions` (streaming and not, tools), `POST /v1/completions`,
-//! `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text).
+//! Endpoints: `POST /v1/chat/completions` (streaming and not, tools, logprobs),
+//! `POST /v1/completions`, `GET /v1/models`, Anthropic's `POST /v1/messages` and
+//! `POST /v1/messages/count_tokens`, `GET /health`, `GET /metrics` (Prometheus text).
 //!
-//! One file per concern: [`openai`] the request types and their checks, [`prompt`] messages
+//! One file per concern: [`openai`] the request types and their checks, [`anthropic`] the
+//! Messages API translated onto the chat pipeline, [`prompt`] messages
 //! through the chat template, [`generate`] the engine's events as whole responses or SSE
 //! chunks, [`tools`] recognising tool calls, [`grammar`] the JSON constraint for forced calls,
 //! [`metrics`] the Prometheus text, [`error`] OpenAI's error object.
 
+pub mod anthropic;
 pub mod error;
 mod generate;
 pub mod grammar;
@@ -41,7 +44,8 @@ pub use metrics::Metrics;
 pub struct ServerConfig {
     pub host: String,
     pub port: u16,
-    /// When set, every /v1 request needs `Authorization: Bearer <key>`.
+    /// When set, every /v1 request needs `Authorization: Bearer <key>` (or `x-api-key: <key>`,
+    /// as Anthropic's clients send it).
     pub api_key: Option<String>,
     /// Overrides the model id from [`ModelInfo`] when not empty.
     pub model_name: String,
@@ -155,6 +159,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(handlers::completions))
         .route("/v1/models", get(handlers::models))
         .route("/v1/models/{*id}", get(handlers::model))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()
         .merge(v1)
@@ -188,13 +194,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
     use axum::response::IntoResponse;
     if let Some(key) = &state.cfg.api_key {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-            .map(str::trim)
-            .unwrap_or("");
+        let bearer = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+        let given = bearer.or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok())).map(str::trim).unwrap_or("");
         if !constant_time_eq(given.as_bytes(), key.as_bytes()) {
             return ApiError::unauthorized().into_response();
         }

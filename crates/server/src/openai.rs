@@ -51,6 +51,8 @@ pub struct ChatRequest {
     pub messages: Vec<Value>,
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
     #[serde(flatten)]
     pub common: CommonRequest,
 }
@@ -58,6 +60,8 @@ pub struct ChatRequest {
 #[derive(Debug, Deserialize)]
 pub struct CompletionRequest {
     pub prompt: Value,
+    /// The legacy shape: how many most likely tokens each position lists (0..=20).
+    pub logprobs: Option<i64>,
     #[serde(flatten)]
     pub common: CommonRequest,
 }
@@ -94,6 +98,35 @@ pub struct Plan {
     pub stream: bool,
     pub include_usage: bool,
     pub ignore_eos: bool,
+    /// Some(k): each token's log-probability and the k most likely at its position.
+    pub logprobs: Option<usize>,
+}
+
+/// The most `top_logprobs` (chat) or `logprobs` (completions) a request may ask for.
+pub const MAX_TOP_LOGPROBS: i64 = 20;
+
+impl ChatRequest {
+    /// `logprobs` and `top_logprobs`, checked: Some(k) when log-probabilities are asked for.
+    pub fn logprobs(&self) -> Result<Option<usize>, ApiError> {
+        let on = self.logprobs.unwrap_or(false);
+        match self.top_logprobs {
+            Some(k) if !(0..=MAX_TOP_LOGPROBS).contains(&k) => {
+                Err(ApiError::invalid(format!("top_logprobs must be between 0 and {MAX_TOP_LOGPROBS} (got {k}).")).param("top_logprobs"))
+            }
+            Some(_) if !on => Err(ApiError::invalid("top_logprobs needs logprobs: true.").param("top_logprobs")),
+            k => Ok(on.then_some(k.unwrap_or(0) as usize)),
+        }
+    }
+}
+
+impl CompletionRequest {
+    /// `logprobs` (the legacy integer), checked.
+    pub fn logprobs(&self) -> Result<Option<usize>, ApiError> {
+        match self.logprobs {
+            Some(k) if !(0..=MAX_TOP_LOGPROBS).contains(&k) => Err(ApiError::invalid(format!("logprobs must be between 0 and {MAX_TOP_LOGPROBS} (got {k}).")).param("logprobs")),
+            k => Ok(k.map(|k| k as usize)),
+        }
+    }
 }
 
 impl CommonRequest {
@@ -165,6 +198,7 @@ impl CommonRequest {
             stream: self.stream.unwrap_or(false),
             include_usage: self.stream_options.as_ref().is_some_and(|o| o.include_usage),
             ignore_eos: self.ignore_eos.unwrap_or(false),
+            logprobs: None,
         })
     }
 }
@@ -199,5 +233,24 @@ mod tests {
         assert!(c(r#"{"prompt": "a", "stop": ["1","2","3","4","5"]}"#).plan("m", 100, 4).is_err());
         let p = c(r#"{"prompt": "a", "temperature": 0, "stop": "x", "stream": true, "stream_options": {"include_usage": true}}"#).plan("m", 100, 4).unwrap();
         assert!(p.params.is_greedy() && p.stream && p.include_usage && p.stop == vec!["x".to_string()]);
+    }
+
+    #[test]
+    fn logprobs_are_checked() {
+        let chat = |j: &str| parse::<ChatRequest>(j.as_bytes()).unwrap().logprobs();
+        assert_eq!(chat(r#"{"messages": []}"#).unwrap(), None);
+        assert_eq!(chat(r#"{"messages": [], "logprobs": false}"#).unwrap(), None);
+        assert_eq!(chat(r#"{"messages": [], "logprobs": true}"#).unwrap(), Some(0));
+        assert_eq!(chat(r#"{"messages": [], "logprobs": true, "top_logprobs": 20}"#).unwrap(), Some(20));
+        assert_eq!(chat(r#"{"messages": [], "logprobs": true, "top_logprobs": 21}"#).unwrap_err().param.as_deref(), Some("top_logprobs"));
+        assert_eq!(chat(r#"{"messages": [], "logprobs": true, "top_logprobs": -1}"#).unwrap_err().param.as_deref(), Some("top_logprobs"));
+        assert_eq!(chat(r#"{"messages": [], "top_logprobs": 3}"#).unwrap_err().param.as_deref(), Some("top_logprobs"));
+        assert_eq!(parse::<ChatRequest>(br#"{"messages": [], "logprobs": 3}"#).unwrap_err().param.as_deref(), Some("logprobs"));
+        let cmpl = |j: &str| parse::<CompletionRequest>(j.as_bytes()).unwrap().logprobs();
+        assert_eq!(cmpl(r#"{"prompt": "a"}"#).unwrap(), None);
+        assert_eq!(cmpl(r#"{"prompt": "a", "logprobs": 0}"#).unwrap(), Some(0));
+        assert_eq!(cmpl(r#"{"prompt": "a", "logprobs": 5}"#).unwrap(), Some(5));
+        assert_eq!(cmpl(r#"{"prompt": "a", "logprobs": 21}"#).unwrap_err().param.as_deref(), Some("logprobs"));
+        assert_eq!(cmpl(r#"{"prompt": "a", "logprobs": -2}"#).unwrap_err().status.as_u16(), 400);
     }
 }

@@ -89,6 +89,21 @@ impl Raw {
     }
 }
 
+impl Raw {
+    /// Anthropic's error object (`/v1/messages`), with Content-Type application/json.
+    fn assert_anthropic_error(&self, status: u16, kind: &str) -> Value {
+        assert_eq!(self.status, status, "{self:?}");
+        let ct = self.header("content-type").unwrap_or_default();
+        assert!(ct.starts_with("application/json"), "content-type {ct:?}: {self:?}");
+        let v = self.json();
+        assert_eq!(v["type"], "error", "{v}");
+        assert_eq!(v["error"]["type"], kind, "{v}");
+        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        assert_eq!(v.as_object().map(|o| o.len()), Some(2), "{v}");
+        v
+    }
+}
+
 fn parse(bytes: &[u8]) -> Raw {
     let text = String::from_utf8_lossy(bytes).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
@@ -158,6 +173,38 @@ async fn every_http_error_is_a_json_error_object() {
     r.assert_error(400);
     // The server still serves.
     assert_eq!(raw(a, &get("/health", "")).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_under_v1_messages_is_anthropics_error_object() {
+    let s = start(256, ServerConfig { api_key: Some("k".into()), ..cfg() });
+    let a = s.addr;
+    let key = "x-api-key: k\r\nanthropic-version: 2023-06-01\r\n";
+    let body = json!({"max_tokens": 2, "messages": [{"role": "user", "content": "Say hi."}]}).to_string();
+    // Control: a good request is a message (the key as x-api-key, or as a bearer token).
+    let r = raw(a, &post("/v1/messages", Some("application/json"), key, &body)).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["type"], "message");
+    let r = raw(a, &post("/v1/messages/count_tokens", Some("application/json"), "Authorization: Bearer k\r\n", &body)).await;
+    assert!(r.json()["input_tokens"].as_u64().is_some_and(|n| n > 0), "{r:?}");
+    // 401: no key, a wrong key.
+    raw(a, &post("/v1/messages", Some("application/json"), "", &body)).await.assert_anthropic_error(401, "authentication_error");
+    raw(a, &post("/v1/messages", Some("application/json"), "x-api-key: no\r\n", &body)).await.assert_anthropic_error(401, "authentication_error");
+    // 400: the handler's checks (max_tokens is required), bad JSON.
+    let r = raw(a, &post("/v1/messages", Some("application/json"), key, r#"{"messages": [{"role": "user", "content": "x"}]}"#)).await;
+    assert!(r.assert_anthropic_error(400, "invalid_request_error")["error"]["message"].as_str().unwrap().contains("max_tokens"));
+    raw(a, &post("/v1/messages", Some("application/json"), key, "{nope")).await.assert_anthropic_error(400, "invalid_request_error");
+    // 404 from the router's fallback; 405 with its Allow header.
+    raw(a, &post("/v1/messages/nothing", Some("application/json"), key, "{}")).await.assert_anthropic_error(404, "not_found_error");
+    let r = raw(a, &get("/v1/messages", key)).await;
+    r.assert_anthropic_error(405, "invalid_request_error");
+    assert!(r.header("allow").is_some_and(|v| v.contains("POST")), "{r:?}");
+    // 413 and 415 from the guard.
+    let big = "x".repeat(80 << 10);
+    raw(a, &post("/v1/messages", Some("application/json"), key, &big)).await.assert_anthropic_error(413, "request_too_large");
+    raw(a, &post("/v1/messages", Some("text/plain"), key, &body)).await.assert_anthropic_error(415, "invalid_request_error");
+    // The OpenAI routes keep OpenAI's object.
+    raw(a, &post("/v1/chat/completions", Some("text/plain"), "Authorization: Bearer k\r\n", &body)).await.assert_error(415);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,6 +343,10 @@ async fn past_the_connection_cap_new_connections_get_503() {
     assert_eq!(r.assert_error(503)["error"]["code"], "too_many_connections");
     assert!(r.header("retry-after").is_some(), "{r:?}");
     assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    // On the Messages API, in Anthropic's shape.
+    let r = raw(a, &post("/v1/messages", Some("application/json"), "", "{}")).await;
+    r.assert_anthropic_error(503, "overloaded_error");
+    assert!(r.header("retry-after").is_some(), "{r:?}");
     // One closes: a new connection is served again.
     drop(held.pop());
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -471,3 +471,65 @@ async fn forced_tool_calls_are_valid_calls() {
     assert_eq!(st, 200, "{b}");
     assert!(b["choices"][0]["message"]["content"].is_string());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_follow_the_greedy_output_streamed_and_whole() {
+    let Some(s) = start(Opts { n_ctx: 512, ..Opts::default() }) else {
+        return;
+    };
+    let mut body = chat_body("Name three colors.", 16, false);
+    body["logprobs"] = json!(true);
+    body["top_logprobs"] = json!(4);
+    let (st, b) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(st, 200, "{b}");
+    let content = b["choices"][0]["logprobs"]["content"].as_array().expect("logprobs.content").clone();
+    assert!(!content.is_empty());
+    let mut text = String::new();
+    for e in &content {
+        let lp = e["logprob"].as_f64().unwrap();
+        let top = e["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 4, "{e}");
+        // Greedy, no mask: the chosen token heads its top list, with the largest logprob.
+        assert_eq!(top[0]["token"], e["token"], "{e}");
+        assert_eq!(top[0]["logprob"].as_f64().unwrap(), lp, "{e}");
+        assert!(lp <= 0.0);
+        assert!(top.windows(2).all(|w| w[0]["logprob"].as_f64() >= w[1]["logprob"].as_f64()), "{e}");
+        assert!(top.iter().map(|t| t["logprob"].as_f64().unwrap().exp()).sum::<f64>() <= 1.0 + 1e-4, "{e}");
+        text += e["token"].as_str().unwrap();
+    }
+    assert_eq!(text, b["choices"][0]["message"]["content"].as_str().unwrap());
+
+    // Streamed: the same entries, in chunks.
+    body["stream"] = json!(true);
+    let mut streamed = Vec::new();
+    for e in s.stream("/v1/chat/completions", &body).await.iter().filter(|e| *e != "[DONE]") {
+        let v: Value = serde_json::from_str(e).unwrap();
+        if let Some(c) = v["choices"][0]["logprobs"]["content"].as_array() {
+            streamed.extend(c.iter().cloned());
+        }
+    }
+    assert_eq!(streamed, content);
+
+    // A forced tool call (the grammar masks the row): the values are the raw model's, so the
+    // chosen token may rank below its top list, never above its head.
+    let tools = json!([{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"utc": {"type": "boolean"}}, "required": ["utc"]}}}]);
+    let body = json!({"messages": [{"role": "user", "content": "Time?"}], "tools": tools, "tool_choice": "required", "temperature": 0, "max_tokens": 40, "logprobs": true, "top_logprobs": 2});
+    let (st, b) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["choices"][0]["finish_reason"], "tool_calls", "{b}");
+    let content = b["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert!(!content.is_empty());
+    for e in content {
+        let lp = e["logprob"].as_f64().unwrap();
+        assert!(lp <= e["top_logprobs"][0]["logprob"].as_f64().unwrap() + 1e-6, "{e}");
+    }
+
+    // Out of range, or top_logprobs alone: 400 in OpenAI's shape.
+    for bad in [json!({"logprobs": true, "top_logprobs": 21}), json!({"top_logprobs": 1})] {
+        let mut body = chat_body("hi", 2, false);
+        body.as_object_mut().unwrap().extend(bad.as_object().unwrap().clone());
+        let (st, b) = s.post("/v1/chat/completions", &body).await;
+        assert_eq!(st, 400, "{b}");
+        assert_eq!(b["error"]["param"], "top_logprobs", "{b}");
+    }
+}

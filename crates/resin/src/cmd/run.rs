@@ -75,7 +75,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     while let Some(ev) = handle.blocking_next() {
         match ev {
-            GenEvent::Delta { ids: new, text: t } => {
+            GenEvent::Delta { ids: new, text: t, .. } => {
                 ids.extend(new);
                 if !json {
                     write!(out, "{t}")?;
