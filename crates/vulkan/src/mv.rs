@@ -154,16 +154,30 @@ pub fn mv_format(ty: GgmlType) -> Option<&'static str> {
 
 /// Whether the device runs the canonical product at all (subgroup IDs and shuffles).
 pub fn mv_ok(info: &DeviceInfo) -> bool {
-    info.subgroup_ops.contains(&"shuffle") && info.subgroup_size.is_power_of_two() && mv_wg(info) <= info.max_workgroup_invocations
+    info.subgroup_ops.contains(&"shuffle") && info.subgroup_size.is_power_of_two() && mv_wg(info, false) <= info.max_workgroup_invocations
 }
 
-/// Threads a workgroup of the product: 64, or the subgroup where it is wider.
-fn mv_wg(info: &DeviceInfo) -> u32 {
-    info.subgroup_size.max(64)
+/// Subgroups a workgroup of the product (a subgroup takes one or two rows at a time).
+const NSG: u32 = 4;
+/// Rows of SwiGLU packed a workgroup (a 32-value block of the next matrix's input).
+const SWIGLU_TILE: u32 = 32;
+
+/// Subgroups a workgroup: NSG, or for SwiGLU as many of its tile's rows as the device lets
+/// one workgroup take at once (so that many subgroups are at work on a matrix of few tiles).
+fn mv_subgroups(info: &DeviceInfo, swiglu: bool) -> u32 {
+    if !swiglu {
+        return NSG;
+    }
+    let most = (info.max_workgroup_invocations / info.subgroup_size.max(1)).max(1);
+    (1..=SWIGLU_TILE).rev().find(|&g| g <= most && SWIGLU_TILE.is_multiple_of(g)).unwrap_or(1)
 }
 
-/// The specialization constants after the workgroup size and the row count: lanes a row,
-/// blocks a chunk, chunks, input and output kinds, and the shared memory sizes.
+/// Threads a workgroup of the product.
+fn mv_wg(info: &DeviceInfo, swiglu: bool) -> u32 {
+    mv_subgroups(info, swiglu) * info.subgroup_size
+}
+
+/// The specialization constants after the workgroup size and the row count (mv.comp).
 struct MvSpec {
     lanes: u32,
     chunk_blocks: u32,
@@ -172,36 +186,63 @@ struct MvSpec {
     out: u32,
     xq_words: u32,
     x_blocks: u32,
-    red: u32,
+    /// Passes of NSG subgroups' rows a workgroup takes.
+    passes: u32,
+    /// Weight rows a subgroup takes at once.
+    rows_sg: u32,
+    /// Shared floats of the chunk partials and of the SwiGLU tile.
+    part: u32,
+    hv: u32,
+    /// Subgroups a workgroup.
+    subgroups: u32,
 }
 
 impl MvSpec {
-    fn new(info: &DeviceInfo, n: u32, cols: u32, normed: bool, swiglu: bool) -> Option<MvSpec> {
+    fn new(info: &DeviceInfo, n: u32, rows: u32, cols: u32, normed: bool, swiglu: bool) -> Option<MvSpec> {
         let cut = Cut::of(cols as usize)?;
-        let wg = mv_wg(info);
-        let lanes = cut.lanes as u32;
-        let values = if swiglu { 2 } else { 1 } * n;
+        // Two rows a subgroup share each activation block's loads where there are several
+        // activation rows; SwiGLU's two are the gate row and its up row.
+        let rows_sg = if swiglu || n > 1 { 2 } else { 1 };
+        let outs = if swiglu { 1 } else { rows_sg };
+        // SwiGLU packs 32 rows a workgroup; the folded norm's prologue is shared by the
+        // workgroup's rows, so it takes more of them where the matrix has many.
+        let subgroups = mv_subgroups(info, swiglu);
+        let passes = if swiglu {
+            SWIGLU_TILE / subgroups
+        } else if normed {
+            (rows / (NSG * outs * 264)).clamp(1, 16)
+        } else {
+            1
+        };
         Some(MvSpec {
-            lanes,
+            lanes: cut.lanes as u32,
             chunk_blocks: cut.chunk_blocks as u32,
             chunks: cut.chunks as u32,
             xin: normed as u32,
             out: 0,
             xq_words: if normed { n * cols / 4 } else { 1 },
             x_blocks: if normed { n * cut.blocks as u32 } else { 1 },
-            red: if lanes > info.subgroup_size { wg * values } else { 1 },
+            passes,
+            rows_sg,
+            part: subgroups * 2 * n * cut.lanes as u32,
+            hv: if swiglu { n * 64 } else { 1 },
+            subgroups,
         })
+    }
+    /// Output rows a workgroup.
+    fn tile(&self) -> u32 {
+        self.passes * self.subgroups * if self.out == 2 { 1 } else { self.rows_sg }
     }
     /// Bytes of shared memory the kernel declares (mv.comp).
     fn shared_bytes(&self) -> u64 {
-        4 * (self.xq_words as u64 + 3 * self.x_blocks as u64 + self.red as u64 + 8 + 8 * 64)
+        4 * (self.xq_words as u64 + 3 * self.x_blocks as u64 + self.part as u64 + self.hv as u64 + 8 * 33)
     }
 }
 
 /// Whether an `n`-row product over rows of `cols` values fits the device with its norm folded
 /// in (the rows quantized in shared memory) and, with `swiglu`, its SwiGLU epilogue.
 pub fn mv_fits(info: &DeviceInfo, n: u32, cols: u32, normed: bool, swiglu: bool) -> bool {
-    MvSpec::new(info, n, cols, normed, swiglu).is_some_and(|s| s.shared_bytes() <= info.shared_memory as u64)
+    MvSpec::new(info, n, 0, cols, normed, swiglu).is_some_and(|s| s.shared_bytes() <= info.shared_memory as u64)
 }
 
 impl Recorder<'_> {
@@ -240,7 +281,7 @@ impl Recorder<'_> {
         }
         let normed = matches!(input, MvIn::Normed { .. });
         let swiglu = matches!(out, MvOut::SwiGlu { .. });
-        let Some(mut spec) = MvSpec::new(info, n, s.cols, normed, swiglu) else {
+        let Some(mut spec) = MvSpec::new(info, n, s.rows, s.cols, normed, swiglu) else {
             return bad("rows of whole 32-value blocks".into());
         };
         if spec.shared_bytes() > info.shared_memory as u64 {
@@ -279,10 +320,22 @@ impl Recorder<'_> {
             DotTier::Emulated => "",
             DotTier::Hardware => "x",
         };
-        let wg = mv_wg(info);
-        let rpw = wg / spec.lanes;
-        let tile = if swiglu { rpw.max(32) } else { rpw };
-        let consts = [wg, n, spec.lanes, spec.chunk_blocks, spec.chunks, spec.xin, spec.out, spec.xq_words, spec.x_blocks, spec.red];
-        self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), grid(s.rows.div_ceil(tile)))
+        let consts = [
+            mv_wg(info, swiglu),
+            n,
+            spec.lanes,
+            spec.chunk_blocks,
+            spec.chunks,
+            spec.xin,
+            spec.out,
+            spec.xq_words,
+            spec.x_blocks,
+            spec.subgroups,
+            spec.passes,
+            spec.rows_sg,
+            spec.part,
+            spec.hv,
+        ];
+        self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), grid(s.rows.div_ceil(spec.tile())))
     }
 }

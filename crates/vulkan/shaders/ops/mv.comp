@@ -2,20 +2,23 @@
 // the token command's matrix product, with the stage's norm folded into its prologue and its
 // residual add or SwiGLU in its epilogue (src/mv.rs).
 // A row of W is cut into NCH chunks of CB blocks of 32 values (resin_core::canon::Cut: fixed
-// by the row length alone). A workgroup takes a tile of TR weight rows, WG / LPR at a time:
-// lane l of a row (LPR lanes, NCH rounded up to a power of two) sums the blocks of chunk l
-// left to right (dotfmt.glsl: an exact integer dot of the weight quants with the activation
-// quants, then the format's float expression), the lanes' partials are added by the pairwise
-// tree (subgroupShuffleXor where a row's lanes share a subgroup, else the same pairs through
-// shared memory), then the epilogue. No float operation's order depends on NCOLS, the tile or
-// the device's subgroup size, so a row's result is the same bits in every form.
+// by the row length alone). A subgroup takes NV weight rows at once (one row, or a gate row
+// and its up row) and walks their blocks in passes of S (the subgroup size): lane l takes
+// block p * S + l of pass p, so a subgroup's loads are neighbouring bytes, and computes its
+// f_b (dotfmt.glsl: an exact integer dot of the weight quants with the activation quants, then
+// the format's float expression). Each chunk's blocks are then added left to right by
+// shuffles (every lane of a chunk's lanes adds the same values in the same order), the chunk
+// partials go to shared memory, and lane 0 adds them by the pairwise tree and runs the
+// epilogue. No float operation's order depends on NCOLS, the tile, S or which lane loaded a
+// block, so a row's result is the same bits in every form and on every device.
 // Input (specialization constant XIN):
 // - 0: activations packed in 32-value int8 blocks (qact.comp QPACK 32, or what the attention
 //   combine or a SwiGLU epilogue wrote): binding 1, block scales at xd_off, sums at xs_off.
 // - 1: f32 rows (binding 1) with the RMS norm folded: each workgroup quantizes u = x * w_norm
 //   (binding 2) of its NCOLS rows into shared memory (the quants of u do not depend on the
 //   row's scale) and sums the squares of x block by block, chunk by chunk and by the tree;
-//   r = 1 / sqrt(ss / K + eps) scales the finished product.
+//   r = 1 / sqrt(ss / K + eps) scales the finished product. A workgroup takes TP passes of
+//   rows to share that work.
 // Output (specialization constant OUT), row i of column c at c * y_stride + y_off + i:
 // - 0: y = (r *) y' stored (binding 3).
 // - 1: y = y' + y (the residual sum, binding 3).
@@ -35,14 +38,18 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
 layout(constant_id = 1) const uint NCOLS_SC = 1;
-layout(constant_id = 2) const uint LPR = 8;     // lanes a row: NCH rounded up to a power of two
+layout(constant_id = 2) const uint LPOW = 8;    // NCH rounded up to a power of two (the tree's width)
 layout(constant_id = 3) const uint CB = 8;      // blocks a chunk
 layout(constant_id = 4) const uint NCH = 8;     // chunks a row
 layout(constant_id = 5) const uint XIN = 0;
 layout(constant_id = 6) const uint OUT = 0;
 layout(constant_id = 7) const uint XQW = 1;     // shared words of the quantized rows (XIN 1)
 layout(constant_id = 8) const uint XBW = 1;     // shared blocks of the quantized rows (XIN 1)
-layout(constant_id = 9) const uint REDW = 1;    // shared floats of the tree through memory
+layout(constant_id = 9) const uint NSG = 4;     // subgroups a workgroup (WG / S)
+layout(constant_id = 10) const uint TP = 1;     // passes of NSG subgroups' rows a workgroup takes
+layout(constant_id = 11) const uint NVS = 1;    // weight rows a subgroup takes (1, or 2: OUT 2's gate and up)
+layout(constant_id = 12) const uint PARTW = 1;  // shared floats of the chunk partials: NSG * 2 * NCOLS * LPOW
+layout(constant_id = 13) const uint HVW = 1;    // shared floats of OUT 2's tile: NCOLS * HMAX
 #ifdef FORM_ONE
 #define NCOLS 1u
 #else
@@ -55,8 +62,8 @@ layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
 layout(std430, set = 0, binding = 0) readonly buffer Wt4 { uvec4 WDATA4[]; };
 layout(std430, set = 0, binding = 1) readonly buffer X { uint xp[]; };
 layout(std430, set = 0, binding = 1) readonly buffer X4 { uvec4 xp4[]; };
-layout(std430, set = 0, binding = 1) readonly buffer XF { float xf[]; };
-layout(std430, set = 0, binding = 2) readonly buffer NW { float nw[]; };
+layout(std430, set = 0, binding = 1) readonly buffer XF4 { vec4 xf4[]; };
+layout(std430, set = 0, binding = 2) readonly buffer NW4 { vec4 nw4[]; };
 layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
 
@@ -84,9 +91,10 @@ shared uint xq[XQW];      // XIN 1: [column][block][8 words] quants of u
 shared float xdv[XBW];    // XIN 1: [column][block] d
 shared int xsv[XBW];      // XIN 1: [column][block] sum of the quants
 shared float xss[XBW];    // XIN 1: [column][block] sum of the squares of x
+shared float xcs[NMAX * 32u];   // XIN 1: [column][chunk] the chunks' sums of squares
 shared float rr[NMAX];    // XIN 1: r of each column
-shared float red[REDW];   // the tree through shared memory: [thread][value]
-shared float hv[NMAX * HMAX];   // OUT 2: [column][tile row] h
+shared float part[PARTW];   // [subgroup][weight row][column][chunk] chunk partials
+shared float hv[HVW];       // OUT 2: [column][tile row] h
 
 XUnit x_block(uint c, uint b) {
     XUnit x;
@@ -106,23 +114,27 @@ XUnit x_block(uint c, uint b) {
     return x;
 }
 
-// Quantize u = x * w_norm of the NCOLS rows into shared memory and find each row's r.
+// Quantize u = x * w_norm of the NCOLS rows into shared memory and find each row's r: a
+// thread a block, then a thread a chunk, then a thread a row's tree.
 void prologue(uint t) {
     uint nb = p.cols / 32u;
     for (uint e = t; e < NCOLS * nb; e += WG) {
         uint c = e / nb;
         uint b = e % nb;
-        uint xo = c * p.x_stride + b * 32u;
+        uint xo = (c * p.x_stride + b * 32u) / 4u;
         float u[32];
         float amax = 0.0;
         precise float ss = 0.0;
-        for (uint i = 0u; i < 32u; i++) {
-            float xv = xf[xo + i];
-            precise float uv = xv * nw[b * 32u + i];
-            precise float sq = xv * xv;
-            u[i] = uv;
-            amax = max(amax, abs(uv));
-            ss = ss + sq;
+        for (uint j = 0u; j < 8u; j++) {
+            vec4 xv = xf4[xo + j];
+            vec4 wv = nw4[b * 8u + j];
+            for (uint i = 0u; i < 4u; i++) {
+                precise float uv = xv[i] * wv[i];
+                precise float sq = xv[i] * xv[i];
+                u[4u * j + i] = uv;
+                amax = max(amax, abs(uv));
+                ss = ss + sq;
+            }
         }
         float d = amax / 127.0;
         float id = amax > 0.0 ? 127.0 / amax : 0.0;
@@ -142,22 +154,26 @@ void prologue(uint t) {
         xss[e] = ss;
     }
     barrier();
-    if (t < NCOLS) {
-        float part[32];
-        for (uint l = 0u; l < LPR; l++) {
-            precise float a = 0.0;
-            for (uint j = 0u; j < CB; j++) {
-                uint b = l * CB + j;
-                if (l < NCH && b < nb) a = a + xss[t * nb + b];
-            }
-            part[l] = a;
+    for (uint e = t; e < NCOLS * LPOW; e += WG) {
+        uint c = e / LPOW;
+        uint l = e % LPOW;
+        precise float a = 0.0;
+        for (uint j = 0u; j < CB; j++) {
+            uint b = l * CB + j;
+            if (l < NCH && b < nb) a = a + xss[c * nb + b];
         }
-        for (uint dd = 1u; dd < LPR; dd <<= 1)
-            for (uint i = 0u; i < LPR; i += 2u * dd) {
-                precise float a = part[i] + part[i + dd];
-                part[i] = a;
+        xcs[c * 32u + l] = a;
+    }
+    barrier();
+    if (t < NCOLS) {
+        float v[32];
+        for (uint i = 0u; i < LPOW; i++) v[i] = xcs[t * 32u + i];
+        for (uint dd = 1u; dd < LPOW; dd <<= 1)
+            for (uint i = 0u; i < LPOW; i += 2u * dd) {
+                precise float a = v[i] + v[i + dd];
+                v[i] = a;
             }
-        precise float ms = part[0] / float(p.cols) + p.eps;
+        precise float ms = v[0] / float(p.cols) + p.eps;
         rr[t] = 1.0 / sqrt(ms);
     }
     barrier();
@@ -166,92 +182,123 @@ void prologue(uint t) {
 void main() {
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint t = gl_LocalInvocationIndex;
-    // A row's lanes in one subgroup where they fit (the tree by shuffles), else by thread index
-    // (the tree through shared memory).
-    bool in_sg = LPR <= gl_SubgroupSize;
-    uint lane = in_sg ? gl_SubgroupInvocationID % LPR : t % LPR;
-    uint slot = in_sg ? gl_SubgroupID * (gl_SubgroupSize / LPR) + gl_SubgroupInvocationID / LPR : t / LPR;
-    uint rpw = WG / LPR;
-    uint tr = OUT == 2u ? max(32u, rpw) : rpw;
+    uint S = gl_SubgroupSize;
+    uint lane = gl_SubgroupInvocationID;
     uint nb = p.cols / 32u;
-    uint NV = OUT == 2u ? 2u : 1u;   // values a column a row: the gate and the up row
+    uint passes = (nb + S - 1u) / S;
+    // Output rows a subgroup: NVS rows, or one (OUT 2: its gate and up rows).
+    uint outs = OUT == 2u ? 1u : NVS;
+    uint tile = TP * NSG * outs;
     if (XIN == 1u) prologue(t);
-    for (uint r0 = 0u; r0 < tr; r0 += rpw) {
-        uint row = wg * tr + r0 + slot;
-        precise float acc[2][NMAX];
-        for (uint v = 0u; v < 2u; v++)
-            for (uint c = 0u; c < NMAX; c++) acc[v][c] = 0.0;
-        if (row < p.rows && lane < NCH) {
-            for (uint j = 0u; j < CB; j++) {
-                uint b = lane * CB + j;
-                if (b >= nb) break;
-                uint qw[2][8];
-                vec2 wf[2];
-                ivec2 wi[2];
-                for (uint v = 0u; v < NV; v++) dot_load(v * p.up_off + row * p.row_bytes, b, qw[v], wf[v], wi[v]);
-                for (uint c = 0u; c < NCOLS; c++) {
-                    XUnit x = x_block(c, b);
-                    for (uint v = 0u; v < NV; v++) {
-                        precise float f = dot_term(qw[v], wf[v], wi[v], x);
-                        acc[v][c] = acc[v][c] + f;
-                    }
-                }
+    for (uint tp = 0u; tp < TP; tp++) {
+        for (uint sg = gl_SubgroupID; sg < NSG; sg += gl_NumSubgroups) {
+            uint out0 = wg * tile + (tp * NSG + sg) * outs;
+            uint roff[2];
+            bool live[2];
+            for (uint k = 0u; k < NVS; k++) {
+                uint row = OUT == 2u ? out0 : out0 + k;
+                live[k] = row < p.rows;
+                roff[k] = (OUT == 2u ? k * p.up_off : 0u) + row * p.row_bytes;
             }
-        }
-        // The pairwise tree over the row's lanes: lane i adds lane i ^ d's value, d = 1, 2, 4...
-        if (in_sg) {
-            for (uint dd = 1u; dd < LPR; dd <<= 1)
-                for (uint v = 0u; v < NV; v++)
+            precise float acc[2][NMAX];   // a chunk longer than a pass: its running sum
+            for (uint k = 0u; k < 2u; k++)
+                for (uint c = 0u; c < NMAX; c++) acc[k][c] = 0.0;
+            for (uint ps = 0u; ps < passes; ps++) {
+                uint b = ps * S + lane;
+                float f[2][NMAX];
+                for (uint k = 0u; k < 2u; k++)
+                    for (uint c = 0u; c < NMAX; c++) f[k][c] = 0.0;
+                if (b < nb) {
+                    uint qw[2][8];
+                    vec2 wf[2];
+                    ivec2 wi[2];
+                    for (uint k = 0u; k < NVS; k++)
+                        if (live[k]) dot_load(roff[k], b, qw[k], wf[k], wi[k]);
                     for (uint c = 0u; c < NCOLS; c++) {
-                        precise float s = acc[v][c] + subgroupShuffleXor(acc[v][c], dd);
-                        acc[v][c] = s;
+                        XUnit x = x_block(c, b);
+                        for (uint k = 0u; k < NVS; k++)
+                            if (live[k]) f[k][c] = dot_term(qw[k], wf[k], wi[k], x);
                     }
-        } else {
-            uint vals = NV * NCOLS;
-            for (uint v = 0u; v < NV; v++)
-                for (uint c = 0u; c < NCOLS; c++) red[t * vals + v * NCOLS + c] = acc[v][c];
-            barrier();
-            for (uint dd = 1u; dd < LPR; dd <<= 1) {
-                if ((lane & (2u * dd - 1u)) == 0u)
-                    for (uint k = 0u; k < vals; k++) {
-                        precise float s = red[t * vals + k] + red[(t + dd) * vals + k];
-                        red[t * vals + k] = s;
-                    }
-                barrier();
-            }
-            for (uint v = 0u; v < NV; v++)
-                for (uint c = 0u; c < NCOLS; c++) acc[v][c] = red[t * vals + v * NCOLS + c];
-            barrier();   // red is read before the next rows write it
-        }
-        if (lane == 0u && row < p.rows) {
-            for (uint c = 0u; c < NCOLS; c++) {
-                precise float g = acc[0][c];
-                precise float u = acc[1][c];
-                if (XIN == 1u) {
-                    g = rr[c] * g;
-                    u = rr[c] * u;
                 }
-                uint yi = c * p.y_stride + p.y_off + row;
-                if (OUT == 0u) {
-                    y[yi] = g;
-                } else if (OUT == 1u) {
-                    precise float s = g + y[yi];
-                    y[yi] = s;
+                // Each chunk's blocks left to right from +0.0 (blocks past the row add +0.0,
+                // which leaves a sum that is never -0.0 as it was).
+                if (CB <= S) {
+                    uint base = lane - lane % CB;
+                    uint ch = (ps * S + lane) / CB;
+                    for (uint k = 0u; k < NVS; k++)
+                        for (uint c = 0u; c < NCOLS; c++) {
+                            precise float a = 0.0;
+                            for (uint j = 0u; j < CB; j++) {
+                                float v = subgroupShuffle(f[k][c], base + j);
+                                a = a + v;
+                            }
+                            if (lane % CB == 0u && ch < NCH) part[((sg * 2u + k) * NCOLS + c) * LPOW + ch] = a;
+                        }
                 } else {
-                    precise float h = g / (1.0 + exp(-g)) * u;
-                    hv[c * HMAX + r0 + slot] = h;
+                    // A chunk spans CB / S passes: every lane keeps its running sum.
+                    for (uint k = 0u; k < NVS; k++)
+                        for (uint c = 0u; c < NCOLS; c++)
+                            for (uint j = 0u; j < S; j++) {
+                                float v = subgroupShuffle(f[k][c], j);
+                                acc[k][c] = acc[k][c] + v;
+                            }
+                    uint done = (ps + 1u) * S;
+                    if (done % CB == 0u || ps + 1u == passes) {
+                        uint ch = ps * S / CB;
+                        for (uint k = 0u; k < NVS; k++)
+                            for (uint c = 0u; c < NCOLS; c++) {
+                                if (lane == 0u && ch < NCH) part[((sg * 2u + k) * NCOLS + c) * LPOW + ch] = acc[k][c];
+                                acc[k][c] = 0.0;
+                            }
+                    }
                 }
             }
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            // The pairwise tree over the chunk partials (+0.0 past the last chunk) and the
+            // epilogue: lane c takes column c.
+            for (uint c = lane; c < NCOLS; c += S) {
+                float y2[2];
+                for (uint k = 0u; k < NVS; k++) {
+                    float v[32];
+                    for (uint i = 0u; i < LPOW; i++) v[i] = i < NCH ? part[((sg * 2u + k) * NCOLS + c) * LPOW + i] : 0.0;
+                    for (uint dd = 1u; dd < LPOW; dd <<= 1)
+                        for (uint i = 0u; i < LPOW; i += 2u * dd) {
+                            precise float a = v[i] + v[i + dd];
+                            v[i] = a;
+                        }
+                    y2[k] = v[0];
+                }
+                for (uint k = 0u; k < outs; k++) {
+                    uint row = out0 + k;
+                    if (row >= p.rows) break;
+                    precise float g = y2[k];
+                    if (XIN == 1u) g = rr[c] * g;
+                    uint yi = c * p.y_stride + p.y_off + row;
+                    if (OUT == 0u) {
+                        y[yi] = g;
+                    } else if (OUT == 1u) {
+                        precise float s = g + y[yi];
+                        y[yi] = s;
+                    } else {
+                        precise float u = y2[1];
+                        if (XIN == 1u) u = rr[c] * u;
+                        precise float h = g / (1.0 + exp(-g)) * u;
+                        hv[c * HMAX + (row - wg * tile)] = h;
+                    }
+                }
+            }
+            subgroupBarrier();   // part is read before the subgroup's next rows write it
         }
     }
     if (OUT != 2u) return;
     // Pack each 32 rows of h a column (as qact.comp QPACK 32 would).
     barrier();
-    uint blocks = tr / 32u;
+    uint blocks = tile / 32u;
     for (uint e = t; e < NCOLS * blocks; e += WG) {
         uint c = e / blocks;
         uint k = e % blocks;
-        uint i0 = wg * tr + k * 32u;
+        uint i0 = wg * tile + k * 32u;
         if (i0 >= p.rows) continue;
         float amax = 0.0;
         for (uint i = 0u; i < 32u; i++) amax = max(amax, abs(hv[c * HMAX + k * 32u + i]));
