@@ -7,7 +7,8 @@
 //! One file per concern: [`openai`] the request types and their checks, [`anthropic`] the
 //! Messages API translated onto the chat pipeline, [`prompt`] messages
 //! through the chat template, [`generate`] the engine's events as whole responses or SSE
-//! chunks, [`tools`] recognising tool calls, [`grammar`] the JSON constraint for forced calls,
+//! chunks, [`tools`] recognising tool calls, [`grammar`] the llguidance constraints (structured
+//! outputs, forced calls),
 //! [`metrics`] the Prometheus text, [`error`] OpenAI's error object.
 
 pub mod anthropic;
