@@ -122,6 +122,7 @@ pub fn tool_call_schema(tools: &[(String, Value)]) -> Value {
     let mut definitions = serde_json::Map::new();
     let mut one = |(name, params): &(String, Value)| {
         let mut args = params.clone();
+        close_objects(&mut args, 0);
         if let Some(o) = args.as_object_mut() {
             // The arguments are always an object.
             o.entry("type").or_insert_with(|| json!("object"));
@@ -149,6 +150,27 @@ pub fn tool_call_schema(tools: &[(String, Value)]) -> Value {
         s["definitions"] = Value::Object(definitions);
     }
     s
+}
+
+/// Objects that declare `properties` and say nothing of other members take no others
+/// (`additionalProperties: false`), through the whole schema: a tool's arguments are the
+/// parameters it declares (as OpenAI's strict function calling has it), and a small model
+/// cannot wander off into invented keys.
+fn close_objects(s: &mut Value, depth: usize) {
+    let Some(o) = s.as_object_mut().filter(|_| depth < 64) else {
+        return;
+    };
+    if o.contains_key("properties") && !o.contains_key("additionalProperties") && !o.contains_key("patternProperties") {
+        o.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    for (k, v) in o.iter_mut() {
+        match (k.as_str(), v) {
+            ("properties" | "$defs" | "definitions", Value::Object(m)) => m.values_mut().for_each(|v| close_objects(v, depth + 1)),
+            ("items" | "additionalProperties" | "not", v) => close_objects(v, depth + 1),
+            ("prefixItems" | "anyOf" | "oneOf" | "allOf", Value::Array(a)) => a.iter_mut().for_each(|v| close_objects(v, depth + 1)),
+            _ => {}
+        }
+    }
 }
 
 /// `schema` with resin's JSON layout (unless it brings its own `x-guidance`); `lenient`:
@@ -438,9 +460,27 @@ mod tests {
             assert_eq!(calls.len(), 1);
             if j["name"] == "get_weather" {
                 assert!(j["arguments"]["city"].as_str().is_some_and(|c| c.chars().count() <= 10), "{t}");
-                assert!(j["arguments"].get("days").is_none_or(|d| d.is_i64()), "{t}");
+                assert!(j["arguments"].get("days").is_none_or(|d| d.as_f64().is_some_and(|f| f.fract() == 0.0)), "{t}");
+                assert!(j["arguments"].as_object().unwrap().keys().all(|k| ["city", "unit", "days"].contains(&k.as_str())), "{t}");
             }
         }
+    }
+
+    #[test]
+    fn tool_arguments_take_only_declared_members() {
+        let mut s = json!({"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "integer"}}},
+            "c": {"type": "array", "items": {"properties": {"d": {}}}}, "e": {"type": "object", "additionalProperties": true, "properties": {}}},
+            "$defs": {"x": {"properties": {"y": {}}}}});
+        close_objects(&mut s, 0);
+        assert_eq!(s["additionalProperties"], false);
+        assert_eq!(s["properties"]["a"]["additionalProperties"], false);
+        assert_eq!(s["properties"]["c"]["items"]["additionalProperties"], false);
+        assert_eq!(s["properties"]["e"]["additionalProperties"], true);
+        assert_eq!(s["$defs"]["x"]["additionalProperties"], false);
+        // Free objects stay free.
+        let mut free = json!({"type": "object"});
+        close_objects(&mut free, 0);
+        assert_eq!(free, json!({"type": "object"}));
     }
 
     #[test]
