@@ -1,7 +1,8 @@
 //! The official `openai` and `anthropic` Python clients against a real `resin serve`
-//! (scripts/serve_tests.py): SmolLM2 for chat, streaming, completions, logprobs, models, errors,
-//! the API key and the Messages API; Qwen2.5-Coder-0.5B for the tool-call round trips (OpenAI's
-//! and Anthropic's). Needs python3 with `openai` and `anthropic` (`.ci/run` installs them);
+//! (scripts/serve_tests.py): SmolLM2 for chat, streaming, completions, logprobs, structured
+//! outputs (validated with `jsonschema`), models, errors, the API key and the Messages API;
+//! Qwen2.5-Coder-0.5B for the tool-call round trips (OpenAI's and Anthropic's). Needs python3
+//! with `openai`, `anthropic` and `jsonschema` (`.ci/run` installs them);
 //! without them the test fails, it does not skip.
 
 use std::net::TcpListener;

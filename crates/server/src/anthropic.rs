@@ -103,6 +103,10 @@ struct MessagesRequest {
     stream: Option<bool>,
     tools: Option<Vec<Value>>,
     tool_choice: Option<Value>,
+    /// Structured outputs: `{"type": "json_schema", "schema": {...}}` (also accepted inside
+    /// `output_config` as its `format`).
+    output_format: Option<Value>,
+    output_config: Option<Value>,
 }
 
 fn invalid(m: impl Into<String>) -> ApiError {
@@ -239,6 +243,14 @@ fn translate_tool_choice(c: &Value) -> Result<Value, ApiError> {
     })
 }
 
+/// Anthropic's structured-output format as OpenAI's `response_format`.
+fn translate_output_format(f: &Value) -> Result<Value, ApiError> {
+    match f.get("type").and_then(Value::as_str) {
+        Some("json_schema") => Ok(json!({"type": "json_schema", "json_schema": {"name": "output", "schema": f.get("schema").cloned().unwrap_or(Value::Null)}})),
+        _ => Err(invalid("output_format must be {\"type\": \"json_schema\", \"schema\": {...}}.")),
+    }
+}
+
 /// The Messages request as the server's chat request. `need_max_tokens`: /v1/messages
 /// requires it; count_tokens does not take it.
 fn translate(r: MessagesRequest, need_max_tokens: bool) -> Result<ChatRequest, ApiError> {
@@ -248,6 +260,8 @@ fn translate(r: MessagesRequest, need_max_tokens: bool) -> Result<ChatRequest, A
     let messages = translate_messages(r.system.as_ref(), &r.messages)?;
     let tools = r.tools.as_deref().map(translate_tools).transpose()?;
     let tool_choice = r.tool_choice.as_ref().map(translate_tool_choice).transpose()?;
+    let format = r.output_format.as_ref().or_else(|| r.output_config.as_ref().and_then(|c| c.get("format"))).filter(|f| !f.is_null());
+    let response_format = format.map(translate_output_format).transpose()?;
     let common = CommonRequest {
         model: r.model,
         // Anthropic's default temperature.
@@ -257,6 +271,7 @@ fn translate(r: MessagesRequest, need_max_tokens: bool) -> Result<ChatRequest, A
         max_tokens: if need_max_tokens { r.max_tokens } else { None },
         stop: r.stop_sequences.map(Stop::Many),
         stream: r.stream,
+        response_format,
         ..CommonRequest::default()
     };
     Ok(ChatRequest { messages, tools, tool_choice, logprobs: None, top_logprobs: None, common })

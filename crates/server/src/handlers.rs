@@ -13,8 +13,7 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::generate::{Gen, Kind};
-use crate::grammar::{self, ToolCallConstraint};
-use crate::openai::{parse, ChatRequest, CompletionRequest, Plan};
+use crate::openai::{parse, response_schema, ChatRequest, CompletionRequest, Plan};
 use crate::prompt;
 use crate::tools::ToolStreamer;
 use crate::AppState;
@@ -194,8 +193,22 @@ pub(crate) fn prepare_chat(state: &AppState, req: &ChatRequest) -> Result<ChatJo
         ToolChoice::Named(n) => tools.iter().filter(|(t, _)| t == n).cloned().collect(),
         _ => Vec::new(),
     };
-    let constraint: Option<Box<dyn LogitsConstraint>> =
-        if allowed.is_empty() { None } else { Some(Box::new(ToolCallConstraint::new(state.token_table(), grammar::compile(&allowed)))) };
+    let schema = response_schema(req.common.response_format.as_ref())?;
+    let constraint: Option<Box<dyn LogitsConstraint>> = match (allowed.is_empty(), schema) {
+        (true, None) => None,
+        (true, Some(s)) => Some(schema_constraint(state, &s)?),
+        (false, None) => {
+            let c = state
+                .grammar()?
+                .tool_call(&allowed)
+                .map_err(|e| ApiError::invalid(format!("The tools' parameter schemas cannot be enforced for the forced call: {e}")).param("tools"))?;
+            Some(Box::new(c))
+        }
+        (false, Some(_)) => {
+            return Err(ApiError::invalid("A forced tool call (tool_choice \"required\" or a named function) and response_format cannot both constrain the output; send one.")
+                .param("response_format"))
+        }
+    };
     let streamer = match &choice {
         ToolChoice::None => None,
         ToolChoice::Auto if tools.is_empty() => None,
@@ -203,6 +216,13 @@ pub(crate) fn prepare_chat(state: &AppState, req: &ChatRequest) -> Result<ChatJo
         _ => Some(ToolStreamer::new(allowed.iter().map(|(n, _)| n.clone()).collect())),
     };
     Ok(ChatJob { ids, plan, constraint, streamer })
+}
+
+/// The constraint of `response_format`'s schema; a 400 naming what it asks for that is not
+/// supported (llguidance's message, e.g. `Unimplemented keys: ["uniqueItems"]`).
+fn schema_constraint(state: &AppState, schema: &Value) -> Result<Box<dyn LogitsConstraint>, ApiError> {
+    let c = state.grammar()?.json_schema(schema).map_err(|e| ApiError::invalid(format!("response_format's JSON schema cannot be enforced: {e}")).param("response_format"))?;
+    Ok(Box::new(c))
 }
 
 /// Submit a prepared chat request.
@@ -253,8 +273,12 @@ fn completion_gen(state: &AppState, body: Result<Bytes, BytesRejection>, t0: Ins
     if ids.is_empty() {
         return Err(ApiError::invalid("The prompt is empty.").param("prompt"));
     }
+    let constraint = match response_schema(req.common.response_format.as_ref())? {
+        Some(s) => Some(schema_constraint(state, &s)?),
+        None => None,
+    };
     let stream = plan.stream;
-    let gen = submit(state, ids, plan, None, None, Kind::Completion, "/v1/completions", t0)?;
+    let gen = submit(state, ids, plan, constraint, None, Kind::Completion, "/v1/completions", t0)?;
     Ok((gen, stream))
 }
 

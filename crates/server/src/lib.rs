@@ -7,7 +7,8 @@
 //! One file per concern: [`openai`] the request types and their checks, [`anthropic`] the
 //! Messages API translated onto the chat pipeline, [`prompt`] messages
 //! through the chat template, [`generate`] the engine's events as whole responses or SSE
-//! chunks, [`tools`] recognising tool calls, [`grammar`] the JSON constraint for forced calls,
+//! chunks, [`tools`] recognising tool calls, [`grammar`] the llguidance constraints (structured
+//! outputs, forced calls),
 //! [`metrics`] the Prometheus text, [`error`] OpenAI's error object.
 
 pub mod anthropic;
@@ -110,8 +111,9 @@ pub struct Inner {
     pub metrics: Metrics,
     /// Seconds since the epoch when the server started (`created` in /v1/models).
     pub created: u64,
-    /// Token texts for the tool-call grammar, built on first use.
-    pub token_table: OnceLock<Arc<grammar::TokenTable>>,
+    /// The grammar engine over the model's vocabulary (structured outputs, forced tool
+    /// calls), built on first use.
+    pub grammar: OnceLock<Result<Arc<grammar::GrammarEnv>, String>>,
     /// The shutdown phase and the generations in flight.
     pub life: Lifecycle,
 }
@@ -135,20 +137,17 @@ impl AppState {
             cfg,
             metrics: Metrics::default(),
             created,
-            token_table: OnceLock::new(),
+            grammar: OnceLock::new(),
             life: Lifecycle::default(),
         }))
     }
 
-    /// Every token's bytes, computed once per model.
-    pub fn token_table(&self) -> Arc<grammar::TokenTable> {
-        self.token_table
-            .get_or_init(|| {
-                let t = &self.tokenizer;
-                let bytes = (0..t.vocab_size() as u32).map(|id| t.token_bytes(id, false)).collect();
-                Arc::new(grammar::TokenTable::new(bytes, t.stop_ids()))
-            })
+    /// The grammar engine over the model's vocabulary, built once per model.
+    pub fn grammar(&self) -> Result<Arc<grammar::GrammarEnv>, ApiError> {
+        self.grammar
+            .get_or_init(|| grammar::GrammarEnv::from_tokenizer(&self.tokenizer).map(Arc::new).map_err(|e| format!("{e:#}")))
             .clone()
+            .map_err(|e| ApiError::internal(format!("The grammar engine could not be built for this model's vocabulary: {e}")))
     }
 }
 

@@ -44,6 +44,8 @@ pub struct CommonRequest {
     pub ignore_eos: Option<bool>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
+    /// `{"type": "text" | "json_object" | "json_schema", ...}` (see [`response_schema`]).
+    pub response_format: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,6 +205,39 @@ impl CommonRequest {
     }
 }
 
+/// The JSON schema `response_format` asks the output to follow: None for free text (absent,
+/// null or `{"type": "text"}`); `{"type": "object"}` for `json_object` (or its `schema`,
+/// llama.cpp's extension); `json_schema.schema` for `json_schema` (any JSON value where it
+/// has none). `strict` is accepted either way: the schema is always enforced.
+pub fn response_schema(v: Option<&Value>) -> Result<Option<Value>, ApiError> {
+    let bad = |m: &str| Err(ApiError::invalid(m.to_string()).param("response_format"));
+    let Some(v) = v.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let Some(kind) = v.get("type").and_then(Value::as_str) else {
+        return bad("response_format must be an object with a 'type': \"text\", \"json_object\" or \"json_schema\".");
+    };
+    let schema_of = |s: Option<&Value>, default: Value| match s {
+        None | Some(Value::Null) => Ok(Some(default)),
+        Some(s @ (Value::Object(_) | Value::Bool(_))) => Ok(Some(s.clone())),
+        Some(_) => bad("response_format's schema must be a JSON schema (an object)."),
+    };
+    match kind {
+        "text" => Ok(None),
+        "json_object" => schema_of(v.get("schema"), serde_json::json!({"type": "object"})),
+        "json_schema" => match v.get("json_schema") {
+            Some(js @ Value::Object(_)) => {
+                if js.get("strict").is_some_and(|s| !s.is_boolean() && !s.is_null()) {
+                    return bad("response_format.json_schema.strict must be a boolean.");
+                }
+                schema_of(js.get("schema"), serde_json::json!({}))
+            }
+            _ => bad("response_format of type \"json_schema\" needs a 'json_schema' object ({\"name\", \"schema\", \"strict\"})."),
+        },
+        other => bad(&format!("response_format type {other:?} is not one of \"text\", \"json_object\", \"json_schema\".")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,6 +268,28 @@ mod tests {
         assert!(c(r#"{"prompt": "a", "stop": ["1","2","3","4","5"]}"#).plan("m", 100, 4).is_err());
         let p = c(r#"{"prompt": "a", "temperature": 0, "stop": "x", "stream": true, "stream_options": {"include_usage": true}}"#).plan("m", 100, 4).unwrap();
         assert!(p.params.is_greedy() && p.stream && p.include_usage && p.stop == vec!["x".to_string()]);
+    }
+
+    #[test]
+    fn response_format_gives_the_schema() {
+        let f = |j: &str| response_schema(Some(&serde_json::from_str::<Value>(j).unwrap()));
+        assert_eq!(response_schema(None).unwrap(), None);
+        assert_eq!(f("null").unwrap(), None);
+        assert_eq!(f(r#"{"type": "text"}"#).unwrap(), None);
+        assert_eq!(f(r#"{"type": "json_object"}"#).unwrap(), Some(serde_json::json!({"type": "object"})));
+        let s = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        assert_eq!(f(&format!(r#"{{"type": "json_schema", "json_schema": {{"name": "x", "schema": {s}, "strict": true}}}}"#)).unwrap(), Some(s.clone()));
+        assert_eq!(f(&format!(r#"{{"type": "json_object", "schema": {s}}}"#)).unwrap(), Some(s));
+        assert_eq!(f(r#"{"type": "json_schema", "json_schema": {"name": "x"}}"#).unwrap(), Some(serde_json::json!({})));
+        for bad in [
+            r#"{"type": "xml"}"#,
+            r#"{"type": "json_schema"}"#,
+            r#""json""#,
+            r#"{"type": "json_schema", "json_schema": {"schema": 3}}"#,
+            r#"{"type": "json_schema", "json_schema": {"strict": "yes"}}"#,
+        ] {
+            assert_eq!(f(bad).unwrap_err().param.as_deref(), Some("response_format"), "{bad}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use resin_engine::{Engine, EngineConfig, GenEvent, GenRequest, SamplingParams};
 
 use super::load::ModelArgs;
@@ -21,6 +21,10 @@ pub struct RunArgs {
     /// text: stream the continuation; json: one line with the ids and text.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub format: String,
+    /// Constrain the continuation to JSON that this JSON Schema file accepts (structured
+    /// output: a token mask at every step, as the server's `response_format`).
+    #[arg(long, value_name = "FILE")]
+    pub json_schema: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -61,7 +65,22 @@ impl SamplingArgs {
 }
 
 pub fn run(args: RunArgs) -> Result<()> {
+    let schema: Option<serde_json::Value> = match &args.json_schema {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            Some(serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?)
+        }
+        None => None,
+    };
     let loaded = args.model.load(1)?;
+    let constraint = match &schema {
+        Some(s) => {
+            let env = resin_server::grammar::GrammarEnv::from_tokenizer(&loaded.tokenizer)?;
+            let c = env.json_schema(s).map_err(|e| anyhow!("the JSON schema cannot be enforced: {e}"))?;
+            Some(Box::new(c) as Box<dyn resin_engine::LogitsConstraint>)
+        }
+        None => None,
+    };
     let prompt_ids = loaded.tokenizer.encode(&args.prompt, true, true)?;
     let home_kind = loaded.home.spec().kind;
     let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), EngineConfig::default());
@@ -69,6 +88,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let _stop = resin_engine::ShutdownOnDrop(engine.clone());
     let mut req = GenRequest::new(prompt_ids.clone(), args.max_tokens);
     req.params = args.sampling.params();
+    req.constraint = constraint;
     let mut handle = engine.submit(req)?;
     let json = args.format == "json";
     let (mut ids, mut text) = (Vec::new(), String::new());
