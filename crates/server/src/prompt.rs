@@ -50,6 +50,11 @@ pub fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>, ApiError> {
             n.insert("name".into(), name.into());
         }
         if role == "assistant" {
+            // An earlier turn's reasoning, which templates that think may render (Qwen3 does
+            // for the turns after the last user message).
+            if let Some(r) = obj.get("reasoning_content").and_then(Value::as_str) {
+                n.insert("reasoning_content".into(), r.into());
+            }
             if let Some(calls) = obj.get("tool_calls").filter(|c| !c.is_null()) {
                 let calls = calls.as_array().ok_or_else(|| ApiError::invalid("tool_calls must be an array.").param(at("tool_calls")))?;
                 let mut norm = Vec::new();
@@ -107,10 +112,11 @@ fn chatml(messages: &[Value]) -> String {
     s + "<|im_start|>assistant\n"
 }
 
-/// The prompt text for `messages` (already normalized) and `tools`.
-pub fn render(template: Option<&ChatTemplate>, messages: &[Value], tools: Option<&[Value]>) -> Result<String, ApiError> {
+/// The prompt text for `messages` (already normalized) and `tools`, with the request's extra
+/// template variables (`chat_template_kwargs`; the ChatML fallback has none).
+pub fn render(template: Option<&ChatTemplate>, messages: &[Value], tools: Option<&[Value]>, extra: &Map<String, Value>) -> Result<String, ApiError> {
     match template {
-        Some(t) => t.render(messages, tools, true).map_err(|e| ApiError::invalid(format!("The chat template could not render these messages: {e}")).param("messages")),
+        Some(t) => t.render_with(messages, tools, true, extra).map_err(|e| ApiError::invalid(format!("The chat template could not render these messages: {e}")).param("messages")),
         None => Ok(chatml(messages)),
     }
 }
@@ -145,6 +151,9 @@ mod tests {
         assert_eq!(m[2]["content"], "");
         assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"], json!({"city": "Paris"}));
         assert_eq!(m[3]["name"], "get_weather");
+        assert!(m[2].get("reasoning_content").is_none());
+        let m = normalize_messages(&[json!({"role": "assistant", "content": "4", "reasoning_content": "2+2"})]).unwrap();
+        assert_eq!(m[0]["reasoning_content"], "2+2");
         assert!(normalize_messages(&[]).is_err());
         assert!(normalize_messages(&[json!({"role": "wizard", "content": "x"})]).is_err());
         assert!(normalize_messages(&[json!({"role": "user", "content": 5})]).is_err());
