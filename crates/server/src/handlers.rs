@@ -193,7 +193,7 @@ pub(crate) fn prepare_chat(state: &AppState, req: &ChatRequest) -> Result<ChatJo
     };
     let kwargs = req.template_kwargs()?;
     let text = prompt::render(state.template.as_ref(), &messages, template_tools, &kwargs)?;
-    let ids = prompt::encode(&state.tokenizer, &text)?;
+    let ids = prompt::encode(&state.tokenizer, &text, state.engine.n_ctx(), "messages")?;
     let allowed: Vec<(String, Value)> = match &choice {
         ToolChoice::Required => tools.clone(),
         ToolChoice::Named(n) => tools.iter().filter(|(t, _)| t == n).cloned().collect(),
@@ -255,7 +255,7 @@ fn completion_gen(state: &AppState, body: Result<Bytes, BytesRejection>, t0: Ins
     let bad = || ApiError::invalid("prompt must be a string, an array of one string, or an array of token ids.").param("prompt");
     let one = |v: &Value| -> Result<Vec<u32>, ApiError> {
         match v {
-            Value::String(s) => prompt::encode(&state.tokenizer, s),
+            Value::String(s) => prompt::encode(&state.tokenizer, s, state.engine.n_ctx(), "prompt"),
             Value::Array(ids) if !ids.is_empty() && ids.iter().all(Value::is_u64) => {
                 let vocab = state.tokenizer.vocab_size() as u64;
                 ids.iter()

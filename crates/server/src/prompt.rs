@@ -123,7 +123,18 @@ pub fn render(template: Option<&ChatTemplate>, messages: &[Value], tools: Option
 
 /// Token ids of a prompt text. Special tokens written in the text become those tokens; BOS is
 /// added as the model says, but not twice when the text (a template's output) starts with it.
-pub fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, ApiError> {
+/// A text too long for a context of `n_ctx` positions whatever its tokens (`param` names it) is
+/// refused by its length before it is tokenized.
+pub fn encode(tok: &Tokenizer, text: &str, n_ctx: usize, param: &'static str) -> Result<Vec<u32>, ApiError> {
+    let least = tok.min_tokens(text.len());
+    if least >= n_ctx {
+        return Err(ApiError::invalid(format!(
+            "This model's maximum context length is {n_ctx} tokens; the prompt ({} bytes) has at least {least} tokens (at least one more position is needed to generate).",
+            text.len()
+        ))
+        .param(param)
+        .code("context_length_exceeded"));
+    }
     let mut ids = tok.encode(text, true, true).map_err(|e| ApiError::invalid(format!("The prompt could not be tokenized: {e}")))?;
     if let Some(bos) = tok.bos() {
         if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
