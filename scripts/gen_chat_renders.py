@@ -11,6 +11,7 @@ special tokens). The output files hold the template text too, so the Rust test n
 
     pip install gguf jinja2
     python3 scripts/gen_chat_renders.py [SMOLLM2_GGUF] [QWEN05_GGUF]
+    python3 scripts/gen_chat_renders.py --qwen3    # only qwen3.json (its template is in testdata)
 
 Model paths default to $RESIN_TEST_SMOLLM2 / $RESIN_TEST_QWEN05, then ~/.cache/resin-dev/models.
 """
@@ -51,8 +52,8 @@ def compile_hf(template: str):
     return env.from_string(template)
 
 
-def render(template, messages, tools, add_generation_prompt, bos_token, eos_token):
-    kwargs = {}
+def render(template, messages, tools, add_generation_prompt, bos_token, eos_token, extra=None):
+    kwargs = dict(extra or {})
     if bos_token is not None:
         kwargs["bos_token"] = bos_token
     if eos_token is not None:
@@ -216,11 +217,14 @@ system={{ ns.sys | replace('terse', 'brief') }} turns={{ ns.n }} none={{ none }}
 
 def write(name, template, bos, eos, convs):
     cases = []
-    for cname, messages, tools, agp in convs:
-        expected = render(template, messages, tools, agp, bos, eos)
-        cases.append(
-            {"name": cname, "messages": messages, "tools": tools, "add_generation_prompt": agp, "expected": expected}
-        )
+    for conv in convs:
+        cname, messages, tools, agp = conv[:4]
+        extra = conv[4] if len(conv) > 4 else None
+        expected = render(template, messages, tools, agp, bos, eos, extra)
+        case = {"name": cname, "messages": messages, "tools": tools, "add_generation_prompt": agp, "expected": expected}
+        if extra:
+            case["kwargs"] = extra
+        cases.append(case)
     doc = {
         "generator": "scripts/gen_chat_renders.py (Python Jinja2 %s, HF apply_chat_template settings)" % jinja2.__version__,
         "template": template,
@@ -234,7 +238,34 @@ def write(name, template, bos, eos, convs):
     print(f"{path.relative_to(ROOT)}: {len(cases)} cases")
 
 
+# Qwen3's template (Qwen/Qwen3-0.6B .. 32B, tokenizer_config.json's chat_template), which thinks
+# in <think>...</think> and takes `enable_thinking`; no Qwen3 GGUF ships here.
+QWEN3 = (ROOT / "testdata" / "templates" / "qwen3.jinja").read_text(encoding="utf-8")
+
+
+def qwen3_conversations():
+    user = [{"role": "user", "content": "The capital of France is?"}]
+    return conversations(content_none_ok=True) + [
+        ("thinking_off", user, None, True, {"enable_thinking": False}),
+        ("thinking_on", user, None, True, {"enable_thinking": True}),
+        (
+            "reasoning_in_history",
+            [
+                {"role": "user", "content": "2+2?"},
+                {"role": "assistant", "content": "4", "reasoning_content": "Two and two make four."},
+                {"role": "user", "content": "And 3+3?"},
+                {"role": "assistant", "content": "<think>\nThree and three.\n</think>\n\n6"},
+            ],
+            None,
+            False,
+        ),
+    ]
+
+
 def main():
+    if sys.argv[1:] == ["--qwen3"]:
+        write("qwen3", QWEN3, None, "<|im_end|>", qwen3_conversations())
+        return
     smol = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("RESIN_TEST_SMOLLM2", MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"))
     qwen = Path(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("RESIN_TEST_QWEN05", MODELS / "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"))
 
@@ -246,6 +277,7 @@ def main():
 
     write("synthetic", SYNTHETIC, "<s>", "</s>", conversations(content_none_ok=False))
     write("synthetic-no-bos", SYNTHETIC, None, "</s>", conversations(content_none_ok=False)[:2])
+    write("qwen3", QWEN3, None, "<|im_end|>", qwen3_conversations())
 
 
 if __name__ == "__main__":

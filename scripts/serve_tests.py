@@ -690,6 +690,27 @@ def anthropic_tool_round_trip(ctx):
         answers.append((use.input, text))
     assert answers[0] == answers[1], answers
 
+@test
+def template_kwargs_pass_through(ctx):
+    """chat_template_kwargs (and Anthropic's thinking) reach the template; a template that does
+    not think (SmolLM2's, Qwen2.5's) answers as it did: no reasoning_content, the same text."""
+    msgs = [{"role": "user", "content": "Name three colors."}]
+    base = ctx.client.chat.completions.create(model=ctx.model, messages=msgs, temperature=0, max_tokens=16)
+    off = ctx.client.chat.completions.create(model=ctx.model, messages=msgs, temperature=0, max_tokens=16, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert off.choices[0].message.content == base.choices[0].message.content, (off, base)
+    assert off.usage.prompt_tokens == base.usage.prompt_tokens, (off.usage, base.usage)
+    st, _, b = raw(ctx.url + "/v1/chat/completions", "POST", {"model": ctx.model, "messages": msgs, "temperature": 0, "max_tokens": 4}, auth(ctx))
+    assert st == 200 and "reasoning_content" not in b["choices"][0]["message"], (st, b)
+    st, _, b = raw(ctx.url + "/v1/chat/completions", "POST", {"model": ctx.model, "messages": msgs, "chat_template_kwargs": "x"}, auth(ctx))
+    assert st == 400 and b["error"]["param"] == "chat_template_kwargs", (st, b)
+    # Anthropic's thinking switch: a template that does not think ignores it.
+    kw = dict(model=ctx.model, max_tokens=16, extra_body=GREEDY, messages=msgs)
+    m = ctx.anthropic.messages.create(**kw)
+    m2 = ctx.anthropic.messages.create(**kw, thinking={"type": "disabled"})
+    assert [b.type for b in m2.content] == [b.type for b in m.content] and text_of(m2) == text_of(m), (m, m2)
+    assert all(b.type != "thinking" for b in m.content), m
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("url", nargs="?", default=os.environ.get("RESIN_URL", "http://127.0.0.1:8080"))

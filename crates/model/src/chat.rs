@@ -15,6 +15,8 @@ use resin_gguf::GgufFile;
 use crate::{ModelError, Result};
 
 const NAME: &str = "chat_template";
+const THINK_OPEN: &str = "<think>";
+const THINK_CLOSE: &str = "</think>";
 
 /// A compiled chat template.
 pub struct ChatTemplate {
@@ -71,6 +73,13 @@ impl ChatTemplate {
     /// The template text.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The tags that enclose the model's reasoning when the template is one that thinks
+    /// (Qwen3, QwQ, DeepSeek-R1 distills: `<think>` ... `</think>`, which the template writes
+    /// or strips in assistant turns); None for a template that does not mention them.
+    pub fn reasoning_tags(&self) -> Option<(&'static str, &'static str)> {
+        (self.source.contains(THINK_OPEN) && self.source.contains(THINK_CLOSE)).then_some((THINK_OPEN, THINK_CLOSE))
     }
 
     /// Renders a conversation: `messages` (OpenAI-style objects: role, content, tool_calls, ...),

@@ -329,6 +329,8 @@ pub struct Tokenizer {
     /// Each token's bytes as decoded output (control tokens included), concatenated.
     piece_bytes: Vec<u8>,
     piece_offsets: Vec<usize>,
+    /// The most bytes of text one token stands for (its decoded piece, at least 16).
+    longest_piece: usize,
     /// The token for each byte value (SentencePiece `<0xNN>`, byte-level BPE character).
     byte_token: [Option<u32>; 256],
     bos: Option<u32>,
@@ -493,6 +495,7 @@ impl Tokenizer {
             special,
             piece_bytes: Vec::new(),
             piece_offsets: Vec::new(),
+            longest_piece: 16,
             byte_token,
             bos,
             eos,
@@ -542,12 +545,18 @@ impl Tokenizer {
             }
         }
         offsets.push(bytes.len());
+        self.longest_piece = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0).max(16);
         self.piece_bytes = bytes;
         self.piece_offsets = offsets;
     }
 
     pub fn vocab_size(&self) -> usize {
         self.texts.len()
+    }
+    /// Tokens a text of `bytes` bytes takes at least (no token stands for more bytes than the
+    /// longest decoded piece): a prompt's length can be refused before it is tokenized.
+    pub fn min_tokens(&self, bytes: usize) -> usize {
+        bytes.div_ceil(self.longest_piece)
     }
     pub fn bos(&self) -> Option<u32> {
         self.bos

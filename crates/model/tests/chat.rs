@@ -33,7 +33,8 @@ fn check(name: &str) -> usize {
         let tools = case["tools"].as_array().map(|t| t.as_slice());
         let agp = case["add_generation_prompt"].as_bool().unwrap();
         let want = case["expected"].as_str().unwrap();
-        match tmpl.render(messages, tools, agp) {
+        let kwargs = case["kwargs"].as_object().cloned().unwrap_or_default();
+        match tmpl.render_with(messages, tools, agp, &kwargs) {
             Ok(got) if got == want => {}
             Ok(got) => bad.push(format!("{} / {}:\n--- want\n{want}\n--- got\n{got}\n---", name, case["name"])),
             Err(e) => bad.push(format!("{} / {}: {e}", name, case["name"])),
@@ -51,6 +52,24 @@ fn smollm2_template() {
 #[test]
 fn qwen25_coder_template() {
     assert_eq!(check("qwen2.5-coder"), 5);
+}
+
+/// Qwen3's template (it thinks): `enable_thinking: false` writes the empty think block, an
+/// assistant turn's `reasoning_content` (or `<think>` in its content) renders as Qwen3 renders it.
+#[test]
+fn qwen3_template() {
+    assert_eq!(check("qwen3"), 8);
+    let doc = load("qwen3");
+    let tmpl = template(&doc);
+    assert_eq!(tmpl.reasoning_tags(), Some(("<think>", "</think>")));
+    let msgs = [serde_json::json!({"role": "user", "content": "hi"})];
+    let mut off = serde_json::Map::new();
+    off.insert("enable_thinking".into(), Value::Bool(false));
+    assert!(tmpl.render_with(&msgs, None, true, &off).unwrap().ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+    assert!(tmpl.render(&msgs, None, true).unwrap().ends_with("<|im_start|>assistant\n"));
+    // Templates that do not think say so.
+    assert_eq!(template(&load("qwen2.5-coder")).reasoning_tags(), None);
+    assert_eq!(template(&load("smollm2")).reasoning_tags(), None);
 }
 
 #[test]

@@ -51,6 +51,9 @@ fn check(name: &str, tok: &Tokenizer) {
         let dt = t.elapsed();
         println!("{name}: 4 MiB of {class}: {} tokens in {dt:?}", ids.len());
         assert!(!ids.is_empty());
+        // The length bound the server refuses over-long prompts by holds.
+        let least = tok.min_tokens(text.len());
+        assert!(least <= ids.len() && least > 1000, "{name}, {class}: at least {least} tokens, got {}", ids.len());
         // Generous for CI noise: the regex path errored outright.
         assert!(dt.as_secs_f64() < 10.0, "{name}, 4 MiB of {class}: {dt:?}");
         assert_eq!(tok.decode(&ids, false).len(), text.len(), "{name}, {class}: round trip");

@@ -2,8 +2,8 @@
 //! coding agents that speak it expect: each request is translated into the server's chat
 //! request (messages, tools, tool_choice, stop sequences, sampling) and goes through the same
 //! pipeline as /v1/chat/completions (chat template, forced-call grammar, tool-call
-//! recogniser, engine); only the answer's shape is Anthropic's: content blocks (`text`,
-//! `tool_use`), `stop_reason`, `usage`, the SSE events (message_start, content_block_start /
+//! recogniser, engine); only the answer's shape is Anthropic's: content blocks (`thinking` for
+//! the reasoning of a template that thinks, `text`, `tool_use`), `stop_reason`, `usage`, the SSE events (message_start, content_block_start /
 //! delta / stop, message_delta, message_stop), and errors as
 //! `{"type": "error", "error": {"type", "message"}}` on every path under /v1/messages.
 
@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::generate::{next_event, random_id, shutdown_error, Gen, Kind, TokenClock};
+use crate::generate::{next_event, random_id, shutdown_error, Gen, Kind, Output, TokenClock};
 use crate::handlers::{body_bytes, prepare_chat, submit_chat};
 use crate::openai::{parse, ChatRequest, CommonRequest, Stop};
 use crate::tools::ToolCall;
@@ -107,6 +107,9 @@ struct MessagesRequest {
     /// `output_config` as its `format`).
     output_format: Option<Value>,
     output_config: Option<Value>,
+    /// `{"type": "enabled", "budget_tokens": N}` or `{"type": "disabled"}`: the chat template's
+    /// `enable_thinking` (absent: the template's default).
+    thinking: Option<Value>,
 }
 
 fn invalid(m: impl Into<String>) -> ApiError {
@@ -136,7 +139,8 @@ fn text_of(v: &Value, what: &str) -> Result<String, ApiError> {
 
 /// Anthropic's turns as the server's chat messages: the system prompt first; a user turn's
 /// `tool_result` blocks as tool messages (in order, before its text); an assistant turn's
-/// `tool_use` blocks as its tool calls. Thinking blocks are dropped.
+/// `tool_use` blocks as its tool calls, its `thinking` blocks as its `reasoning_content`
+/// (which a template that thinks may render; `redacted_thinking` is dropped).
 fn translate_messages(system: Option<&Value>, messages: &[Value]) -> Result<Vec<Value>, ApiError> {
     let mut out = Vec::new();
     if let Some(sys) = system {
@@ -162,11 +166,13 @@ fn translate_messages(system: Option<&Value>, messages: &[Value]) -> Result<Vec<
         };
         let mut texts: Vec<String> = Vec::new();
         let mut calls: Vec<Value> = Vec::new();
+        let mut thoughts: Vec<String> = Vec::new();
         for (j, b) in blocks.iter().enumerate() {
             let bat = format!("{at}.content.{j}");
             let kind = b.get("type").and_then(Value::as_str).ok_or_else(|| invalid(format!("{bat}.type: a block type is required.")))?;
             match (role, kind) {
                 (_, "text") => texts.push(b.get("text").and_then(Value::as_str).ok_or_else(|| invalid(format!("{bat}.text: a string is required.")))?.to_string()),
+                ("assistant", "thinking") => thoughts.extend(b.get("thinking").and_then(Value::as_str).map(str::to_string)),
                 (_, "thinking" | "redacted_thinking") => {}
                 ("assistant", "tool_use") => {
                     let id = b.get("id").and_then(Value::as_str).ok_or_else(|| invalid(format!("{bat}.id: a string is required.")))?;
@@ -191,6 +197,9 @@ fn translate_messages(system: Option<&Value>, messages: &[Value]) -> Result<Vec<
         match role {
             "assistant" => {
                 let mut msg = json!({"role": "assistant", "content": texts.join("")});
+                if !thoughts.is_empty() {
+                    msg["reasoning_content"] = json!(thoughts.join("\n"));
+                }
                 if !calls.is_empty() {
                     msg["tool_calls"] = Value::Array(calls);
                 }
@@ -251,6 +260,16 @@ fn translate_output_format(f: &Value) -> Result<Value, ApiError> {
     }
 }
 
+/// Anthropic's `thinking` as the chat template's `enable_thinking` (what Qwen3's template
+/// reads; templates that do not think ignore it). `budget_tokens` is not enforced.
+fn translate_thinking(t: &Value) -> Result<Value, ApiError> {
+    match t.get("type").and_then(Value::as_str) {
+        Some("enabled" | "adaptive") => Ok(json!({"enable_thinking": true})),
+        Some("disabled") => Ok(json!({"enable_thinking": false})),
+        _ => Err(invalid("thinking must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}.")),
+    }
+}
+
 /// The Messages request as the server's chat request. `need_max_tokens`: /v1/messages
 /// requires it; count_tokens does not take it.
 fn translate(r: MessagesRequest, need_max_tokens: bool) -> Result<ChatRequest, ApiError> {
@@ -262,6 +281,7 @@ fn translate(r: MessagesRequest, need_max_tokens: bool) -> Result<ChatRequest, A
     let tool_choice = r.tool_choice.as_ref().map(translate_tool_choice).transpose()?;
     let format = r.output_format.as_ref().or_else(|| r.output_config.as_ref().and_then(|c| c.get("format"))).filter(|f| !f.is_null());
     let response_format = format.map(translate_output_format).transpose()?;
+    let chat_template_kwargs = r.thinking.as_ref().filter(|t| !t.is_null()).map(translate_thinking).transpose()?;
     let common = CommonRequest {
         model: r.model,
         // Anthropic's default temperature.
@@ -274,7 +294,7 @@ fn translate(r: MessagesRequest, need_max_tokens: bool) -> Result<ChatRequest, A
         response_format,
         ..CommonRequest::default()
     };
-    Ok(ChatRequest { messages, tools, tool_choice, logprobs: None, top_logprobs: None, common })
+    Ok(ChatRequest { messages, tools, tool_choice, logprobs: None, top_logprobs: None, chat_template_kwargs, common })
 }
 
 fn parse_messages(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<MessagesRequest, ApiError> {
@@ -342,8 +362,12 @@ async fn collect(mut gen: Gen) -> Response {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
-    let (content, calls) = gen.split_calls(text);
+    let Output { reasoning, content, calls } = gen.split_output(text);
     let mut blocks = Vec::new();
+    if let Some(r) = reasoning.filter(|r| !r.is_empty()) {
+        // Anthropic signs its thinking; this server has no signature to give.
+        blocks.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+    }
     if !content.is_empty() {
         blocks.push(json!({"type": "text", "text": content}));
     }
@@ -384,7 +408,7 @@ fn stream(gen: Gen) -> Response {
     let mut pending = VecDeque::new();
     pending.push_back(event("message_start", &start));
     pending.push_back(event("ping", &json!({"type": "ping"})));
-    let s = AnthSse { gen, pending, text_open: false, blocks: 0, done: false, finished: None, clock: TokenClock { last: None, tokens: 0 } };
+    let s = AnthSse { gen, pending, text_open: false, thinking_open: false, blocks: 0, done: false, finished: None, clock: TokenClock { last: None, tokens: 0 } };
     let body = futures_util::stream::unfold(s, |mut s| async move {
         let b = s.next_bytes().await?;
         Some((Ok::<Bytes, Infallible>(b), s))
@@ -403,6 +427,8 @@ struct AnthSse {
     pending: VecDeque<Bytes>,
     /// A text block is open (at index `blocks - 1`).
     text_open: bool,
+    /// A thinking block is open (at index `blocks - 1`).
+    thinking_open: bool,
     /// Content blocks started so far.
     blocks: usize,
     done: bool,
@@ -411,10 +437,33 @@ struct AnthSse {
 }
 
 impl AnthSse {
+    fn thinking(&mut self, t: String) {
+        if t.is_empty() {
+            return;
+        }
+        self.close_text();
+        if !self.thinking_open {
+            let start = json!({"type": "content_block_start", "index": self.blocks, "content_block": {"type": "thinking", "thinking": "", "signature": ""}});
+            self.pending.push_back(event("content_block_start", &start));
+            self.blocks += 1;
+            self.thinking_open = true;
+        }
+        let i = self.blocks - 1;
+        self.pending.push_back(event("content_block_delta", &json!({"type": "content_block_delta", "index": i, "delta": {"type": "thinking_delta", "thinking": t}})));
+    }
+
+    fn close_thinking(&mut self) {
+        if self.thinking_open {
+            self.pending.push_back(event("content_block_stop", &json!({"type": "content_block_stop", "index": self.blocks - 1})));
+            self.thinking_open = false;
+        }
+    }
+
     fn text(&mut self, t: String) {
         if t.is_empty() {
             return;
         }
+        self.close_thinking();
         if !self.text_open {
             self.pending.push_back(event("content_block_start", &json!({"type": "content_block_start", "index": self.blocks, "content_block": {"type": "text", "text": ""}})));
             self.blocks += 1;
@@ -439,14 +488,10 @@ impl AnthSse {
 
     fn end(&mut self, f: Finish) {
         self.gen.state.metrics.ttft.observe(f.time_to_first_token);
-        let calls = match self.gen.tools.take() {
-            Some(ts) => {
-                let fin = ts.finish();
-                self.text(fin.content);
-                fin.calls
-            }
-            None => Vec::new(),
-        };
+        let (held, calls) = self.gen.finish_pieces();
+        self.thinking(held.reasoning);
+        self.text(held.content);
+        self.close_thinking();
         self.close_text();
         for c in &calls {
             let i = self.blocks;
@@ -488,11 +533,9 @@ impl AnthSse {
             match ev {
                 Some(GenEvent::Delta { ids, text, .. }) => {
                     self.clock.tick(&self.gen.state, ids.len());
-                    let shown = match self.gen.tools.as_mut() {
-                        Some(ts) => ts.push(&text),
-                        None => text,
-                    };
-                    self.text(shown);
+                    let shown = self.gen.push_piece(text);
+                    self.thinking(shown.reasoning);
+                    self.text(shown.content);
                 }
                 Some(GenEvent::Done(f)) => self.end(f),
                 Some(GenEvent::Error(e)) => self.fail(&ApiError::internal(format!("Generation failed: {e}"))),
@@ -552,6 +595,13 @@ mod tests {
         // A turn of tool results alone adds no user message.
         let m = translate_messages(None, &[json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x", "is_error": true}]})]).unwrap();
         assert_eq!(m, vec![json!({"role": "tool", "tool_call_id": "t", "content": "Error: x"})]);
+        // An assistant turn's thinking becomes its reasoning_content.
+        let m = translate_messages(
+            None,
+            &[json!({"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": "s"}, {"type": "redacted_thinking", "data": "x"}, {"type": "text", "text": "4"}]})],
+        )
+        .unwrap();
+        assert_eq!(m, vec![json!({"role": "assistant", "content": "4", "reasoning_content": "hmm"})]);
         assert!(translate_messages(None, &[]).is_err());
         assert!(translate_messages(None, &[json!({"role": "system", "content": "x"})]).is_err());
         assert!(translate_messages(None, &[json!({"role": "user", "content": [{"type": "image", "source": {}}]})]).is_err());
@@ -566,6 +616,18 @@ mod tests {
         assert_eq!(translate_tool_choice(&json!({"type": "any"})).unwrap(), json!("required"));
         assert_eq!(translate_tool_choice(&json!({"type": "tool", "name": "f"})).unwrap()["function"]["name"], "f");
         assert!(translate_tool_choice(&json!({"type": "sometimes"})).is_err());
+    }
+
+    #[test]
+    fn thinking_maps_to_enable_thinking() {
+        let req = |t: Value| {
+            let r: MessagesRequest = serde_json::from_value(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "thinking": t})).unwrap();
+            translate(r, true)
+        };
+        assert_eq!(req(json!({"type": "disabled"})).unwrap().chat_template_kwargs, Some(json!({"enable_thinking": false})));
+        assert_eq!(req(json!({"type": "enabled", "budget_tokens": 1024})).unwrap().chat_template_kwargs, Some(json!({"enable_thinking": true})));
+        assert_eq!(req(Value::Null).unwrap().chat_template_kwargs, None);
+        assert!(req(json!({"type": "sometimes"})).is_err());
     }
 
     #[test]

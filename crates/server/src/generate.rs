@@ -1,6 +1,7 @@
 //! The engine's events as a whole response or as SSE chunks in OpenAI's format.
 //!
-//! Both paths feed the same [`ToolStreamer`], so a streamed answer and a whole one say the same.
+//! Both paths feed the same [`ReasoningSplitter`] (for a template that thinks) and then the same
+//! [`ToolStreamer`], so a streamed answer and a whole one say the same.
 //! A streamed response owns its [`GenHandle`]: when the client goes away the body is dropped,
 //! the handle with it, and the engine frees the session at its next tick.
 
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::error::ApiError;
 use crate::http::{reached, InFlight, Phase};
+use crate::reasoning::{ReasoningSplitter, Split};
 use crate::tools::{ToolCall, ToolStreamer};
 use crate::{AppState, LogsItself, Usage};
 
@@ -34,6 +36,8 @@ pub struct Gen {
     pub handle: GenHandle,
     pub kind: Kind,
     pub tools: Option<ToolStreamer>,
+    /// Keeps a thinking template's reasoning out of the content (None: all output is content).
+    pub reasoning: Option<ReasoningSplitter>,
     pub include_usage: bool,
     /// Whether the response carries log-probabilities (the engine sends them with each token).
     pub logprobs: bool,
@@ -196,10 +200,18 @@ impl Gen {
         Ok((text, lps, finish))
     }
 
-    /// The whole output as content and tool calls (through the tool-call recogniser, when the
-    /// request has one).
-    pub(crate) fn split_calls(&mut self, text: String) -> (String, Vec<ToolCall>) {
-        match self.tools.take() {
+    /// The whole output as reasoning (None where the template does not think), content and
+    /// tool calls (through the tool-call recogniser, when the request has one; the reasoning
+    /// never holds calls).
+    pub(crate) fn split_output(&mut self, text: String) -> Output {
+        let (reasoning, text) = match self.reasoning.take() {
+            Some(rs) => {
+                let s = rs.split(&text);
+                (Some(s.reasoning), s.content)
+            }
+            None => (None, text),
+        };
+        let (content, calls) = match self.tools.take() {
             Some(mut ts) => {
                 let mut shown = ts.push(&text);
                 let fin = ts.finish();
@@ -207,6 +219,38 @@ impl Gen {
                 (shown, fin.calls)
             }
             None => (text, Vec::new()),
+        };
+        Output { reasoning, content, calls }
+    }
+
+    /// A streamed piece of output through the reasoning splitter and the tool-call recogniser:
+    /// the reasoning and the content that may be shown now.
+    pub(crate) fn push_piece(&mut self, text: String) -> Split {
+        let mut s = match self.reasoning.as_mut() {
+            Some(rs) => rs.push(&text),
+            None => Split { reasoning: String::new(), content: text },
+        };
+        if let Some(ts) = self.tools.as_mut() {
+            s.content = ts.push(&s.content);
+        }
+        s
+    }
+
+    /// The end of a streamed output: the reasoning and content held back, and the tool calls.
+    pub(crate) fn finish_pieces(&mut self) -> (Split, Vec<ToolCall>) {
+        let mut s = match self.reasoning.take() {
+            Some(rs) => rs.finish(),
+            None => Split::default(),
+        };
+        match self.tools.take() {
+            Some(mut ts) => {
+                let mut shown = ts.push(&s.content);
+                let fin = ts.finish();
+                shown.push_str(&fin.content);
+                s.content = shown;
+                (s, fin.calls)
+            }
+            None => (s, Vec::new()),
         }
     }
 
@@ -216,7 +260,7 @@ impl Gen {
             Ok(r) => r,
             Err(e) => return e.into_response(),
         };
-        let (content, calls) = self.split_calls(text);
+        let Output { reasoning, content, calls } = self.split_output(text);
         let reason = finish_reason(&finish, &calls);
         let tok = &self.state.tokenizer;
         let logprobs = match (self.logprobs, self.kind) {
@@ -227,6 +271,10 @@ impl Gen {
         let body = match self.kind {
             Kind::Chat => {
                 let mut message = json!({"role": "assistant", "content": content});
+                if let Some(r) = reasoning {
+                    // DeepSeek's and vLLM's field; null where the model did not reason.
+                    message["reasoning_content"] = if r.is_empty() { Value::Null } else { Value::String(r) };
+                }
                 if !calls.is_empty() {
                     if content.is_empty() {
                         message["content"] = Value::Null;
@@ -290,6 +338,14 @@ impl Gen {
     }
 }
 
+/// A whole output taken apart.
+pub(crate) struct Output {
+    /// The reasoning, for a template that thinks (empty where the model did not reason).
+    pub reasoning: Option<String>,
+    pub content: String,
+    pub calls: Vec<ToolCall>,
+}
+
 struct SseState {
     gen: Gen,
     id: String,
@@ -338,16 +394,26 @@ impl SseState {
         v
     }
 
-    fn content(&mut self, text: String, lps: &[TokenLogprob]) -> Bytes {
+    /// A chat delta: `reasoning_content` when there is reasoning, `content` when there is
+    /// content or nothing else (a chunk that carries log-probabilities alone).
+    fn chat_delta(reasoning: String, text: String) -> Value {
+        match (reasoning.is_empty(), text.is_empty()) {
+            (true, _) => json!({"content": text}),
+            (false, true) => json!({"reasoning_content": reasoning}),
+            (false, false) => json!({"reasoning_content": reasoning, "content": text}),
+        }
+    }
+
+    fn piece(&mut self, reasoning: String, text: String, lps: &[TokenLogprob]) -> Bytes {
         if !self.gen.logprobs || lps.is_empty() {
             return match self.gen.kind {
-                Kind::Chat => self.chunk(json!({"content": text}), None),
+                Kind::Chat => self.chunk(Self::chat_delta(reasoning, text), None),
                 Kind::Completion => self.chunk(Value::String(text), None),
             };
         }
         let tok = self.gen.state.tokenizer.clone();
         let (delta, logprobs) = match self.gen.kind {
-            Kind::Chat => (json!({"content": text}), json!({"content": chat_logprobs(&tok, lps), "refusal": null})),
+            Kind::Chat => (Self::chat_delta(reasoning, text), json!({"content": chat_logprobs(&tok, lps), "refusal": null})),
             Kind::Completion => (Value::String(text), legacy_logprobs(&tok, lps, &mut self.text_offset)),
         };
         let mut v = self.chunk_value(delta, None);
@@ -376,14 +442,11 @@ impl SseState {
             match ev {
                 Some(GenEvent::Delta { ids, text, logprobs }) => {
                     self.clock.tick(&self.gen.state, ids.len());
-                    let shown = match self.gen.tools.as_mut() {
-                        Some(ts) => ts.push(&text),
-                        None => text,
-                    };
+                    let shown = self.gen.push_piece(text);
                     // A token whose text is held back (a stop string may be forming, a tool
-                    // call may be starting) still sends its log-probabilities.
-                    if !shown.is_empty() || (self.gen.logprobs && !logprobs.is_empty()) {
-                        let c = self.content(shown, &logprobs);
+                    // call or a reasoning tag may be starting) still sends its log-probabilities.
+                    if !shown.reasoning.is_empty() || !shown.content.is_empty() || (self.gen.logprobs && !logprobs.is_empty()) {
+                        let c = self.piece(shown.reasoning, shown.content, &logprobs);
                         self.pending.push_back(c);
                     }
                 }
@@ -410,17 +473,11 @@ impl SseState {
     fn end(&mut self, f: Finish) {
         self.gen.state.metrics.ttft.observe(f.time_to_first_token);
         self.prompt_tokens = f.prompt_tokens;
-        let calls = match self.gen.tools.take() {
-            Some(ts) => {
-                let fin = ts.finish();
-                if !fin.content.is_empty() {
-                    let c = self.content(fin.content, &[]);
-                    self.pending.push_back(c);
-                }
-                fin.calls
-            }
-            None => Vec::new(),
-        };
+        let (held, calls) = self.gen.finish_pieces();
+        if !held.reasoning.is_empty() || !held.content.is_empty() {
+            let c = self.piece(held.reasoning, held.content, &[]);
+            self.pending.push_back(c);
+        }
         for (i, c) in calls.iter().enumerate() {
             let head = json!({"tool_calls": [{"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}]});
             let args = json!({"tool_calls": [{"index": i, "function": {"arguments": c.arguments}}]});

@@ -15,6 +15,7 @@ use crate::error::ApiError;
 use crate::generate::{Gen, Kind};
 use crate::openai::{parse, response_schema, ChatRequest, CompletionRequest, Plan};
 use crate::prompt;
+use crate::reasoning::{prompt_opens, ReasoningSplitter};
 use crate::tools::ToolStreamer;
 use crate::AppState;
 
@@ -105,6 +106,7 @@ fn submit(
     plan: Plan,
     constraint: Option<Box<dyn LogitsConstraint>>,
     tools: Option<ToolStreamer>,
+    reasoning: Option<ReasoningSplitter>,
     kind: Kind,
     path: &'static str,
     t0: Instant,
@@ -129,6 +131,7 @@ fn submit(
         handle,
         kind,
         tools,
+        reasoning,
         include_usage: plan.include_usage,
         logprobs: plan.logprobs.is_some(),
         t0,
@@ -172,6 +175,8 @@ pub(crate) struct ChatJob {
     pub plan: Plan,
     pub constraint: Option<Box<dyn LogitsConstraint>>,
     pub streamer: Option<ToolStreamer>,
+    /// For a template that thinks: what keeps the reasoning apart from the answer.
+    pub reasoning: Option<ReasoningSplitter>,
 }
 
 /// Check a chat request and render its prompt (what /v1/chat/completions and the Anthropic
@@ -186,8 +191,9 @@ pub(crate) fn prepare_chat(state: &AppState, req: &ChatRequest) -> Result<ChatJo
         (_, Some([])) => None,
         (_, Some(t)) => Some(t),
     };
-    let text = prompt::render(state.template.as_ref(), &messages, template_tools)?;
-    let ids = prompt::encode(&state.tokenizer, &text)?;
+    let kwargs = req.template_kwargs()?;
+    let text = prompt::render(state.template.as_ref(), &messages, template_tools, &kwargs)?;
+    let ids = prompt::encode(&state.tokenizer, &text, state.engine.n_ctx(), "messages")?;
     let allowed: Vec<(String, Value)> = match &choice {
         ToolChoice::Required => tools.clone(),
         ToolChoice::Named(n) => tools.iter().filter(|(t, _)| t == n).cloned().collect(),
@@ -215,7 +221,10 @@ pub(crate) fn prepare_chat(state: &AppState, req: &ChatRequest) -> Result<ChatJo
         ToolChoice::Auto => Some(ToolStreamer::new(tools.iter().map(|(n, _)| n.clone()).collect())),
         _ => Some(ToolStreamer::new(allowed.iter().map(|(n, _)| n.clone()).collect())),
     };
-    Ok(ChatJob { ids, plan, constraint, streamer })
+    // A grammar governs the output from its first token: it is the answer, never reasoning.
+    let reasoning =
+        state.template.as_ref().and_then(|t| t.reasoning_tags()).map(|(open, close)| ReasoningSplitter::new(open, close, constraint.is_none() && prompt_opens(&text, open, close)));
+    Ok(ChatJob { ids, plan, constraint, streamer, reasoning })
 }
 
 /// The constraint of `response_format`'s schema; a 400 naming what it asks for that is not
@@ -227,7 +236,7 @@ fn schema_constraint(state: &AppState, schema: &Value) -> Result<Box<dyn LogitsC
 
 /// Submit a prepared chat request.
 pub(crate) fn submit_chat(state: &AppState, job: ChatJob, kind: Kind, path: &'static str, t0: Instant) -> Result<Gen, ApiError> {
-    submit(state, job.ids, job.plan, job.constraint, job.streamer, kind, path, t0)
+    submit(state, job.ids, job.plan, job.constraint, job.streamer, job.reasoning, kind, path, t0)
 }
 
 pub async fn completions(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
@@ -246,7 +255,7 @@ fn completion_gen(state: &AppState, body: Result<Bytes, BytesRejection>, t0: Ins
     let bad = || ApiError::invalid("prompt must be a string, an array of one string, or an array of token ids.").param("prompt");
     let one = |v: &Value| -> Result<Vec<u32>, ApiError> {
         match v {
-            Value::String(s) => prompt::encode(&state.tokenizer, s),
+            Value::String(s) => prompt::encode(&state.tokenizer, s, state.engine.n_ctx(), "prompt"),
             Value::Array(ids) if !ids.is_empty() && ids.iter().all(Value::is_u64) => {
                 let vocab = state.tokenizer.vocab_size() as u64;
                 ids.iter()
@@ -278,7 +287,7 @@ fn completion_gen(state: &AppState, body: Result<Bytes, BytesRejection>, t0: Ins
         None => None,
     };
     let stream = plan.stream;
-    let gen = submit(state, ids, plan, constraint, None, Kind::Completion, "/v1/completions", t0)?;
+    let gen = submit(state, ids, plan, constraint, None, None, Kind::Completion, "/v1/completions", t0)?;
     Ok((gen, stream))
 }
 

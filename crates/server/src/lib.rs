@@ -7,7 +7,8 @@
 //! One file per concern: [`openai`] the request types and their checks, [`anthropic`] the
 //! Messages API translated onto the chat pipeline, [`prompt`] messages
 //! through the chat template, [`generate`] the engine's events as whole responses or SSE
-//! chunks, [`tools`] recognising tool calls, [`grammar`] the llguidance constraints (structured
+//! chunks, [`reasoning`] the reasoning of templates that think kept apart from the answer,
+//! [`tools`] recognising tool calls, [`grammar`] the llguidance constraints (structured
 //! outputs, forced calls),
 //! [`metrics`] the Prometheus text, [`error`] OpenAI's error object.
 
@@ -21,6 +22,7 @@ pub mod http;
 pub mod metrics;
 mod openai;
 mod prompt;
+pub mod reasoning;
 pub mod tools;
 
 use std::sync::{Arc, OnceLock};

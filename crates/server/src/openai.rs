@@ -55,8 +55,30 @@ pub struct ChatRequest {
     pub tool_choice: Option<Value>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<i64>,
+    /// Extra variables for the chat template (vLLM's and llama.cpp's extension), e.g.
+    /// `{"enable_thinking": false}` for Qwen3.
+    pub chat_template_kwargs: Option<Value>,
     #[serde(flatten)]
     pub common: CommonRequest,
+}
+
+/// The variables a request may not set through `chat_template_kwargs` (the server sets them).
+const RESERVED_TEMPLATE_VARS: [&str; 3] = ["messages", "tools", "add_generation_prompt"];
+
+impl ChatRequest {
+    /// `chat_template_kwargs`, checked: an object (absent or null: none), not naming the
+    /// variables the server sets.
+    pub fn template_kwargs(&self) -> Result<serde_json::Map<String, Value>, ApiError> {
+        let bad = |m: String| ApiError::invalid(m).param("chat_template_kwargs");
+        match &self.chat_template_kwargs {
+            None | Some(Value::Null) => Ok(serde_json::Map::new()),
+            Some(Value::Object(m)) => match m.keys().find(|k| RESERVED_TEMPLATE_VARS.contains(&k.as_str())) {
+                Some(k) => Err(bad(format!("chat_template_kwargs may not set {k:?}; the request's own fields set it."))),
+                None => Ok(m.clone()),
+            },
+            Some(_) => Err(bad("chat_template_kwargs must be an object of template variables.".into())),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

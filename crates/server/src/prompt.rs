@@ -50,6 +50,11 @@ pub fn normalize_messages(messages: &[Value]) -> Result<Vec<Value>, ApiError> {
             n.insert("name".into(), name.into());
         }
         if role == "assistant" {
+            // An earlier turn's reasoning, which templates that think may render (Qwen3 does
+            // for the turns after the last user message).
+            if let Some(r) = obj.get("reasoning_content").and_then(Value::as_str) {
+                n.insert("reasoning_content".into(), r.into());
+            }
             if let Some(calls) = obj.get("tool_calls").filter(|c| !c.is_null()) {
                 let calls = calls.as_array().ok_or_else(|| ApiError::invalid("tool_calls must be an array.").param(at("tool_calls")))?;
                 let mut norm = Vec::new();
@@ -107,17 +112,29 @@ fn chatml(messages: &[Value]) -> String {
     s + "<|im_start|>assistant\n"
 }
 
-/// The prompt text for `messages` (already normalized) and `tools`.
-pub fn render(template: Option<&ChatTemplate>, messages: &[Value], tools: Option<&[Value]>) -> Result<String, ApiError> {
+/// The prompt text for `messages` (already normalized) and `tools`, with the request's extra
+/// template variables (`chat_template_kwargs`; the ChatML fallback has none).
+pub fn render(template: Option<&ChatTemplate>, messages: &[Value], tools: Option<&[Value]>, extra: &Map<String, Value>) -> Result<String, ApiError> {
     match template {
-        Some(t) => t.render(messages, tools, true).map_err(|e| ApiError::invalid(format!("The chat template could not render these messages: {e}")).param("messages")),
+        Some(t) => t.render_with(messages, tools, true, extra).map_err(|e| ApiError::invalid(format!("The chat template could not render these messages: {e}")).param("messages")),
         None => Ok(chatml(messages)),
     }
 }
 
 /// Token ids of a prompt text. Special tokens written in the text become those tokens; BOS is
 /// added as the model says, but not twice when the text (a template's output) starts with it.
-pub fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, ApiError> {
+/// A text too long for a context of `n_ctx` positions whatever its tokens (`param` names it) is
+/// refused by its length before it is tokenized.
+pub fn encode(tok: &Tokenizer, text: &str, n_ctx: usize, param: &'static str) -> Result<Vec<u32>, ApiError> {
+    let least = tok.min_tokens(text.len());
+    if least >= n_ctx {
+        return Err(ApiError::invalid(format!(
+            "This model's maximum context length is {n_ctx} tokens; the prompt ({} bytes) has at least {least} tokens (at least one more position is needed to generate).",
+            text.len()
+        ))
+        .param(param)
+        .code("context_length_exceeded"));
+    }
     let mut ids = tok.encode(text, true, true).map_err(|e| ApiError::invalid(format!("The prompt could not be tokenized: {e}")))?;
     if let Some(bos) = tok.bos() {
         if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
@@ -145,6 +162,9 @@ mod tests {
         assert_eq!(m[2]["content"], "");
         assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"], json!({"city": "Paris"}));
         assert_eq!(m[3]["name"], "get_weather");
+        assert!(m[2].get("reasoning_content").is_none());
+        let m = normalize_messages(&[json!({"role": "assistant", "content": "4", "reasoning_content": "2+2"})]).unwrap();
+        assert_eq!(m[0]["reasoning_content"], "2+2");
         assert!(normalize_messages(&[]).is_err());
         assert!(normalize_messages(&[json!({"role": "wizard", "content": "x"})]).is_err());
         assert!(normalize_messages(&[json!({"role": "user", "content": 5})]).is_err());

@@ -168,6 +168,19 @@ async fn bad_input_gets_openai_errors_and_the_server_keeps_serving() {
     let numbers: Vec<u64> = msg.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
     assert!(numbers.contains(&64) && numbers.iter().any(|&n| n > 64), "the counts: {msg}");
     assert_eq!(b["error"]["code"], "context_length_exceeded");
+    // A prompt too long whatever its tokens: refused by its length, before it is tokenized.
+    let huge = "a".repeat(60 << 10);
+    let bodies = [
+        ("/v1/completions", json!({"prompt": huge, "max_tokens": 4}), "prompt"),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": huge}], "max_tokens": 4}), "messages"),
+    ];
+    for (path, body, param) in bodies {
+        let (st, b) = s.post(path, &body).await;
+        check(st, &b, 400);
+        assert_eq!(b["error"]["code"], "context_length_exceeded", "{path}");
+        assert_eq!(b["error"]["param"], param, "{path}");
+        assert!(b["error"]["message"].as_str().unwrap().contains("at least"), "{path}: {b}");
+    }
     // Oversize body.
     let big = json!({"prompt": "a".repeat(100 << 10)});
     let (st, b) = s.post("/v1/completions", &big).await;
