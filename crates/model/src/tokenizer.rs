@@ -863,35 +863,40 @@ impl Tokenizer {
                     }
                 }
             };
+            let pair = |syms: &[Sym], l: isize, r: isize| -> Option<BpePair> {
+                let (rank, merged) = rank(syms, l, r)?;
+                let (l, r) = (l as usize, r as usize);
+                Some(BpePair { key: (rank as u64) << 32 | l as u64, right: r as u32, ln: syms[l].n as u32, rn: syms[r].n as u32, merged: BpePair::merged_word(merged) })
+            };
             let push = |syms: &[Sym], heap: &mut BinaryHeap<BpePair>, l: isize, r: isize| {
-                if let Some((rank, merged)) = rank(syms, l, r) {
-                    let (l, r) = (l as usize, r as usize);
-                    heap.push(BpePair { rank, left: l, right: r, ln: syms[l].n, rn: syms[r].n, merged });
+                if let Some(p) = pair(syms, l, r) {
+                    heap.push(p);
                 }
             };
-            for i in 1..syms.len() {
-                push(&syms, &mut heap, i as isize - 1, i as isize);
-            }
+            // The first pairs in one go (a heap built from a vector in linear time).
+            let first: Vec<BpePair> = (1..syms.len()).filter_map(|i| pair(&syms, i as isize - 1, i as isize)).collect();
+            heap.extend(first);
             while let Some(p) = heap.pop() {
-                let (l, r) = (&syms[p.left], &syms[p.right]);
-                if l.n != p.ln || r.n != p.rn || l.next != p.right as isize {
+                let (pl, pr) = (p.left(), p.right as usize);
+                let (l, r) = (&syms[pl], &syms[pr]);
+                if l.n != p.ln as usize || r.n != p.rn as usize || l.next != pr as isize {
                     continue; // one side has changed since this pair was queued
                 }
                 let rnext = r.next;
-                let left = &mut syms[p.left];
-                left.n += p.rn;
+                let left = &mut syms[pl];
+                left.n += p.rn as usize;
                 left.next = rnext;
-                left.id = match p.merged {
+                left.id = match p.merged() {
                     Some(id) => id,
                     None => self.ids.get(&word[left.start..left.start + left.n]).copied(),
                 };
                 let lprev = left.prev;
-                syms[p.right].n = 0;
+                syms[pr].n = 0;
                 if rnext >= 0 {
-                    syms[rnext as usize].prev = p.left as isize;
+                    syms[rnext as usize].prev = pl as isize;
                 }
-                push(&syms, &mut heap, lprev, p.left as isize);
-                push(&syms, &mut heap, p.left as isize, rnext);
+                push(&syms, &mut heap, lprev, pl as isize);
+                push(&syms, &mut heap, pl as isize, rnext);
             }
             let mut i: isize = if syms.is_empty() { -1 } else { 0 };
             while i >= 0 {
@@ -1013,13 +1018,36 @@ impl std::hash::Hasher for FxHasher {
 /// A BPE merge candidate: lowest rank first, then leftmost.
 #[derive(PartialEq, Eq)]
 struct BpePair {
-    rank: u32,
-    left: usize,
-    right: usize,
-    ln: usize,
-    rn: usize,
-    /// The merged token, when known from the merge table (else looked up by its text).
-    merged: Option<Option<u32>>,
+    /// rank << 32 | left: the lowest rank first, then the leftmost.
+    key: u64,
+    right: u32,
+    ln: u32,
+    rn: u32,
+    /// The merged token as the merge table knows it (`merged_word`).
+    merged: u32,
+}
+impl BpePair {
+    /// Not in the merge table: look the merged text up.
+    const LOOK_UP: u32 = u32::MAX;
+    /// In the table, with no token for the merged text.
+    const NO_TOKEN: u32 = u32::MAX - 1;
+    fn merged_word(m: Option<Option<u32>>) -> u32 {
+        match m {
+            None => Self::LOOK_UP,
+            Some(None) => Self::NO_TOKEN,
+            Some(Some(id)) => id,
+        }
+    }
+    fn merged(&self) -> Option<Option<u32>> {
+        match self.merged {
+            Self::LOOK_UP => None,
+            Self::NO_TOKEN => Some(None),
+            id => Some(Some(id)),
+        }
+    }
+    fn left(&self) -> usize {
+        (self.key & 0xFFFF_FFFF) as usize
+    }
 }
 impl PartialOrd for BpePair {
     fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
@@ -1028,7 +1056,7 @@ impl PartialOrd for BpePair {
 }
 impl Ord for BpePair {
     fn cmp(&self, o: &Self) -> Ordering {
-        o.rank.cmp(&self.rank).then_with(|| o.left.cmp(&self.left))
+        o.key.cmp(&self.key)
     }
 }
 
