@@ -408,7 +408,7 @@ fn stream(gen: Gen) -> Response {
     let mut pending = VecDeque::new();
     pending.push_back(event("message_start", &start));
     pending.push_back(event("ping", &json!({"type": "ping"})));
-    let s = AnthSse { gen, pending, text_open: false, thinking_open: false, blocks: 0, done: false, finished: None, clock: TokenClock { last: None, tokens: 0 } };
+    let s = AnthSse { gen, pending, open: None, blocks: 0, done: false, finished: None, clock: TokenClock { last: None, tokens: 0 } };
     let body = futures_util::stream::unfold(s, |mut s| async move {
         let b = s.next_bytes().await?;
         Some((Ok::<Bytes, Infallible>(b), s))
@@ -425,10 +425,8 @@ fn stream(gen: Gen) -> Response {
 struct AnthSse {
     gen: Gen,
     pending: VecDeque<Bytes>,
-    /// A text block is open (at index `blocks - 1`).
-    text_open: bool,
-    /// A thinking block is open (at index `blocks - 1`).
-    thinking_open: bool,
+    /// The kind of the block open at index `blocks - 1`, if one is.
+    open: Option<BlockKind>,
     /// Content blocks started so far.
     blocks: usize,
     done: bool,
@@ -436,47 +434,49 @@ struct AnthSse {
     clock: TokenClock,
 }
 
+/// The streamed content blocks that carry text deltas.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BlockKind {
+    Thinking,
+    Text,
+}
+
+impl BlockKind {
+    /// The block's type, the field its text goes in, and its delta's type.
+    fn names(self) -> (&'static str, &'static str) {
+        match self {
+            BlockKind::Thinking => ("thinking", "thinking_delta"),
+            BlockKind::Text => ("text", "text_delta"),
+        }
+    }
+}
+
 impl AnthSse {
-    fn thinking(&mut self, t: String) {
+    /// `t` as a delta of a block of `kind`, closing the open block of the other kind and
+    /// starting one of this kind first where needed.
+    fn delta(&mut self, kind: BlockKind, t: String) {
         if t.is_empty() {
             return;
         }
-        self.close_text();
-        if !self.thinking_open {
-            let start = json!({"type": "content_block_start", "index": self.blocks, "content_block": {"type": "thinking", "thinking": "", "signature": ""}});
-            self.pending.push_back(event("content_block_start", &start));
+        let (name, delta) = kind.names();
+        if self.open != Some(kind) {
+            self.close();
+            let block = match kind {
+                BlockKind::Thinking => json!({"type": name, (name): "", "signature": ""}),
+                BlockKind::Text => json!({"type": name, (name): ""}),
+            };
+            self.pending.push_back(event("content_block_start", &json!({"type": "content_block_start", "index": self.blocks, "content_block": block})));
             self.blocks += 1;
-            self.thinking_open = true;
+            self.open = Some(kind);
         }
         let i = self.blocks - 1;
-        self.pending.push_back(event("content_block_delta", &json!({"type": "content_block_delta", "index": i, "delta": {"type": "thinking_delta", "thinking": t}})));
+        self.pending.push_back(event("content_block_delta", &json!({"type": "content_block_delta", "index": i, "delta": {"type": delta, (name): t}})));
     }
 
-    fn close_thinking(&mut self) {
-        if self.thinking_open {
+    /// Stop the open block, if one is.
+    fn close(&mut self) {
+        if self.open.take().is_some() {
             self.pending.push_back(event("content_block_stop", &json!({"type": "content_block_stop", "index": self.blocks - 1})));
-            self.thinking_open = false;
-        }
-    }
-
-    fn text(&mut self, t: String) {
-        if t.is_empty() {
-            return;
-        }
-        self.close_thinking();
-        if !self.text_open {
-            self.pending.push_back(event("content_block_start", &json!({"type": "content_block_start", "index": self.blocks, "content_block": {"type": "text", "text": ""}})));
-            self.blocks += 1;
-            self.text_open = true;
-        }
-        let i = self.blocks - 1;
-        self.pending.push_back(event("content_block_delta", &json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": t}})));
-    }
-
-    fn close_text(&mut self) {
-        if self.text_open {
-            self.pending.push_back(event("content_block_stop", &json!({"type": "content_block_stop", "index": self.blocks - 1})));
-            self.text_open = false;
         }
     }
 
@@ -489,10 +489,9 @@ impl AnthSse {
     fn end(&mut self, f: Finish) {
         self.gen.state.metrics.ttft.observe(f.time_to_first_token);
         let (held, calls) = self.gen.finish_pieces();
-        self.thinking(held.reasoning);
-        self.text(held.content);
-        self.close_thinking();
-        self.close_text();
+        self.delta(BlockKind::Thinking, held.reasoning);
+        self.delta(BlockKind::Text, held.content);
+        self.close();
         for c in &calls {
             let i = self.blocks;
             self.blocks += 1;
@@ -534,8 +533,8 @@ impl AnthSse {
                 Some(GenEvent::Delta { ids, text, .. }) => {
                     self.clock.tick(&self.gen.state, ids.len());
                     let shown = self.gen.push_piece(text);
-                    self.thinking(shown.reasoning);
-                    self.text(shown.content);
+                    self.delta(BlockKind::Thinking, shown.reasoning);
+                    self.delta(BlockKind::Text, shown.content);
                 }
                 Some(GenEvent::Done(f)) => self.end(f),
                 Some(GenEvent::Error(e)) => self.fail(&ApiError::internal(format!("Generation failed: {e}"))),
@@ -546,22 +545,8 @@ impl AnthSse {
 }
 
 impl Drop for AnthSse {
-    /// The stream's one log line, when it ends or its client leaves.
     fn drop(&mut self) {
-        let outcome = match (self.finished, self.done && self.pending.is_empty()) {
-            (Some(r), true) => r,
-            (Some(_), false) | (None, _) => "client gone",
-        };
-        tracing::info!(
-            method = "POST",
-            path = self.gen.path,
-            status = 200,
-            latency_ms = self.gen.t0.elapsed().as_secs_f64() * 1e3,
-            prompt_tokens = self.gen.prompt_tokens,
-            completion_tokens = self.clock.tokens,
-            outcome,
-            "request (streamed)"
-        );
+        self.gen.log_stream_end(self.finished, self.done && self.pending.is_empty(), self.gen.prompt_tokens, self.clock.tokens);
     }
 }
 

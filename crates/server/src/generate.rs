@@ -509,22 +509,29 @@ impl SseState {
     }
 }
 
-impl Drop for SseState {
-    /// The stream's one log line, when it ends or its client leaves.
-    fn drop(&mut self) {
-        let outcome = match (self.finished, self.done && self.pending.is_empty()) {
+impl Gen {
+    /// A stream's one log line, when it ends or its client leaves: how it `finished`, unless
+    /// events were still waiting to be sent (`drained` false) or it never finished.
+    pub fn log_stream_end(&self, finished: Option<&'static str>, drained: bool, prompt_tokens: usize, completion_tokens: usize) {
+        let outcome = match (finished, drained) {
             (Some(r), true) => r,
             (Some(_), false) | (None, _) => "client gone",
         };
         tracing::info!(
             method = "POST",
-            path = self.gen.path,
+            path = self.path,
             status = 200,
-            latency_ms = self.gen.t0.elapsed().as_secs_f64() * 1e3,
-            prompt_tokens = self.prompt_tokens,
-            completion_tokens = self.clock.tokens,
+            latency_ms = self.t0.elapsed().as_secs_f64() * 1e3,
+            prompt_tokens,
+            completion_tokens,
             outcome,
             "request (streamed)"
         );
+    }
+}
+
+impl Drop for SseState {
+    fn drop(&mut self) {
+        self.gen.log_stream_end(self.finished, self.done && self.pending.is_empty(), self.prompt_tokens, self.clock.tokens);
     }
 }

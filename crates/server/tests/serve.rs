@@ -2,7 +2,8 @@
 //!
 //! Each test starts its own server (its own engine) so gauges and queues are its own.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,17 +54,7 @@ fn start(o: Opts) -> Option<Server> {
     let engine = Engine::start(Box::new(home), tokenizer.clone(), EngineConfig { max_queue: o.max_queue, ..EngineConfig::default() });
     let cfg = ServerConfig { api_key: o.api_key, max_body_bytes: o.max_body, ..ServerConfig::default() };
     let state = AppState::new(engine, ModelInfo { id: "smollm2".into(), tokenizer, template }, cfg);
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding");
-            tx.send(l.local_addr().expect("address")).expect("sending the address");
-            resin_server::serve_on(l, state, std::future::pending()).await.expect("serving");
-        });
-    });
-    let addr = rx.recv().expect("the server's address");
-    Some(Server { base: format!("http://{addr}"), http: reqwest::Client::new() })
+    Some(Server { base: common::spawn(state), http: reqwest::Client::new() })
 }
 
 impl Server {

@@ -10,7 +10,8 @@
 //! template pass-through is checked on Qwen3's own template: `enable_thinking: false` (and
 //! Anthropic's `thinking: disabled`) adds the empty think block's four tokens to the prompt.
 
-use std::net::SocketAddr;
+mod common;
+
 use std::sync::{Arc, OnceLock};
 
 use resin_core::{Counters, KvCodec};
@@ -148,17 +149,7 @@ fn start(template: Option<&str>) -> Server {
         CpuHome::new(file.clone(), cfg, &CpuOptions { n_ctx: Some(512), regions: 2, codec: KvCodec::F16, threads: Some(2) }, Arc::new(Counters::default())).expect("cpu home");
     let engine = Engine::start(Box::new(home), tokenizer.clone(), EngineConfig::default());
     let state = AppState::new(engine, ModelInfo { id: "qwen3-tiny".into(), tokenizer, template: Some(template) }, ServerConfig::default());
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding");
-            tx.send(l.local_addr().expect("address")).expect("sending the address");
-            resin_server::serve_on(l, state, std::future::pending()).await.expect("serving");
-        });
-    });
-    let addr = rx.recv().expect("the server's address");
-    Server { base: format!("http://{addr}"), http: reqwest::Client::new() }
+    Server { base: common::spawn(state), http: reqwest::Client::new() }
 }
 
 impl Server {
