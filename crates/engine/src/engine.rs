@@ -61,13 +61,17 @@ impl TokenLogprob {
     /// (then its logit needs the whole row).
     fn from_top(t: &TopCandidates, id: u32, k: usize) -> Option<TokenLogprob> {
         let logit = t.top.iter().find(|&&(i, _)| i == id)?.1;
-        Some(TokenLogprob { id, logprob: logit - t.lse, top: t.top.iter().take(k).map(|&(i, l)| (i, l - t.lse)).collect() })
+        Some(Self::of_logit(t, id, logit, k))
     }
 
     /// Token `id`'s entry from the whole raw logits row.
     fn from_row(row: &[f32], id: u32, k: usize) -> TokenLogprob {
-        let t = TopCandidates::of(row);
         let logit = row.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY);
+        Self::of_logit(&TopCandidates::of(row), id, logit, k)
+    }
+
+    /// Token `id` of raw logit `logit`, with the `k` best of the row's candidates `t`.
+    fn of_logit(t: &TopCandidates, id: u32, logit: f32, k: usize) -> TokenLogprob {
         TokenLogprob { id, logprob: logit - t.lse, top: t.top.iter().take(k).map(|&(i, l)| (i, l - t.lse)).collect() }
     }
 }
