@@ -129,4 +129,18 @@ mod tests {
         }
         assert!(!canon_format(GgmlType::F16));
     }
+
+    /// The folded norm's pieces: the canonical sum of squares is the sum of squares (to float
+    /// accuracy), and r normalizes a row to a mean square of one.
+    #[test]
+    fn the_folded_norm_scales_to_unit_mean_square() {
+        let k = 8192;
+        let cut = Cut::of(k).unwrap();
+        let x = rand(k, 3);
+        let want: f64 = x.iter().map(|v| (*v as f64) * (*v as f64)).sum();
+        let ss = canon_sumsq(&x, &cut);
+        assert!((ss as f64 - want).abs() < 1e-5 * want, "{ss} vs {want}");
+        let r = canon_rms_scale(ss, k, 0.0) as f64;
+        assert!((r * r * want / k as f64 - 1.0).abs() < 1e-5);
+    }
 }
