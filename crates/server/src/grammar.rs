@@ -202,7 +202,7 @@ impl GrammarConstraint {
     /// end-of-generation ids once the grammar is complete or stuck.
     pub fn allowed(&mut self, n: usize) -> Vec<bool> {
         let mut ok = vec![false; n];
-        let mask = if self.broken || self.matcher.is_stopped() { None } else { self.matcher.compute_mask().ok() };
+        let mask = self.next_mask();
         match mask {
             Some(m) if !m.is_zero() => m.iter_set_entries(|i| {
                 if let Some(o) = ok.get_mut(i) {
@@ -220,6 +220,15 @@ impl GrammarConstraint {
         ok
     }
 
+    /// The grammar's set of next tokens; None once it is complete or stuck (then only the
+    /// end-of-generation ids may follow).
+    fn next_mask(&mut self) -> Option<llguidance::toktrie::SimpleVob> {
+        if self.broken || self.matcher.is_stopped() {
+            return None;
+        }
+        self.matcher.compute_mask().ok()
+    }
+
     /// Whether the grammar has reached its end (nothing but end-of-generation may follow).
     pub fn is_done(&self) -> bool {
         self.matcher.is_stopped() && !self.broken
@@ -233,7 +242,7 @@ impl GrammarConstraint {
 
 impl LogitsConstraint for GrammarConstraint {
     fn mask(&mut self, logits: &mut [f32]) {
-        let mask = if self.broken || self.matcher.is_stopped() { None } else { self.matcher.compute_mask().ok() };
+        let mask = self.next_mask();
         match mask {
             Some(m) if !m.is_zero() => {
                 // 32 tokens a word of the bit set; ids past the vocabulary are never allowed.
