@@ -14,4 +14,4 @@ pub use engine::{
 pub use host_cache::HostCache;
 pub use resin_core::balanced_groups;
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
-pub use stop::{StopMatcher, StopOutcome};
+pub use stop::{partial_tail, StopMatcher, StopOutcome};

@@ -18,6 +18,12 @@ pub enum StopOutcome {
     Stop(String),
 }
 
+/// The length of the longest tail of `s` that is a proper beginning of `tag` (text that may
+/// still grow into `tag`, so a stream holds it back).
+pub fn partial_tail(s: &str, tag: &str) -> usize {
+    (1..tag.len().min(s.len() + 1)).rev().find(|&k| s.is_char_boundary(s.len() - k) && tag.starts_with(&s[s.len() - k..])).unwrap_or(0)
+}
+
 impl StopMatcher {
     pub fn new(stops: Vec<String>) -> Self {
         StopMatcher { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new(), matched: None }
@@ -36,14 +42,7 @@ impl StopMatcher {
             return StopOutcome::Stop(out);
         }
         // Hold back the longest suffix that is a proper prefix of some stop string.
-        let mut keep = 0;
-        for s in &self.stops {
-            for (i, _) in s.char_indices().skip(1) {
-                if i > keep && self.held.ends_with(&s[..i]) {
-                    keep = i;
-                }
-            }
-        }
+        let keep = self.stops.iter().map(|s| partial_tail(&self.held, s)).max().unwrap_or(0);
         let cut = self.held.len() - keep;
         let out = self.held[..cut].to_string();
         self.held.drain(..cut);

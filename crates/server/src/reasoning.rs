@@ -14,6 +14,8 @@
 //! `<think>\n...\n</think>\n\n`). A generation cut inside the reasoning (`max_tokens`) has
 //! reasoning and no answer.
 
+use resin_engine::partial_tail;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Nothing but whitespace yet: the opening tag may come.
@@ -43,11 +45,6 @@ pub struct ReasoningSplitter {
     reasoned: bool,
     /// The closing tag was just passed: the answer's leading whitespace is dropped.
     after_close: bool,
-}
-
-/// The longest tail of `s` that `tag` starts with (a tag that may be forming).
-fn partial_tail(s: &str, tag: &str) -> usize {
-    (1..tag.len().min(s.len() + 1)).rev().find(|&k| s.is_char_boundary(s.len() - k) && tag.starts_with(&s[s.len() - k..])).unwrap_or(0)
 }
 
 /// Whether a rendered prompt leaves the reasoning open: it ends with the opening tag (and

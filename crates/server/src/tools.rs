@@ -191,16 +191,8 @@ impl ToolStreamer {
             self.mode = Mode::Held;
             return shown;
         }
-        // Hold back the longest tail that a marker starts with (markers are ASCII).
-        let mut keep = 0;
-        for m in MARKERS {
-            for k in (1..m.len()).rev() {
-                if k <= self.buf.len() && self.buf.is_char_boundary(self.buf.len() - k) && m.starts_with(&self.buf[self.buf.len() - k..]) {
-                    keep = keep.max(k);
-                    break;
-                }
-            }
-        }
+        // Hold back the longest tail that a marker starts with.
+        let keep = MARKERS.iter().map(|m| resin_engine::partial_tail(&self.buf, m)).max().unwrap_or(0);
         let cut = self.buf.len() - keep;
         let shown = self.buf[..cut].to_string();
         self.buf.drain(..cut);
