@@ -166,6 +166,28 @@ pub fn auto_quantum(rows_per_s: Option<f64>) -> usize {
     ((rate * PREFILL_TICK_TARGET.as_secs_f64()) as usize).clamp(PREFILL_QUANTUM_MIN, PF_WINDOW)
 }
 
+/// An average weighted to the latest figure.
+fn ema(avg: Option<f64>, x: f64) -> f64 {
+    avg.map_or(x, |a| 0.5 * a + 0.5 * x)
+}
+
+/// Seconds a kind of home call takes: an average weighted to the latest, the first call
+/// left out (it pays page faults and pipeline builds that later calls do not).
+#[derive(Debug, Default)]
+struct CallTime {
+    calls: u64,
+    avg: Option<f64>,
+}
+
+impl CallTime {
+    fn add(&mut self, secs: f64) {
+        self.calls += 1;
+        if self.calls > 1 {
+            self.avg = Some(ema(self.avg, secs));
+        }
+    }
+}
+
 /// Live numbers for /metrics.
 #[derive(Debug, Default)]
 pub struct EngineStats {
@@ -243,6 +265,8 @@ impl Engine {
             streams: Vec::new(),
             next_id: 0,
             prefill_rate: None,
+            peel_time: CallTime::default(),
+            short_window_time: CallTime::default(),
             stop: false,
         };
         let thread = std::thread::Builder::new().name("resin-engine".into()).spawn(move || sched.run(rx)).expect("spawning the engine thread");
@@ -335,6 +359,10 @@ struct Scheduler {
     /// Prompt rows a second the home's prefill windows have run at (an average weighted to
     /// the latest), for the automatic quantum.
     prefill_rate: Option<f64>,
+    /// The time of a peel and of a window of at most NROW_MAX rows: the peel is taken only
+    /// while it is not the slower of the two.
+    peel_time: CallTime,
+    short_window_time: CallTime,
     /// Set by `Command::Shutdown`: the loop returns.
     stop: bool,
 }
@@ -541,40 +569,47 @@ impl Scheduler {
             (true, q) => q.clamp(1, PF_WINDOW),
         };
 
-        // The peel: continuations of at most NROW_MAX rows, packed into one token command.
-        if self.config.prefill_peel {
+        // The peel: every waiting continuation in one token command, when they come to at most
+        // NROW_MAX rows and the peel has not run slower than a short window. A peel of some of
+        // them would leave the others waiting a whole weight pass each, where one window takes
+        // them all.
+        let waiting: usize = pending.iter().map(|&i| remaining(&self.streams[i])).sum();
+        let peel_cheaper = match (self.peel_time.avg, self.short_window_time.avg) {
+            (Some(peel), Some(window)) => peel <= window,
+            _ => true,
+        };
+        if self.config.prefill_peel && waiting <= NROW_MAX && peel_cheaper {
             // Each continuation's last row needs what its stream's first draw needs; the rows
             // before it only store their K/V (their argmax ids come back, the least a row can).
             let (mut rows, mut needs, mut members) = (Vec::new(), Vec::new(), Vec::new());
             for &i in &pending {
                 let s = &self.streams[i];
-                let r = remaining(s);
-                if r <= NROW_MAX && rows.len() + r <= NROW_MAX {
-                    let p0 = s.fed.len();
-                    rows.extend(s.req.prompt[p0..].iter().enumerate().map(|(k, &t)| Row { region: s.region, token: t, pos: (p0 + k) as u32 }));
-                    needs.extend(std::iter::repeat_n(Need::Argmax, r - 1));
-                    needs.push(s.need());
-                    members.push((i, rows.len() - 1));
+                let (p0, r) = (s.fed.len(), remaining(s));
+                rows.extend(s.req.prompt[p0..].iter().enumerate().map(|(k, &t)| Row { region: s.region, token: t, pos: (p0 + k) as u32 }));
+                needs.extend(std::iter::repeat_n(Need::Argmax, r - 1));
+                needs.push(s.need());
+                members.push((i, rows.len() - 1));
+            }
+            Counters::add(&self.home.counters().peel_steps, 1);
+            Counters::add(&self.home.counters().prompt_tokens_prefilled, rows.len() as u64);
+            let t0 = Instant::now();
+            let result = self.home.step(&rows, &needs).and_then(|out| {
+                let mut out = out.rows;
+                if out.len() != rows.len() {
+                    return Err(resin_core::HomeError::Device(format!("the home returned {} rows for a peel of {}", out.len(), rows.len())));
                 }
+                for &(i, _) in &members {
+                    let s = &mut self.streams[i];
+                    s.fed = s.req.prompt.clone();
+                }
+                Ok(members.iter().map(|&(_, r)| std::mem::replace(&mut out[r], RowOut::Argmax(0))).collect())
+            });
+            if result.is_ok() {
+                self.peel_time.add(t0.elapsed().as_secs_f64());
             }
-            if !members.is_empty() {
-                Counters::add(&self.home.counters().peel_steps, 1);
-                Counters::add(&self.home.counters().prompt_tokens_prefilled, rows.len() as u64);
-                let result = self.home.step(&rows, &needs).and_then(|out| {
-                    let mut out = out.rows;
-                    if out.len() != rows.len() {
-                        return Err(resin_core::HomeError::Device(format!("the home returned {} rows for a peel of {}", out.len(), rows.len())));
-                    }
-                    for &(i, _) in &members {
-                        let s = &mut self.streams[i];
-                        s.fed = s.req.prompt.clone();
-                    }
-                    Ok(members.iter().map(|&(_, r)| std::mem::replace(&mut out[r], RowOut::Argmax(0))).collect())
-                });
-                let done = self.complete_prefill(&members, result);
-                self.finish(done);
-                return;
-            }
+            let done = self.complete_prefill(&members, result);
+            self.finish(done);
+            return;
         }
 
         // Segments: each pending stream's next chunk, in admission order, up to the budget,
@@ -611,8 +646,11 @@ impl Scheduler {
         let t0 = Instant::now();
         let result = self.home.prefill(&segments);
         if result.is_ok() {
-            let rate = used as f64 / t0.elapsed().as_secs_f64().max(1e-6);
-            self.prefill_rate = Some(self.prefill_rate.map_or(rate, |r| 0.5 * r + 0.5 * rate));
+            let secs = t0.elapsed().as_secs_f64();
+            self.prefill_rate = Some(ema(self.prefill_rate, used as f64 / secs.max(1e-6)));
+            if used <= NROW_MAX {
+                self.short_window_time.add(secs);
+            }
         }
         drop(segments);
         // Streams whose prompt is now complete sample their first token from their segment's logits.
