@@ -114,13 +114,7 @@ impl BaseFile {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let h = &self.header;
         if self.records.len() != h.records() || h.tokens.len() != h.chunks * h.ctx {
-            return Err(QualityError::BadBase(format!(
-                "{} records and {} tokens for {} windows of {}",
-                self.records.len(),
-                h.tokens.len(),
-                h.chunks,
-                h.ctx
-            )));
+            return Err(QualityError::BadBase(format!("{} records and {} tokens for {} windows of {}", self.records.len(), h.tokens.len(), h.chunks, h.ctx)));
         }
         let u32_of = |v: usize, what: &str| u32::try_from(v).map_err(|_| QualityError::BadBase(format!("{what} {v} does not fit the format")));
         let mut out = Vec::with_capacity(64 + h.model.len() + 4 * h.tokens.len() + self.records.len() * record_bytes(TOP_CANDIDATES));

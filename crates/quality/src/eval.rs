@@ -23,10 +23,7 @@ pub struct Evaluation {
 pub fn evaluate(home: &mut dyn Home, tokens: &[u32], plan: &Plan, base: Option<&BaseFile>, keep: bool, progress: &mut dyn FnMut(usize)) -> Result<Evaluation> {
     let spec = home.spec().clone();
     if spec.n_ctx < plan.ctx {
-        return Err(QualityError::Home(resin_core::HomeError::Unsupported(format!(
-            "the home holds {} positions a session, the windows need {}",
-            spec.n_ctx, plan.ctx
-        ))));
+        return Err(QualityError::Home(resin_core::HomeError::Unsupported(format!("the home holds {} positions a session, the windows need {}", spec.n_ctx, plan.ctx))));
     }
     let covered = plan.covered(tokens)?;
     if let Some(&t) = covered.iter().chain(plan.bos.iter()).find(|&&t| t as usize >= spec.vocab) {

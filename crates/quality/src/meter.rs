@@ -36,6 +36,18 @@ impl TopRecord {
     pub fn of(row: &[f32]) -> TopRecord {
         TopRecord { lse: lse64(row), top: TopCandidates::of(row).top }
     }
+
+    /// The base's most likely id: the largest logit kept, the first of equals (taken from the
+    /// values, not the order, so a record whose pairs come in another order still answers).
+    pub fn top_id(&self) -> Option<u32> {
+        let mut best: Option<(u32, f32)> = None;
+        for &(id, l) in &self.top {
+            if best.is_none_or(|(_, b)| l > b) {
+                best = Some((id, l));
+            }
+        }
+        best.map(|(id, _)| id)
+    }
 }
 
 /// KL(base || this run) at one position, from the base's top 64 alone.
@@ -126,7 +138,7 @@ impl Meter {
         let v = token_nll(row, target)?;
         if let Some(b) = base {
             self.kld.push(kl_divergence(b, row)?);
-            if b.top.first().is_some_and(|&(id, _)| id == argmax(row)) {
+            if b.top_id().is_some_and(|id| id == argmax(row)) {
                 self.same_top += 1;
             }
         }
@@ -256,6 +268,13 @@ mod tests {
         m.add(&b, 2, Some(&TopRecord::of(&a))).unwrap();
         let r = m.report();
         assert_eq!(r.top1, Some(0.5));
+        // The base's top id comes from its values, whatever the order of its pairs.
+        let mut shuffled = TopRecord::of(&a);
+        shuffled.top.reverse();
+        assert_eq!(shuffled.top_id(), Some(1));
+        let mut m2 = Meter::new();
+        m2.add(&a, 1, Some(&shuffled)).unwrap();
+        assert_eq!(m2.report().top1, Some(1.0));
         let k = kl_divergence(&TopRecord::of(&a), &b).unwrap();
         assert!((r.kld_mean.unwrap() - k / 2.0).abs() < 1e-12);
         // p99 of [0, k]: 0.99 of the way to k.
