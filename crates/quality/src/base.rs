@@ -67,7 +67,9 @@ impl BaseHeader {
 
     /// Records a run of this header scores.
     pub fn records(&self) -> usize {
-        self.chunks * (self.ctx - 1 - self.ctx / 2)
+        // Saturating: a header built by hand with a window under 3 scores nothing, it does not
+        // underflow.
+        self.chunks.saturating_mul(self.ctx.saturating_sub(1 + self.ctx / 2))
     }
 
     /// Whether `run` measures the same thing as this base; the first difference as an error.
@@ -113,7 +115,7 @@ impl BaseFile {
     /// The file's bytes; an error where the records do not fit the header.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let h = &self.header;
-        if self.records.len() != h.records() || h.tokens.len() != h.chunks * h.ctx {
+        if self.records.len() != h.records() || Some(h.tokens.len()) != h.chunks.checked_mul(h.ctx) {
             return Err(QualityError::BadBase(format!("{} records and {} tokens for {} windows of {}", self.records.len(), h.tokens.len(), h.chunks, h.ctx)));
         }
         let u32_of = |v: usize, what: &str| u32::try_from(v).map_err(|_| QualityError::BadBase(format!("{what} {v} does not fit the format")));
