@@ -49,22 +49,47 @@ fn sha256(path: &Path) -> String {
     Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-#[test]
-fn perplexity_within_1pct_of_llama_perplexity() {
-    let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root().join(FIXTURE)).unwrap()).unwrap();
+/// resin on `model` against the llama-perplexity fixture `fixture`, within 1%.
+fn check_fixture(fixture: &str, model: &Path) {
+    let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root().join(fixture)).unwrap()).unwrap();
     // The fixture is of this very text and model file.
     assert_eq!(fixture["text_sha256"].as_str().unwrap(), sha256(&text()), "the text changed since the fixture was written");
-    let model = resin_hub::ensure(MODEL, false).unwrap();
-    assert_eq!(fixture["model"].as_str().unwrap(), model.file_name().unwrap().to_str().unwrap(), "the registry's {MODEL} is another file than the fixture's");
+    assert_eq!(fixture["model_sha256"].as_str().unwrap(), sha256(model), "{} is another file than the fixture's", model.display());
     let (ctx, chunks) = (fixture["ctx"].as_u64().unwrap().to_string(), fixture["chunks"].as_u64().unwrap().to_string());
-    let got = figures(&["--gpu", "off", "--model", MODEL, "--file", text().to_str().unwrap(), "--ctx", &ctx, "--chunks", &chunks]);
+    let got = figures(&["--gpu", "off", "--model", model.to_str().unwrap(), "--file", text().to_str().unwrap(), "--ctx", &ctx, "--chunks", &chunks]);
     let (ppl, want) = (num(&got, "ppl"), num(&fixture, "ppl"));
-    eprintln!("resin {ppl:.4}, llama-perplexity {want:.4} (ctx {ctx}, {chunks} windows)");
+    eprintln!("{}: resin {ppl:.4}, llama-perplexity {want:.4} (ctx {ctx}, {chunks} windows)", model.display());
     assert!((ppl / want - 1.0).abs() < 0.01, "resin's perplexity {ppl} is not within 1% of llama-perplexity's {want}");
     // Every scored position counts: ctx - 1 - ctx/2 a window.
     let c: u64 = ctx.parse().unwrap();
     assert_eq!(got["tokens"].as_u64().unwrap(), chunks.parse::<u64>().unwrap() * (c - 1 - c / 2));
     assert!(got["kld_mean"].is_null() && got["kld_p99"].is_null() && got["top1"].is_null(), "{got}");
+}
+
+#[test]
+fn perplexity_within_1pct_of_llama_perplexity() {
+    check_fixture(FIXTURE, &resin_hub::ensure(MODEL, false).unwrap());
+}
+
+/// The registry's models add no BOS, so BOS in each window's first slot is checked on a copy of
+/// SmolLM2 whose `tokenizer.ggml.add_bos_token` is set true, as the fixture script's --add-bos
+/// makes it.
+#[test]
+fn perplexity_with_bos_within_1pct_of_llama_perplexity() {
+    let src = resin_hub::ensure(MODEL, false).unwrap();
+    let mut bytes = std::fs::read(&src).unwrap();
+    let key = b"tokenizer.ggml.add_bos_token";
+    let head = &bytes[..bytes.len().min(1 << 20)];
+    let found: Vec<usize> = head.windows(key.len()).enumerate().filter(|(_, w)| w == key).map(|(i, _)| i).collect();
+    assert_eq!(found.len(), 1, "expected one {} key", String::from_utf8_lossy(key));
+    let at = found[0] + key.len();
+    assert_eq!(bytes[at..at + 4], 7u32.to_le_bytes(), "the key is not a bool");
+    bytes[at + 4] = 1;
+    let copy = tmp("add-bos.gguf");
+    std::fs::write(&copy, &bytes).unwrap();
+    drop(bytes);
+    check_fixture("testdata/perplexity/smollm2-135m-add-bos-ctx128-chunks8.json", &copy);
+    let _ = std::fs::remove_file(copy);
 }
 
 /// The CPU home's base, and a copy with each position's 64 logits handed to the ids in reverse
