@@ -27,6 +27,9 @@ enum Command {
     Serve(cmd::serve::ServeArgs),
     /// Measure prompt processing and generation speed.
     Bench(cmd::bench::BenchArgs),
+    /// Score a text: perplexity as llama-perplexity computes it, and the KL divergence against
+    /// a saved base.
+    Perplexity(cmd::perplexity::PerplexityArgs),
     /// Fetch a model from the registry into the cache.
     Pull {
         /// A registry name (see `resin pull --list`).
@@ -76,6 +79,7 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Chat(a) => cmd::chat::chat(a),
         Command::Serve(a) => cmd::serve::serve(a),
         Command::Bench(a) => cmd::bench::bench(a),
+        Command::Perplexity(a) => cmd::perplexity::perplexity(a),
         Command::Pull { name, list } => {
             if list || name.is_none() {
                 for m in resin_hub::list() {
