@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use resin_gguf::{formats, GgmlType};
+use resin_model::FfnAct;
 use resin_vulkan::buffers::{f32_bytes, Buffer, Location};
 use resin_vulkan::kernels::*;
 use resin_vulkan::pipelines::Bind;
@@ -189,8 +190,22 @@ fn embed_every_format() {
         let grb = wbytes.len() / vocab;
         let ((w0, rb), (w1, _)) = (h.weights(ty, cols, &wbytes[..20 * grb]), h.weights(ty, cols, &wbytes[20 * grb..]));
         h.run(|rec| {
-            rec.embed(ty, tokens.len() as u32, (&w0).into(), (&mbuf).into(), (&xbuf).into(), EmbedPush { cols: cols as u32, row_bytes: rb as u32, row_start: 0, part_rows: 20 })?;
-            rec.embed(ty, tokens.len() as u32, (&w1).into(), (&mbuf).into(), (&xbuf).into(), EmbedPush { cols: cols as u32, row_bytes: rb as u32, row_start: 20, part_rows: 20 })
+            rec.embed(
+                ty,
+                tokens.len() as u32,
+                (&w0).into(),
+                (&mbuf).into(),
+                (&xbuf).into(),
+                EmbedPush { cols: cols as u32, row_bytes: rb as u32, row_start: 0, part_rows: 20, scale: 1.0 },
+            )?;
+            rec.embed(
+                ty,
+                tokens.len() as u32,
+                (&w1).into(),
+                (&mbuf).into(),
+                (&xbuf).into(),
+                EmbedPush { cols: cols as u32, row_bytes: rb as u32, row_start: 20, part_rows: 20, scale: 1.0 },
+            )
         });
         let got = xbuf.read_f32(0, tokens.len() * cols).unwrap();
         let want: Vec<f64> = tokens.iter().flat_map(|&t| wq[t as usize * cols..(t as usize + 1) * cols].iter().map(|&v| v as f64)).collect();
@@ -382,7 +397,7 @@ fn swiglu_matches() {
     let g = rng.vec(n, 8.0);
     let u = rng.vec(n, 2.0);
     let (gb, ub) = (h.buf_f32(&g), h.buf_f32(&u));
-    h.run(|rec| rec.swiglu(n as u32, (&gb).into(), (&ub).into()));
+    h.run(|rec| rec.swiglu(FfnAct::Silu, n as u32, (&gb).into(), (&ub).into()));
     let got = gb.read_f32(0, n).unwrap();
     let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &b)| a as f64 / (1.0 + (-(a as f64)).exp()) * b as f64).collect();
     let bar: Vec<f64> = want.iter().zip(&g).map(|(w, a)| (32.0 + 4.0 * a.abs() as f64) * U * w.abs() + 1e-30).collect();
@@ -413,7 +428,7 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
         let gr = h.buf_f32(&g);
         let (rq, rp) = (h.poisoned(n), h.poisoned(w));
         h.run(|rec| {
-            rec.swiglu(n as u32, (&gr).into(), (&ub).into())?;
+            rec.swiglu(FfnAct::Silu, n as u32, (&gr).into(), (&ub).into())?;
             rec.barrier();
             rec.qact(block, n as u32, (&gr).into(), (&rq).into())?;
             rec.qpack(l, (&gr).into(), (&rp).into())
@@ -422,8 +437,8 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
         let gf = h.buf_f32(&g);
         let (fq, fp) = (h.poisoned(n), h.poisoned(w));
         h.run(|rec| {
-            rec.swiglu_q(block, n as u32, (&gf).into(), (&ub).into(), (&fq).into())?;
-            rec.swiglu_p(l, (&gf).into(), (&ub).into(), (&fp).into())
+            rec.swiglu_q(FfnAct::Silu, block, n as u32, (&gf).into(), (&ub).into(), (&fq).into())?;
+            rec.swiglu_p(FfnAct::Silu, l, (&gf).into(), (&ub).into(), (&fp).into())
         });
         let (want_q, want_p) = (bits(&rq, n), bits(&rp, w));
         assert!(want_q.iter().chain(&want_p).all(|&v| v != POISON), "block {block}: the reference left a value unwritten");
@@ -434,8 +449,8 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
         let (cq, cp) = (h.poisoned(n), h.poisoned(w));
         let gs = h.buf_f32(&g);
         h.run(|rec| {
-            rec.swiglu_q(block, n as u32, (&ub).into(), (&gs).into(), (&cq).into())?;
-            rec.swiglu_p(l, (&ub).into(), (&gs).into(), (&cp).into())
+            rec.swiglu_q(FfnAct::Silu, block, n as u32, (&ub).into(), (&gs).into(), (&cq).into())?;
+            rec.swiglu_p(FfnAct::Silu, l, (&ub).into(), (&gs).into(), (&cp).into())
         });
         assert_ne!(bits(&cq, n), want_q, "block {block}: control (rounded)");
         assert_ne!(bits(&cp, w), want_p, "block {block}: control (packed)");
@@ -821,7 +836,7 @@ fn decode_attention_case(h: &mut Harness, n_head: usize, n_head_kv: usize, hd: u
             let part = h.poisoned(attn_part_len(n, n_head, hd, ATTN_SLOTS as usize));
             let ob = h.poisoned(n * q_dim);
             let done = h.buf_f32(&vec![0.0; n * n_head]);
-            let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale };
+            let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale, key_window: 0 };
             h.run(|rec| {
                 if !merge {
                     return rec.attention(
@@ -912,7 +927,7 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
         let (mk, mv) = (h.buf_bytes(&f16s(rng.vec(elems, 2.0))), h.buf_bytes(&f16s(rng.vec(elems, 2.0))));
         let meta: Vec<RowMeta> = rr.iter().map(|&(keys, reg)| RowMeta { token: 0, pos: keys as u32 - 1, kv_base: (reg * n_ctx * kv_dim) as u32, keys: keys as u32 }).collect();
         let (mb, qb) = (h.buf_bytes(&RowMeta::words(&meta)), h.buf_f32(&rng.vec(count, 1.0)));
-        let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: 4, scale: 0.125 };
+        let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: 4, scale: 0.125, key_window: 0 };
         let part = h.poisoned(attn_part_len(rows, n_head, hd, ATTN_SLOTS as usize));
         let bits = |b: &Buffer, k: usize| b.read_u32(0, k).unwrap();
         // Reference: the plain combine, then the separate rounding and packing of each block size.
@@ -1041,7 +1056,7 @@ fn dispatch_floor() {
     let mut time = |name: &str, f: &mut dyn FnMut(&mut resin_vulkan::kernels::Recorder<'_>) -> Result<(), resin_vulkan::VkError>| {
         eprintln!("{name}: {:.2} us a dispatch and barrier", h.time_chained(reps, f));
     };
-    time("swiglu of 64 values", &mut |rec| rec.swiglu(64, (&g).into(), (&g).into()));
+    time("swiglu of 64 values", &mut |rec| rec.swiglu(FfnAct::Silu, 64, (&g).into(), (&g).into()));
     time("rmsnorm_add_p of 2048", &mut |rec| {
         rec.rmsnorm_p(1, (&x).into(), Some((&a).into()), (&w).into(), (&o).into(), Some((&p).into()), None, NormPush { n: n as u32, eps: 1e-5 })
     });
@@ -1079,7 +1094,7 @@ fn grid_sync_floor() {
         }
     }
     let g = h.buf_f32(&vec![0.5f32; 64]);
-    eprintln!("for comparison, swiglu of 64 values: {:.2} us a dispatch and barrier", h.time_chained(phases, &mut |rec| rec.swiglu(64, (&g).into(), (&g).into())));
+    eprintln!("for comparison, swiglu of 64 values: {:.2} us a dispatch and barrier", h.time_chained(phases, &mut |rec| rec.swiglu(FfnAct::Silu, 64, (&g).into(), (&g).into())));
 }
 
 /// The merged decode attention that ropes and stores its rows' q, k and v itself (attn.comp
@@ -1125,7 +1140,7 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
             let part = h.poisoned(attn_part_len(rows, n_head, hd, ATTN_SLOTS as usize));
             let ob = h.poisoned(rows * q_dim);
             let done = h.buf_f32(&vec![0.0; rows * n_head]);
-            let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale };
+            let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale, key_window: 0 };
             let binds = AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() };
             h.run(|rec| {
                 if own {

@@ -96,26 +96,10 @@ pub(super) fn decline(counters: &Counters, reason: String) -> VkError {
     VkError::Unsupported(reason)
 }
 
-/// The first architecture feature of `cfg` this home has no kernels for, named.
-fn unserved_features(cfg: &ModelConfig) -> Option<&'static str> {
-    let checks = [
-        (cfg.embd_scale != 1.0, "scales its embedding"),
-        (cfg.post_norms, "norms its attention and FFN outputs"),
-        (cfg.ffn_act != resin_model::FfnAct::Silu, "gates its FFN with GELU"),
-        (cfg.swa.is_some(), "has sliding-window layers"),
-        (cfg.logit_softcap.is_some(), "soft-caps its logits"),
-        ((cfg.attn_scale - 1.0 / (cfg.head_dim as f32).sqrt()).abs() > f32::EPSILON, "scales attention by other than 1/sqrt(head_dim)"),
-    ];
-    checks.into_iter().find(|c| c.0).map(|c| c.1)
-}
-
 /// Decide what goes where, before uploading anything; decline what this home does not serve.
 pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counters: &Counters) -> Result<Plan, VkError> {
     if cfg.head_dim > MAX_HEAD_DIM || !cfg.head_dim.is_multiple_of(2) {
         return Err(decline(counters, format!("vulkan: head dimension {} (kernels take even sizes up to {MAX_HEAD_DIM})", cfg.head_dim)));
-    }
-    if let Some(missing) = unserved_features(cfg) {
-        return Err(decline(counters, format!("vulkan: {} {missing} (no kernels for it yet)", cfg.arch.name())));
     }
     if opts.codec == KvCodec::Q8_0 && !cfg.head_dim.is_multiple_of(32) {
         return Err(decline(counters, format!("vulkan: the q8_0 K/V mirror needs a head dimension that is a multiple of 32, not {}", cfg.head_dim)));
@@ -150,7 +134,8 @@ pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOpti
     let out_rows = NROW_MAX.max(opts.regions);
     // The first lane's scratch holds a window; the other lanes' (wide steps in lanes) N rows.
     let lanes = extra_lanes(opts.wide, opts.regions) as u64 * scratch_bytes(&gpu.info, cfg, NROW_MAX, NROW_MAX);
-    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW) + lanes + (n_ctx * cfg.rope_dims * 4) as u64 };
+    let tables = cfg.rope_bases().len();
+    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW) + lanes + (tables * n_ctx * cfg.rope_dims * 4) as u64 };
     let part_bytes = attn_part_floats(cfg, out_rows) as u64 * 4;
     let widest = (PF_WINDOW * cfg.n_ff.max(cfg.n_embd).max(cfg.q_dim()) * 4) as u64;
     if part_bytes.max(widest).max((out_rows * cfg.vocab * 4) as u64) > gpu.info.max_storage_range {
