@@ -9,9 +9,12 @@
 //! without the soft-cap, must fail the bar.
 //!
 //! The real Gemma 3 270M against the independent float32 numpy reference
-//! (testdata/reference/gemma3-270m.json, the CPU home's oracle test): greedy ids up to the
-//! reference's first near-tie on every prompt, with f32 activations (at the reference's own
-//! near-tie, 0.1) and with the 8-bit activations it serves with (at the CPU home's bar, 0.3).
+//! (testdata/reference/gemma3-270m.json, the CPU home's oracle test): greedy ids with the 8-bit
+//! activations it serves with, up to the reference's first near-tie on every prompt (the CPU
+//! home's bar, 0.3). With f32 activations the device's first-step logits are held to the
+//! reference in tests/parity.rs (`gemma3_f32_activations_match_float32_reference`); following
+//! the reference's own near-tie (0.1) there too was measured to hold (2026-12-05: 107 tokens
+//! on five prompts), but costs ten minutes of lavapipe, so it is not a test.
 
 mod common;
 
@@ -177,17 +180,6 @@ fn greedy_against_reference(vk: &mut VulkanHome, near_tie: f64, what: &str) -> u
         compared += upto;
     }
     compared
-}
-
-/// f32 activations: the device's own arithmetic, which sits within float32 noise of the
-/// reference, so the reference's own near-tie (0.1) is the bar.
-#[test]
-fn gemma3_270m_f32_activations_follow_the_float32_reference() {
-    let Some(gpu) = common::gpu() else { return };
-    let m = common::model("gemma3-270m");
-    let mut vk = vk_home(gpu, m.file, 64, false);
-    let n = greedy_against_reference(&mut vk, 0.1, "f32 activations");
-    assert!(n >= 32, "only {n} tokens compared before near-ties");
 }
 
 /// 8-bit activations (as the home serves): the CPU home's bar for them, 0.3 (8-bit rounding

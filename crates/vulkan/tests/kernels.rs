@@ -409,8 +409,9 @@ fn swiglu_matches() {
 
 #[test]
 fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
-    // swiglu_q / swiglu_p round silu(g) * u in one dispatch: every value (word) must be
-    // bit-equal to swiglu followed by qact / qpack over its output, and g left as it was.
+    // swiglu_q / swiglu_p round act(g) * u in one dispatch: every value (word) must be
+    // bit-equal to swiglu followed by qact / qpack over its output, and g left as it was; for
+    // silu (SwiGLU) and tanh GELU (GeGLU) alike.
     use resin_vulkan::gemv_dot::QPack;
     let Some(mut h) = Harness::new() else { return };
     // Not a multiple of a workgroup's 2048 values; one block of 256 with u = 0 (amax 0).
@@ -421,14 +422,14 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
     u[512..768].iter_mut().for_each(|v| *v = 0.0);
     let bits = |b: &Buffer, k: usize| b.read_u32(0, k).unwrap();
     let ub = h.buf_f32(&u);
-    for block in [32u32, 256] {
+    for (act, block) in [(FfnAct::Silu, 32u32), (FfnAct::Silu, 256), (FfnAct::GeluTanh, 32), (FfnAct::GeluTanh, 256)] {
         let l = QPack::new(block, n as u32).unwrap();
         let w = l.words() as usize;
         // Reference: swiglu in place, then the rounding and the packing of its output.
         let gr = h.buf_f32(&g);
         let (rq, rp) = (h.poisoned(n), h.poisoned(w));
         h.run(|rec| {
-            rec.swiglu(FfnAct::Silu, n as u32, (&gr).into(), (&ub).into())?;
+            rec.swiglu(act, n as u32, (&gr).into(), (&ub).into())?;
             rec.barrier();
             rec.qact(block, n as u32, (&gr).into(), (&rq).into())?;
             rec.qpack(l, (&gr).into(), (&rp).into())
@@ -437,24 +438,72 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
         let gf = h.buf_f32(&g);
         let (fq, fp) = (h.poisoned(n), h.poisoned(w));
         h.run(|rec| {
-            rec.swiglu_q(FfnAct::Silu, block, n as u32, (&gf).into(), (&ub).into(), (&fq).into())?;
-            rec.swiglu_p(FfnAct::Silu, l, (&gf).into(), (&ub).into(), (&fp).into())
+            rec.swiglu_q(act, block, n as u32, (&gf).into(), (&ub).into(), (&fq).into())?;
+            rec.swiglu_p(act, l, (&gf).into(), (&ub).into(), (&fp).into())
         });
         let (want_q, want_p) = (bits(&rq, n), bits(&rp, w));
-        assert!(want_q.iter().chain(&want_p).all(|&v| v != POISON), "block {block}: the reference left a value unwritten");
-        assert_eq!(bits(&fq, n), want_q, "block {block}: rounded values");
-        assert_eq!(bits(&fp, w), want_p, "block {block}: packed words");
-        assert_eq!(gf.read_f32(0, n).unwrap(), g, "block {block}: g was written");
+        assert!(want_q.iter().chain(&want_p).all(|&v| v != POISON), "{act:?} block {block}: the reference left a value unwritten");
+        assert_eq!(bits(&fq, n), want_q, "{act:?} block {block}: rounded values");
+        assert_eq!(bits(&fp, w), want_p, "{act:?} block {block}: packed words");
+        assert_eq!(gf.read_f32(0, n).unwrap(), g, "{act:?} block {block}: g was written");
         // Control: the same kernels with g and u swapped give other values and words.
         let (cq, cp) = (h.poisoned(n), h.poisoned(w));
         let gs = h.buf_f32(&g);
         h.run(|rec| {
-            rec.swiglu_q(FfnAct::Silu, block, n as u32, (&ub).into(), (&gs).into(), (&cq).into())?;
-            rec.swiglu_p(FfnAct::Silu, l, (&ub).into(), (&gs).into(), (&cp).into())
+            rec.swiglu_q(act, block, n as u32, (&ub).into(), (&gs).into(), (&cq).into())?;
+            rec.swiglu_p(act, l, (&ub).into(), (&gs).into(), (&cp).into())
         });
-        assert_ne!(bits(&cq, n), want_q, "block {block}: control (rounded)");
-        assert_ne!(bits(&cp, w), want_p, "block {block}: control (packed)");
+        assert_ne!(bits(&cq, n), want_q, "{act:?} block {block}: control (rounded)");
+        assert_ne!(bits(&cp, w), want_p, "{act:?} block {block}: control (packed)");
     }
+}
+
+/// GeGLU's product: gelu_tanh(g) * u against f64, within the float error of its exp, tanh
+/// written through exp, and three products; saturation at large |g| (no NaN). Control: SiLU's
+/// product fails the bar.
+#[test]
+fn geglu_matches() {
+    let Some(mut h) = Harness::new() else { return };
+    let n = 3000usize;
+    let mut rng = Rng(11);
+    let mut g = rng.vec(n, 8.0);
+    g[0] = 200.0;
+    g[1] = -200.0;
+    let u = rng.vec(n, 2.0);
+    let (gb, ub) = (h.buf_f32(&g), h.buf_f32(&u));
+    h.run(|rec| rec.swiglu(FfnAct::GeluTanh, n as u32, (&gb).into(), (&ub).into()));
+    let got = gb.read_f32(0, n).unwrap();
+    let gelu = |x: f64| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh());
+    let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &b)| gelu(a as f64) * b as f64).collect();
+    // The tanh's rounding near v = 0 lands on 0.5 x, so the bar is relative to |x u| too.
+    let bar: Vec<f64> = want.iter().zip(g.iter().zip(&u)).map(|(w, (a, b))| (64.0 + 8.0 * a.abs() as f64) * U * (w.abs() + (a * b).abs() as f64) + 1e-30).collect();
+    assert!(got.iter().all(|v| v.is_finite()), "GeGLU gave a non-finite value");
+    check("geglu", &got, &want, &bar).unwrap();
+    let silu: Vec<f64> = g.iter().zip(&u).map(|(&a, &b)| a as f64 / (1.0 + (-(a as f64)).exp()) * b as f64).collect();
+    assert!(check("control", &got, &silu, &bar).is_err());
+}
+
+/// Soft-capping: cap * tanh(x / cap) against f64, saturating at large |x|. Control: the
+/// uncapped values fail (the values reach 60, twice the cap).
+#[test]
+fn softcap_matches() {
+    let Some(mut h) = Harness::new() else { return };
+    let n = 5000usize;
+    let mut rng = Rng(12);
+    let mut x = rng.vec(n, 60.0);
+    x[0] = 1e6;
+    x[1] = -1e6;
+    let cap = 30.0f32;
+    let xb = h.buf_f32(&x);
+    h.run(|rec| rec.softcap(n as u32, cap, (&xb).into()));
+    let got = xb.read_f32(0, n).unwrap();
+    let want: Vec<f64> = x.iter().map(|&v| cap as f64 * (v as f64 / cap as f64).tanh()).collect();
+    // tanh written through exp is 1 - 2 / (exp(2v) + 1): near v = 0 the subtraction leaves a
+    // few ulps of 1, an absolute error of a few U * cap, beside the relative one.
+    let bar: Vec<f64> = want.iter().zip(&x).map(|(w, v)| (64.0 + 4.0 * (v / cap).abs() as f64) * U * (w.abs() + v.abs() as f64) + 64.0 * U * cap as f64).collect();
+    check("softcap", &got, &want, &bar).unwrap();
+    let raw: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    assert!(check("control", &got, &raw, &bar).is_err());
 }
 
 /// The argmax and the log-sum-exp of each row: ties to the lower index, NaN ignored, -inf
