@@ -216,12 +216,14 @@ impl ModelConfig {
         let attn_scale = if gemma && n_layer == 62 { 1.0 / ((n_embd / n_head) as f32).sqrt() } else { 1.0 / (head_dim as f32).sqrt() };
         let swa = if gemma { sliding_window(f, a, n_layer)? } else { None };
         let logit_softcap = match f.get_f64(&format!("{a}.final_logit_softcapping"))? {
+            // 0 is how a converter writes "none".
+            None | Some(0.0) => None,
             Some(c) if c > 0.0 && c.is_finite() => Some(c as f32),
-            Some(c) if c == 0.0 => None,
             Some(c) => return Err(inv(&format!("{a}.final_logit_softcapping = {c} must be positive"))),
-            None => None,
         };
-        if let Some(kind) = f.get_str(&format!("{a}.rope.scaling.type"))? {
+        // The larger Gemma 3 files stretch their global layers' rope (linear, by 8): resin has no
+        // rope scaling, so such a file is refused rather than run with the wrong positions.
+        if let (true, Some(kind)) = (gemma, f.get_str(&format!("{a}.rope.scaling.type"))?) {
             let factor = f.get_f64(&format!("{a}.rope.scaling.factor"))?.unwrap_or(1.0);
             if kind != "none" && factor != 1.0 {
                 return Err(inv(&format!("rope scaling {kind:?} by {factor} is not supported")));
