@@ -1,23 +1,30 @@
 #!/usr/bin/env python3
 """Independent float32 reference forward pass for resin's correctness tests.
 
-What this is: a plain numpy implementation of the llama / qwen2 decoder (RMSNorm, GQA attention
-with rope -- NORM pairs for llama, NEOX halves for qwen2 --, q/k/v biases when present, SwiGLU FFN,
-tied or separate output head) over weights dequantized to float32 with the `gguf` Python package
-(not with resin's code). No BOS token, greedy decoding. The prompt is run as one causal batch,
-then tokens are decoded one by one against a K/V cache.
+What this is: a plain numpy implementation of the llama / qwen2 / gemma3 decoder (RMSNorm, GQA
+attention with rope -- NORM pairs for llama, NEOX halves for qwen2 and gemma3 --, q/k/v biases
+when present, SwiGLU FFN, tied or separate output head) over weights dequantized to float32 with
+the `gguf` Python package (not with resin's code). gemma3 adds, as its Hugging Face
+implementation defines them: the embedding times sqrt(n_embd), per-head RMS norms of q and k,
+RMS norms of the attention output and of the FFN output before their residual adds, GeGLU (tanh
+GELU), queries scaled by 1/sqrt(head_dim) (query_pre_attn_scalar = 256 for the 270M),
+sliding-window layers (every layer but each 6th sees its last `sliding_window` keys and ropes
+with base 10,000) and final logit soft-capping when the file carries it. Greedy decoding; no BOS
+for llama / qwen2, BOS first for gemma3 (its add_bos_token is true and Gemma is not meant to run
+without it). The prompt is run as one causal batch, then tokens are decoded one by one against a
+K/V cache.
 
 Prompt ids come from a plain word lookup in the GGUF vocabulary (first word bare, later words
-with the GPT-2 space marker 'Ġ'), so no tokenizer is involved. For "The capital of France is" the
-ids must equal the ones published in MODELS.md, and the greedy continuation must start with the
-published ids (checked here).
+with the space marker: GPT-2's 'Ġ', SentencePiece's '▁' for gemma3), so no tokenizer is
+involved. For "The capital of France is" the ids must equal the ones published in MODELS.md, and
+the greedy continuation must start with the published ids (checked here, where published).
 
 For every prompt it records the greedy ids, the top-2 logit margin at each step (= the top-2
 log-probability margin), the first step whose margin is below 0.1 (past it a quantizing engine
 may legitimately diverge), and for the first step the top-200 logits.
 
 usage: scripts/reference_forward.py [--model NAME_OR_PATH]... [--out-dir testdata/reference] [--gen 16]
-       NAME is smollm2-135m, qwen2.5-coder-0.5b or qwen2.5-coder-1.5b; a name is looked up in
+       NAME is smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or gemma3-270m; a name is looked up in
        $RESIN_CACHE/models, ~/.cache/resin/models and ~/.cache/resin-dev/models.
 Needs: numpy, gguf. Memory: about 4 bytes per parameter (1.5B: ~7 GB).
 """
@@ -36,6 +43,8 @@ MODELS = {  # name -> (file name, sha256, published next ids for the France prom
     'qwen2.5-coder-1.5b': ('Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf',
                            'cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046',
                            [785, 6722, 315, 9625, 374], [12095, 13, 12095, 374, 279, 7772, 3283, 304, 9625, 323]),
+    'gemma3-270m': ('gemma-3-270m-q4_k_m.gguf',
+                    'a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818', None, None),
 }
 FRANCE = 'The capital of France is'
 PROMPTS = [FRANCE, 'The largest planet in the solar system is', 'Once upon a time there was a',
@@ -81,13 +90,25 @@ class Model:
                 return [f.parts[i][0] for i in f.data]
             return f.parts[f.data[0]][0]
         self.arch = a = fv('general.architecture')
-        if a not in ('llama', 'qwen2'):
+        if a not in ('llama', 'qwen2', 'gemma3'):
             sys.exit(f'arch {a} not supported')
+        self.gemma = a == 'gemma3'
         self.L = int(fv(f'{a}.block_count')); self.D = int(fv(f'{a}.embedding_length'))
         self.H = int(fv(f'{a}.attention.head_count')); self.HKV = int(fv(f'{a}.attention.head_count_kv'))
         self.eps = np.float32(fv(f'{a}.attention.layer_norm_rms_epsilon'))
         self.base = float(fv(f'{a}.rope.freq_base'))
-        self.hd = self.D // self.H
+        opt = lambda k, d: fv(k) if k in r.fields else d
+        self.hd = int(opt(f'{a}.attention.key_length', self.D // self.H))
+        self.scale = np.float32(1 / np.sqrt(self.hd))
+        # gemma3: a sliding window on every layer but each 6th (Gemma 3's layer pattern), those
+        # layers roping with their own base; the rest see every key.
+        self.window = int(opt(f'{a}.attention.sliding_window', 0)) if self.gemma else 0
+        self.local = [self.window > 0 and l % 6 < 5 for l in range(self.L)]
+        self.base_local = float(opt(f'{a}.rope.freq_base_swa', 10000.0))
+        self.softcap = float(opt(f'{a}.final_logit_softcapping', 0.0))
+        if self.gemma and f'{a}.attention.sliding_window_pattern' in r.fields:
+            sys.exit('this reference knows only the default sliding-window pattern')
+        self.bos = int(fv('tokenizer.ggml.bos_token_id')) if self.gemma else None
         self.tokens = fv('tokenizer.ggml.tokens')
         self.tok2id = {t: i for i, t in enumerate(self.tokens)}
         T = {t.name: t for t in r.tensors}
@@ -103,21 +124,25 @@ class Model:
         self.layers = []
         for l in range(self.L):
             p = f'blk.{l}.'
-            d = {k: W(p + k + '.weight') for k in ['attn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output',
-                                                   'ffn_norm', 'ffn_gate', 'ffn_up', 'ffn_down']}
+            names = ['attn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output', 'ffn_norm', 'ffn_gate', 'ffn_up', 'ffn_down']
+            if self.gemma:
+                names += ['attn_q_norm', 'attn_k_norm', 'post_attention_norm', 'post_ffw_norm']
+            d = {k: W(p + k + '.weight') for k in names}
             for b in ['attn_q', 'attn_k', 'attn_v']:
                 d[b + '_b'] = W(p + b + '.bias') if p + b + '.bias' in T else np.float32(0)
             self.layers.append(d)
         self.onorm = W('output_norm.weight')
         print(f'  {a}: L={self.L} D={self.D} H={self.H}/{self.HKV} hd={self.hd}, dequantized in {time.time() - t0:.1f}s',
               file=sys.stderr)
-        self.neox = a == 'qwen2'
+        self.neox = a in ('qwen2', 'gemma3')
         self.inv = self.base ** (-np.arange(0, self.hd, 2, dtype=np.float64) / self.hd)
+        self.inv_local = self.base_local ** (-np.arange(0, self.hd, 2, dtype=np.float64) / self.hd)
+        self.space = '\u2581' if self.gemma else '\u0120'
 
     def words_to_ids(self, words):
-        ids = []
+        ids = [] if self.bos is None else [self.bos]
         for i, w in enumerate(words.split(' ')):
-            key = w if i == 0 else '\u0120' + w
+            key = w if i == 0 else self.space + w
             if key not in self.tok2id:
                 raise SystemExit(f'token {key!r} not in vocab')
             ids.append(self.tok2id[key])
@@ -126,8 +151,8 @@ class Model:
     def rms(self, x, w):  # x: [T, D]
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, pos):  # x: [T, nh, hd], pos: [T]
-        ang = pos[:, None].astype(np.float64) * self.inv[None, :]  # [T, hd/2]
+    def rope(self, x, pos, inv):  # x: [T, nh, hd], pos: [T]
+        ang = pos[:, None].astype(np.float64) * inv[None, :]  # [T, hd/2]
         c = np.cos(ang).astype(np.float32)[:, None, :]; s = np.sin(ang).astype(np.float32)[:, None, :]
         hd = self.hd
         if self.neox:
@@ -142,27 +167,48 @@ class Model:
         n = len(ids); p0 = cache['n']; pos = np.arange(p0, p0 + n)
         H, HKV, hd = self.H, self.HKV, self.hd; g = H // HKV
         x = self.emb[np.array(ids)]  # [n, D]
+        if self.gemma:
+            x = x * np.float32(np.sqrt(self.D))
         for l, d in enumerate(self.layers):
             h = self.rms(x, d['attn_norm'])
             q = h @ d['attn_q'].T + d['attn_q_b']; k = h @ d['attn_k'].T + d['attn_k_b']; v = h @ d['attn_v'].T + d['attn_v_b']
-            q = self.rope(q.reshape(n, H, hd), pos); k = self.rope(k.reshape(n, HKV, hd), pos)
+            q = q.reshape(n, H, hd); k = k.reshape(n, HKV, hd)
+            if self.gemma:
+                q = self.rms(q, d['attn_q_norm']); k = self.rms(k, d['attn_k_norm'])
+            inv = self.inv_local if self.local[l] else self.inv
+            q = self.rope(q, pos, inv); k = self.rope(k, pos, inv)
             K = cache['k'][l] = np.concatenate([cache['k'][l], k]) if p0 else k  # [t, HKV, hd]
             V = cache['v'][l] = np.concatenate([cache['v'][l], v.reshape(n, HKV, hd)]) if p0 else v.reshape(n, HKV, hd)
             t = p0 + n
             # scores [H, n, t]; head hh uses kv head hh // g
             Kh = np.repeat(K.transpose(1, 0, 2), g, axis=0)  # [H, t, hd]
             Vh = np.repeat(V.transpose(1, 0, 2), g, axis=0)
-            s = np.matmul(q.transpose(1, 0, 2), Kh.transpose(0, 2, 1)) / np.float32(np.sqrt(hd))
+            s = np.matmul(q.transpose(1, 0, 2), Kh.transpose(0, 2, 1)) * self.scale
             mask = np.arange(t)[None, :] > pos[:, None]  # [n, t], key position after query position
+            if self.local[l]:  # and keys at or past `window` positions back
+                mask |= pos[:, None] - np.arange(t)[None, :] >= self.window
             s = np.where(mask[None], np.float32(-np.inf), s)
             s = np.exp(s - s.max(axis=-1, keepdims=True)); s /= s.sum(axis=-1, keepdims=True)
             o = np.matmul(s, Vh).transpose(1, 0, 2).reshape(n, H * hd)  # [n, D]
-            x = x + o @ d['attn_output'].T
+            o = o @ d['attn_output'].T
+            if self.gemma:
+                o = self.rms(o, d['post_attention_norm'])
+            x = x + o
             h = self.rms(x, d['ffn_norm'])
             gt = h @ d['ffn_gate'].T; u = h @ d['ffn_up'].T
-            x = x + (gt / (1 + np.exp(-gt)) * u) @ d['ffn_down'].T
+            if self.gemma:  # GELU, tanh approximation
+                act = np.float32(0.5) * gt * (1 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (gt + np.float32(0.044715) * gt ** 3)))
+            else:
+                act = gt / (1 + np.exp(-gt))
+            f = (act * u) @ d['ffn_down'].T
+            if self.gemma:
+                f = self.rms(f, d['post_ffw_norm'])
+            x = x + f
         cache['n'] = p0 + n
-        return self.out @ self.rms(x[-1:], self.onorm)[0]
+        logits = self.out @ self.rms(x[-1:], self.onorm)[0]
+        if self.softcap > 0:
+            logits = np.float32(self.softcap) * np.tanh(logits / np.float32(self.softcap))
+        return logits
 
 
 def run_case(m, prompt, ngen, ntop):
@@ -179,7 +225,7 @@ def run_case(m, prompt, ngen, ntop):
         if i + 1 < ngen:
             logits = m.forward([cur], cache)
     tie = next((i for i, mg in enumerate(margins) if mg < NEAR_TIE), None)
-    text = ''.join(m.tokens[j] for j in out).replace('\u0120', ' ').replace('\u010a', '\n')
+    text = ''.join(m.tokens[j] for j in out).replace(m.space, ' ').replace('\u010a', '\n')
     return {'prompt': prompt, 'prompt_ids': ids, 'greedy_ids': out, 'text': text, 'margins': margins,
             'first_near_tie': tie, 'top_logits': top}
 
@@ -209,7 +255,7 @@ def main():
             cases.append(c)
             print(f'  {p!r} -> {c["greedy_ids"]} {c["text"]!r} first near-tie: {c["first_near_tie"]} '
                   f'(min margin {min(c["margins"]):.3f}) [{time.time() - t0:.1f}s]', file=sys.stderr)
-            if name in MODELS and p == FRANCE:
+            if name in MODELS and p == FRANCE and MODELS[name][2] is not None:
                 _, _, want_prompt, want_next = MODELS[name]
                 ok_p = c['prompt_ids'] == want_prompt
                 n = len(want_next) if c['first_near_tie'] is None else min(len(want_next), c['first_near_tie'] + 1)
@@ -222,7 +268,7 @@ def main():
         doc = {
             'model': name, 'file': os.path.basename(path), 'sha256': digest, 'arch': m.arch,
             'generator': 'scripts/reference_forward.py (numpy float32 over gguf-dequantized weights)',
-            'bos': False, 'greedy_steps': a.gen, 'near_tie': NEAR_TIE,
+            'bos': m.bos is not None, 'greedy_steps': a.gen, 'near_tie': NEAR_TIE,
             'notes': 'margins[i] = top1 - top2 logit at step i; first_near_tie = first step with margin < near_tie; '
                      'top_logits = top-%d logits after the prompt (step 0)' % a.top,
             'cases': cases,

@@ -33,6 +33,9 @@ pub struct Layer {
     pub k_norm: Vec<f32>,
     pub attn_out: MatRef,
     pub ffn_norm: Vec<f32>,
+    /// Norms of the attention output and of the FFN output (gemma3), empty when absent.
+    pub attn_post_norm: Vec<f32>,
+    pub ffn_post_norm: Vec<f32>,
     pub gate: MatRef,
     pub up: MatRef,
     pub down: MatRef,
@@ -67,6 +70,8 @@ impl Weights {
                     k_norm: opt(&n.k_norm, cfg.qk_norm)?,
                     attn_out: matrix(f, &n.attn_out)?,
                     ffn_norm: vector(f, &n.ffn_norm)?,
+                    attn_post_norm: opt(&n.attn_post_norm, cfg.post_norms)?,
+                    ffn_post_norm: opt(&n.ffn_post_norm, cfg.post_norms)?,
                     gate: matrix(f, &n.gate)?,
                     up: matrix(f, &n.up)?,
                     down: matrix(f, &n.down)?,

