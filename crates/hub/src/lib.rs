@@ -106,6 +106,34 @@ impl Hub {
         fetch::ensure_in(&self.models_dir(), entry, progress, &self.settings)
     }
 
+    /// Path of a registry model cut to its first `blocks` transformer blocks
+    /// ([`resin_gguf::write_first_blocks`]), made from the fetched model on first use and cached
+    /// beside it as `<file stem>.first<blocks>.gguf`. For tests whose subject is the engine
+    /// rather than the model: real weights and vocabulary at a fraction of the compute. Safe to
+    /// call concurrently: each writer renames its own temporary file into place.
+    pub fn ensure_first_blocks(&self, name: &str, blocks: usize, progress: bool) -> Result<PathBuf, HubError> {
+        let src = self.ensure(name, progress)?;
+        let stem = src.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let out = src.with_file_name(format!("{stem}.first{blocks}.gguf"));
+        if out.is_file() {
+            return Ok(out);
+        }
+        let gguf = |e: resin_gguf::GgufError| HubError::Gguf { path: src.clone(), message: e.to_string() };
+        let file = resin_gguf::GgufFile::open(&src).map_err(gguf)?;
+        let tmp = src.with_file_name(format!(".{stem}.first{blocks}.part-{}", fetch::unique()));
+        let written = (|| {
+            let f = std::fs::File::create(&tmp).map_err(HubError::io(format!("creating {}", tmp.display())))?;
+            let mut w = std::io::BufWriter::new(f);
+            resin_gguf::write_first_blocks(&file, blocks, &mut w).map_err(gguf)?;
+            std::io::Write::flush(&mut w).map_err(HubError::io(format!("writing {}", tmp.display())))?;
+            std::fs::rename(&tmp, &out).map_err(HubError::io(format!("renaming {} to {}", tmp.display(), out.display())))
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written.map(|()| out)
+    }
+
     /// Resolves a `--model` argument: `None` is [`DEFAULT_MODEL`]; an existing file is used as
     /// is; otherwise a registry name (fetched on first use); anything else is an error that
     /// lists the known names.
@@ -171,6 +199,11 @@ pub fn cached(name: &str) -> Option<PathBuf> {
 /// found, pip's output shown only with `progress`).
 pub fn ensure(name: &str, progress: bool) -> Result<PathBuf, HubError> {
     Hub::default().ensure(name, progress)
+}
+
+/// [`Hub::ensure_first_blocks`] with the default settings.
+pub fn ensure_first_blocks(name: &str, blocks: usize, progress: bool) -> Result<PathBuf, HubError> {
+    Hub::default().ensure_first_blocks(name, blocks, progress)
 }
 
 /// [`Hub::resolve`] with the default settings.
