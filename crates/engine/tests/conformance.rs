@@ -1,6 +1,8 @@
 //! One conformance suite for every home: the scheduler's scenarios, written once, run on the
 //! CPU home (`cpu::`) and on the Vulkan home (`vulkan::`, on lavapipe in CI; skipped without
-//! a device unless RESIN_REQUIRE_VULKAN=1), with the real SmolLM2-135M.
+//! a device unless RESIN_REQUIRE_VULKAN=1), with the real SmolLM2-135M cut to its first four
+//! blocks: the scenarios test the engine and the homes' machinery, not the model's depth, and
+//! the cut runs them at a fraction of lavapipe's time.
 //!
 //! - parity at N-row widths and above 8 rows: streams at once get the tokens each gets alone;
 //! - segments: prompts arriving together share prefill windows, and get the same tokens with

@@ -23,10 +23,12 @@ pub enum Kind {
 
 /// Positions per region of the suite's homes.
 pub const N_CTX: usize = 256;
+/// Blocks of SmolLM2-135M the suite runs on.
+const BLOCKS: usize = 4;
 /// Tokens each stream generates (greedy, no stop ids: every run has this length).
 pub const TOKENS: usize = 8;
 
-/// One scenario's homes: its kind, the model (SmolLM2-135M) and, for the Vulkan home, the
+/// One scenario's homes: its kind, the model (SmolLM2-135M's first BLOCKS blocks) and, for the Vulkan home, the
 /// scenario's device. The homes a scenario builds on the device take turns: one is dropped
 /// before the next is built (two homes' threads would submit to the same queue), which
 /// `home` checks.
@@ -58,7 +60,7 @@ impl Suite {
                 }
             },
         };
-        let path = resin_hub::ensure("smollm2-135m", false).expect("fetching SmolLM2-135M");
+        let path = resin_hub::ensure_first_blocks("smollm2-135m", BLOCKS, false).expect("fetching and cutting SmolLM2-135M");
         let file = Arc::new(GgufFile::open(path).unwrap());
         let cfg = ModelConfig::from_gguf(&file).unwrap();
         let tok = Arc::new(Tokenizer::from_gguf(&file).unwrap());
