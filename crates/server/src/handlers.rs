@@ -316,6 +316,12 @@ pub async fn model(State(state): State<AppState>, Path(id): Path<String>) -> Res
 pub async fn health(State(state): State<AppState>) -> Response {
     use std::sync::atomic::Ordering;
     let s = state.engine.stats();
+    if let Some(why) = state.engine.home_down() {
+        let mut body = ApiError::device_lost(why).body();
+        body["status"] = json!("down");
+        body["reason"] = json!(why);
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     if state.life.phase() != crate::http::Phase::Running {
         let mut body = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "The server is shutting down.").code("server_shutdown").body();
         body["status"] = json!("shutting_down");
