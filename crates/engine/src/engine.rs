@@ -471,6 +471,10 @@ impl Scheduler {
         let (live, queued) = (self.streams.len(), self.queue.len());
         tracing::error!(reason = %why, streams_ended = live, queued_ended = queued, "the home's device failed: every request now gets 503 until the server restarts");
         let msg = self.down_message();
+        // The counts drop before any stream hears, so a client that saw its error never reads
+        // a stale count.
+        self.stats.queued.fetch_sub(queued, Ordering::Relaxed);
+        self.stats.active.store(0, Ordering::Relaxed);
         for s in self.streams.drain(..) {
             let _ = s.tx.send(GenEvent::Error(msg.clone()));
             self.regions.free(s.region);
@@ -478,8 +482,6 @@ impl Scheduler {
         for (_, tx, _) in self.queue.drain(..) {
             let _ = tx.send(GenEvent::Error(msg.clone()));
         }
-        self.stats.queued.fetch_sub(queued, Ordering::Relaxed);
-        self.stats.active.store(0, Ordering::Relaxed);
     }
 
     /// Drop streams whose receiver is gone (the client left): free their regions at once.

@@ -243,6 +243,7 @@ async fn fault_ends_requests_with_503(fault: Fault) {
     let m = raw_within(a, get("/metrics"), Duration::from_secs(5)).await;
     assert!(m.body.contains("resin_home_up 0"), "{}", m.body);
     assert_eq!(active(&s), 0);
+    assert_eq!(s.state.engine.stats().queued.load(std::sync::atomic::Ordering::Relaxed), 0, "{v}");
 
     // It shuts down, and the engine lets its failed home go, without waiting on the device.
     s.stop.take().unwrap().send(()).unwrap();
