@@ -537,7 +537,10 @@ impl AnthSse {
                     self.delta(BlockKind::Text, shown.content);
                 }
                 Some(GenEvent::Done(f)) => self.end(f),
-                Some(GenEvent::Error(e)) => self.fail(&ApiError::internal(format!("Generation failed: {e}"))),
+                Some(GenEvent::Error(e)) => {
+                    let err = self.gen.failure(&e);
+                    self.fail(&err)
+                }
                 None => self.fail(&ApiError::internal("The engine stopped during this generation.")),
             }
         }

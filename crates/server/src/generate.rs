@@ -174,6 +174,15 @@ impl TokenClock {
 }
 
 impl Gen {
+    /// What a generation that failed with `e` answers: 503 `device_lost` when the home's
+    /// device failed (the engine says so before it ends the streams), else a 500.
+    pub(crate) fn failure(&self, e: &str) -> ApiError {
+        match self.state.engine.home_down() {
+            Some(why) => ApiError::device_lost(why),
+            None => ApiError::internal(format!("Generation failed: {e}")),
+        }
+    }
+
     /// Wait for the whole generation: its text, its tokens' log-probabilities (when asked
     /// for) and how it ended; an error response where it failed or the server closed.
     pub(crate) async fn run_to_end(&mut self) -> Result<(String, Vec<TokenLogprob>, Finish), ApiError> {
@@ -192,7 +201,7 @@ impl Gen {
                     lps.extend(logprobs);
                 }
                 Some(GenEvent::Done(f)) => break f,
-                Some(GenEvent::Error(e)) => return Err(ApiError::internal(format!("Generation failed: {e}"))),
+                Some(GenEvent::Error(e)) => return Err(self.failure(&e)),
                 None => return Err(ApiError::internal("The engine stopped during this generation.")),
             }
         };
@@ -452,10 +461,10 @@ impl SseState {
                 }
                 Some(GenEvent::Done(f)) => self.end(f),
                 Some(GenEvent::Error(e)) => {
-                    let err = ApiError::internal(format!("Generation failed: {e}"));
+                    let err = self.gen.failure(&e);
                     self.pending.push_back(sse(&err.body()));
                     self.pending.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
-                    self.finished = Some("error");
+                    self.finished = Some(if err.code == Some("device_lost") { "device_lost" } else { "error" });
                     self.done = true;
                 }
                 None => {

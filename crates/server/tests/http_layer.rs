@@ -360,6 +360,46 @@ async fn past_the_connection_cap_new_connections_get_503() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_never_take_the_connections_health_needs() {
+    let _timed = TIMED.lock().await;
+    // Four connections: generations may hold three (the home has four sessions).
+    let s = start(1024, ServerConfig { max_connections: 4, ..cfg() });
+    let a = s.addr;
+    let long = json!({"messages": [{"role": "user", "content": "Count."}], "temperature": 0, "max_tokens": 900, "ignore_eos": true, "stream": true}).to_string();
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let mut c = TcpStream::connect(a).await.unwrap();
+        c.write_all(&post("/v1/chat/completions", Some("application/json"), "", &long)).await.unwrap();
+        let mut first = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(60), c.read(&mut first)).await.expect("the stream starts").unwrap();
+        assert!(parse(&first[..n]).status == 200, "{:?}", String::from_utf8_lossy(&first[..n]));
+        streams.push(c);
+    }
+    assert_eq!(s.state.life.in_flight(), 3);
+    // A fourth generation is refused at once (a session is free, but its connection would be
+    // the last one) ...
+    let t0 = Instant::now();
+    let r = raw(a, &post("/v1/chat/completions", Some("application/json"), "", &long)).await;
+    assert_eq!(r.assert_error(503)["error"]["code"], "queue_full");
+    assert!(r.header("retry-after").is_some(), "{r:?}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    // ... so /health and /metrics still find a connection while the streams run.
+    let h = raw(a, &get("/health", "")).await;
+    assert_eq!(h.status, 200, "{h:?}");
+    assert_eq!(raw(a, &get("/metrics", "")).await.status, 200);
+    assert_eq!(s.state.life.in_flight(), 3, "the streams still run");
+    // A stream that ends gives its share back.
+    drop(streams.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.state.life.in_flight() > 2 {
+        assert!(Instant::now() < deadline, "the closed stream still counts");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = raw(a, &post("/v1/chat/completions", Some("application/json"), "", &chat(2, false))).await;
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
 /// Events of an SSE body (the `data:` payloads).
 fn events(body: &str) -> Vec<String> {
     body.split("\n\n").filter_map(|e| e.trim().strip_prefix("data: ").map(str::to_string)).collect()

@@ -58,6 +58,10 @@ pub struct ModelArgs {
     /// microseconds late; 0 sleeps at once and spares a CPU core).
     #[arg(long, env = "RESIN_VK_SPIN_US", default_value_t = 5000)]
     pub vk_spin_us: u64,
+    /// Seconds one wait for the GPU may take before the device is taken as hung: the Vulkan
+    /// home is then down, its requests get 503 and `/health` says why (0: no limit).
+    #[arg(long, env = "RESIN_VK_FENCE_TIMEOUT", default_value_t = resin_vulkan::FENCE_TIMEOUT_DEFAULT.as_secs_f64())]
+    pub vk_fence_timeout: f64,
     /// Log each GPU pipeline's compiler statistics (registers, shared memory, spills).
     #[arg(long, env = "RESIN_VK_PIPELINE_STATS")]
     pub vk_pipeline_stats: bool,
@@ -127,8 +131,15 @@ impl ModelArgs {
     /// The Vulkan home. `auto` takes only a hardware device: a software one (lavapipe) is slower
     /// than the CPU home, so it is used when asked for by name (`--gpu vulkan`).
     fn vulkan(&self, file: &Arc<GgufFile>, cfg: &ModelConfig, regions: usize, counters: Arc<Counters>) -> Result<Box<dyn Home>> {
-        let gpu_opts =
-            GpuOptions { device: self.vk_device, queues: self.vk_queues, pipeline_stats: self.vk_pipeline_stats, spin: std::time::Duration::from_micros(self.vk_spin_us) };
+        let fence_timeout = std::time::Duration::try_from_secs_f64(self.vk_fence_timeout).map_err(|e| anyhow::anyhow!("--vk-fence-timeout {}: {e}", self.vk_fence_timeout))?;
+        let gpu_opts = GpuOptions {
+            device: self.vk_device,
+            queues: self.vk_queues,
+            pipeline_stats: self.vk_pipeline_stats,
+            spin: std::time::Duration::from_micros(self.vk_spin_us),
+            fence_timeout,
+            ..GpuOptions::default()
+        };
         let gpu = resin_vulkan::Gpu::start_with(&gpu_opts)?;
         if self.gpu == Gpu::Auto && gpu.info.kind == "cpu" {
             bail!("the only Vulkan device, {}, is a software rasterizer (use --gpu vulkan to take it anyway)", gpu.info.name);
