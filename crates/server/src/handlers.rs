@@ -364,8 +364,10 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 pub async fn not_found() -> Response {
-    ApiError::not_found("No such endpoint. This server has /v1/chat/completions, /v1/completions, /v1/models, /v1/messages, /v1/messages/count_tokens, /health and /metrics.")
-        .into_response()
+    ApiError::not_found(
+        "No such endpoint. This server has /v1/chat/completions, /v1/completions, /v1/models, /v1/messages, /v1/messages/count_tokens, /v1/responses, /health and /metrics.",
+    )
+    .into_response()
 }
 
 #[cfg(test)]

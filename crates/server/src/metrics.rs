@@ -74,8 +74,9 @@ impl Default for Metrics {
 /// Paths counted by name; anything else counts as "other" (keeps label sets bounded).
 fn path_label(path: &str) -> &str {
     match path {
-        "/v1/chat/completions" | "/v1/completions" | "/v1/models" | "/health" | "/metrics" => path,
+        "/v1/chat/completions" | "/v1/completions" | "/v1/models" | "/v1/responses" | "/health" | "/metrics" => path,
         p if p.starts_with("/v1/models/") => "/v1/models/{id}",
+        p if p.starts_with("/v1/responses/") => "/v1/responses/{id}",
         _ => "other",
     }
 }
