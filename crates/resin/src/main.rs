@@ -50,7 +50,7 @@ enum Command {
         /// llama3.2-1b, llama3.2-3b, qwen3-30b-a3b, qwen3moe-tiny or mixtral-tiny.
         #[arg(long)]
         shape: String,
-        /// q8_0 or q4_k_m.
+        /// f32, q8_0 or q4_k_m.
         #[arg(long = "type")]
         ty: String,
         /// A GGUF whose tokenizer (vocabulary) the model takes; the tiny shapes take a built-in

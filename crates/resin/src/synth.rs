@@ -9,7 +9,7 @@
 //! through [`GgufWriter`] a batch of chunks at a time: memory stays at a few tens of MiB
 //! whatever the model size. The file is written to `<out>.tmp` and renamed when complete.
 //!
-//! Formats: `Q8_0` (every matrix Q8_0) and `Q4_K_M` (llama.cpp's mix from
+//! Formats: `F32` (every matrix F32, for the tests), `Q8_0` (every matrix Q8_0) and `Q4_K_M` (llama.cpp's mix from
 //! `llama_tensor_get_type`: Q4_K by default, the output (or the tied embedding) Q6_K, `attn_v`
 //! and `ffn_down` / `ffn_down_exps` Q6_K on the layers where `use_more_bits` holds; with exactly
 //! 8 experts, as Mixtral, `attn_k` / `attn_v` Q8_0 and `attn_output` Q5_K). The router
@@ -159,15 +159,19 @@ impl std::fmt::Display for SynthShape {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
 pub enum SynthType {
+    /// Every matrix F32: the tests' exact oracle comparisons (a home keeps f32 activations for
+    /// float weights).
+    F32,
     Q8_0,
     Q4_K_M,
 }
 
 impl SynthType {
-    pub const NAMES: [&'static str; 2] = ["q8_0", "q4_k_m"];
+    pub const NAMES: [&'static str; 3] = ["f32", "q8_0", "q4_k_m"];
 
     pub fn parse(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(SynthType::F32),
             "q8_0" => Ok(SynthType::Q8_0),
             "q4_k_m" => Ok(SynthType::Q4_K_M),
             _ => bail!("unknown synthetic weight format {s:?} (known: {})", Self::NAMES.join(", ")),
@@ -176,14 +180,16 @@ impl SynthType {
 
     pub fn name(self) -> &'static str {
         match self {
+            SynthType::F32 => "f32",
             SynthType::Q8_0 => "q8_0",
             SynthType::Q4_K_M => "q4_k_m",
         }
     }
 
-    /// `general.file_type` (llama_ftype): 7 = MOSTLY_Q8_0, 15 = MOSTLY_Q4_K_M.
+    /// `general.file_type` (llama_ftype): 0 = ALL_F32, 7 = MOSTLY_Q8_0, 15 = MOSTLY_Q4_K_M.
     pub fn file_type(self) -> u32 {
         match self {
+            SynthType::F32 => 0,
             SynthType::Q8_0 => 7,
             SynthType::Q4_K_M => 15,
         }
@@ -267,6 +273,7 @@ pub struct SynthSpec {
 impl SynthSpec {
     fn check(&self, ty: SynthType) -> Result<()> {
         let block = match ty {
+            SynthType::F32 => 1,
             SynthType::Q8_0 => 32,
             SynthType::Q4_K_M => 256,
         };
@@ -323,6 +330,7 @@ pub fn tensor_plan(spec: &SynthSpec, ty: SynthType, n_vocab: usize) -> Vec<Plann
     let n = spec.layers;
     use GgmlType::*;
     let (base, big) = match ty {
+        SynthType::F32 => (F32, F32),
         SynthType::Q8_0 => (Q8_0, Q8_0),
         SynthType::Q4_K_M => (Q4_K, Q6_K),
     };

@@ -55,6 +55,7 @@ fn tiny_spec(vocab: &Path, layers: usize) -> SynthSpec {
 fn expected(spec: &SynthSpec, ty: SynthType, n_vocab: u64) -> Vec<(String, Vec<u64>, GgmlType)> {
     let (h, q, kv, f) = (spec.hidden as u64, (spec.heads * spec.head_dim) as u64, (spec.kv_heads * spec.head_dim) as u64, spec.ffn as u64);
     let (base, six) = match ty {
+        SynthType::F32 => (GgmlType::F32, GgmlType::F32),
         SynthType::Q8_0 => (GgmlType::Q8_0, GgmlType::Q8_0),
         SynthType::Q4_K_M => (GgmlType::Q4_K, GgmlType::Q6_K),
     };
@@ -92,6 +93,7 @@ fn check_file(path: &Path, spec: &SynthSpec, ty: SynthType, n_vocab: u64) -> Ggu
     assert_eq!(
         u("general.file_type"),
         match ty {
+            SynthType::F32 => 0,
             SynthType::Q8_0 => 7,
             SynthType::Q4_K_M => 15,
         }

@@ -1,0 +1,227 @@
+//! Mixture-of-experts models on the CPU home, on `resin synth`'s tiny MoE shapes (qwen3moe and
+//! a Mixtral-style llama, 8 experts, 2 chosen a row):
+//!
+//! - against the independent numpy float32 reference (scripts/reference_forward.py, fixtures
+//!   testdata/reference/{qwen3moe,mixtral}-tiny-f32.json): greedy ids and the first step's
+//!   top-200 logits, with a control (the same file read as choosing 3 experts a row) that must
+//!   fail the bar;
+//! - rows stepped together equal each row alone, bit for bit (Q8_0, the quantized path);
+//! - a row reads only its chosen experts: with one expert's weights made NaN, every row that did
+//!   not choose it keeps its bits, in the very pass where other rows did choose it.
+//!
+//! The reference files are F32 so that the home keeps f32 activations (it quantizes them to 8
+//! bits only for quantized weights): the comparison is then exact up to summation order and
+//! a router choice cannot flip on rounding (the fixtures record the smallest router margin).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use resin::synth::{synth, SynthShape, SynthType, SynthVocab};
+use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
+use resin_cpu::{CpuHome, CpuOptions};
+use resin_gguf::{GgmlType, GgufFile};
+use resin_model::{ModelConfig, Moe};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The seed the fixtures were written from.
+const SEED: u64 = 1;
+/// Relative L2 error allowed on the first step's top-200 logits: f32 throughout on both sides
+/// (weights, activations, the K/V mirror), so what is left is summation order and the
+/// fixture's rounding of logits to 4 decimals.
+const LOGIT_BAR: f64 = 1e-4;
+/// Greedy ids are compared up to the first step whose reference top-2 margin is below this
+/// (f32 on both sides: only a true tie can part them).
+const NEAR_TIE: f64 = 1e-3;
+/// At least this many greedy tokens must be compared over the prompts.
+const MIN_TOKENS: usize = 40;
+
+fn tmp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("resin-moe-test-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn synth_file(dir: &Path, shape: SynthShape, ty: SynthType) -> PathBuf {
+    let out = dir.join(format!("{shape}-{ty}.gguf"));
+    if !out.exists() {
+        synth(shape, ty, SynthVocab::ByteLevel, &out, SEED, false).unwrap();
+    }
+    out
+}
+
+fn home(file: Arc<GgufFile>, cfg: ModelConfig, regions: usize) -> CpuHome {
+    home_with(file, cfg, regions, KvCodec::F16)
+}
+
+fn home_with(file: Arc<GgufFile>, cfg: ModelConfig, regions: usize, codec: KvCodec) -> CpuHome {
+    let opts = CpuOptions { n_ctx: Some(256), regions, codec, threads: Some(2) };
+    CpuHome::new(file, cfg, &opts, Arc::new(Counters::default())).unwrap()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn top_logits_error(logits: &[f32], case: &Value) -> f64 {
+    let top = &case["top_logits"];
+    let (num, den) = ids(&top["ids"]).iter().zip(top["values"].as_array().unwrap()).fold((0.0, 0.0), |(n, d), (&i, v)| {
+        let want = v.as_f64().unwrap();
+        (n + (logits[i as usize] as f64 - want).powi(2), d + want * want)
+    });
+    (num / den).sqrt()
+}
+
+fn greedy(home: &mut CpuHome, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f32>) {
+    let r = RegionId(0);
+    let first = home.prefill(&[Segment { region: r, start: 0, tokens: prompt }]).unwrap().data;
+    let mut out = vec![argmax(&first)];
+    for i in 1..steps {
+        let l = home.step_logits(&[Row { region: r, token: out[i - 1], pos: (prompt.len() + i - 1) as u32 }]).unwrap();
+        out.push(argmax(l.row(0)));
+    }
+    (out, first)
+}
+
+fn check_reference(shape: SynthShape) {
+    let name = format!("{shape}-f32");
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference").join(format!("{name}.json"));
+    let reference: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let dir = tmp_dir(&name);
+    let path = synth_file(&dir, shape, SynthType::F32);
+    let digest: String = Sha256::digest(std::fs::read(&path).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        digest,
+        reference["sha256"].as_str().unwrap(),
+        "{name}: `resin synth --shape {shape} --type f32 --seed {SEED}` no longer writes the file the fixture was made from; \
+         regenerate it as testdata/reference/README.md says"
+    );
+    let file = Arc::new(GgufFile::open(&path).unwrap());
+    let cfg = ModelConfig::from_gguf(&file).unwrap();
+    assert_eq!(cfg.moe, Some(Moe { n_expert: 8, n_expert_used: 2 }));
+    // An f32 K/V mirror: an f16 one would round keys and values past the bar.
+    let mut h = home_with(file.clone(), cfg.clone(), 1, KvCodec::F32);
+    let steps = reference["greedy_steps"].as_u64().unwrap() as usize;
+    let (mut compared, mut worst) = (0, 0f64);
+    let mut first = None;
+    for case in reference["cases"].as_array().unwrap() {
+        let prompt = ids(&case["prompt_ids"]);
+        let want = ids(&case["greedy_ids"]);
+        let margins: Vec<f64> = case["margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
+        let upto = margins.iter().position(|&m| m < NEAR_TIE).unwrap_or(steps).min(steps);
+        let (got, logits) = greedy(&mut h, &prompt, upto.max(1));
+        assert_eq!(got[..upto], want[..upto], "{name}: greedy ids after {prompt:?} before the first near-tie (step {upto})");
+        compared += upto;
+        let err = top_logits_error(&logits, case);
+        worst = worst.max(err);
+        eprintln!("{name}: {prompt:?}: {upto} tokens equal, top-200 logits relative L2 {err:.2e}, min router margin {}", case["min_router_margin"]);
+        assert!(err < LOGIT_BAR, "{name}: {prompt:?}: top-200 logits relative L2 {err:.3e} >= {LOGIT_BAR}");
+        first.get_or_insert((prompt, case.clone()));
+    }
+    assert!(compared >= MIN_TOKENS, "{name}: only {compared} greedy tokens compared");
+
+    // Control: the same weights with 3 experts a row instead of 2 must fail the bar.
+    let (prompt, case) = first.unwrap();
+    let wrong = ModelConfig { moe: Some(Moe { n_expert: 8, n_expert_used: 3 }), ..cfg };
+    let (_, logits) = greedy(&mut home_with(file, wrong, 1, KvCodec::F32), &prompt, 1);
+    let err = top_logits_error(&logits, &case);
+    eprintln!("{name}: control (3 experts a row): relative L2 {err:.2e} (worst real {worst:.2e})");
+    assert!(err >= LOGIT_BAR, "{name}: the control passed the bar ({err:.3e}); the bar cannot fail");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn qwen3moe_tiny_matches_the_numpy_reference() {
+    check_reference(SynthShape::Qwen3MoeTiny);
+}
+
+#[test]
+fn mixtral_tiny_matches_the_numpy_reference() {
+    check_reference(SynthShape::MixtralTiny);
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Deterministic byte tokens.
+fn tokens(n: usize, salt: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| (i * 97 + salt * 31 + 5) % 256).collect()
+}
+
+/// Five rows at different positions stepped together equal each stepped alone; two prompts
+/// prefilled in one window equal each alone. Q8_0: the quantized-activation path.
+#[test]
+fn moe_rows_together_equal_rows_alone() {
+    let dir = tmp_dir("rows");
+    for shape in [SynthShape::Qwen3MoeTiny, SynthShape::MixtralTiny] {
+        let path = synth_file(&dir, shape, SynthType::Q8_0);
+        let file = Arc::new(GgufFile::open(&path).unwrap());
+        let cfg = ModelConfig::from_gguf(&file).unwrap();
+        let prompts: Vec<Vec<u32>> = (0..5).map(|i| tokens(3 + 5 * i, i as u32)).collect();
+        let mut batched = home(file.clone(), cfg.clone(), 5);
+        let mut alone = home(file.clone(), cfg.clone(), 5);
+        let segs: Vec<Segment> = prompts.iter().enumerate().map(|(r, p)| Segment { region: RegionId(r as u32), start: 0, tokens: p }).collect();
+        let together = batched.prefill(&segs).unwrap();
+        for (r, s) in segs.iter().enumerate() {
+            let one = alone.prefill(std::slice::from_ref(s)).unwrap();
+            assert_eq!(bits(together.row(r)), bits(one.row(0)), "{shape}: prompt {r} prefilled with the others differs from alone");
+        }
+        for step in 0..3u32 {
+            let rows: Vec<Row> =
+                prompts.iter().enumerate().map(|(r, p)| Row { region: RegionId(r as u32), token: 40 + step * 11 + r as u32, pos: p.len() as u32 + step }).collect();
+            let together = batched.step_logits(&rows).unwrap();
+            for (i, row) in rows.iter().enumerate() {
+                let single = alone.step_logits(&[*row]).unwrap();
+                assert_eq!(bits(together.row(i)), bits(single.row(0)), "{shape}: row {i} of step {step} differs from the row alone");
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// One expert of layer 0 made NaN (its gate rows): a row that chose it turns NaN, every other
+/// row keeps its bits, in the same pass. A home that ran every expert (and weighted the
+/// unchosen by 0) would turn every row NaN.
+#[test]
+fn a_row_reads_only_its_chosen_experts() {
+    let dir = tmp_dir("unchosen");
+    for shape in [SynthShape::Qwen3MoeTiny, SynthShape::MixtralTiny] {
+        let path = synth_file(&dir, shape, SynthType::F32);
+        let file = Arc::new(GgufFile::open(&path).unwrap());
+        let cfg = ModelConfig::from_gguf(&file).unwrap();
+        let t = file.tensor("blk.0.ffn_gate_exps.weight").unwrap();
+        assert_eq!(t.ty, GgmlType::F32);
+        let (expert, per_expert) = (5usize, (t.dims[0] * t.dims[1]) as usize * 4);
+        let mut bytes = file.bytes().to_vec();
+        let start = (file.data_offset + t.offset) as usize + expert * per_expert;
+        for w in bytes[start..start + per_expert].chunks_exact_mut(4) {
+            w.copy_from_slice(&f32::NAN.to_le_bytes());
+        }
+        let poisoned = Arc::new(GgufFile::from_bytes(bytes).unwrap());
+
+        // Every byte token alone at position 0, all in one pass (one region each).
+        let n = 48;
+        let toks: Vec<[u32; 1]> = (0..n as u32).map(|i| [i * 5 + 1]).collect();
+        let segs: Vec<Segment> = toks.iter().enumerate().map(|(r, t)| Segment { region: RegionId(r as u32), start: 0, tokens: t }).collect();
+        let clean = home(file.clone(), cfg.clone(), n).prefill(&segs).unwrap();
+        let bad = home(poisoned, cfg.clone(), n).prefill(&segs).unwrap();
+        let (mut kept, mut nan) = (0, 0);
+        for (r, tok) in toks.iter().enumerate() {
+            if bad.row(r).iter().all(|v| v.is_nan()) {
+                nan += 1;
+            } else {
+                assert_eq!(bits(bad.row(r)), bits(clean.row(r)), "{shape}: token {} did not choose the NaN expert yet changed", tok[0]);
+                kept += 1;
+            }
+        }
+        eprintln!("{shape}: {kept} rows kept their bits, {nan} chose the poisoned expert");
+        // Top-2 of 8: about a quarter of the rows choose any one expert.
+        assert!(kept > 0 && nan > 0, "{shape}: {kept} rows kept, {nan} turned NaN: the test shows nothing");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
