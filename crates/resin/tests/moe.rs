@@ -5,6 +5,8 @@
 //!   testdata/reference/{qwen3moe,mixtral}-tiny-f32.json): greedy ids and the first step's
 //!   top-200 logits, with a control (the same file read as choosing 3 experts a row) that must
 //!   fail the bar;
+//! - the Q8_0 files' prefill logits against the same reference over their dequantized weights
+//!   (fixtures {qwen3moe,mixtral}-tiny-q8_0.json), with a looser bar and a control;
 //! - rows stepped together equal each row alone, bit for bit (Q8_0, the quantized path);
 //! - a row reads only its chosen experts: with one expert's weights made NaN, every row that did
 //!   not choose it keeps its bits, in the very pass where other rows did choose it.
@@ -224,4 +226,63 @@ fn a_row_reads_only_its_chosen_experts() {
         assert!(kept > 0 && nan > 0, "{shape}: {kept} rows kept, {nan} turned NaN: the test shows nothing");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Relative L2 bar on the Q8_0 files' prefill logits. The home quantizes activations to 8 bits
+/// for quantized weights (as llama.cpp does); the tiny shapes' large weights make attention
+/// peaky and amplify that rounding beyond what the real dense models show (their bar: 3e-2),
+/// so this bar is looser; the control (3 experts a row) lands far past it.
+const Q8_LOGIT_BAR: f64 = 8e-2;
+/// Prompts whose smallest router margin (in the fixture) is below this are skipped: 8-bit
+/// activation rounding can move a router logit that much and pick another expert, a discrete
+/// change no logit bar describes.
+const Q8_ROUTER_MARGIN: f64 = 0.01;
+
+/// The Q8_0 tiny files' prefill logits against the reference over the same (dequantized)
+/// weights: the quantized experts' path, sliced from the stacked tensors by whole blocks.
+/// Fixtures `{shape}-q8_0.json` hold one step, so their router margins are the prompts' own.
+fn check_q8_prefill(shape: SynthShape) {
+    let name = format!("{shape}-q8_0");
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference").join(format!("{name}.json"));
+    let reference: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let dir = tmp_dir(&name);
+    let path = synth_file(&dir, shape, SynthType::Q8_0);
+    let digest: String = Sha256::digest(std::fs::read(&path).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(digest, reference["sha256"].as_str().unwrap(), "{name}: the synthetic file changed; regenerate the fixture (testdata/reference/README.md)");
+    let file = Arc::new(GgufFile::open(&path).unwrap());
+    let cfg = ModelConfig::from_gguf(&file).unwrap();
+    let prefill = |cfg: &ModelConfig, prompt: &[u32]| home(file.clone(), cfg.clone(), 1).prefill(&[Segment { region: RegionId(0), start: 0, tokens: prompt }]).unwrap().data;
+    let (mut worst, mut compared) = (0f64, 0);
+    let mut first = None;
+    for (r, case) in reference["cases"].as_array().unwrap().iter().enumerate() {
+        let margin = case["min_router_margin"].as_f64().unwrap();
+        if margin < Q8_ROUTER_MARGIN {
+            eprintln!("{name}: case {r}: router margin {margin} is below {Q8_ROUTER_MARGIN}: skipped");
+            continue;
+        }
+        let prompt = ids(&case["prompt_ids"]);
+        let err = top_logits_error(&prefill(&cfg, &prompt), case);
+        eprintln!("{name}: case {r}: top-200 logits relative L2 {err:.2e}, min router margin {margin}");
+        assert!(err < Q8_LOGIT_BAR, "{name}: case {r}: top-200 logits relative L2 {err:.3e} >= {Q8_LOGIT_BAR}");
+        worst = worst.max(err);
+        compared += 1;
+        first.get_or_insert((prompt, case.clone()));
+    }
+    assert!(compared >= 3, "{name}: only {compared} prompts compared");
+    let (prompt, case) = first.unwrap();
+    let wrong = ModelConfig { moe: Some(Moe { n_expert: 8, n_expert_used: 3 }), ..cfg };
+    let err = top_logits_error(&prefill(&wrong, &prompt), &case);
+    eprintln!("{name}: control (3 experts a row): relative L2 {err:.2e} (worst real {worst:.2e})");
+    assert!(err >= Q8_LOGIT_BAR, "{name}: the control passed the bar ({err:.3e}); the bar cannot fail");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn qwen3moe_tiny_q8_0_prefill_matches_the_numpy_reference() {
+    check_q8_prefill(SynthShape::Qwen3MoeTiny);
+}
+
+#[test]
+fn mixtral_tiny_q8_0_prefill_matches_the_numpy_reference() {
+    check_q8_prefill(SynthShape::MixtralTiny);
 }
