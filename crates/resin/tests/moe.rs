@@ -286,3 +286,91 @@ fn qwen3moe_tiny_q8_0_prefill_matches_the_numpy_reference() {
 fn mixtral_tiny_q8_0_prefill_matches_the_numpy_reference() {
     check_q8_prefill(SynthShape::MixtralTiny);
 }
+
+/// `resin run` on the tiny qwen3moe file (F32, f32 K/V) under `--gpu auto`: the CPU home serves
+/// (the Vulkan home declines MoE), and the greedy ids are the numpy reference's.
+#[test]
+fn resin_run_continues_a_prompt_as_the_reference_does() {
+    let dir = tmp_dir("run");
+    let path = synth_file(&dir, SynthShape::Qwen3MoeTiny, SynthType::F32);
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference/qwen3moe-tiny-f32.json");
+    let reference: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let case = &reference["cases"][0];
+    let prompt: String = ids(&case["prompt_ids"]).iter().map(|&b| b as u8 as char).collect();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_resin"))
+        .args(["run", "--gpu", "auto", "--kv", "f32", "--threads", "2", "--temperature", "0", "-n", "16", "--format", "json", "-m"])
+        .arg(&path)
+        .args(["-p", &prompt])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "resin run failed: {stderr}");
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(got["home"], "cpu");
+    assert_eq!(ids(&got["prompt_ids"]), ids(&case["prompt_ids"]));
+    let (got, want) = (ids(&got["ids"]), ids(&case["greedy_ids"]));
+    // Generation may stop early at an end-of-text token the reference ran past.
+    assert!(got.len() >= 5 && got[..] == want[..got.len()], "resin run: {got:?}, reference {want:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One HTTP/1.1 POST of a JSON body; returns the status code and the body.
+fn post(port: u16, path: &str, body: &Value) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let body = body.to_string();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60))).unwrap();
+    write!(s, "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let resp = String::from_utf8_lossy(&resp).to_string();
+    let (head, rest) = resp.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP head in {resp:?}"));
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    // A chunked body: the JSON is the first chunk's payload.
+    let json = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { rest.split_once("\r\n").map_or(rest, |(_, r)| r) } else { rest };
+    let end = json.rfind('}').map_or(json.len(), |i| i + 1);
+    (status, serde_json::from_str(&json[..end]).unwrap_or_else(|e| panic!("{e}: {json:?}")))
+}
+
+/// `resin serve` on the tiny Mixtral-style file: a completion and a chat completion (the
+/// byte-level vocabulary's ChatML template) come back whole.
+#[test]
+fn resin_serve_answers_on_a_moe_model() {
+    let dir = tmp_dir("serve");
+    let path = synth_file(&dir, SynthShape::MixtralTiny, SynthType::Q8_0);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _server = Server(
+        std::process::Command::new(env!("CARGO_BIN_EXE_resin"))
+            .args(["serve", "--gpu", "auto", "--threads", "2", "--parallel", "2", "--ctx", "256", "--port", &port.to_string(), "-m"])
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "resin serve did not start");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (status, v) = post(port, "/v1/completions", &serde_json::json!({"prompt": "Hello", "max_tokens": 8, "temperature": 0}));
+    assert_eq!(status, 200, "{v}");
+    assert!(v["usage"]["completion_tokens"].as_u64().unwrap() >= 1, "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], 5, "{v}");
+    let msg = serde_json::json!({"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 8, "temperature": 0});
+    let (status, v) = post(port, "/v1/chat/completions", &msg);
+    assert_eq!(status, 200, "{v}");
+    assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
+    // "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n": 3 specials, 24 bytes.
+    assert_eq!(v["usage"]["prompt_tokens"], 27, "{v}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
