@@ -78,6 +78,11 @@ pub struct Weights {
 impl Weights {
     pub fn load(file: Arc<GgufFile>, cfg: &ModelConfig) -> Result<Self, CpuError> {
         let f = &*file;
+        if let Some(m) = cfg.moe {
+            if m.n_expert_used == 0 || m.n_expert_used > m.n_expert {
+                return Err(CpuError::Model(format!("{} experts a row of {}", m.n_expert_used, m.n_expert)));
+            }
+        }
         let layers = (0..cfg.n_layer)
             .map(|l| {
                 let n = LayerNames::new(l);

@@ -374,3 +374,70 @@ fn resin_serve_answers_on_a_moe_model() {
     assert_eq!(v["usage"]["prompt_tokens"], 27, "{v}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `file` written again with metadata `keys` set (None: removed) and the tensors `edit` returns
+/// (name, dims, bytes; None drops one).
+fn rewrite(file: &GgufFile, keys: &[(&str, Option<resin_gguf::Value>)], edit: impl Fn(&str, &[u64], &[u8]) -> Option<(String, Vec<u64>, Vec<u8>)>) -> GgufFile {
+    let mut w = resin_gguf::GgufWriter::new();
+    for (k, v) in file.metadata() {
+        if !keys.iter().any(|(key, _)| key == k) {
+            w.set(k.clone(), v.clone());
+        }
+    }
+    for (k, v) in keys {
+        if let Some(v) = v {
+            w.set(k.to_string(), v.clone());
+        }
+    }
+    let mut data = Vec::new();
+    for t in file.tensors() {
+        if let Some((name, dims, bytes)) = edit(&t.name, &t.dims, file.tensor_data(t)) {
+            w.add_tensor(name, &dims, t.ty).unwrap();
+            data.push(bytes);
+        }
+    }
+    let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    GgufFile::from_bytes(w.write_all_to_vec(&refs).unwrap()).unwrap()
+}
+
+/// A malformed MoE file is refused with an error that names the key or tensor at fault.
+#[test]
+fn malformed_moe_files_are_refused_by_name() {
+    use resin_gguf::Value as V;
+    let dir = tmp_dir("malformed");
+    let path = synth_file(&dir, SynthShape::Qwen3MoeTiny, SynthType::Q8_0);
+    let good = GgufFile::open(&path).unwrap();
+    let keep = |n: &str, d: &[u64], b: &[u8]| Some((n.to_string(), d.to_vec(), b.to_vec()));
+    let err = |f: GgufFile| ModelConfig::from_gguf(&f).err().map(|e| e.to_string()).unwrap_or_else(|| "accepted".into());
+
+    let e = err(rewrite(&good, &[("qwen3moe.expert_used_count", Some(V::U32(9)))], keep));
+    assert!(e.contains("qwen3moe.expert_used_count = 9") && e.contains("qwen3moe.expert_count = 8"), "{e}");
+    let e = err(rewrite(&good, &[("qwen3moe.expert_used_count", None)], keep));
+    assert!(e.contains("qwen3moe.expert_used_count is missing"), "{e}");
+    let e = err(rewrite(&good, &[("qwen3moe.expert_count", None)], keep));
+    assert!(e.contains("qwen3moe.expert_count is missing"), "{e}");
+    let e = err(rewrite(&good, &[("qwen3moe.expert_used_count", Some(V::Array(resin_gguf::ValueType::U32, vec![V::U32(2); 3])))], keep));
+    assert!(e.contains("qwen3moe.expert_used_count is an array"), "{e}");
+    let e = err(rewrite(&good, &[("qwen3moe.expert_feed_forward_length", None)], keep));
+    assert!(e.contains("qwen3moe.expert_feed_forward_length is missing"), "{e}");
+    // The stacked experts one expert short: 7 of 8.
+    let e = err(rewrite(&good, &[], |n, d, b| {
+        if n == "blk.1.ffn_up_exps.weight" {
+            Some((n.to_string(), vec![d[0], d[1], 7], b[..b.len() / 8 * 7].to_vec()))
+        } else {
+            Some((n.to_string(), d.to_vec(), b.to_vec()))
+        }
+    }));
+    assert!(e.contains("blk.1.ffn_up_exps.weight has shape [256, 256, 7], expected [256, 256, 8]"), "{e}");
+    let e = err(rewrite(&good, &[], |n, d, b| (n != "blk.2.ffn_gate_inp.weight").then(|| (n.to_string(), d.to_vec(), b.to_vec()))));
+    assert!(e.contains("tensor blk.2.ffn_gate_inp.weight is missing"), "{e}");
+    let e = err(rewrite(&good, &[], |n, d, b| (!n.ends_with("attn_q_norm.weight")).then(|| (n.to_string(), d.to_vec(), b.to_vec()))));
+    assert!(e.contains("qwen3moe file needs attn_q_norm"), "{e}");
+    // Mixtral's old layout, one tensor per expert, is named as such.
+    let e = err(rewrite(&good, &[], |n, d, b| match n.strip_suffix("ffn_gate_exps.weight") {
+        Some(p) => Some((format!("{p}ffn_gate.0.weight"), vec![d[0], d[1]], b[..b.len() / 8].to_vec())),
+        None => Some((n.to_string(), d.to_vec(), b.to_vec())),
+    }));
+    assert!(e.contains("one tensor each") && e.contains("blk.0.ffn_gate_exps.weight"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
