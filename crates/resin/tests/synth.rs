@@ -286,6 +286,10 @@ fn tiny_moe_shapes_read_back_as_moe_models() {
         assert_eq!(t("blk.2.ffn_down_exps.weight").dims, vec![256, 256, 8]);
         assert_eq!(t("blk.2.ffn_down_exps.weight").ty, GgmlType::Q8_0);
         assert!(f.tensor("blk.0.ffn_gate.weight").is_none());
+        let mut text = Vec::new();
+        resin::inspect::inspect(&out, &mut text, false).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("experts     8") && text.contains("experts/row 2"), "{text}");
         let tok = resin_model::Tokenizer::from_gguf(&f).unwrap();
         let ids = tok.encode("héllo, wörld", false, false).unwrap();
         assert_eq!(ids.len(), "héllo, wörld".len(), "a byte a token: {ids:?}");
