@@ -12,7 +12,7 @@ use resin_model::{FfnAct, Moe};
 use crate::forward::project;
 use crate::home::CpuHome;
 use crate::ops::{axpy, gated};
-use crate::weights::MoeFfn;
+use crate::weights::{MatRef, MoeFfn};
 
 /// llama.cpp clamps the sum of the chosen weights below at the smallest normal f16 before it
 /// divides by it.
@@ -55,20 +55,24 @@ impl CpuHome {
             slots[e].push(s);
         }
         let mut y = vec![0f32; n * k * d];
-        let (mut xe, mut gate, mut up, mut down) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (e, ss) in slots.iter().enumerate().filter(|(_, ss)| !ss.is_empty()) {
-            let m = ss.len();
-            xe.clear();
-            for &s in ss {
-                let i = s / k;
-                xe.extend_from_slice(&xn[i * d..(i + 1) * d]);
-            }
-            let (g, u, dn) = (ffn.expert(&ffn.gate, e), ffn.expert(&ffn.up, e), ffn.expert(&ffn.down, e));
-            project(self, &xe, m, d, &mut [(&g, &mut gate), (&u, &mut up)]);
-            gated(act, &mut gate, &up);
-            project(self, &gate, m, ff, &mut [(&dn, &mut down)]);
-            for (r, &s) in ss.iter().enumerate() {
-                y[s * d..(s + 1) * d].copy_from_slice(&down[r * d..(r + 1) * d]);
+        if n == 1 {
+            self.one_row_experts(ffn, act, xn, &sel, &mut y);
+        } else {
+            let (mut xe, mut gate, mut up, mut down) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for (e, ss) in slots.iter().enumerate().filter(|(_, ss)| !ss.is_empty()) {
+                let m = ss.len();
+                xe.clear();
+                for &s in ss {
+                    let i = s / k;
+                    xe.extend_from_slice(&xn[i * d..(i + 1) * d]);
+                }
+                let (g, u, dn) = (ffn.expert(&ffn.gate, e), ffn.expert(&ffn.up, e), ffn.expert(&ffn.down, e));
+                project(self, &xe, m, d, &mut [(&g, &mut gate), (&u, &mut up)]);
+                gated(act, &mut gate, &up);
+                project(self, &gate, m, ff, &mut [(&dn, &mut down)]);
+                for (r, &s) in ss.iter().enumerate() {
+                    y[s * d..(s + 1) * d].copy_from_slice(&down[r * d..(r + 1) * d]);
+                }
             }
         }
         out.clear();
@@ -79,6 +83,30 @@ impl CpuHome {
                 let s = i * k + j;
                 axpy(sel[s].1, &y[s * d..(s + 1) * d], o);
             }
+        }
+    }
+}
+
+impl CpuHome {
+    /// A lone row (decode): its experts' gate and up products share its activations, so they
+    /// run in one parallel region rather than one an expert. The kernels give each element the
+    /// same bits either way, so this equals the grouped path.
+    fn one_row_experts(&self, ffn: &MoeFfn, act: FfnAct, xn: &[f32], sel: &[(usize, f32)], y: &mut [f32]) {
+        let (d, ff) = (self.cfg.n_embd, self.cfg.n_ff);
+        let mats: Vec<(MatRef, MatRef)> = sel.iter().map(|&(e, _)| (ffn.expert(&ffn.gate, e), ffn.expert(&ffn.up, e))).collect();
+        let mut gu: Vec<(Vec<f32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); sel.len()];
+        let mut jobs: Vec<(&MatRef, &mut Vec<f32>)> = Vec::with_capacity(2 * sel.len());
+        for ((g, u), (og, ou)) in mats.iter().zip(gu.iter_mut()) {
+            jobs.push((g, og));
+            jobs.push((u, ou));
+        }
+        project(self, xn, 1, d, &mut jobs);
+        for (j, ((gate, up), &(e, _))) in gu.iter_mut().zip(sel).enumerate() {
+            gated(act, gate, up);
+            let dn = ffn.expert(&ffn.down, e);
+            let mut down = Vec::new();
+            project(self, gate, 1, ff, &mut [(&dn, &mut down)]);
+            y[j * d..(j + 1) * d].copy_from_slice(&down);
         }
     }
 }
