@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
 """Independent float32 reference forward pass for resin's correctness tests.
 
-What this is: a plain numpy implementation of the llama / qwen2 / gemma3 decoder (RMSNorm, GQA
-attention with rope -- NORM pairs for llama, NEOX halves for qwen2 and gemma3 --, q/k/v biases
-when present, SwiGLU FFN, tied or separate output head) over weights dequantized to float32 with
-the `gguf` Python package (not with resin's code). gemma3 adds, as its Hugging Face
+What this is: a plain numpy implementation of the llama / qwen2 / qwen3 / qwen3moe / gemma3
+decoder (RMSNorm, GQA attention with rope -- NORM pairs for llama, NEOX halves for the others --,
+q/k/v biases when present, per-head q/k RMS norms when present (qwen3, qwen3moe), SwiGLU FFN,
+tied or separate output head) over weights dequantized to float32 with the `gguf` Python package
+(not with resin's code).
+
+Mixture of experts (qwen3moe; llama files with `llama.expert_count`, as Mixtral's), as llama.cpp's
+build_moe_ffn computes it with softmax gating and normalised weights: router logits
+`ffn_gate_inp @ h`, softmax over every expert, the `expert_used_count` largest probabilities
+(ties to the lower index), those divided by their sum; the FFN output is the weighted sum of the
+chosen experts' SwiGLU FFNs, read from the stacked `ffn_{gate,up,down}_exps` tensors. gemma3 adds, as its Hugging Face
 implementation defines them: the embedding times sqrt(n_embd), per-head RMS norms of q and k,
 RMS norms of the attention output and of the FFN output before their residual adds, GeGLU (tanh
 GELU), queries scaled by 1/sqrt(head_dim) (query_pre_attn_scalar = 256 for the 270M),
@@ -24,6 +31,9 @@ log-probability margin), the first step whose margin is below 0.1 (past it a qua
 may legitimately diverge), and for the first step the top-200 logits.
 
 usage: scripts/reference_forward.py [--model NAME_OR_PATH]... [--out-dir testdata/reference] [--gen 16]
+       [--name NAME] [--prompt-ids 1,2,3]...
+       --prompt-ids gives a prompt as token ids (files without a word vocabulary, e.g. `resin synth`'s
+       tiny shapes); --name names the output file (default: the registry name or the file name).
        NAME is smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b or gemma3-270m; a name is looked up in
        $RESIN_CACHE/models, ~/.cache/resin/models and ~/.cache/resin-dev/models.
 Needs: numpy, gguf. Memory: about 4 bytes per parameter (1.5B: ~7 GB).
@@ -90,7 +100,7 @@ class Model:
                 return [f.parts[i][0] for i in f.data]
             return f.parts[f.data[0]][0]
         self.arch = a = fv('general.architecture')
-        if a not in ('llama', 'qwen2', 'gemma3'):
+        if a not in ('llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma3'):
             sys.exit(f'arch {a} not supported')
         self.gemma = a == 'gemma3'
         self.L = int(fv(f'{a}.block_count')); self.D = int(fv(f'{a}.embedding_length'))
@@ -108,6 +118,12 @@ class Model:
         self.softcap = float(opt(f'{a}.final_logit_softcapping', 0.0))
         if self.gemma and f'{a}.attention.sliding_window_pattern' in r.fields:
             sys.exit('this reference knows only the default sliding-window pattern')
+        self.n_expert = int(opt(f'{a}.expert_count', 0))
+        self.n_used = int(opt(f'{a}.expert_used_count', 0))
+        if a == 'qwen3moe' and self.n_expert == 0:
+            sys.exit('a qwen3moe file without experts')
+        if self.n_expert and not 0 < self.n_used <= self.n_expert:
+            sys.exit(f'expert_used_count {self.n_used} of {self.n_expert} experts')
         self.bos = int(fv('tokenizer.ggml.bos_token_id')) if self.gemma else None
         self.tokens = fv('tokenizer.ggml.tokens')
         self.tok2id = {t: i for i, t in enumerate(self.tokens)}
@@ -124,9 +140,13 @@ class Model:
         self.layers = []
         for l in range(self.L):
             p = f'blk.{l}.'
-            names = ['attn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output', 'ffn_norm', 'ffn_gate', 'ffn_up', 'ffn_down']
+            names = ['attn_norm', 'attn_q', 'attn_k', 'attn_v', 'attn_output', 'ffn_norm']
+            # Experts: ffn_gate_inp [E, D] and the stacked [E, F, D] / [E, D, F] experts.
+            names += ['ffn_gate_inp', 'ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps'] if self.n_expert else ['ffn_gate', 'ffn_up', 'ffn_down']
             if self.gemma:
-                names += ['attn_q_norm', 'attn_k_norm', 'post_attention_norm', 'post_ffw_norm']
+                names += ['post_attention_norm', 'post_ffw_norm']
+            if p + 'attn_q_norm.weight' in T:
+                names += ['attn_q_norm', 'attn_k_norm']
             d = {k: W(p + k + '.weight') for k in names}
             for b in ['attn_q', 'attn_k', 'attn_v']:
                 d[b + '_b'] = W(p + b + '.bias') if p + b + '.bias' in T else np.float32(0)
@@ -134,10 +154,12 @@ class Model:
         self.onorm = W('output_norm.weight')
         print(f'  {a}: L={self.L} D={self.D} H={self.H}/{self.HKV} hd={self.hd}, dequantized in {time.time() - t0:.1f}s',
               file=sys.stderr)
-        self.neox = a in ('qwen2', 'gemma3')
+        self.neox = a != 'llama'
         self.inv = self.base ** (-np.arange(0, self.hd, 2, dtype=np.float64) / self.hd)
         self.inv_local = self.base_local ** (-np.arange(0, self.hd, 2, dtype=np.float64) / self.hd)
         self.space = '\u2581' if self.gemma else '\u0120'
+        self.router_margins = []  # per routed (layer, row): logit of the last chosen expert minus the next
+        self.routes = []  # the experts each (layer, row) chose, in order of computation
 
     def words_to_ids(self, words):
         ids = [] if self.bos is None else [self.bos]
@@ -162,6 +184,24 @@ class Model:
         o = np.empty_like(x); o[..., 0::2] = a * c - b * s; o[..., 1::2] = a * s + b * c
         return o
 
+    def route(self, logits):
+        """(experts, weights) of one row: the top expert_used_count softmax probabilities, renormalised."""
+        p = np.exp(logits - logits.max()); p /= p.sum()
+        order = np.argsort(-p, kind='stable'); sel = order[:self.n_used]
+        if self.n_used < self.n_expert:
+            self.router_margins.append(float(logits[order[self.n_used - 1]] - logits[order[self.n_used]]))
+        w = p[sel] / max(p[sel].sum(), np.float32(6.103515625e-5))
+        return sel, w.astype(np.float32)
+
+    def moe(self, h, d):  # h: [n, D] -> [n, D]
+        out = np.zeros_like(h)
+        for i, hi in enumerate(h):
+            sel, w = self.route(d['ffn_gate_inp'] @ hi)
+            for e, we in zip(sel, w):
+                gt = d['ffn_gate_exps'][e] @ hi; u = d['ffn_up_exps'][e] @ hi
+                out[i] += we * (d['ffn_down_exps'][e] @ (gt / (1 + np.exp(-gt)) * u))
+        return out
+
     def forward(self, ids, cache):
         """Runs tokens `ids` (positions continue after those in `cache`); returns the last row's logits."""
         n = len(ids); p0 = cache['n']; pos = np.arange(p0, p0 + n)
@@ -173,7 +213,7 @@ class Model:
             h = self.rms(x, d['attn_norm'])
             q = h @ d['attn_q'].T + d['attn_q_b']; k = h @ d['attn_k'].T + d['attn_k_b']; v = h @ d['attn_v'].T + d['attn_v_b']
             q = q.reshape(n, H, hd); k = k.reshape(n, HKV, hd)
-            if self.gemma:
+            if 'attn_q_norm' in d:
                 q = self.rms(q, d['attn_q_norm']); k = self.rms(k, d['attn_k_norm'])
             inv = self.inv_local if self.local[l] else self.inv
             q = self.rope(q, pos, inv); k = self.rope(k, pos, inv)
@@ -195,12 +235,15 @@ class Model:
                 o = self.rms(o, d['post_attention_norm'])
             x = x + o
             h = self.rms(x, d['ffn_norm'])
-            gt = h @ d['ffn_gate'].T; u = h @ d['ffn_up'].T
-            if self.gemma:  # GELU, tanh approximation
-                act = np.float32(0.5) * gt * (1 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (gt + np.float32(0.044715) * gt ** 3)))
+            if self.n_expert:
+                f = self.moe(h, d)
             else:
-                act = gt / (1 + np.exp(-gt))
-            f = (act * u) @ d['ffn_down'].T
+                gt = h @ d['ffn_gate'].T; u = h @ d['ffn_up'].T
+                if self.gemma:  # GELU, tanh approximation
+                    act = np.float32(0.5) * gt * (1 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (gt + np.float32(0.044715) * gt ** 3)))
+                else:
+                    act = gt / (1 + np.exp(-gt))
+                f = (act * u) @ d['ffn_down'].T
             if self.gemma:
                 f = self.rms(f, d['post_ffw_norm'])
             x = x + f
@@ -211,8 +254,9 @@ class Model:
         return logits
 
 
-def run_case(m, prompt, ngen, ntop):
-    ids = m.words_to_ids(prompt)
+def run_case(m, prompt, ngen, ntop, ids=None):
+    ids = m.words_to_ids(prompt) if ids is None else ids
+    m.router_margins = []
     cache = {'n': 0, 'k': [None] * m.L, 'v': [None] * m.L}
     logits = m.forward(ids, cache)
     out, margins, top = [], [], None
@@ -226,8 +270,11 @@ def run_case(m, prompt, ngen, ntop):
             logits = m.forward([cur], cache)
     tie = next((i for i, mg in enumerate(margins) if mg < NEAR_TIE), None)
     text = ''.join(m.tokens[j] for j in out).replace(m.space, ' ').replace('\u010a', '\n')
+    # The smallest router margin over every (layer, row) routed: where it is tiny an engine's
+    # rounding may pick another expert (a discrete change no logit bar covers).
+    extra = {'min_router_margin': round(min(m.router_margins), 4)} if m.router_margins else {}
     return {'prompt': prompt, 'prompt_ids': ids, 'greedy_ids': out, 'text': text, 'margins': margins,
-            'first_near_tie': tie, 'top_logits': top}
+            'first_near_tie': tie, 'top_logits': top, **extra}
 
 
 def main():
@@ -237,24 +284,31 @@ def main():
     ap.add_argument('--gen', type=int, default=16)
     ap.add_argument('--top', type=int, default=200)
     ap.add_argument('--prompt', action='append', help='space-separated words (repeatable; default: built-in list)')
+    ap.add_argument('--prompt-ids', action='append', help='comma-separated token ids (repeatable; replaces --prompt)')
+    ap.add_argument('--name', help='output name (one --model only)')
     a = ap.parse_args()
-    prompts = a.prompt or PROMPTS
+    # (prompt text, ids or None): ids given directly are recorded with their text as the ids.
+    prompts = [(p, [int(t) for t in p.split(',')]) for p in a.prompt_ids] if a.prompt_ids else [(p, None) for p in a.prompt or PROMPTS]
+    if a.name and len(a.model or []) != 1:
+        sys.exit('--name needs exactly one --model')
     os.makedirs(a.out_dir, exist_ok=True)
     failed = False
     for arg in a.model or ['smollm2-135m', 'qwen2.5-coder-0.5b']:
         name, path = find_model(arg)
+        name = a.name or name
         print(f'{name}: {path}', file=sys.stderr)
         digest = sha256(path)
         if name in MODELS and digest != MODELS[name][1]:
             sys.exit(f'sha256 mismatch for {path}: {digest} != {MODELS[name][1]}')
         m = Model(path)
         cases = []
-        for p in prompts:
+        for p, ids in prompts:
             t0 = time.time()
-            c = run_case(m, p, a.gen, a.top)
+            c = run_case(m, p, a.gen, a.top, ids)
             cases.append(c)
             print(f'  {p!r} -> {c["greedy_ids"]} {c["text"]!r} first near-tie: {c["first_near_tie"]} '
-                  f'(min margin {min(c["margins"]):.3f}) [{time.time() - t0:.1f}s]', file=sys.stderr)
+                  f'(min margin {min(c["margins"]):.3f}, min router margin {c.get("min_router_margin")}) '
+                  f'[{time.time() - t0:.1f}s]', file=sys.stderr)
             if name in MODELS and p == FRANCE and MODELS[name][2] is not None:
                 _, _, want_prompt, want_next = MODELS[name]
                 ok_p = c['prompt_ids'] == want_prompt
@@ -270,7 +324,8 @@ def main():
             'generator': 'scripts/reference_forward.py (numpy float32 over gguf-dequantized weights)',
             'bos': m.bos is not None, 'greedy_steps': a.gen, 'near_tie': NEAR_TIE,
             'notes': 'margins[i] = top1 - top2 logit at step i; first_near_tie = first step with margin < near_tie; '
-                     'top_logits = top-%d logits after the prompt (step 0)' % a.top,
+                     'top_logits = top-%d logits after the prompt (step 0); min_router_margin (MoE) = smallest '
+                     'router logit gap between the last chosen expert and the next, over every layer and row' % a.top,
             'cases': cases,
         }
         out = os.path.join(a.out_dir, f'{name}.json')

@@ -1,7 +1,7 @@
 //! The forward pass over a batch of rows: embed (scaled, for gemma), per layer (norm, QKV,
 //! q/k norm, rope-and-store, attention over all keys or a sliding window, output projection,
 //! post-norm (gemma3) + residual, norm, gate/up, SwiGLU or GeGLU, down, post-norm (gemma3) +
-//! residual), final norm and classifier (soft-capped where the model says) on the rows that
+//! residual; or the routed experts of a MoE layer), final norm and classifier (soft-capped where the model says) on the rows that
 //! need logits.
 
 use resin_core::Counters;
@@ -10,13 +10,13 @@ use crate::attention::{attend, AttnShape};
 use crate::home::{CpuError, CpuHome};
 use crate::kernels::{matmul_many, Acts};
 use crate::ops::{gated, rms_norm, rms_norm_inplace, softcap};
-use crate::weights::MatRef;
+use crate::weights::{Ffn, MatRef};
 
 /// One row of a pass: (region, position, token).
 pub type PassRow = (usize, u32, u32);
 
 /// `out_i = W_i x` for several weights over the same activations in one parallel region.
-fn project(home: &CpuHome, x: &[f32], n: usize, cols: usize, jobs: &mut [(&MatRef, &mut Vec<f32>)]) {
+pub(crate) fn project(home: &CpuHome, x: &[f32], n: usize, cols: usize, jobs: &mut [(&MatRef, &mut Vec<f32>)]) {
     let acts = Acts::prepare(x, n, cols, jobs[0].0.ty);
     let mats: Vec<_> = jobs.iter().map(|(w, _)| home.weights.mat(w)).collect();
     let mut outs: Vec<(&crate::kernels::QMatrix, &mut [f32])> = mats
@@ -136,9 +136,15 @@ impl CpuHome {
             for i in 0..n {
                 rms_norm(&x[i * d..(i + 1) * d], &layer.ffn_norm, cfg.rms_eps, &mut xn[i * d..(i + 1) * d]);
             }
-            project(self, &xn, n, d, &mut [(&layer.gate, &mut gate), (&layer.up, &mut up)]);
-            gated(cfg.ffn_act, &mut gate, &up);
-            project(self, &gate, n, cfg.n_ff, &mut [(&layer.down, &mut down)]);
+            match (&layer.ffn, cfg.moe) {
+                (Ffn::Dense { gate: wg, up: wu, down: wd }, _) => {
+                    project(self, &xn, n, d, &mut [(wg, &mut gate), (wu, &mut up)]);
+                    gated(cfg.ffn_act, &mut gate, &up);
+                    project(self, &gate, n, cfg.n_ff, &mut [(wd, &mut down)]);
+                }
+                (Ffn::Moe(m), Some(moe)) => self.moe_ffn(m, moe, cfg.ffn_act, &xn[..n * d], n, &mut down),
+                (Ffn::Moe(_), None) => return Err(CpuError::Model("MoE weights without a MoE config".into())),
+            }
             post_norm(&mut down, &layer.ffn_post_norm, cfg.rms_eps);
             x.iter_mut().zip(&down).for_each(|(a, b)| *a += b);
         }

@@ -8,6 +8,8 @@ pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
+    /// Qwen3's mixture of experts (Qwen3-30B-A3B): qwen3 attention, routed expert FFNs.
+    Qwen3Moe,
     Gemma3,
 }
 
@@ -24,6 +26,7 @@ impl Arch {
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
+            "qwen3moe" => Ok(Arch::Qwen3Moe),
             "gemma3" => Ok(Arch::Gemma3),
             other => Err(ModelError::UnsupportedArch(other.into())),
         }
@@ -33,13 +36,14 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
             Arch::Gemma3 => "gemma3",
         }
     }
     pub fn rope_style(self) -> RopeStyle {
         match self {
             Arch::Llama => RopeStyle::Norm,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => RopeStyle::Neox,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3 => RopeStyle::Neox,
         }
     }
 }
@@ -64,6 +68,20 @@ pub struct SlidingWindow {
     pub rope_base: f32,
 }
 
+/// A mixture-of-experts FFN (qwen3moe; llama files with experts, as Mixtral's are): a router
+/// (`ffn_gate_inp`, [n_embd] -> [n_expert] logits) picks `n_expert_used` of `n_expert` SwiGLU
+/// experts stacked in `ffn_{gate,up,down}_exps`; the row's FFN output is their outputs weighted.
+///
+/// The weights are llama.cpp's `build_moe_ffn` with softmax gating and `norm_w` (both families
+/// pass it true): softmax over all router logits, the `n_expert_used` largest probabilities
+/// (ties to the lower expert index), those probabilities divided by their sum (the sum clamped
+/// below at 2^-14, as llama.cpp does against a division by zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moe {
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+}
+
 /// Hyperparameters, checked for consistency with each other and the tensor table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
@@ -75,6 +93,7 @@ pub struct ModelConfig {
     pub n_head: usize,
     pub n_head_kv: usize,
     pub head_dim: usize,
+    /// FFN length: of the dense FFN, or of each expert when `moe` is set.
     pub n_ff: usize,
     pub vocab: usize,
     pub ctx_train: usize,
@@ -99,6 +118,8 @@ pub struct ModelConfig {
     pub swa: Option<SlidingWindow>,
     /// Final logits become cap * tanh(logit / cap) (the file's `final_logit_softcapping`).
     pub logit_softcap: Option<f32>,
+    /// Routed expert FFNs in place of the dense FFN, None for a dense model.
+    pub moe: Option<Moe>,
 }
 
 /// Tensor names of one layer.
@@ -121,6 +142,11 @@ pub struct LayerNames {
     pub gate: String,
     pub up: String,
     pub down: String,
+    /// The router and the stacked experts of a mixture-of-experts layer.
+    pub gate_inp: String,
+    pub gate_exps: String,
+    pub up_exps: String,
+    pub down_exps: String,
 }
 
 impl LayerNames {
@@ -143,6 +169,10 @@ impl LayerNames {
             gate: n("ffn_gate.weight"),
             up: n("ffn_up.weight"),
             down: n("ffn_down.weight"),
+            gate_inp: n("ffn_gate_inp.weight"),
+            gate_exps: n("ffn_gate_exps.weight"),
+            up_exps: n("ffn_up_exps.weight"),
+            down_exps: n("ffn_down_exps.weight"),
         }
     }
 }
@@ -168,7 +198,14 @@ impl ModelConfig {
             Some(v) => v as usize,
             None => n_head,
         };
-        let n_ff = req("feed_forward_length")?;
+        let moe = moe(f, arch, a)?;
+        // A qwen3moe file's `feed_forward_length` is the dense FFN its experts replace; each
+        // expert's length is `expert_feed_forward_length` (Mixtral's experts are its
+        // `feed_forward_length` long).
+        let n_ff = match (moe, arch) {
+            (Some(_), Arch::Qwen3Moe) => req("expert_feed_forward_length")?,
+            _ => req("feed_forward_length")?,
+        };
         let ctx_train = req("context_length")?;
         let head_dim = match f.get_u64(&format!("{a}.attention.key_length"))? {
             Some(v) => v as usize,
@@ -252,9 +289,13 @@ impl ModelConfig {
             ffn_act: if gemma { FfnAct::GeluTanh } else { FfnAct::Silu },
             swa,
             logit_softcap,
+            moe,
         };
         if gemma && !qk_norm {
             return Err(inv("a gemma3 file needs attn_q_norm / attn_k_norm tensors"));
+        }
+        if arch == Arch::Qwen3Moe && !qk_norm {
+            return Err(inv("a qwen3moe file needs attn_q_norm / attn_k_norm tensors"));
         }
         cfg.check_tensors(f)?;
         Ok(cfg)
@@ -314,9 +355,23 @@ impl ModelConfig {
             want(&n.v, &[d, kv])?;
             want(&n.attn_out, &[q, d])?;
             want(&n.ffn_norm, &[d])?;
-            want(&n.gate, &[d, ff])?;
-            want(&n.up, &[d, ff])?;
-            want(&n.down, &[ff, d])?;
+            match self.moe {
+                None => {
+                    want(&n.gate, &[d, ff])?;
+                    want(&n.up, &[d, ff])?;
+                    want(&n.down, &[ff, d])?;
+                }
+                Some(m) => {
+                    let e = m.n_expert;
+                    if f.tensor(&n.gate_exps).is_none() && f.tensor(&format!("blk.{l}.ffn_gate.0.weight")).is_some() {
+                        return Err(inv(&format!("layer {l} stores its experts one tensor each (blk.{l}.ffn_gate.0.weight, ...): resin reads the stacked {} only; convert the file again with a current llama.cpp", n.gate_exps)));
+                    }
+                    want(&n.gate_inp, &[d, e])?;
+                    want(&n.gate_exps, &[d, ff, e])?;
+                    want(&n.up_exps, &[d, ff, e])?;
+                    want(&n.down_exps, &[ff, d, e])?;
+                }
+            }
             if self.qkv_bias {
                 want(&n.q_bias, &[q])?;
                 want(&n.k_bias, &[kv])?;
@@ -333,6 +388,34 @@ impl ModelConfig {
         }
         Ok(())
     }
+}
+
+/// The experts of a MoE file: `{arch}.expert_count` and `{arch}.expert_used_count`. qwen3moe
+/// needs them; a llama file without them (or with a count of 0) is dense, as llama.cpp reads it.
+fn moe(f: &GgufFile, arch: Arch, a: &str) -> Result<Option<Moe>> {
+    let (ck, uk) = (format!("{a}.expert_count"), format!("{a}.expert_used_count"));
+    let count = |k: &str| -> Result<Option<u64>> {
+        match f.get(k) {
+            None => Ok(None),
+            Some(v) if v.as_array().is_some() => Err(inv(&format!("{k} is an array (a count per layer): resin takes one count for every layer"))),
+            Some(_) => Ok(f.get_u64(k)?),
+        }
+    };
+    let (n_expert, n_used) = (count(&ck)?, count(&uk)?);
+    let n_expert = match (arch, n_expert) {
+        (Arch::Qwen3Moe, None | Some(0)) => return Err(inv(&format!("{ck} is missing or 0 (a qwen3moe file has experts)"))),
+        (Arch::Llama, None | Some(0)) => return Ok(None),
+        (Arch::Qwen3Moe | Arch::Llama, Some(n)) => n,
+        (_, _) => return Ok(None),
+    };
+    if n_expert > 1 << 16 {
+        return Err(inv(&format!("{ck} = {n_expert} is out of range")));
+    }
+    let n_used = n_used.ok_or_else(|| inv(&format!("{uk} is missing (a file with {ck} = {n_expert})")))?;
+    if n_used == 0 || n_used > n_expert {
+        return Err(inv(&format!("{uk} = {n_used} must be between 1 and {ck} = {n_expert}")));
+    }
+    Ok(Some(Moe { n_expert: n_expert as usize, n_expert_used: n_used as usize }))
 }
 
 /// gemma3's sliding-window layers: `attention.sliding_window` keys, on the layers that

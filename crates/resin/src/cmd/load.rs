@@ -260,6 +260,22 @@ mod tests {
     /// error that gives the reason; under `--gpu off` the Vulkan home is not asked.
     #[test]
     fn a_model_the_vulkan_home_declines_is_served_by_the_cpu_home() {
+        declined_model_is_served_by_the_cpu_home(q5_1_model(), "vulkan: Q5_1 weights have no kernel");
+    }
+
+    /// A mixture-of-experts model (here `resin synth`'s tiny qwen3moe), which the Vulkan home
+    /// has no kernels for yet, is served by the CPU home in the same way.
+    #[test]
+    fn a_moe_model_is_served_by_the_cpu_home() {
+        let path = std::env::temp_dir().join(format!("resin-load-moe-{}.gguf", std::process::id()));
+        let shape = resin::synth::SynthShape::Qwen3MoeTiny;
+        resin::synth::synth(shape, resin::synth::SynthType::Q8_0, resin::synth::SynthVocab::ByteLevel, &path, 1, false).unwrap();
+        let file = Arc::new(GgufFile::open(&path).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        declined_model_is_served_by_the_cpu_home(file, "vulkan: mixture-of-experts models (8 experts, 2 a row) have no kernels yet");
+    }
+
+    fn declined_model_is_served_by_the_cpu_home(file: Arc<GgufFile>, reason: &str) {
         let gpu = match resin_vulkan::Gpu::start() {
             Ok(g) => g,
             Err(e) => {
@@ -268,7 +284,6 @@ mod tests {
                 return;
             }
         };
-        let file = q5_1_model();
         let cfg = ModelConfig::from_gguf(&file).unwrap();
         let counters = Arc::new(Counters::default());
         let vulkan = || -> Result<Box<dyn Home>> {
@@ -277,8 +292,6 @@ mod tests {
         };
         let cpu =
             || -> Result<Box<dyn Home>> { Ok(Box::new(CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(64), ..CpuOptions::default() }, counters.clone())?)) };
-        let reason = "vulkan: Q5_1 weights have no kernel";
-
         let mut home = serving_home(Gpu::Auto, vulkan, cpu).unwrap();
         assert_eq!(home.spec().kind, "cpu");
         let logits = home.prefill(&[resin_core::Segment { region: resin_core::RegionId(0), start: 0, tokens: &[1, 2, 3] }]).unwrap();

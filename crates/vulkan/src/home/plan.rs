@@ -98,6 +98,9 @@ pub(super) fn decline(counters: &Counters, reason: String) -> VkError {
 
 /// Decide what goes where, before uploading anything; decline what this home does not serve.
 pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counters: &Counters) -> Result<Plan, VkError> {
+    if let Some(m) = cfg.moe {
+        return Err(decline(counters, format!("vulkan: mixture-of-experts models ({} experts, {} a row) have no kernels yet", m.n_expert, m.n_expert_used)));
+    }
     if cfg.head_dim > MAX_HEAD_DIM || !cfg.head_dim.is_multiple_of(2) {
         return Err(decline(counters, format!("vulkan: head dimension {} (kernels take even sizes up to {MAX_HEAD_DIM})", cfg.head_dim)));
     }
