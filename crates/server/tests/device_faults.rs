@@ -42,7 +42,7 @@ struct Server {
 /// A server on a Vulkan home of two sessions whose device `switch` can fail; None (SKIP) without
 /// a device.
 fn start(switch: &FaultSwitch) -> Option<Server> {
-    let gpu_opts = GpuOptions { fence_timeout: FENCE_TIMEOUT, faults: switch.clone(), ..GpuOptions::default() };
+    let gpu_opts = GpuOptions { fence_timeout: Some(FENCE_TIMEOUT), faults: switch.clone(), ..GpuOptions::default() };
     let gpu = match Gpu::start_with(&gpu_opts) {
         Ok(g) => g,
         Err(e) => {

@@ -359,27 +359,21 @@ pub struct GpuOptions {
     /// sleep after it. Zero sleeps at once and spares a host core.
     pub spin: std::time::Duration,
     /// How long one fence wait may take before the device is taken as lost (a submission that
-    /// never finishes: a hung GPU or driver). Far above any one submission's time, a long
-    /// prefill window's on a software device included, so only a device that stopped trips it.
-    /// Zero: no limit.
-    pub fence_timeout: std::time::Duration,
+    /// never finishes: a hung GPU or driver). None: [`FENCE_TIMEOUT_DEFAULT`] on a hardware
+    /// device, no limit on a software one (its submissions run on the host's cores for as long
+    /// as the host's load makes them, and it does not hang as a GPU can). Zero: no limit.
+    pub fence_timeout: Option<std::time::Duration>,
     /// Failures injected on purpose (tests); unarmed it changes nothing.
     pub faults: FaultSwitch,
 }
 
-/// [`GpuOptions::fence_timeout`]'s default.
+/// [`GpuOptions::fence_timeout`]'s default on a hardware device: far above any one
+/// submission's time, so only a device that stopped trips it.
 pub const FENCE_TIMEOUT_DEFAULT: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions {
-            device: None,
-            queues: None,
-            pipeline_stats: false,
-            spin: std::time::Duration::from_micros(5000),
-            fence_timeout: FENCE_TIMEOUT_DEFAULT,
-            faults: FaultSwitch::default(),
-        }
+        GpuOptions { device: None, queues: None, pipeline_stats: false, spin: std::time::Duration::from_micros(5000), fence_timeout: None, faults: FaultSwitch::default() }
     }
 }
 
@@ -523,7 +517,11 @@ impl Gpu {
         READY.call_once(|| tracing::info!("device ready: {}", info.describe()));
         let exec_stats = want_stats.then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device));
         let spin = if info.kind == "cpu" { std::time::Duration::ZERO } else { opts.spin };
-        let fence_timeout = (!opts.fence_timeout.is_zero()).then_some(opts.fence_timeout);
+        let fence_timeout = match opts.fence_timeout {
+            None if info.kind == "cpu" => None,
+            None => Some(FENCE_TIMEOUT_DEFAULT),
+            Some(t) => (!t.is_zero()).then_some(t),
+        };
         Ok(Arc::new(Gpu {
             _entry: entry,
             instance: instance.clone(),

@@ -59,9 +59,10 @@ pub struct ModelArgs {
     #[arg(long, env = "RESIN_VK_SPIN_US", default_value_t = 5000)]
     pub vk_spin_us: u64,
     /// Seconds one wait for the GPU may take before the device is taken as hung: the Vulkan
-    /// home is then down, its requests get 503 and `/health` says why (0: no limit).
-    #[arg(long, env = "RESIN_VK_FENCE_TIMEOUT", default_value_t = resin_vulkan::FENCE_TIMEOUT_DEFAULT.as_secs_f64())]
-    pub vk_fence_timeout: f64,
+    /// home is then down, its requests get 503 and `/health` says why (0: no limit; default:
+    /// 120 on a GPU, no limit on a software device).
+    #[arg(long, env = "RESIN_VK_FENCE_TIMEOUT")]
+    pub vk_fence_timeout: Option<f64>,
     /// Log each GPU pipeline's compiler statistics (registers, shared memory, spills).
     #[arg(long, env = "RESIN_VK_PIPELINE_STATS")]
     pub vk_pipeline_stats: bool,
@@ -131,7 +132,7 @@ impl ModelArgs {
     /// The Vulkan home. `auto` takes only a hardware device: a software one (lavapipe) is slower
     /// than the CPU home, so it is used when asked for by name (`--gpu vulkan`).
     fn vulkan(&self, file: &Arc<GgufFile>, cfg: &ModelConfig, regions: usize, counters: Arc<Counters>) -> Result<Box<dyn Home>> {
-        let fence_timeout = std::time::Duration::try_from_secs_f64(self.vk_fence_timeout).map_err(|e| anyhow::anyhow!("--vk-fence-timeout {}: {e}", self.vk_fence_timeout))?;
+        let fence_timeout = self.vk_fence_timeout.map(|s| std::time::Duration::try_from_secs_f64(s).map_err(|e| anyhow::anyhow!("--vk-fence-timeout {s}: {e}"))).transpose()?;
         let gpu_opts = GpuOptions {
             device: self.vk_device,
             queues: self.vk_queues,
