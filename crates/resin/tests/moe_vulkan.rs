@@ -178,8 +178,9 @@ fn q8_0_moe_matches_the_cpu_home() {
     }
 }
 
-/// Five rows at different positions stepped together equal each stepped alone, bit for bit,
-/// on the Vulkan home (Q8_0: the quantized-activation path).
+/// Rows at different positions stepped together equal each stepped alone, bit for bit, on the
+/// Vulkan home (Q8_0: the quantized-activation path): five rows (one token command) and twelve
+/// (a wide step, past NROW_MAX); prompts prefilled in one window equal each alone.
 #[test]
 fn moe_rows_together_equal_rows_alone_on_vulkan() {
     let Some(gpu) = gpu() else { return };
@@ -187,21 +188,26 @@ fn moe_rows_together_equal_rows_alone_on_vulkan() {
     for shape in [SynthShape::Qwen3MoeTiny, SynthShape::MixtralTiny] {
         let path = synth_file(&dir, shape, SynthType::Q8_0);
         let file = Arc::new(GgufFile::open(&path).unwrap());
-        let prompts: Vec<Vec<u32>> = (0..5).map(|i| tokens(3 + 5 * i, i as u32)).collect();
-        let mut batched = vk(&gpu, file.clone(), 5, KvCodec::F16);
-        let mut alone = vk(&gpu, file.clone(), 5, KvCodec::F16);
-        for (r, p) in prompts.iter().enumerate() {
-            let seg = [Segment { region: RegionId(r as u32), start: 0, tokens: p }];
-            let (a, b) = (batched.prefill(&seg).unwrap(), alone.prefill(&seg).unwrap());
-            assert_eq!(bits(a.row(0)), bits(b.row(0)));
+        let n = 12;
+        let prompts: Vec<Vec<u32>> = (0..n).map(|i| tokens(3 + 2 * i, i as u32)).collect();
+        let mut batched = vk(&gpu, file.clone(), n, KvCodec::F16);
+        let mut alone = vk(&gpu, file.clone(), n, KvCodec::F16);
+        let segs: Vec<Segment> = prompts.iter().enumerate().map(|(r, p)| Segment { region: RegionId(r as u32), start: 0, tokens: p }).collect();
+        let together = batched.prefill(&segs).unwrap();
+        for (r, s) in segs.iter().enumerate() {
+            let one = alone.prefill(std::slice::from_ref(s)).unwrap();
+            assert_eq!(bits(together.row(r)), bits(one.row(0)), "{shape}: prompt {r} prefilled with the others differs from alone");
         }
-        for step in 0..3u32 {
-            let rows: Vec<Row> =
-                prompts.iter().enumerate().map(|(r, p)| Row { region: RegionId(r as u32), token: 40 + step * 11 + r as u32, pos: p.len() as u32 + step }).collect();
+        // Each row's next position: a row steps only where it is in the step.
+        let mut pos: Vec<u32> = prompts.iter().map(|p| p.len() as u32).collect();
+        for (step, width) in [5usize, 12, 5].into_iter().enumerate() {
+            let step = step as u32;
+            let rows: Vec<Row> = (0..width).map(|r| Row { region: RegionId(r as u32), token: 40 + step * 11 + r as u32, pos: pos[r] }).collect();
             let together = batched.step_logits(&rows).unwrap();
             for (i, row) in rows.iter().enumerate() {
                 let single = alone.step_logits(&[*row]).unwrap();
-                assert_eq!(bits(together.row(i)), bits(single.row(0)), "{shape}: row {i} of step {step} differs from the row alone");
+                assert_eq!(bits(together.row(i)), bits(single.row(0)), "{shape}: row {i} of step {step} ({width} rows) differs from the row alone");
+                pos[i] += 1;
             }
         }
     }
