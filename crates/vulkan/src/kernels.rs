@@ -350,6 +350,31 @@ pub fn act_block(ty: GgmlType) -> Option<u32> {
     }
 }
 
+/// Experts a mixture-of-experts router takes at most (shaders/ops/moe.comp MAX_EXPERTS).
+pub const MOE_MAX_EXPERTS: u32 = 256;
+/// Experts a row chooses at most (moe.comp MAX_USED).
+pub const MOE_MAX_USED: u32 = 8;
+
+/// The expert GEMV's push block: the GEMV's, then the slots a row of activations.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GemvExpertPush {
+    pub g: GemvPush,
+    pub x_div: u32,
+}
+const _: () = assert!(std::mem::size_of::<GemvExpertPush>() == 28);
+impl Push for GemvExpertPush {}
+
+/// The router's and the weighted sum's push block (shaders/ops/moe.comp).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MoePush {
+    a: u32,
+    d: u32,
+    k: u32,
+}
+impl Push for MoePush {}
+
 /// Largest head dimension the attention and rope kernels take.
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -482,6 +507,59 @@ impl<'a> Recorder<'a> {
                 self.run(&format!("gemv_sg_{f}{form}"), &[wg, n, rows], &[w, x, y], &p.bytes(), grid(p.rows.div_ceil(rows)))
             }
         }
+    }
+
+    /// The experts' GEMV (shaders/ops/gemv.comp EXPERT): for each of `slots` slots s,
+    /// y[s * y_stride + y_off + r] = W_e[r] . x[s / x_div] over the `p.rows` rows of expert
+    /// e = sel[s] of the stack `w` (experts of `p.rows` rows each, one after another), so a
+    /// slot reads its own expert's rows only. In the device's tier, one activation row a slot.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_expert(&mut self, ty: GgmlType, slots: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, sel: Bind<'_>, p: GemvPush, x_div: u32) -> Result<(), VkError> {
+        let f = format_name(ty).ok_or_else(|| VkError::Unsupported(format!("no GEMV kernel for {ty}")))?;
+        if !p.cols.is_multiple_of(32) || x_div == 0 || slots > 65535 {
+            return Err(VkError::Unsupported(format!("an expert GEMV of {slots} slots over {} values a row", p.cols)));
+        }
+        if sel.range < slots as u64 * 4 {
+            return Err(VkError::OutOfRange(format!("{} bytes of expert ids for {slots} slots", sel.range)));
+        }
+        let push = GemvExpertPush { g: p, x_div }.bytes();
+        let g = |wgs: u32| {
+            let [x, y, _] = grid(wgs);
+            [x, y, slots]
+        };
+        match GemvTier::for_device(&self.gpu.info) {
+            GemvTier::Portable => self.run(&format!("gemv_x_{f}"), &[WG, 1], &[w, x, y, sel], &push, g(p.rows)),
+            GemvTier::Subgroup => {
+                let (wg, rows) = GemvTier::subgroup_shape(&self.gpu.info);
+                self.run(&format!("gemv_sg_x_{f}"), &[wg, 1, rows], &[w, x, y, sel], &push, g(p.rows.div_ceil(rows)))
+            }
+        }
+    }
+
+    /// Each of `rows` rows' chosen experts (shaders/ops/moe.comp ROUTE): the router's logits
+    /// (`router`: [n_expert][d] f32) of the row of `x` ([rows][d]), softmax, the top `k`,
+    /// renormalised; slot r * k + j (j in rank order) gets its expert id in `sel` and its
+    /// weight in `wt`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_route(&mut self, rows: u32, d: u32, n_expert: u32, k: u32, router: Bind<'_>, x: Bind<'_>, sel: Bind<'_>, wt: Bind<'_>) -> Result<(), VkError> {
+        if n_expert == 0 || n_expert > MOE_MAX_EXPERTS || k == 0 || k > MOE_MAX_USED || k > n_expert {
+            return Err(VkError::Unsupported(format!("routing {k} of {n_expert} experts (at most {MOE_MAX_USED} of {MOE_MAX_EXPERTS})")));
+        }
+        let slots = rows as u64 * k as u64 * 4;
+        if router.range < n_expert as u64 * d as u64 * 4 || x.range < rows as u64 * d as u64 * 4 || sel.range < slots || wt.range < slots {
+            return Err(VkError::OutOfRange(format!("router buffers for {rows} rows of {d}, {n_expert} experts, {k} a row")));
+        }
+        self.run("moe_route", &[], &[router, x, sel, wt], &MoePush { a: d, d: n_expert, k }.bytes(), grid(rows))
+    }
+
+    /// out[r] = the sum over j in rank order of wt[r * k + j] * y[r * k + j], rows of `d`
+    /// (shaders/ops/moe.comp COMBINE).
+    pub fn moe_combine(&mut self, rows: u32, d: u32, k: u32, wt: Bind<'_>, y: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
+        let count = rows * d;
+        if wt.range < (rows * k) as u64 * 4 || y.range < (count * k) as u64 * 4 || out.range < count as u64 * 4 {
+            return Err(VkError::OutOfRange(format!("expert sum buffers for {rows} rows of {d}, {k} experts a row")));
+        }
+        self.run("moe_combine", &[], &[wt, y, out], &MoePush { a: count, d, k }.bytes(), grid(count.div_ceil(64)))
     }
 
     /// x[r] = embedding row of meta[r].token, for `rows` rows.

@@ -264,16 +264,54 @@ mod tests {
         declined_model_is_served_by_the_cpu_home(q5_1_model(), "vulkan: Q5_1 weights have no kernel");
     }
 
-    /// A mixture-of-experts model (here `resin synth`'s tiny qwen3moe), which the Vulkan home
-    /// has no kernels for yet, is served by the CPU home in the same way.
+    /// A mixture-of-experts model (here `resin synth`'s tiny qwen3moe) is served by the Vulkan
+    /// home under `--gpu auto`, with no decline; read as more experts than its kernels take, the
+    /// Vulkan home declines it with its reason.
     #[test]
-    fn a_moe_model_is_served_by_the_cpu_home() {
+    fn a_moe_model_is_served_by_the_vulkan_home() {
         let path = std::env::temp_dir().join(format!("resin-load-moe-{}.gguf", std::process::id()));
         let shape = resin::synth::SynthShape::Qwen3MoeTiny;
         resin::synth::synth(shape, resin::synth::SynthType::Q8_0, resin::synth::SynthVocab::ByteLevel, &path, 1, false).unwrap();
         let file = Arc::new(GgufFile::open(&path).unwrap());
         std::fs::remove_file(&path).unwrap();
-        declined_model_is_served_by_the_cpu_home(file, "vulkan: mixture-of-experts models (8 experts, 2 a row) have no kernels yet");
+        let gpu = match resin_vulkan::Gpu::start() {
+            Ok(g) => g,
+            Err(e) => {
+                assert!(std::env::var("RESIN_REQUIRE_VULKAN").as_deref() != Ok("1"), "RESIN_REQUIRE_VULKAN=1 but there is no Vulkan device: {e}");
+                eprintln!("SKIP: no Vulkan device ({e})");
+                return;
+            }
+        };
+        let cfg = ModelConfig::from_gguf(&file).unwrap();
+        let counters = Arc::new(Counters::default());
+        let opts = VulkanOptions { n_ctx: Some(64), ..VulkanOptions::default() };
+        let home_for = |cfg: ModelConfig| {
+            let (file, counters, gpu, opts) = (file.clone(), counters.clone(), gpu.clone(), opts.clone());
+            let cpu = {
+                let (file, cfg, counters) = (file.clone(), cfg.clone(), counters.clone());
+                move || -> Result<Box<dyn Home>> {
+                    Ok(Box::new(CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(64), ..CpuOptions::default() }, counters.clone())?))
+                }
+            };
+            let vulkan = move || -> Result<Box<dyn Home>> { Ok(Box::new(VulkanHome::on(gpu.clone(), file.clone(), cfg.clone(), &opts, counters.clone())?)) };
+            serving_home(Gpu::Auto, vulkan, cpu).unwrap()
+        };
+        let mut home = home_for(cfg.clone());
+        assert_eq!(home.spec().kind, "vulkan");
+        let logits = home.prefill(&[resin_core::Segment { region: resin_core::RegionId(0), start: 0, tokens: &[1, 2, 3] }]).unwrap();
+        assert!(logits.data.iter().all(|x| x.is_finite()) && logits.data.iter().any(|&x| x != 0.0), "the Vulkan home serves the model");
+        assert!(counters.declines().is_empty(), "{:?}", counters.declines());
+        drop(home);
+        // Past the kernels' limits (a config only: the CPU home would refuse it against the
+        // file's tensors), the Vulkan home declines with its reason.
+        let wide = ModelConfig { moe: Some(resin_model::Moe { n_expert: 300, n_expert_used: 9 }), ..cfg };
+        let reason = "vulkan: mixture-of-experts models of 300 experts, 9 a row (kernels take up to 256, 8 a row)";
+        match VulkanHome::on(gpu.clone(), file.clone(), wide, &opts, counters.clone()) {
+            Err(VkError::Unsupported(r)) => assert_eq!(r, reason),
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("the Vulkan home took 9 experts a row"),
+        }
+        assert_eq!(counters.declines().get(reason), Some(&1), "{:?}", counters.declines());
     }
 
     fn declined_model_is_served_by_the_cpu_home(file: Arc<GgufFile>, reason: &str) {

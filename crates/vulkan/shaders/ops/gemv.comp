@@ -18,6 +18,10 @@
 //   the units of a row split over KS subgroups, their sums added in order). DOT_HW uses OpSDot
 //   (SPV_KHR_integer_dot_product through GL_EXT_spirv_intrinsics: glslang 13.1.1 has no
 //   GL_EXT_integer_dot_product); without it the same integer math by bitfieldExtract.
+// EXPERT (with FORM_ONE, portable and subgroup tiers): the weights are a mixture-of-experts
+// stack of experts of `rows` rows each; workgroup z is slot s, which reads expert sel[s]'s rows
+// only, activation row s / x_div and writes output row s (y_stride apart). A slot's sum runs
+// in the same order whatever slots share the dispatch.
 // In all, each column's sum runs in the same order whatever NCOLS is, so an N-row result
 // equals the row run alone.
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
@@ -70,6 +74,9 @@ layout(std430, set = 0, binding = 0) readonly buffer Wt4 { uvec4 WDATA4[]; };
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 #endif
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
+#ifdef EXPERT
+layout(std430, set = 0, binding = 3) readonly buffer Sel { uint sel[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -78,6 +85,9 @@ layout(push_constant) uniform Push {
     uint x_stride;
     uint y_stride;
     uint y_off;
+#ifdef EXPERT
+    uint x_div;  // slots a row of activations (k for gate/up, 1 for down)
+#endif
 #ifdef TIER_DOT
     uint d_off;  // word offset of the d_x floats in xp
     uint s_off;  // word offset of the int sums in xp
@@ -88,6 +98,16 @@ layout(push_constant) uniform Push {
 #include "formats.glsl"
 #ifdef TIER_DOT
 #include "dotfmt.glsl"
+#endif
+
+#ifdef EXPERT
+#define EROW(row) (sel[gl_WorkGroupID.z] * p.rows + (row))
+#define XAT(o) (gl_WorkGroupID.z / p.x_div * p.x_stride + (o))
+#define YAT(o) (gl_WorkGroupID.z * p.y_stride + (o))
+#else
+#define EROW(row) (row)
+#define XAT(o) (o)
+#define YAT(o) (o)
 #endif
 
 #ifdef TIER_SG
@@ -101,13 +121,13 @@ void main() {
     for (uint k = gl_SubgroupID; k < RPW; k += gl_NumSubgroups) {
         uint row = wg * RPW + k;
         if (row >= p.rows) break;
-        uint row_off = row * p.row_bytes;
+        uint row_off = EROW(row) * p.row_bytes;
         precise float acc[NMAX];
         for (uint c = 0u; c < NMAX; c++) acc[c] = 0.0;
         for (uint g = lane; g < groups; g += gl_SubgroupSize) {
             load8(row_off, g, v);
             for (uint c = 0u; c < NCOLS; c++) {
-                uint xo = c * p.x_stride + g * 8u;
+                uint xo = XAT(c * p.x_stride + g * 8u);
                 precise float s = 0.0;
                 for (uint l = 0u; l < 8u; l++) s += v[l] * x[xo + l];
                 acc[c] += s;
@@ -115,7 +135,7 @@ void main() {
         }
         for (uint c = 0u; c < NCOLS; c++) {
             float t = subgroupAdd(acc[c]);
-            if (lane == 0u) y[c * p.y_stride + p.y_off + row] = t;
+            if (lane == 0u) y[YAT(c * p.y_stride + p.y_off + row)] = t;
         }
     }
 }
@@ -201,12 +221,12 @@ void main() {
     precise float acc[NMAX];
     for (uint c = 0u; c < NMAX; c++) acc[c] = 0.0;
     uint units = p.cols / 32u;
-    uint row_off = row * p.row_bytes;
+    uint row_off = EROW(row) * p.row_bytes;
     float v[32];
     for (uint u = t; u < units; u += WG) {
         load_unit(row_off, u, v);
         for (uint c = 0u; c < NCOLS; c++) {
-            uint xo = c * p.x_stride + u * 32u;
+            uint xo = XAT(c * p.x_stride + u * 32u);
             precise float s = 0.0;
             for (uint l = 0u; l < 32u; l++) s += v[l] * x[xo + l];
             acc[c] += s;
@@ -224,7 +244,7 @@ void main() {
         barrier();
     }
     if (t == 0u) {
-        for (uint c = 0u; c < NCOLS; c++) y[c * p.y_stride + p.y_off + row] = red[c * WG];
+        for (uint c = 0u; c < NCOLS; c++) y[YAT(c * p.y_stride + p.y_off + row)] = red[c * WG];
     }
 }
 #endif

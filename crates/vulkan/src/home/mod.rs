@@ -342,11 +342,13 @@ impl Profile for VulkanHome {
     fn stage_weight_bytes(&self) -> Vec<(&'static str, u64)> {
         let b = |m: &Mat| (m.rows * m.row_bytes) as u64;
         let sum = |f: &dyn Fn(&Layer) -> u64| self.weights.layers.iter().map(f).sum::<u64>();
+        let (used, all) = self.cfg.moe.map_or((1, 1), |m| (m.n_expert_used as u64, m.n_expert as u64));
         vec![
             ("qkv", sum(&|l| b(&l.q) + b(&l.k) + b(&l.v))),
             ("attn_out", sum(&|l| b(&l.attn_out))),
-            ("gate_up", sum(&|l| b(&l.gate) + b(&l.up))),
-            ("down", sum(&|l| b(&l.down))),
+            // A mixture-of-experts row reads its chosen experts' share of the stacks.
+            ("gate_up", sum(&|l| b(&l.gate) + b(&l.up)) * used / all),
+            ("down", sum(&|l| b(&l.down)) * used / all),
             ("classifier", b(self.weights.output.as_ref().unwrap_or(&self.weights.embd))),
         ]
     }

@@ -365,16 +365,20 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
         mark(&mut clock, cmd, "attn_out", l);
         // x += o (gemma3: its norm, into `down`, which holds nothing until this layer's FFN)
         r.add = Some(post_norm(rec, m, &s.o, ly.attn_post_norm.as_ref(), &s.down, norm)?);
-        // then gate and up of norm(x) * ffn_norm
-        let gate_up = [(&ly.gate, &s.gate, cfg.n_ff), (&ly.up, &s.up, cfg.n_ff)];
-        norm_mm(rec, m, &mut r, Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l }, &gate_up, s, &mut clock)?;
-        rec.barrier();
-        mark(&mut clock, cmd, "gate_up", l);
-        swiglu_for(rec, cfg.ffn_act, m, &ly.down, s)?;
-        mark(&mut clock, cmd, "swiglu", l);
-        mm(rec, m, &ly.down, &s.gate, (&s.down, d), s, 0)?;
-        rec.barrier();
-        mark(&mut clock, cmd, "down", l);
+        if let Some(router) = &ly.router {
+            moe_ffn(rec, m, &mut r, ly, router, cfg, s, Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l }, &mut clock)?;
+        } else {
+            // then gate and up of norm(x) * ffn_norm
+            let gate_up = [(&ly.gate, &s.gate, cfg.n_ff), (&ly.up, &s.up, cfg.n_ff)];
+            norm_mm(rec, m, &mut r, Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l }, &gate_up, s, &mut clock)?;
+            rec.barrier();
+            mark(&mut clock, cmd, "gate_up", l);
+            swiglu_for(rec, cfg.ffn_act, m, &ly.down, s)?;
+            mark(&mut clock, cmd, "swiglu", l);
+            mm(rec, m, &ly.down, &s.gate, (&s.down, d), s, 0)?;
+            rec.barrier();
+            mark(&mut clock, cmd, "down", l);
+        }
         // x += down (gemma3: its norm, into `o`, which the FFN's norm has added already)
         r.add = Some(post_norm(rec, m, &s.down, ly.ffn_post_norm.as_ref(), &s.o, norm)?);
     }
@@ -428,4 +432,84 @@ fn post_norm<'a>(rec: &mut Recorder<'_>, rows: usize, y: &'a Buffer, w: Option<&
     rec.rmsnorm(rows as u32, y.into(), None, w.into(), spare.into(), p)?;
     rec.barrier();
     Ok(spare)
+}
+
+/// The 8-bit activation rounding the GEMV of `m` reads (as `mm` picks it), or None for f32.
+fn rounding(m: &Mat, s: &Scratch) -> Option<u32> {
+    act_block(m.ty).filter(|&b| s.q8 && m.cols.is_multiple_of(b as usize))
+}
+
+/// A mixture-of-experts FFN of `n` rows, its output into `s.down` (what the next norm adds):
+/// norm(x) * ffn_norm (rounded for the experts' gate and up), each row's experts and weights
+/// from the router (`moe_route`), each slot's gate and up from its own expert's rows only,
+/// SwiGLU, each slot's down, and the weighted sum of a row's slots in rank order. Every step
+/// computes a row (a slot) from that row alone, so rows stepped together equal each alone.
+/// Then a barrier.
+#[allow(clippy::too_many_arguments)]
+fn moe_ffn(
+    rec: &mut Recorder<'_>,
+    n: usize,
+    r: &mut Resid<'_>,
+    ly: &Layer,
+    router: &Buffer,
+    cfg: &ModelConfig,
+    s: &Scratch,
+    norm: Norm<'_>,
+    clock: &mut Option<&mut StageClock<'_>>,
+) -> Result<(), VkError> {
+    let moe = cfg.moe.ok_or_else(|| VkError::Model("a router on a model without experts".into()))?;
+    let (d, ff, k) = (cfg.n_embd, cfg.n_ff, moe.n_expert_used);
+    let slots = n * k;
+    let (gate, up, down) = (&ly.gate, &ly.up, &ly.down);
+    let blocks = [gate, up].map(|m| rounding(m, s));
+    let q32 = blocks.contains(&Some(32)).then(|| Bind::from(&s.xq32));
+    let q256 = blocks.contains(&Some(256)).then(|| Bind::from(&s.xq256));
+    let add = r.add.map(Bind::from);
+    if q32.is_some() || q256.is_some() {
+        rec.rmsnorm_q(n as u32, r.x.into(), add, norm.w.into(), (&s.xn).into(), q32, q256, norm.p)?;
+    } else {
+        rec.rmsnorm(n as u32, r.x.into(), add, norm.w.into(), (&s.xn).into(), norm.p)?;
+    }
+    r.add = None;
+    rec.barrier();
+    mark(clock, rec.cmd, norm.label, norm.layer);
+    rec.moe_route(n as u32, d as u32, moe.n_expert as u32, k as u32, router.into(), (&s.xn).into(), (&s.moe_sel).into(), (&s.moe_wt).into())?;
+    rec.barrier();
+    mark(clock, rec.cmd, "router", norm.layer);
+    let input = |m: &Mat| match rounding(m, s) {
+        Some(32) => &s.xq32,
+        Some(256) => &s.xq256,
+        _ => &s.xn,
+    };
+    let expert_mm = |rec: &mut Recorder<'_>, m: &Mat, x: &Buffer, x_stride: usize, x_div: usize, y: &Buffer, y_stride: usize| -> Result<(), VkError> {
+        let [(buf, 0, rows)] = m.parts.as_slice() else {
+            return Err(VkError::Model("a stack of experts in more than one part".into()));
+        };
+        let per = rows / moe.n_expert;
+        let p = GemvPush { rows: per as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: x_stride as u32, y_stride: y_stride as u32, y_off: 0 };
+        rec.gemv_expert(m.ty, slots as u32, buf.into(), x.into(), y.into(), (&s.moe_sel).into(), p, x_div as u32)
+    };
+    expert_mm(rec, gate, input(gate), d, k, &s.moe_gate, ff)?;
+    expert_mm(rec, up, input(up), d, k, &s.moe_up, ff)?;
+    rec.barrier();
+    mark(clock, rec.cmd, "gate_up", norm.layer);
+    let count = (slots * ff) as u32;
+    let act_in = match rounding(down, s) {
+        Some(block) => {
+            rec.swiglu_q(cfg.ffn_act, block, count, (&s.moe_gate).into(), (&s.moe_up).into(), (&s.moe_act).into())?;
+            &s.moe_act
+        }
+        None => {
+            rec.swiglu(cfg.ffn_act, count, (&s.moe_gate).into(), (&s.moe_up).into())?;
+            &s.moe_gate
+        }
+    };
+    rec.barrier();
+    mark(clock, rec.cmd, "swiglu", norm.layer);
+    expert_mm(rec, down, act_in, ff, 1, &s.moe_down, d)?;
+    rec.barrier();
+    mark(clock, rec.cmd, "down", norm.layer);
+    rec.moe_combine(n as u32, d as u32, k as u32, (&s.moe_wt).into(), (&s.moe_down).into(), (&s.down).into())?;
+    rec.barrier();
+    Ok(())
 }

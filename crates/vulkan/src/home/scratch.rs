@@ -56,6 +56,15 @@ pub(super) struct Scratch {
     /// Token passes' activations packed as int8 blocks for the dot GEMV (see gemv_dot.rs).
     pub(super) xp32: Buffer,
     pub(super) xp256: Buffer,
+    /// The mixture-of-experts FFN's slots (row r's j-th expert is slot r * k + j): gate and up
+    /// rows, the activation rows `down` reads, down rows, expert ids, weights (a word each for
+    /// a dense model).
+    pub(super) moe_gate: Buffer,
+    pub(super) moe_up: Buffer,
+    pub(super) moe_act: Buffer,
+    pub(super) moe_down: Buffer,
+    pub(super) moe_sel: Buffer,
+    pub(super) moe_wt: Buffer,
     /// Whether `prep` rounds activations (VulkanOptions::q8_activations).
     pub(super) q8: bool,
     /// Whether token passes take the int8 dot GEMV (q8 activations on a device that runs it).
@@ -121,6 +130,12 @@ impl Scratch {
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xp32: Buffer::new(gpu, packed_bytes(cfg, 32), Location::Device)?,
             xp256: Buffer::new(gpu, packed_bytes(cfg, 256), Location::Device)?,
+            moe_gate: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
+            moe_up: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
+            moe_act: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
+            moe_down: dev((r * moe_used(cfg) * cfg.n_embd).max(1))?,
+            moe_sel: dev((r * moe_used(cfg)).max(1))?,
+            moe_wt: dev((r * moe_used(cfg)).max(1))?,
             q8,
             dot: q8 && crate::gemv_dot::dot_ok(&gpu.info),
             done: {

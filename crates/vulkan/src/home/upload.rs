@@ -36,9 +36,13 @@ pub(super) struct Layer {
     /// gemma3's norms of the attention output and of the FFN output.
     pub(super) attn_post_norm: Option<Buffer>,
     pub(super) ffn_post_norm: Option<Buffer>,
+    /// The FFN's matrices; of a mixture-of-experts layer, the stacked experts (each expert's
+    /// `rows / n_expert` rows one after another, in one part: see plan.rs).
     pub(super) gate: Mat,
     pub(super) up: Mat,
     pub(super) down: Mat,
+    /// A mixture-of-experts layer's router, [n_expert][n_embd] as f32.
+    pub(super) router: Option<Buffer>,
     pub(super) mk: Buffer,
     pub(super) mv: Buffer,
 }
@@ -147,7 +151,8 @@ pub(super) fn upload(gpu: &Arc<Gpu>, f: &GgufFile, cfg: &ModelConfig, plan: &Pla
             progress((m.rows * m.row_bytes) as u64);
             Ok(m)
         };
-        let (q, k, v, attn_out, gate, up, down) = (mat(&n.q)?, mat(&n.k)?, mat(&n.v)?, mat(&n.attn_out)?, mat(&n.gate)?, mat(&n.up)?, mat(&n.down)?);
+        let (q, k, v, attn_out) = (mat(&n.q)?, mat(&n.k)?, mat(&n.v)?, mat(&n.attn_out)?);
+        let (gate, up, down) = if cfg.moe.is_some() { (mat(&n.gate_exps)?, mat(&n.up_exps)?, mat(&n.down_exps)?) } else { (mat(&n.gate)?, mat(&n.up)?, mat(&n.down)?) };
         let bias = if cfg.qkv_bias { [vector(f, &n.q_bias)?, vector(f, &n.k_bias)?, vector(f, &n.v_bias)?].concat() } else { vec![0.0] };
         let qk_norm = if cfg.qk_norm { [vector(f, &n.q_norm)?, vector(f, &n.k_norm)?].concat() } else { vec![0.0] };
         let dev = |v: &[f32]| Buffer::with_data(gpu, &f32_bytes(v), Location::Device);
@@ -172,6 +177,7 @@ pub(super) fn upload(gpu: &Arc<Gpu>, f: &GgufFile, cfg: &ModelConfig, plan: &Pla
             gate,
             up,
             down,
+            router: cfg.moe.map(|_| dev(&vector(f, &n.gate_inp)?)).transpose()?,
             mk: Buffer::new(gpu, mirror_bytes, Location::Device)?,
             mv: Buffer::new(gpu, mirror_bytes, Location::Device)?,
         });
