@@ -1,6 +1,8 @@
 //! Model parity with the CPU home (the oracle): greedy ids equal for 32 tokens, first-step
 //! logits within relative L2 1e-2 (f16 mirror), with a control that must fail that bar.
-//! Also: an N-row step equals its rows run alone (bit for bit), and two regions stay apart.
+//! Also, on the models cut to their first BLOCKS blocks (the home against itself): an N-row
+//! step equals its rows run alone (bit for bit), two regions stay apart, the attention ropes
+//! as the rope dispatch, a prewarmed home runs as one built on demand.
 
 mod common;
 
@@ -13,10 +15,6 @@ use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
 use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
-
-fn homes(name: &str, n_ctx: usize, regions: usize) -> Option<(CpuHome, VulkanHome)> {
-    homes_with(name, n_ctx, regions, true)
-}
 
 fn homes_with(name: &str, n_ctx: usize, regions: usize, q8_activations: bool) -> Option<(CpuHome, VulkanHome)> {
     let gpu = common::gpu()?;
@@ -196,7 +194,7 @@ fn smollm2_as_q8_0_greedy_32_and_first_logits() {
 
 #[test]
 fn nrow_step_equals_rows_alone_and_regions_stay_apart() {
-    let Some((_, mut vk)) = homes("smollm2-135m", 64, 3) else { return };
+    let Some(mut vk) = vk_home("smollm2-135m", 64, 3, KvCodec::F16) else { return };
     // Three regions with different prompts.
     let prompts: [&[u32]; 3] = [&PROMPT[..5], &PROMPT[3..9], &PROMPT[6..]];
     for (r, p) in prompts.iter().enumerate() {
@@ -216,12 +214,16 @@ fn nrow_step_equals_rows_alone_and_regions_stay_apart() {
     assert!(rel_l2(a.row(0), b.row(0)) > 1e-3, "regions must not share keys");
 }
 
-/// A Vulkan home alone (no CPU home) with its mirror codec.
-fn vk_home(name: &str, regions: usize, codec: KvCodec) -> Option<VulkanHome> {
+/// Blocks of a model the tests of the home against itself run on (rows together and alone,
+/// prewarming, the profile): their subject is the machinery, not the model's depth.
+const BLOCKS: usize = 4;
+
+/// A Vulkan home alone (no CPU home) on `name` cut to BLOCKS blocks, with its mirror codec.
+fn vk_home(name: &str, n_ctx: usize, regions: usize, codec: KvCodec) -> Option<VulkanHome> {
     let gpu = common::gpu()?;
-    // RESIN_TEST_GGUF (common::model) names another file, as on the GPU machine.
-    let common::Model { file, cfg, .. } = common::model(name);
-    let opts = VulkanOptions { n_ctx: Some(64), regions, codec, ..VulkanOptions::default() };
+    // RESIN_TEST_GGUF (common::model_cut) names another file, as on the GPU machine.
+    let common::Model { file, cfg, .. } = common::model_cut(name, BLOCKS);
+    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec, q8_activations: true, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() };
     Some(VulkanHome::on(gpu, file, cfg, &opts, Arc::new(Counters::default())).unwrap())
 }
 
@@ -234,7 +236,7 @@ fn vk_home(name: &str, regions: usize, codec: KvCodec) -> Option<VulkanHome> {
 fn the_attention_ropes_and_stores_as_the_rope_dispatch() {
     // The f32 mirror's form is covered by tests/kernels.rs (attention_that_ropes_...).
     for (name, codec) in [("smollm2-135m", KvCodec::F16), ("qwen2.5-coder-0.5b", KvCodec::F16)] {
-        let Some(mut h) = vk_home(name, 3, codec) else { return };
+        let Some(mut h) = vk_home(name, 64, 3, codec) else { return };
         let what = format!("{name} {codec:?}");
         for r in 0..3u32 {
             let start = r as usize * 2;
@@ -272,8 +274,8 @@ fn the_attention_ropes_and_stores_as_the_rope_dispatch() {
 #[test]
 fn a_prewarmed_home_runs_as_one_built_on_demand() {
     // 10 regions: prewarm builds the token commands of 1..8 rows and a 10-row wide step's.
-    let Some((_, mut lazy)) = homes("smollm2-135m", 64, 10) else { return };
-    let Some((_, mut warm)) = homes("smollm2-135m", 64, 10) else { return };
+    let Some(mut lazy) = vk_home("smollm2-135m", 64, 10, KvCodec::F16) else { return };
+    let Some(mut warm) = vk_home("smollm2-135m", 64, 10, KvCodec::F16) else { return };
     let took = warm.prewarm(10).unwrap();
     assert!(took.as_nanos() > 0);
     let mut out = Vec::new();
@@ -363,7 +365,7 @@ fn declines_are_counted_once_with_their_reason() {
 
 #[test]
 fn profile_step_times_every_stage() {
-    let Some((_, mut vk)) = homes("smollm2-135m", 64, 1) else { return };
+    let Some(mut vk) = vk_home("smollm2-135m", 64, 1, KvCodec::F16) else { return };
     vk.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &PROMPT[..4] }]).unwrap();
     let Some(stages) = vk.profile_step(&[Row { region: RegionId(0), token: 42, pos: 4 }]).unwrap() else { return };
     let total: f64 = stages.iter().map(|(_, us)| us).sum();
@@ -373,6 +375,7 @@ fn profile_step_times_every_stage() {
         *by_op.entry(l.split('.').next().unwrap()).or_default() += us;
     }
     eprintln!("profile: {} stages, {total:.0} us in all: {by_op:.0?}", stages.len());
-    assert!(stages.iter().any(|(l, _)| l == "attention.29") && stages.iter().any(|(l, _)| l.ends_with("classifier.0")));
+    let last = format!("attention.{}", BLOCKS - 1);
+    assert!(stages.iter().any(|(l, _)| *l == last) && stages.iter().any(|(l, _)| l.ends_with("classifier.0")));
     assert!(total > 0.0);
 }
