@@ -332,19 +332,30 @@ impl Gen {
             let first = s.chunk(json!({"role": "assistant", "content": ""}), None);
             s.pending.push_back(first);
         }
-        let body = futures_util::stream::unfold(s, |mut s| async move {
-            let b = s.next_bytes().await?;
-            Some((Ok::<Bytes, Infallible>(b), s))
-        });
-        let mut r = Response::new(Body::from_stream(body));
-        *r.status_mut() = StatusCode::OK;
-        let h = r.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        r.extensions_mut().insert(LogsItself);
-        r
+        event_stream(s)
     }
+}
+
+/// A stream's state that yields its next bytes of server-sent events (None: the stream ends).
+pub(crate) trait EventSource: Send + 'static {
+    fn next_bytes(&mut self) -> impl std::future::Future<Output = Option<Bytes>> + Send;
+}
+
+/// The response that streams `source`'s events: the event-stream headers, no proxy buffering,
+/// and the stream logs its own end.
+pub(crate) fn event_stream<S: EventSource>(source: S) -> Response {
+    let body = futures_util::stream::unfold(source, |mut s| async move {
+        let b = s.next_bytes().await?;
+        Some((Ok::<Bytes, Infallible>(b), s))
+    });
+    let mut r = Response::new(Body::from_stream(body));
+    *r.status_mut() = StatusCode::OK;
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r.extensions_mut().insert(LogsItself);
+    r
 }
 
 /// A whole output taken apart.
@@ -536,6 +547,12 @@ impl Gen {
             outcome,
             "request (streamed)"
         );
+    }
+}
+
+impl EventSource for SseState {
+    fn next_bytes(&mut self) -> impl std::future::Future<Output = Option<Bytes>> + Send {
+        SseState::next_bytes(self)
     }
 }
 

@@ -17,14 +17,12 @@
 //! conversation. The store keeps a bounded number of responses and drops the oldest first.
 
 use std::collections::{HashMap, VecDeque};
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use resin_engine::{Finish, FinishReason, GenEvent};
@@ -32,11 +30,11 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
-use crate::generate::{next_event, random_id, shutdown_error, Gen, Kind, Output, TokenClock};
+use crate::generate::{event_stream, next_event, random_id, shutdown_error, EventSource, Gen, Kind, Output, TokenClock};
 use crate::handlers::{body_bytes, prepare_chat, submit_chat};
 use crate::openai::{parse, ChatRequest, CommonRequest};
 use crate::tools::ToolCall;
-use crate::{AppState, LogsItself, Usage};
+use crate::{AppState, Usage};
 
 /// One item of a conversation, in the Responses API's shape (shared between the stored
 /// responses of one chain).
@@ -721,17 +719,13 @@ fn stream(gen: Gen, ctx: Ctx) -> Response {
     let r = s.ctx.response("in_progress", Vec::new(), Value::Null, Value::Null);
     s.event("response.created", json!({"response": r}));
     s.event("response.in_progress", json!({"response": r}));
-    let body = futures_util::stream::unfold(s, |mut s| async move {
-        let b = s.next_bytes().await?;
-        Some((Ok::<Bytes, Infallible>(b), s))
-    });
-    let mut r = Response::new(Body::from_stream(body));
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    r.extensions_mut().insert(LogsItself);
-    r
+    event_stream(s)
+}
+
+impl EventSource for RespSse {
+    fn next_bytes(&mut self) -> impl std::future::Future<Output = Option<Bytes>> + Send {
+        RespSse::next_bytes(self)
+    }
 }
 
 impl RespSse {
