@@ -6,6 +6,8 @@
 //! server must stay responsive and shut down. Without a Vulkan device the tests SKIP, unless
 //! RESIN_REQUIRE_VULKAN=1.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,24 +68,8 @@ fn start(switch: &FaultSwitch) -> Option<Server> {
     eprintln!("prewarm took {:?}", tp.elapsed());
     let engine = Engine::start(Box::new(home), tokenizer.clone(), EngineConfig { max_queue: 8, ..EngineConfig::default() });
     let state = AppState::new(engine, ModelInfo { id: "smollm2".into(), tokenizer, template }, ServerConfig { shutdown_grace: Duration::from_secs(1), ..ServerConfig::default() });
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (done_tx, done) = std::sync::mpsc::channel();
-    let st = state.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let r = rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding");
-            tx.send(l.local_addr().expect("address")).expect("sending the address");
-            resin_server::serve_on(l, st, async move {
-                let _ = stop_rx.await;
-            })
-            .await
-        });
-        let _ = done_tx.send(r.map_err(|e| e.to_string()));
-    });
-    let addr = rx.recv().expect("the server's address");
-    Some(Server { addr, state, stop: Some(stop_tx), done })
+    let served = common::serve_until_stopped(state.clone());
+    Some(Server { addr: served.addr, state, stop: Some(served.stop), done: served.done })
 }
 
 #[derive(Debug)]

@@ -2,6 +2,8 @@
 //! client library would hide what is on the wire: JSON errors from the router and from hyper,
 //! Content-Type and Origin checks, read timeouts, the connection cap and graceful shutdown.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,24 +40,8 @@ fn start(n_ctx: usize, cfg: ServerConfig) -> Server {
         CpuHome::new(file.clone(), mcfg, &CpuOptions { n_ctx: Some(n_ctx), regions: 4, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).expect("cpu home");
     let engine = Engine::start(Box::new(home), tokenizer.clone(), EngineConfig { max_queue: 64, ..EngineConfig::default() });
     let state = AppState::new(engine, ModelInfo { id: "smollm2".into(), tokenizer, template }, cfg);
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (done_tx, done) = std::sync::mpsc::channel();
-    let st = state.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let r = rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding");
-            tx.send(l.local_addr().expect("address")).expect("sending the address");
-            resin_server::serve_on(l, st, async move {
-                let _ = stop_rx.await;
-            })
-            .await
-        });
-        let _ = done_tx.send(r.map_err(|e| e.to_string()));
-    });
-    let addr = rx.recv().expect("the server's address");
-    Server { addr, state, stop: Some(stop_tx), done }
+    let served = common::serve_until_stopped(state.clone());
+    Server { addr: served.addr, state, stop: Some(served.stop), done: served.done }
 }
 
 /// A raw response: status, head (lowercased names), body.
