@@ -274,14 +274,7 @@ mod tests {
         resin::synth::synth(shape, resin::synth::SynthType::Q8_0, resin::synth::SynthVocab::ByteLevel, &path, 1, false).unwrap();
         let file = Arc::new(GgufFile::open(&path).unwrap());
         std::fs::remove_file(&path).unwrap();
-        let gpu = match resin_vulkan::Gpu::start() {
-            Ok(g) => g,
-            Err(e) => {
-                assert!(std::env::var("RESIN_REQUIRE_VULKAN").as_deref() != Ok("1"), "RESIN_REQUIRE_VULKAN=1 but there is no Vulkan device: {e}");
-                eprintln!("SKIP: no Vulkan device ({e})");
-                return;
-            }
-        };
+        let Some(gpu) = device_or_skip() else { return };
         let cfg = ModelConfig::from_gguf(&file).unwrap();
         let counters = Arc::new(Counters::default());
         let opts = VulkanOptions { n_ctx: Some(64), ..VulkanOptions::default() };
@@ -314,15 +307,20 @@ mod tests {
         assert_eq!(counters.declines().get(reason), Some(&1), "{:?}", counters.declines());
     }
 
-    fn declined_model_is_served_by_the_cpu_home(file: Arc<GgufFile>, reason: &str) {
-        let gpu = match resin_vulkan::Gpu::start() {
-            Ok(g) => g,
+    /// The Vulkan device, or None with a SKIP line (a failure when RESIN_REQUIRE_VULKAN=1).
+    fn device_or_skip() -> Option<Arc<resin_vulkan::Gpu>> {
+        match resin_vulkan::Gpu::start() {
+            Ok(g) => Some(g),
             Err(e) => {
                 assert!(std::env::var("RESIN_REQUIRE_VULKAN").as_deref() != Ok("1"), "RESIN_REQUIRE_VULKAN=1 but there is no Vulkan device: {e}");
                 eprintln!("SKIP: no Vulkan device ({e})");
-                return;
+                None
             }
-        };
+        }
+    }
+
+    fn declined_model_is_served_by_the_cpu_home(file: Arc<GgufFile>, reason: &str) {
+        let Some(gpu) = device_or_skip() else { return };
         let cfg = ModelConfig::from_gguf(&file).unwrap();
         let counters = Arc::new(Counters::default());
         let vulkan = || -> Result<Box<dyn Home>> {
