@@ -312,9 +312,21 @@ struct Bpe {
     byte_char: [char; 256],
 }
 
+/// What SentencePiece merging needs besides the vocabulary, fixed at load.
+struct Spm {
+    /// Each token's score as a rank: its place among the distinct scores of the vocabulary,
+    /// highest first, in the order of `f32::total_cmp` (the reference heap's order). Equal scores
+    /// share a rank.
+    rank: Vec<u32>,
+    /// The token of each ASCII character and of `▁` (U+2581) ([`NONE`] where there is none), so
+    /// that the commonest characters need no lookup by text.
+    ascii: [u32; 128],
+    mark: u32,
+}
+
 enum Model {
     Bpe(Box<Bpe>),
-    Spm,
+    Spm(Box<Spm>),
 }
 
 /// A tokenizer: text to token ids and back.
@@ -414,7 +426,7 @@ impl Tokenizer {
                 // llama.cpp defaults BPE bos/eos to id 11; resin names none unless the file does.
                 (Model::Bpe(Box::new(bpe)), None, None, ignore_merges, false)
             }
-            "llama" => (Model::Spm, Some(1), Some(2), true, true),
+            "llama" => (Model::Spm(Box::new(Spm::new(&scores, &ids))), Some(1), Some(2), true, true),
             other => return Err(err(format!("unsupported tokenizer model {other:?} (resin reads gpt2 and llama)"))),
         };
         let mut add_eos = false;
@@ -479,7 +491,7 @@ impl Tokenizer {
                     *slot = ids.get(c.to_string().as_str()).copied();
                 }
             }
-            Model::Spm => {
+            Model::Spm(_) => {
                 for (b, slot) in byte_token.iter_mut().enumerate() {
                     *slot = ids.get(format!("<0x{b:02X}>").as_str()).or_else(|| if b < 128 { ids.get((b as u8 as char).to_string().as_str()) } else { None }).copied();
                 }
@@ -526,7 +538,7 @@ impl Tokenizer {
                 bytes.extend_from_slice(text.as_bytes());
             } else if attr & ATTR_NORMAL != 0 {
                 match &self.model {
-                    Model::Spm => bytes.extend_from_slice(text.replace('\u{2581}', " ").as_bytes()),
+                    Model::Spm(_) => bytes.extend_from_slice(text.replace('\u{2581}', " ").as_bytes()),
                     Model::Bpe(_) => {
                         for c in text.chars() {
                             match char_byte.get(&c) {
@@ -632,7 +644,7 @@ impl Tokenizer {
     /// encoding put before the text is removed again.
     pub fn decode(&self, ids: &[u32], special: bool) -> String {
         let mut out = Vec::new();
-        let mut strip_space = self.add_space_prefix && matches!(self.model, Model::Spm);
+        let mut strip_space = self.add_space_prefix && matches!(self.model, Model::Spm(_));
         for &id in ids {
             let p = self.piece(id, special);
             if strip_space && Some(id) == self.bos {
@@ -658,8 +670,9 @@ impl Tokenizer {
         self.encode_with(text, add_special, parse_special, false)
     }
 
-    /// [`Tokenizer::encode`] with every BPE word merged through the plain binary heap, the
-    /// reference the faster queue of long words is tested against.
+    /// [`Tokenizer::encode`] with every BPE word merged through the plain binary heap, and
+    /// SentencePiece text through a binary heap of float scores: the references the faster
+    /// queues are tested against.
     #[doc(hidden)]
     pub fn encode_reference(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
         self.encode_with(text, add_special, parse_special, true)
@@ -672,7 +685,7 @@ impl Tokenizer {
             out.extend(self.bos);
         }
         match &self.model {
-            Model::Spm => {
+            Model::Spm(spm) => {
                 let mut prev_special = true;
                 for frag in frags {
                     match frag {
@@ -682,7 +695,12 @@ impl Tokenizer {
                                 t.push(' ');
                             }
                             t.push_str(&text[s..e]);
-                            self.spm_tokenize(&t.replace(' ', "\u{2581}"), &mut out)?;
+                            let t = t.replace(' ', "\u{2581}");
+                            if reference {
+                                self.spm_tokenize_reference(&t, &mut out)?;
+                            } else {
+                                self.spm_tokenize(spm, &t, &mut out)?;
+                            }
                             prev_special = false;
                         }
                         Frag::Token(id) => {
@@ -753,9 +771,58 @@ impl Tokenizer {
         Ok(())
     }
 
-    /// SentencePiece: merge the adjacent pair of highest score while one forms a token
-    /// (llama.cpp's llm_tokenizer_spm_session); leftovers become byte tokens.
-    fn spm_tokenize(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
+    /// SentencePiece: merge the adjacent pair of highest score (the leftmost of equal scores)
+    /// while one forms a token (llama.cpp's llm_tokenizer_spm_session); a symbol left that is no
+    /// token (a single character) becomes byte tokens. See [`spm_merge`] for the order.
+    fn spm_tokenize(&self, spm: &Spm, text: &str, out: &mut Vec<u32>) -> Result<()> {
+        if text.len() >= NONE as usize {
+            // Symbols are named by 32-bit indices and offsets.
+            return self.spm_tokenize_reference(text, out);
+        }
+        let n = text.chars().count();
+        let mut syms: Vec<SpmSym> = Vec::with_capacity(n);
+        for (i, (start, c)) in text.char_indices().enumerate() {
+            let id = match c as u32 {
+                a if a < 128 => spm.ascii[a as usize],
+                0x2581 => spm.mark,
+                _ => self.ids.get(c.encode_utf8(&mut [0; 4]) as &str).copied().unwrap_or(NONE),
+            };
+            let i = i as u32;
+            let next = if i as usize + 1 == n { NONE } else { i + 1 };
+            syms.push(SpmSym { start: start as u32, n: c.len_utf8() as u32, prev: i.wrapping_sub(1), next, id, pair_rank: NONE, pair_id: NONE });
+        }
+        // The rank and token of the text of the pair at `l` (the symbol and its right neighbour).
+        let pair = |syms: &[SpmSym], l: u32| -> (u32, u32) {
+            let ls = &syms[l as usize];
+            if ls.next == NONE {
+                return (NONE, NONE);
+            }
+            let end = ls.start + ls.n + syms[ls.next as usize].n;
+            match self.ids.get(&text[ls.start as usize..end as usize]) {
+                Some(&id) => (spm.rank[id as usize], id),
+                None => (NONE, NONE),
+            }
+        };
+        if text.len() >= LONG_WORD {
+            spm_merge(&mut syms, pair, &mut RankQueue::default());
+        } else {
+            spm_merge(&mut syms, pair, &mut HeapQueue::default());
+        }
+        let mut i = if syms.is_empty() { NONE } else { 0 };
+        while i != NONE {
+            let s = &syms[i as usize];
+            match s.id {
+                NONE => self.byte_fallback(&text.as_bytes()[s.start as usize..(s.start + s.n) as usize], out)?,
+                id => out.push(id),
+            }
+            i = s.next;
+        }
+        Ok(())
+    }
+
+    /// [`Tokenizer::spm_tokenize`] as llama.cpp writes it: one binary heap of float scores, an
+    /// entry acted on while both of its symbols are alive and of the sizes it was queued with.
+    fn spm_tokenize_reference(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
         let mut syms: Vec<Sym> = Vec::with_capacity(text.len());
         for (i, (start, c)) in text.char_indices().enumerate() {
             let n = c.len_utf8();
@@ -890,8 +957,9 @@ impl Tokenizer {
     }
 }
 
-/// Pieces of at least this many bytes merge through a [`RankQueue`], shorter ones through a
-/// binary heap (cheaper to set up, and as fast while it fits in cache).
+/// BPE pieces and SentencePiece texts of at least this many bytes merge through a
+/// [`RankQueue`], shorter ones through a binary heap (cheaper to set up, and as fast while it
+/// fits in cache).
 const LONG_WORD: usize = 1024;
 
 /// The merges of one word: while an adjacent pair of symbols is in the merge table, merge the
@@ -961,6 +1029,99 @@ fn bpe_merge(bpe: &Bpe, ids: &HashMap<String, u32>, word: &str, syms: &mut [Sym]
         if let Some((r, _)) = rank(syms, pl, rnext) {
             q.push(r, pl as u32);
         }
+    }
+}
+
+/// The merges of a SentencePiece text: while an adjacent pair of symbols forms a token, merge the
+/// pair of highest score, the leftmost of equal scores (llama.cpp's llm_tokenizer_spm_session).
+/// `pair(syms, l)` gives the rank and token of the pair at `l` ([`NONE`] if it forms none).
+///
+/// Scores are ranks here ([`Spm::rank`]): lower rank is higher score and equal ranks are equal
+/// scores, so the least (rank, left) is the pair the definition asks for. Each symbol keeps the
+/// rank of the pair it starts (`pair_rank`), set again whenever that pair changes: when the
+/// symbol merges, or its right neighbour does (a symbol's right neighbour changes only so). Every
+/// pair that forms is queued once by (rank, left); an entry (r, l) is acted on only if `l` is
+/// alive and the pair now at `l` has rank r. Scores need not be unique, so a stale entry can
+/// have the key of the pair now at `l` (another text of the same score); acting on it is still
+/// right: it merges the pair of that key, and every existing pair has its own entry queued
+/// (pushed when it formed, gone only when popped), so no existing pair has a lesser key. An
+/// entry that is not acted on takes no existing pair's key with it (none has that key), and
+/// an entry left over after its pair merged is judged against whatever is at `l` then, the
+/// same way. So every merge is the one of least (rank, left) among the pairs that exist:
+/// the reference heap's merge, whatever queue gives the order.
+fn spm_merge(syms: &mut [SpmSym], pair: impl Fn(&[SpmSym], u32) -> (u32, u32), q: &mut impl MergeQueue) {
+    q.clear();
+    for l in 0..syms.len() as u32 {
+        let (rank, id) = pair(syms, l);
+        let s = &mut syms[l as usize];
+        (s.pair_rank, s.pair_id) = (rank, id);
+        if rank != NONE {
+            q.push(rank, l);
+        }
+    }
+    while let Some((rank, l)) = q.pop() {
+        let s = syms[l as usize];
+        if s.n == 0 || s.pair_rank != rank {
+            continue; // merged into its left neighbour, or the pair at `l` has changed
+        }
+        // A pair has a right symbol.
+        let r = s.next as usize;
+        let (rn, rnext) = (syms[r].n, syms[r].next);
+        syms[r].n = 0;
+        let left = &mut syms[l as usize];
+        left.n += rn;
+        left.next = rnext;
+        left.id = s.pair_id;
+        if rnext != NONE {
+            syms[rnext as usize].prev = l;
+        }
+        for at in [l, s.prev] {
+            if at == NONE {
+                continue;
+            }
+            let (rank, id) = pair(syms, at);
+            let a = &mut syms[at as usize];
+            (a.pair_rank, a.pair_id) = (rank, id);
+            if rank != NONE {
+                q.push(rank, at);
+            }
+        }
+    }
+}
+
+/// No symbol (the end of a list), no token, no pair.
+const NONE: u32 = u32::MAX;
+
+/// A symbol of a SentencePiece merge: a run of the text (`n` bytes from `start`; no bytes once
+/// merged into its left neighbour) and its neighbours.
+#[derive(Debug, Clone, Copy)]
+struct SpmSym {
+    start: u32,
+    n: u32,
+    prev: u32,
+    next: u32,
+    /// The token of its text ([`NONE`]: a character that is none).
+    id: u32,
+    /// The rank and token of the pair it starts with `next` ([`NONE`]: that text is no token).
+    pair_rank: u32,
+    pair_id: u32,
+}
+
+impl Spm {
+    fn new(scores: &[f32], ids: &HashMap<String, u32>) -> Self {
+        let mut order: Vec<u32> = (0..scores.len() as u32).collect();
+        // Highest first; `total_cmp` is a total order, and equal under it means the same bits.
+        order.sort_unstable_by(|&a, &b| scores[b as usize].total_cmp(&scores[a as usize]));
+        let mut rank = vec![0; scores.len()];
+        let mut r = 0;
+        for (k, &i) in order.iter().enumerate() {
+            if k > 0 && scores[i as usize].total_cmp(&scores[order[k - 1] as usize]) != Ordering::Equal {
+                r += 1;
+            }
+            rank[i as usize] = r;
+        }
+        let id = |c: char| ids.get(c.encode_utf8(&mut [0; 4]) as &str).copied().unwrap_or(NONE);
+        Spm { rank, ascii: std::array::from_fn(|a| id(a as u8 as char)), mark: id('\u{2581}') }
     }
 }
 
@@ -1090,7 +1251,7 @@ impl std::fmt::Debug for Tokenizer {
                 "model",
                 &match self.model {
                     Model::Bpe(_) => "bpe",
-                    Model::Spm => "spm",
+                    Model::Spm(_) => "spm",
                 },
             )
             .field("vocab_size", &self.texts.len())
@@ -1237,6 +1398,16 @@ impl StreamDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// SentencePiece score ranks: highest score first, equal scores (same bits) one rank, in the
+    /// order of `f32::total_cmp` (+0 above -0, NaNs at the ends).
+    #[test]
+    fn spm_ranks_follow_total_cmp() {
+        let scores = [0.0, -1.0, f32::NAN, -0.0, 5.0, -1.0, f32::NEG_INFINITY, -f32::NAN, 5.0, 0.0];
+        let spm = Spm::new(&scores, &HashMap::new());
+        assert_eq!(spm.rank, [2, 4, 0, 3, 1, 4, 5, 6, 1, 2]);
+        assert_eq!((spm.ascii, spm.mark), ([NONE; 128], NONE));
+    }
 
     /// The bucketed queue pops what a binary heap pops, for pushes in any order (ascending
     /// runs, out-of-order ones, ranks emptied and refilled) and across `clear`.

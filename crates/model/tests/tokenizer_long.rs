@@ -4,7 +4,10 @@
 //! scanners give the regexes' exact pieces is proved by the unit test
 //! `tokenizer::tests::scanners_match_regexes`, and the llama.cpp vectors in tests/tokenizer.rs.
 //! Long words merge through their own queue; it is checked here against the plain heap
-//! (`encode_reference`) on shorter runs of each class.
+//! (`encode_reference`) on shorter runs of each class. SentencePiece vocabularies (llama.cpp's
+//! llama-spm, Gemma 3's) have no pre-tokenizer, so the whole text is one merge; they are checked
+//! the same way, and against the float-score heap on random mixed text, also with vocabularies
+//! whose scores were coarsened so that ties are the rule.
 //!
 //! Speed is measured, not asserted: `bench_long_runs` (ignored) prints the time of each case,
 //! `cargo test --release -p resin-model --test tokenizer_long -- --ignored --nocapture bench`.
@@ -12,10 +15,14 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use resin_gguf::GgufFile;
+use resin_gguf::{GgufFile, GgufWriter, Value, ValueType};
 use resin_model::Tokenizer;
 
 fn vocab(name: &str) -> Tokenizer {
+    Tokenizer::from_gguf(&vocab_file(name)).unwrap()
+}
+
+fn vocab_file(name: &str) -> GgufFile {
     let dir =
         std::env::var_os("RESIN_VOCAB_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is not set")).join(".cache/resin-dev/vocab"));
     let p = dir.join(format!("ggml-vocab-{name}.gguf"));
@@ -25,13 +32,62 @@ fn vocab(name: &str) -> Tokenizer {
         let status = std::process::Command::new("bash").arg(&script).arg(&dir).status();
         assert!(matches!(status, Ok(s) if s.success()), "fetching the vocabularies with {} failed: {status:?}", script.display());
     }
-    let f = GgufFile::open(&p).unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch_vocab_tests.sh", p.display()));
-    Tokenizer::from_gguf(&f).unwrap()
+    GgufFile::open(&p).unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch_vocab_tests.sh", p.display()))
+}
+
+fn model(name: &str) -> Tokenizer {
+    let p = resin_hub::ensure(name, false).unwrap_or_else(|e| panic!("fetching {name}: {e}"));
+    Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap()
 }
 
 fn smollm2() -> Tokenizer {
-    let p = resin_hub::ensure("smollm2-135m", false).unwrap_or_else(|e| panic!("fetching smollm2-135m: {e}"));
-    Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap()
+    model("smollm2-135m")
+}
+
+/// Gemma 3's SentencePiece vocabulary (262,144 tokens, no space prefix, runs of spaces and
+/// newlines as user-defined tokens).
+fn gemma3() -> Tokenizer {
+    model("gemma3-270m")
+}
+
+/// llama.cpp's llama-spm vocabulary with each token's score replaced by `score(id, score)`.
+fn rescored(score: impl Fn(usize, f32) -> f32) -> Tokenizer {
+    let f = vocab_file("llama-spm");
+    let mut w = GgufWriter::new();
+    for (k, v) in f.metadata() {
+        let v = match (k.as_str(), v) {
+            ("tokenizer.ggml.scores", Value::Array(_, items)) => {
+                Value::Array(ValueType::F32, items.iter().enumerate().map(|(i, s)| Value::F32(score(i, s.as_f64().unwrap() as f32))).collect())
+            }
+            _ => v.clone(),
+        };
+        w.set(k.clone(), v);
+    }
+    Tokenizer::from_gguf(&GgufFile::from_bytes(w.write_all_to_vec(&[]).unwrap()).unwrap()).unwrap()
+}
+
+/// SentencePiece vocabularies for the comparisons with the reference: the two real ones, then
+/// llama-spm with scores rounded to a few values (ties between different merges everywhere),
+/// with every score equal but for its sign (the leftmost pair first; +0 above -0), and with
+/// NaNs and infinities among the scores (ordered as `f32::total_cmp` orders them).
+fn spm_vocabs() -> Vec<(&'static str, Tokenizer)> {
+    vec![
+        ("llama-spm", vocab("llama-spm")),
+        ("gemma3", gemma3()),
+        ("llama-spm, scores rounded", rescored(|_, s| (s / 4000.0).round() * 4000.0)),
+        ("llama-spm, signed zeros", rescored(|i, _| if i % 3 == 0 { -0.0 } else { 0.0 })),
+        (
+            "llama-spm, NaN and infinities",
+            rescored(|i, s| match i % 11 {
+                0 => f32::NAN,
+                1 => -f32::NAN,
+                2 => f32::INFINITY,
+                3 => f32::NEG_INFINITY,
+                4 => -0.0,
+                _ => s,
+            }),
+        ),
+    ]
 }
 
 const LIMIT: usize = 4 << 20;
@@ -88,6 +144,68 @@ fn long_runs_smollm() {
     check("smollm2", &smollm2());
 }
 
+#[test]
+fn long_runs_llama_spm() {
+    check("llama-spm", &vocab("llama-spm"));
+}
+
+#[test]
+fn long_runs_gemma3() {
+    check("gemma3", &gemma3());
+}
+
+/// Pieces of the random texts (`|` between them): words, whitespace of each kind, digits,
+/// punctuation, CJK and characters no vocabulary here has (byte fallback), SentencePiece's own
+/// space mark, and texts that are special or byte tokens.
+const PIECES: &str =
+    " |  |    |\n|\n\n|\r\n|\t|a|e|s|t|th|the|ing|The|quick|brown|fox|aaaa|ab|x|0|7|123|2024|!|?|'|'s|,|.|...|-|日|本|語|😀|é|Ω|\u{2581}|<0x41>|<s>|</s>|<start_of_turn>";
+
+/// A text of `len` pieces from `rng`, a piece often repeated (runs of equal pairs, where ties
+/// decide).
+fn random_text(rng: &mut u64, len: usize) -> String {
+    let mut next = || {
+        // xorshift64*
+        *rng ^= *rng >> 12;
+        *rng ^= *rng << 25;
+        *rng ^= *rng >> 27;
+        (rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize
+    };
+    let pieces: Vec<&str> = PIECES.split('|').collect();
+    let mut s = String::new();
+    let mut n = 0;
+    while n < len {
+        let piece = pieces[next() % pieces.len()];
+        let times = if next() % 4 == 0 { 1 + next() % 40 } else { 1 };
+        for _ in 0..times {
+            s.push_str(piece);
+        }
+        n += times;
+    }
+    s
+}
+
+/// Random mixed texts, short (the small queue) and long (the bucketed one), give the tokens of
+/// the float-score heap on every SentencePiece vocabulary, with and without special tokens.
+#[test]
+fn spm_random_text_matches_reference() {
+    let mut rng = 0x5eed_1234_abcd_0001u64;
+    for (name, tok) in spm_vocabs() {
+        for case in 0..240 {
+            let len = match case % 4 {
+                0 => 1 + case % 13,
+                1 => 20 + case % 97,
+                _ => 300 + (case * 37) % 3000,
+            };
+            let text = random_text(&mut rng, len);
+            for (add_special, parse_special) in [(true, false), (false, true)] {
+                let got = tok.encode(&text, add_special, parse_special).unwrap();
+                let want = tok.encode_reference(&text, add_special, parse_special).unwrap();
+                assert!(got == want, "{name}, case {case} ({} bytes, parse_special {parse_special}): not the reference tokens for {text:?}", text.len());
+            }
+        }
+    }
+}
+
 /// The time to tokenize each 4 MiB case: the least and the median of `RESIN_BENCH_REPS` runs
 /// (default 5), then the slowest case.
 #[test]
@@ -95,7 +213,7 @@ fn long_runs_smollm() {
 fn bench_long_runs() {
     let reps: usize = std::env::var("RESIN_BENCH_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(5).max(1);
     let mut worst = (Duration::ZERO, String::new());
-    for (name, tok) in [("llama-bpe", vocab("llama-bpe")), ("smollm2", smollm2())] {
+    for (name, tok) in [("llama-bpe", vocab("llama-bpe")), ("smollm2", smollm2()), ("llama-spm", vocab("llama-spm")), ("gemma3", gemma3())] {
         for (class, unit) in UNITS {
             let text = run_of(unit, LIMIT);
             let mut times = Vec::with_capacity(reps);
