@@ -9,8 +9,11 @@
 //! (control and unknown ones only when `parse_special` is set), longest text first.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
+use aho_corasick::automaton::{Automaton, Candidate};
+use aho_corasick::nfa::contiguous;
+use aho_corasick::{Anchored, MatchKind, Span};
 use fancy_regex::Regex;
 use resin_gguf::{GgufFile, Value};
 
@@ -338,6 +341,10 @@ pub struct Tokenizer {
     ids: HashMap<String, u32>,
     /// Control, user-defined and unknown tokens, longest text first.
     special: Vec<u32>,
+    /// `special` found in one pass: all of them (`parse_special`), and the user-defined ones
+    /// only. `None` where the automaton could not be built; `partition_reference` serves then.
+    special_all: Option<SpecialMatcher>,
+    special_user: Option<SpecialMatcher>,
     /// Each token's bytes as decoded output (control tokens included), concatenated.
     piece_bytes: Vec<u8>,
     piece_offsets: Vec<usize>,
@@ -483,6 +490,8 @@ impl Tokenizer {
 
         let mut special: Vec<u32> = (0..n as u32).filter(|&i| attrs[i as usize] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0).collect();
         special.sort_by(|&a, &b| texts[b as usize].len().cmp(&texts[a as usize].len()).then(a.cmp(&b)));
+        let special_all = SpecialMatcher::new(&texts, special.iter().copied());
+        let special_user = SpecialMatcher::new(&texts, special.iter().copied().filter(|&i| attrs[i as usize] & (ATTR_CONTROL | ATTR_UNKNOWN) == 0));
 
         let mut byte_token = [None; 256];
         match &model {
@@ -505,6 +514,8 @@ impl Tokenizer {
             attrs,
             ids,
             special,
+            special_all,
+            special_user,
             piece_bytes: Vec::new(),
             piece_offsets: Vec::new(),
             longest_piece: 16,
@@ -670,16 +681,20 @@ impl Tokenizer {
         self.encode_with(text, add_special, parse_special, false)
     }
 
-    /// [`Tokenizer::encode`] with every BPE word merged through the plain binary heap, and
-    /// SentencePiece text through a binary heap of float scores: the references the faster
-    /// queues are tested against.
+    /// [`Tokenizer::encode`] with every BPE word merged through the plain binary heap,
+    /// SentencePiece text through a binary heap of float scores, and special tokens found by
+    /// one search of the text per token: the references the faster code is tested against.
     #[doc(hidden)]
     pub fn encode_reference(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
         self.encode_with(text, add_special, parse_special, true)
     }
 
     fn encode_with(&self, text: &str, add_special: bool, parse_special: bool, reference: bool) -> Result<Vec<u32>> {
-        let frags = self.partition(text, parse_special);
+        let matcher = if parse_special { &self.special_all } else { &self.special_user };
+        let frags = match matcher.as_ref().filter(|_| !reference).and_then(|m| m.partition(text)) {
+            Some(frags) => frags,
+            None => self.partition_reference(text, parse_special),
+        };
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
             out.extend(self.bos);
@@ -725,8 +740,11 @@ impl Tokenizer {
         Ok(out)
     }
 
-    /// Splits `text` at the special tokens it contains (llama.cpp's tokenizer_st_partition).
-    fn partition(&self, text: &str, parse_special: bool) -> Vec<Frag> {
+    /// Splits `text` at the special tokens it contains, as llama.cpp's tokenizer_st_partition:
+    /// each token in `special` order in turn takes every occurrence, leftmost first, that lies
+    /// wholly in text no earlier token took. One search of the text per token: the reference
+    /// [`SpecialMatcher::partition`] is tested against.
+    fn partition_reference(&self, text: &str, parse_special: bool) -> Vec<Frag> {
         let mut frags = Vec::new();
         if text.is_empty() {
             return frags;
@@ -1276,6 +1294,313 @@ fn parse_byte_token(text: &str) -> Option<u8> {
 enum Frag {
     Text(usize, usize),
     Token(u32),
+}
+
+/// The special tokens of one mode of [`Tokenizer::partition_reference`], found in one pass over
+/// the text with the same result.
+///
+/// The reference lets each token in turn (longest text first, then lowest id) take its
+/// occurrences, leftmost first, in the text no earlier token took. Seen per occurrence, ordered
+/// by token in that order and then by start: an occurrence is taken exactly when no occurrence
+/// overlapping it and before it in that order is taken. That asks only about overlapping
+/// occurrences, so the text is decided left to right: at each position, the occurrences
+/// starting there are tried in token order, and the first one not blocked is taken, an
+/// occurrence being blocked when an earlier-ordered one overlapping it (and starting at or after
+/// the position) is taken, decided the same way, recursively, the answers kept.
+///
+/// An Aho-Corasick automaton over the texts gives after each byte a state that names every
+/// occurrence ending there. Only the states at the ends of occurrences are kept, and only for
+/// the open cluster (occurrences ending less than the longest text's length apart), which is
+/// decided as soon as no later occurrence can overlap it.
+struct SpecialMatcher {
+    nfa: contiguous::NFA,
+    /// Token id of each pattern. The patterns are `Tokenizer::special` in its order, one per
+    /// distinct text (a later token of the same text never takes anything in the reference),
+    /// so a lower pattern id is a token the reference tries earlier.
+    ids: Vec<u32>,
+    /// Byte length of each pattern.
+    lens: Vec<usize>,
+    max_len: usize,
+    /// Match state id → index of its patterns in `spans` (`NONE` for other states; match
+    /// states come first in the automaton, so this stays short).
+    states: Vec<u32>,
+    /// The patterns that end where the automaton is in a match state, `pids[start..end]` by
+    /// pattern id, and the longest one's length: (start, end, longest).
+    spans: Vec<(usize, usize, usize)>,
+    pids: Vec<u32>,
+}
+
+/// The open cluster of [`SpecialMatcher::partition`], and the scratch space that decides it.
+#[derive(Default)]
+struct Cluster {
+    /// Its occurrences start at `base` or later.
+    base: usize,
+    /// Each position where occurrences end, relative to `base`, and its state span; in order.
+    ends: Vec<(u32, u32)>,
+    /// The earliest start of an occurrence ending at `ends[i..]`.
+    reach: Vec<u32>,
+    /// The length of its longest occurrence, and the lowest pattern id among its occurrences.
+    longest: usize,
+    least_pid: u32,
+    /// Answers of [`SpecialMatcher::taken`] by (start, pattern id).
+    memo: HashMap<(usize, u32), bool>,
+    stack: Vec<Frame>,
+}
+
+/// An occurrence of `pid` starting at `s` (relative to its cluster) whose blockers are being
+/// looked at: the next is the `k`th pattern ending at `ends[idx]`.
+struct Frame {
+    s: usize,
+    pid: u32,
+    idx: usize,
+    k: usize,
+}
+
+/// The most pattern ids the match states of a [`SpecialMatcher`] may list together (a
+/// vocabulary of deeply nested special tokens would need more; the reference serves it).
+const MAX_LISTED: usize = 1 << 22;
+
+impl SpecialMatcher {
+    /// The matcher of the tokens `order` names, given in `Tokenizer::special` order; `None`
+    /// where the automaton cannot be built or lists too much.
+    fn new(texts: &[String], order: impl Iterator<Item = u32>) -> Option<Self> {
+        let mut seen = HashSet::new();
+        let ids: Vec<u32> = order.filter(|&i| seen.insert(texts[i as usize].as_str())).collect();
+        let lens: Vec<usize> = ids.iter().map(|&i| texts[i as usize].len()).collect();
+        let max_len = lens.iter().copied().max().unwrap_or(0);
+        let nfa = contiguous::Builder::new().match_kind(MatchKind::Standard).build(ids.iter().map(|&i| texts[i as usize].as_bytes())).ok()?;
+        let start = nfa.start_state(Anchored::No).ok()?;
+        // Every state is a prefix of a pattern: walking the patterns visits them all.
+        let mut states = Vec::new();
+        let (mut spans, mut pids) = (Vec::new(), Vec::new());
+        for &i in &ids {
+            let mut sid = start;
+            for &b in texts[i as usize].as_bytes() {
+                sid = nfa.next_state(Anchored::No, sid, b);
+                if !nfa.is_match(sid) || states.get(sid.as_usize()).is_some_and(|&k| k != NONE) {
+                    continue;
+                }
+                let from = pids.len();
+                pids.extend((0..nfa.match_len(sid)).map(|m| nfa.match_pattern(sid, m).as_u32()));
+                pids[from..].sort_unstable();
+                if pids.len() == from || pids.len() > MAX_LISTED {
+                    return None;
+                }
+                if states.len() <= sid.as_usize() {
+                    states.resize(sid.as_usize() + 1, NONE);
+                }
+                states[sid.as_usize()] = spans.len() as u32;
+                spans.push((from, pids.len(), lens[pids[from] as usize]));
+            }
+        }
+        Some(SpecialMatcher { nfa, ids, lens, max_len, states, spans, pids })
+    }
+
+    /// The fragments [`Tokenizer::partition_reference`] gives; `None` if the automaton comes
+    /// to a state it was not walked to (not expected; the reference serves then).
+    fn partition(&self, text: &str) -> Option<Vec<Frag>> {
+        let mut frags = Vec::new();
+        if text.is_empty() {
+            return Some(frags);
+        }
+        if self.ids.is_empty() {
+            frags.push(Frag::Text(0, text.len()));
+            return Some(frags);
+        }
+        let start = self.nfa.start_state(Anchored::No).ok()?;
+        let mut sid = start;
+        let mut c = Cluster::default();
+        let mut done = 0;
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            if sid == start {
+                // Skip to where an occurrence may start (the automaton stays in its start state
+                // meanwhile).
+                if let Some(pre) = self.nfa.prefilter() {
+                    match pre.find_in(bytes, Span { start: i, end: bytes.len() }) {
+                        Candidate::None => break,
+                        Candidate::Match(m) => i = i.max(m.start()),
+                        Candidate::PossibleStartOfMatch(at) => i = i.max(at),
+                    }
+                }
+            }
+            let end = i + 1;
+            if let Some(&(last, _)) = c.ends.last() {
+                // No occurrence ending here or later starts before `end - max_len`.
+                if end >= c.base + last as usize + self.max_len {
+                    self.resolve(&mut c, &mut done, &mut frags);
+                }
+            }
+            sid = self.nfa.next_state(Anchored::No, sid, bytes[i]);
+            if self.nfa.is_match(sid) {
+                let k = *self.states.get(sid.as_usize()).filter(|&&k| k != NONE)?;
+                let (from, _, longest) = self.spans[k as usize];
+                if c.ends.is_empty() {
+                    c.base = end.saturating_sub(self.max_len);
+                    c.longest = 0;
+                    c.least_pid = NONE;
+                }
+                c.longest = c.longest.max(longest);
+                c.least_pid = c.least_pid.min(self.pids[from]);
+                c.ends.push((u32::try_from(end - c.base).ok()?, k));
+            }
+            i += 1;
+        }
+        if !c.ends.is_empty() {
+            self.resolve(&mut c, &mut done, &mut frags);
+        }
+        if done < text.len() {
+            frags.push(Frag::Text(done, text.len()));
+        }
+        Some(frags)
+    }
+
+    fn list(&self, k: u32) -> &[u32] {
+        let (from, to, _) = self.spans[k as usize];
+        &self.pids[from..to]
+    }
+
+    /// Where the longest occurrence ending at relative end `r` with state span `k` starts.
+    fn reach(&self, (r, k): (u32, u32)) -> usize {
+        (r as usize).saturating_sub(self.spans[k as usize].2)
+    }
+
+    /// Decides the cluster `c` left to right (see the type's description), appending its text
+    /// from `done` and its tokens to `frags`, and empties it.
+    fn resolve(&self, c: &mut Cluster, done: &mut usize, frags: &mut Vec<Frag>) {
+        c.reach.clear();
+        c.reach.resize(c.ends.len(), 0);
+        let mut least = usize::MAX;
+        for (i, &e) in c.ends.iter().enumerate().rev() {
+            least = least.min(self.reach(e));
+            c.reach[i] = least as u32;
+        }
+        let mut memo_cap = 4096;
+        let mut p = 0;
+        let mut lo = 0;
+        loop {
+            // Occurrences starting at `p` or later end at `ends[lo..]`.
+            while lo < c.ends.len() && c.ends[lo].0 as usize <= p {
+                lo += 1;
+            }
+            if lo == c.ends.len() {
+                break;
+            }
+            p = p.max(c.reach[lo] as usize);
+            // Those starting at `p` end at `ends[lo..hi]`; tried longest first, then by id.
+            let mut hi = lo;
+            while hi < c.ends.len() && c.ends[hi].0 as usize <= p + c.longest && c.reach[hi] as usize <= p {
+                hi += 1;
+            }
+            let mut took = None;
+            'try_at: for idx in (lo..hi).rev() {
+                let (r, k) = c.ends[idx];
+                let len = r as usize - p;
+                if self.spans[k as usize].2 < len {
+                    continue;
+                }
+                for &pid in self.list(k) {
+                    let l = self.lens[pid as usize];
+                    if l < len {
+                        break;
+                    }
+                    if l > len {
+                        continue;
+                    }
+                    if self.taken(c, p, pid, lo) {
+                        took = Some((pid, len));
+                        break 'try_at;
+                    }
+                    c.memo.insert((p, pid), false);
+                }
+            }
+            match took {
+                Some((pid, len)) => {
+                    if *done < c.base + p {
+                        frags.push(Frag::Text(*done, c.base + p));
+                    }
+                    frags.push(Frag::Token(self.ids[pid as usize]));
+                    p += len;
+                    *done = c.base + p;
+                }
+                None => p += 1,
+            }
+            if c.memo.len() > memo_cap {
+                // Answers about occurrences starting before `p` are not asked for again.
+                c.memo.retain(|&(s, _), _| s >= p);
+                memo_cap = memo_cap.max(2 * c.memo.len());
+            }
+        }
+        c.ends.clear();
+        c.memo.clear();
+    }
+
+    /// Whether the occurrence of `pid` at `p` in the cluster is taken, given that nothing taken
+    /// before `p` reaches `p`: no occurrence that overlaps it, starts at `p` or later and is
+    /// before it in the order (pattern id, start) is taken, each decided the same way. `lo`:
+    /// the first of the cluster's ends after `p`. Iterative (an explicit stack), the answers
+    /// kept in the cluster's memo.
+    fn taken(&self, c: &mut Cluster, p: usize, pid: u32, lo: usize) -> bool {
+        if pid == c.least_pid {
+            // Only the same token could block it, starting before `p`.
+            return true;
+        }
+        c.stack.clear();
+        c.stack.push(Frame { s: p, pid, idx: lo, k: 0 });
+        loop {
+            let Some(f) = c.stack.last_mut() else { return false };
+            let e = f.s + self.lens[f.pid as usize];
+            // Occurrences overlapping [s, e) end after `s` and start before `e`.
+            let r_max = e - 1 + c.longest;
+            let mut found = None;
+            'scan: while let Some(&(r, k)) = c.ends.get(f.idx) {
+                if r as usize > r_max || c.reach[f.idx] as usize >= e {
+                    break;
+                }
+                if self.reach((r, k)) < e {
+                    let list = self.list(k);
+                    while let Some(&pid2) = list.get(f.k) {
+                        if pid2 > f.pid {
+                            break;
+                        }
+                        f.k += 1;
+                        let Some(s2) = (r as usize).checked_sub(self.lens[pid2 as usize]) else { continue };
+                        if s2 >= p && s2 < e && (pid2 < f.pid || s2 < f.s) {
+                            found = Some((s2, pid2));
+                            break 'scan;
+                        }
+                    }
+                }
+                f.idx += 1;
+                f.k = 0;
+            }
+            let mut result = match found {
+                None => true,
+                Some(key) => match c.memo.get(&key) {
+                    Some(false) => continue,
+                    Some(true) => false,
+                    None => {
+                        let idx = c.ends.partition_point(|&(r, _)| r as usize <= key.0);
+                        c.stack.push(Frame { s: key.0, pid: key.1, idx, k: 0 });
+                        continue;
+                    }
+                },
+            };
+            // The occurrence on top is decided; a taken one blocks the one it was asked for.
+            loop {
+                let Some(f) = c.stack.pop() else { return result };
+                if c.stack.is_empty() {
+                    return result;
+                }
+                c.memo.insert((f.s, f.pid), result);
+                if !result {
+                    break;
+                }
+                result = false;
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
