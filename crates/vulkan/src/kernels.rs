@@ -7,7 +7,7 @@ use resin_model::RopeStyle;
 
 use crate::buffers::{barrier, transfer_barrier};
 use crate::device::{DeviceInfo, Gpu};
-use crate::gemv_dot::QPack;
+use crate::mv::QPack;
 use crate::pipelines::{Bind, Descriptors, Pipelines};
 use crate::VkError;
 use resin_core::KvCodec;
@@ -496,22 +496,12 @@ impl<'a> Recorder<'a> {
         self.norm_rounded(false, rows, [x, w, out], add, [q32, q256], p)
     }
 
-    /// [`Recorder::rmsnorm`] that also writes `out` packed for the int8 dot GEMV (blocks of 32
-    /// into `p32`, of 256 into `p256`, each when Some), bit for bit what [`Recorder::qpack`]
-    /// over `out` would write with `count` = rows * p.n, in the same dispatch.
+    /// [`Recorder::rmsnorm`] that also writes `out` packed in 32-value blocks into `p32` (the
+    /// canonical product's input), bit for bit what [`Recorder::qpack`] over `out` would write
+    /// with `count` = rows * p.n, in the same dispatch.
     #[allow(clippy::too_many_arguments)]
-    pub fn rmsnorm_p(
-        &mut self,
-        rows: u32,
-        x: Bind<'_>,
-        add: Option<Bind<'_>>,
-        w: Bind<'_>,
-        out: Bind<'_>,
-        p32: Option<Bind<'_>>,
-        p256: Option<Bind<'_>>,
-        p: NormPush,
-    ) -> Result<(), VkError> {
-        self.norm_rounded(true, rows, [x, w, out], add, [p32, p256], p)
+    pub fn rmsnorm_p(&mut self, rows: u32, x: Bind<'_>, add: Option<Bind<'_>>, w: Bind<'_>, out: Bind<'_>, p32: Bind<'_>, p: NormPush) -> Result<(), VkError> {
+        self.norm_rounded(true, rows, [x, w, out], add, [Some(p32), None], p)
     }
 
     /// The norm with its output rounded (`packed` false: f32 values) or packed (true) through
@@ -566,7 +556,7 @@ impl<'a> Recorder<'a> {
     /// silu(g) * u packed for the int8 dot GEMV (`layout.count` values into `out`): bit for bit
     /// [`Recorder::swiglu`] then [`Recorder::qpack`], in one dispatch (g is left as it was).
     pub fn swiglu_p(&mut self, layout: QPack, g: Bind<'_>, u: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
-        let name = if layout.block == 32 { "swiglu_p32" } else { "swiglu_p256" };
+        let name = "swiglu_p32";
         if out.range < layout.bytes() {
             return Err(VkError::OutOfRange(format!("{} bytes for a packed layout of {}", out.range, layout.bytes())));
         }
@@ -677,7 +667,7 @@ impl<'a> Recorder<'a> {
                 if layout.count != count || y.range < layout.bytes() {
                     return Err(VkError::OutOfRange(format!("a packed layout of {} values in {} bytes for {count} attention outputs", layout.count, y.range)));
                 }
-                ("attn_combine_p", layout.block, y)
+                ("attn_combine_p", 32, y)
             }
         };
         let heads = attn_round_heads(block, p.head_dim, p.n_head)

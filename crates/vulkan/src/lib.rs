@@ -13,10 +13,10 @@ pub mod buffers;
 pub mod device;
 mod error;
 pub mod gemm;
-pub mod gemv_dot;
 pub mod home;
 pub mod kernels;
 pub mod layout;
+pub mod mv;
 pub mod pipelines;
 
 pub use device::{probe, DeviceInfo, Gpu, GpuOptions};

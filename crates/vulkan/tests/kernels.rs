@@ -315,10 +315,10 @@ fn rmsnorm_with_fused_rounding_equals_rmsnorm_then_qact() {
 
 #[test]
 fn rmsnorm_with_fused_packing_equals_rmsnorm_then_qpack() {
-    // rmsnorm_p writes out and the int8 dot GEMV's packed activations (quants, block scales,
-    // group sums over the pass's rows * n values) in one dispatch: every word must equal
-    // rmsnorm (+ fused add) followed by qpack32 / qpack256 over its output.
-    use resin_vulkan::gemv_dot::QPack;
+    // rmsnorm_p writes out and the canonical product's packed activations (quants, block
+    // scales, block sums over the pass's rows * n values) in one dispatch: every word must
+    // equal rmsnorm (+ fused add) followed by qpack over its output.
+    use resin_vulkan::mv::QPack;
     let Some(mut h) = Harness::new() else { return };
     // 9216: more chunks than the norm's 256 virtual threads.
     for (rows, n) in [(3usize, 768usize), (2, 9216)] {
@@ -329,46 +329,32 @@ fn rmsnorm_with_fused_packing_equals_rmsnorm_then_qpack() {
         let w = rng.vec(n, 1.5);
         let p = NormPush { n: n as u32, eps: 1e-5 };
         let (ab, wb) = (h.buf_f32(&add), h.buf_f32(&w));
-        let (l32, l256) = (QPack::new(32, count).unwrap(), QPack::new(256, count).unwrap());
+        let l = QPack::new(count).unwrap();
+        let words = l.words() as usize;
+        let rd = |b: &Buffer, n: usize| b.read_u32(0, n).unwrap();
         for fused_add in [false, true] {
-            for (m32, m256) in [(true, true), (true, false), (false, true)] {
-                let (xr, outr) = (h.buf_f32(&x0), h.poisoned(rows * n));
-                let (r32, r256) = (h.poisoned(l32.words() as usize), h.poisoned(l256.words() as usize));
-                h.run(|rec| {
-                    rec.rmsnorm(rows as u32, (&xr).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outr).into(), p)?;
-                    rec.barrier();
-                    rec.qpack(l32, (&outr).into(), (&r32).into())?;
-                    rec.qpack(l256, (&outr).into(), (&r256).into())
-                });
-                let (xf, outf) = (h.buf_f32(&x0), h.poisoned(rows * n));
-                let (f32b, f256b) = (h.poisoned(l32.words() as usize), h.poisoned(l256.words() as usize));
-                h.run(|rec| {
-                    let p32 = m32.then(|| (&f32b).into());
-                    let p256 = m256.then(|| (&f256b).into());
-                    rec.rmsnorm_p(rows as u32, (&xf).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outf).into(), p32, p256, p)
-                });
-                let what = format!("rmsnorm_p add={fused_add} p32={m32} p256={m256}");
-                let rd = |b: &Buffer, n: usize| b.read_u32(0, n).unwrap();
-                assert_eq!(rd(&xf, rows * n), rd(&xr, rows * n), "{what}: x");
-                assert_eq!(rd(&outf, rows * n), rd(&outr, rows * n), "{what}: out");
-                for (on, got, want, l) in [(m32, &f32b, &r32, l32), (m256, &f256b, &r256, l256)] {
-                    let (g, r) = (rd(got, l.words() as usize), rd(want, l.words() as usize));
-                    if on {
-                        assert!(r.iter().all(|&v| v != POISON), "{what}: the reference left a word unwritten");
-                        assert_eq!(g, r, "{what}: packed words");
-                    } else {
-                        assert!(g.iter().all(|&v| v == POISON), "{what}: an unasked packing was written");
-                    }
-                }
-            }
+            let (xr, outr, r32) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(words));
+            h.run(|rec| {
+                rec.rmsnorm(rows as u32, (&xr).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outr).into(), p)?;
+                rec.barrier();
+                rec.qpack(l, (&outr).into(), (&r32).into())
+            });
+            let (xf, outf, f32b) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(words));
+            h.run(|rec| rec.rmsnorm_p(rows as u32, (&xf).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outf).into(), (&f32b).into(), p));
+            let what = format!("rmsnorm_p add={fused_add}");
+            assert_eq!(rd(&xf, rows * n), rd(&xr, rows * n), "{what}: x");
+            assert_eq!(rd(&outf, rows * n), rd(&outr, rows * n), "{what}: out");
+            let (g, r) = (rd(&f32b, words), rd(&r32, words));
+            assert!(r.iter().all(|&v| v != POISON), "{what}: the reference left a word unwritten");
+            assert_eq!(g, r, "{what}: packed words");
         }
         // Control: packing the input instead of the norm's output gives other words.
-        let (xb, fb, pb) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(l32.words() as usize));
+        let (xb, fb, pb) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(words));
         let xr = h.buf_f32(&x0);
-        let pr = h.poisoned(l32.words() as usize);
-        h.run(|rec| rec.rmsnorm_p(rows as u32, (&xb).into(), None, (&wb).into(), (&fb).into(), Some((&pb).into()), None, p));
-        h.run(|rec| rec.qpack(l32, (&xr).into(), (&pr).into()));
-        assert_ne!(pb.read_u32(0, l32.words() as usize).unwrap(), pr.read_u32(0, l32.words() as usize).unwrap(), "control");
+        let pr = h.poisoned(words);
+        h.run(|rec| rec.rmsnorm_p(rows as u32, (&xb).into(), None, (&wb).into(), (&fb).into(), (&pb).into(), p));
+        h.run(|rec| rec.qpack(l, (&xr).into(), (&pr).into()));
+        assert_ne!(pb.read_u32(0, words).unwrap(), pr.read_u32(0, words).unwrap(), "control");
     }
 }
 
@@ -396,7 +382,7 @@ fn swiglu_matches() {
 fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
     // swiglu_q / swiglu_p round silu(g) * u in one dispatch: every value (word) must be
     // bit-equal to swiglu followed by qact / qpack over its output, and g left as it was.
-    use resin_vulkan::gemv_dot::QPack;
+    use resin_vulkan::mv::QPack;
     let Some(mut h) = Harness::new() else { return };
     // Not a multiple of a workgroup's 2048 values; one block of 256 with u = 0 (amax 0).
     let n = 3 * 1536usize;
@@ -406,9 +392,11 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
     u[512..768].iter_mut().for_each(|v| *v = 0.0);
     let bits = |b: &Buffer, k: usize| b.read_u32(0, k).unwrap();
     let ub = h.buf_f32(&u);
+    let l = QPack::new(n as u32).unwrap();
+    let w = l.words() as usize;
     for block in [32u32, 256] {
-        let l = QPack::new(block, n as u32).unwrap();
-        let w = l.words() as usize;
+        // Packed: blocks of 32 only (the canonical product's input).
+        let pack = block == 32;
         // Reference: swiglu in place, then the rounding and the packing of its output.
         let gr = h.buf_f32(&g);
         let (rq, rp) = (h.poisoned(n), h.poisoned(w));
@@ -416,17 +404,24 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
             rec.swiglu(n as u32, (&gr).into(), (&ub).into())?;
             rec.barrier();
             rec.qact(block, n as u32, (&gr).into(), (&rq).into())?;
-            rec.qpack(l, (&gr).into(), (&rp).into())
+            if pack {
+                rec.qpack(l, (&gr).into(), (&rp).into())?;
+            }
+            Ok(())
         });
         // Fused.
         let gf = h.buf_f32(&g);
         let (fq, fp) = (h.poisoned(n), h.poisoned(w));
         h.run(|rec| {
             rec.swiglu_q(block, n as u32, (&gf).into(), (&ub).into(), (&fq).into())?;
-            rec.swiglu_p(l, (&gf).into(), (&ub).into(), (&fp).into())
+            if pack {
+                rec.swiglu_p(l, (&gf).into(), (&ub).into(), (&fp).into())?;
+            }
+            Ok(())
         });
         let (want_q, want_p) = (bits(&rq, n), bits(&rp, w));
-        assert!(want_q.iter().chain(&want_p).all(|&v| v != POISON), "block {block}: the reference left a value unwritten");
+        assert!(want_q.iter().all(|&v| v != POISON), "block {block}: the reference left a value unwritten");
+        assert!(!pack || want_p.iter().all(|&v| v != POISON), "block {block}: the reference left a word unwritten");
         assert_eq!(bits(&fq, n), want_q, "block {block}: rounded values");
         assert_eq!(bits(&fp, w), want_p, "block {block}: packed words");
         assert_eq!(gf.read_f32(0, n).unwrap(), g, "block {block}: g was written");
@@ -435,10 +430,15 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
         let gs = h.buf_f32(&g);
         h.run(|rec| {
             rec.swiglu_q(block, n as u32, (&ub).into(), (&gs).into(), (&cq).into())?;
-            rec.swiglu_p(l, (&ub).into(), (&gs).into(), (&cp).into())
+            if pack {
+                rec.swiglu_p(l, (&ub).into(), (&gs).into(), (&cp).into())?;
+            }
+            Ok(())
         });
         assert_ne!(bits(&cq, n), want_q, "block {block}: control (rounded)");
-        assert_ne!(bits(&cp, w), want_p, "block {block}: control (packed)");
+        if pack {
+            assert_ne!(bits(&cp, w), want_p, "block {block}: control (packed)");
+        }
     }
 }
 
@@ -897,7 +897,7 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
     // attention_round's combine writes its output and that output rounded (f32) or packed for
     // the next matrix: every value and word must equal attention, then qact / qpack over its
     // output. Blocks of 32 within a head, and of 256 over 4, 2 or 1 heads.
-    use resin_vulkan::gemv_dot::QPack;
+    use resin_vulkan::mv::QPack;
     let Some(mut h) = Harness::new() else { return };
     let codec = resin_core::KvCodec::F16;
     let n_ctx = 200usize;
@@ -925,15 +925,21 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
             let what = format!("hd {hd} x {n_head} heads, block {block}");
             let heads = attn_round_heads(block, hd as u32, n_head as u32).unwrap();
             assert_eq!(heads, (block / hd as u32).max(1), "{what}: heads a workgroup");
-            let l = QPack::new(block, count as u32).unwrap();
+            // Packed: blocks of 32 only (the canonical product's input).
+            let pack = block == 32;
+            let l = QPack::new(count as u32).unwrap();
             let w = l.words() as usize;
             let (rq, rp) = (h.poisoned(count), h.poisoned(w));
             h.run(|rec| {
                 rec.qact(block, count as u32, (&outr).into(), (&rq).into())?;
-                rec.qpack(l, (&outr).into(), (&rp).into())
+                if pack {
+                    rec.qpack(l, (&outr).into(), (&rp).into())?;
+                }
+                Ok(())
             });
             let (want_q, want_p) = (bits(&rq, count), bits(&rp, w));
-            assert!(want_q.iter().chain(&want_p).all(|&v| v != POISON), "{what}: the reference left a value unwritten");
+            assert!(want_q.iter().all(|&v| v != POISON), "{what}: the reference left a value unwritten");
+            assert!(!pack || want_p.iter().all(|&v| v != POISON), "{what}: the reference left a word unwritten");
             // Fused: rounded f32, then packed; by a combine dispatch, then merged in the
             // attention's last workgroup of a head group.
             for merge in [false, true] {
@@ -952,6 +958,9 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
                         None,
                         p,
                     )?;
+                    if !pack {
+                        return Ok(());
+                    }
                     rec.barrier();
                     let round = Some(AttnRound::Packed { layout: l, out: (&fp).into() });
                     rec.attention_round(
@@ -965,9 +974,11 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
                     )
                 });
                 assert_eq!(bits(&oq, count), want_out, "{what}: output (rounding form)");
-                assert_eq!(bits(&op, count), want_out, "{what}: output (packing form)");
                 assert_eq!(bits(&fq, count), want_q, "{what}: rounded values");
-                assert_eq!(bits(&fp, w), want_p, "{what}: packed words");
+                if pack {
+                    assert_eq!(bits(&op, count), want_out, "{what}: output (packing form)");
+                    assert_eq!(bits(&fp, w), want_p, "{what}: packed words");
+                }
                 assert!(bits(&done, rows * n_head).iter().all(|&c| c == 0), "{what}: the merge counters are left at zero");
             }
             // Control: the other block size's rounding of the same output differs.
@@ -1029,22 +1040,20 @@ fn activation_rounding_matches_the_cpu_blocks() {
 #[test]
 #[ignore]
 fn dispatch_floor() {
-    use resin_vulkan::gemv_dot::QPack;
+    use resin_vulkan::mv::QPack;
     let Some(mut h) = Harness::new() else { return };
     let n = 2048usize;
     let mut rng = Rng(5);
     let (x, a, w) = (h.buf_f32(&rng.vec(n, 1.0)), h.buf_f32(&rng.vec(n, 1.0)), h.buf_f32(&rng.vec(n, 1.0)));
     let (o, p) = (h.poisoned(n), h.poisoned(2 * n));
     let g = h.buf_f32(&rng.vec(64, 1.0));
-    let layout = QPack::new(32, n as u32).unwrap();
+    let layout = QPack::new(n as u32).unwrap();
     let reps = 200;
     let mut time = |name: &str, f: &mut dyn FnMut(&mut resin_vulkan::kernels::Recorder<'_>) -> Result<(), resin_vulkan::VkError>| {
         eprintln!("{name}: {:.2} us a dispatch and barrier", h.time_chained(reps, f));
     };
     time("swiglu of 64 values", &mut |rec| rec.swiglu(64, (&g).into(), (&g).into()));
-    time("rmsnorm_add_p of 2048", &mut |rec| {
-        rec.rmsnorm_p(1, (&x).into(), Some((&a).into()), (&w).into(), (&o).into(), Some((&p).into()), None, NormPush { n: n as u32, eps: 1e-5 })
-    });
+    time("rmsnorm_add_p of 2048", &mut |rec| rec.rmsnorm_p(1, (&x).into(), Some((&a).into()), (&w).into(), (&o).into(), (&p).into(), NormPush { n: n as u32, eps: 1e-5 }));
     time("rmsnorm of 2048", &mut |rec| rec.rmsnorm(1, (&x).into(), None, (&w).into(), (&o).into(), NormPush { n: n as u32, eps: 1e-5 }));
     time("qpack of 2048", &mut |rec| rec.qpack(layout, (&x).into(), (&p).into()));
 }

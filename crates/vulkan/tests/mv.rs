@@ -1,0 +1,343 @@
+//! The canonical matrix product (src/mv.rs) against the scalar reference of
+//! docs/canonical-order.md (`resin_cpu::kernels::canon`): packed activations, every format's
+//! product bit for bit for any row count, the residual and folded-norm forms, the SwiGLU
+//! epilogue's packed output; both ways of taking the integer dot products.
+
+mod common;
+
+use common::*;
+use resin_core::canon::Cut;
+use resin_cpu::kernels::canon::{canon_dot, canon_rms_scale, canon_sumsq, CanonActs};
+use resin_gguf::{formats, GgmlType};
+use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
+use resin_vulkan::mv::{mv_fits, mv_ok, DotTier, Mv, MvIn, MvOut, MvShape, QPack};
+
+fn poisoned_words(h: &Harness, words: usize) -> Buffer {
+    let mut b = Buffer::new(&h.gpu, (words * 4) as u64, Location::Device).unwrap();
+    b.fill_u32(POISON).unwrap();
+    b
+}
+
+/// Rows of activations packed on the host, as QPack lays them out.
+fn pack_host(rows: &[CanonActs]) -> Vec<u32> {
+    let count: usize = rows.iter().map(|a| a.q.len()).sum();
+    let l = QPack::new(count as u32).unwrap();
+    let mut w = vec![0u32; l.words() as usize];
+    let (q, d, s): (Vec<i8>, Vec<f32>, Vec<i32>) =
+        (rows.iter().flat_map(|a| a.q.clone()).collect(), rows.iter().flat_map(|a| a.d.clone()).collect(), rows.iter().flat_map(|a| a.s.clone()).collect());
+    for (i, v) in q.iter().enumerate() {
+        w[i / 4] |= (*v as u8 as u32) << (8 * (i % 4));
+    }
+    for (b, (dv, sv)) in d.iter().zip(&s).enumerate() {
+        w[l.d_off() as usize + b] = dv.to_bits();
+        w[l.s_off() as usize + b] = *sv as u32;
+    }
+    w
+}
+
+fn tiers(h: &Harness) -> Vec<DotTier> {
+    if h.gpu.info.int_dot {
+        vec![DotTier::Emulated, DotTier::Hardware]
+    } else {
+        eprintln!("SKIP: the OpSDot variant (device without the integer dot product feature)");
+        vec![DotTier::Emulated]
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn packed_activations_follow_the_reference() {
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0xd07);
+    let n = 3 * 2048 + 512; // several workgroups, the last one partial
+    let mut x = rng.vec(n, 3.0);
+    x[64..96].iter_mut().for_each(|v| *v = 0.0); // an all-zero block
+    x[300] = 1e-30;
+    let l = QPack::new(n as u32).unwrap();
+    let (xb, yr, pk) = (h.buf_f32(&x), h.poisoned(n), poisoned_words(&h, l.words() as usize));
+    h.run(|rec| {
+        rec.qact(32, n as u32, (&xb).into(), (&yr).into())?;
+        rec.qpack(l, (&xb).into(), (&pk).into())
+    });
+    let got = pk.read_u32(0, l.words() as usize).unwrap();
+    let want = pack_host(&[CanonActs::quantize(&x)]);
+    // Bit for bit where the device divides as IEEE does (lavapipe); elsewhere a quant may
+    // round the other way and d move by an ULP, in a few blocks.
+    let exact = h.gpu.info.kind == "cpu";
+    let differing = (0..n / 32).filter(|b| got[b * 8..b * 8 + 8] != want[b * 8..b * 8 + 8] || got[l.d_off() as usize + b] != want[l.d_off() as usize + b]).count();
+    assert!(if exact { got == want } else { differing * 4 <= n / 32 }, "qpack32 differs from the reference's quantization in {differing} blocks");
+    // qact's f32 rounding is q * d of the same blocks (int8 has no -0: a negative value that
+    // rounds to 0 is -0 there).
+    let yr = yr.read_f32(0, n).unwrap();
+    for (i, y) in yr.iter().enumerate() {
+        let (q, d) = (((got[i / 4] >> (8 * (i % 4))) & 0xFF) as u8 as i8, f32::from_bits(got[l.d_off() as usize + i / 32]));
+        let v = q as f32 * d;
+        assert!(v.to_bits() == y.to_bits() || (q == 0 && *y == 0.0), "qact32[{i}]: the packed value is not qact's");
+    }
+    // Control: one quant moved by one step differs.
+    let mut bad = want.clone();
+    bad[3] ^= 1;
+    assert!(bad != got);
+    assert!(QPack::new(48).is_err() && QPack::new(0).is_err());
+    assert_eq!((l.d_off(), l.s_off()), (n as u32 / 4, n as u32 / 4 + n as u32 / 32));
+}
+
+/// One format's product: `n` in 1..=8 rows of packed activations against the reference bit
+/// for bit (outputs poisoned first, nothing written past the rows), the residual form, the
+/// folded norm, and a control that sums the same blocks left to right and must differ.
+fn mv_format(ty: GgmlType) {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        eprintln!("SKIP: the canonical product needs subgroup shuffles");
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    let mut rng = Rng(0x3a1 + ty.block_bytes() as u64);
+    let mut control_differs = false;
+    // 576: 3 chunks (4 lanes); 2048: 8; 8192: 32 (past lavapipe's 8-lane subgroups: the tree
+    // through shared memory). Row counts off any tile.
+    // 16384: chunks of 16 blocks, longer than a pass of lavapipe's 8 lanes.
+    let shapes: &[(usize, usize)] = if ty.block_len() == 256 { &[(40, 768), (40, 2048), (20, 8192), (6, 16384)] } else { &[(40, 576), (40, 2048), (20, 8192), (6, 16384)] };
+    for &(rows, cols) in shapes {
+        let cut = Cut::of(cols).unwrap();
+        let wbytes = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
+        let rb = wbytes.len() / rows;
+        let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
+        let xs = rng.vec(8 * cols, 2.0);
+        let acts: Vec<CanonActs> = (0..8).map(|c| CanonActs::quantize(&xs[c * cols..(c + 1) * cols])).collect();
+        let want: Vec<f32> = (0..8).flat_map(|c| (0..rows).map(|r| canon_dot(ty, &wbytes[r * rb..(r + 1) * rb], &acts[c], &cut)).collect::<Vec<_>>()).collect();
+        let pk = h.buf_bytes(&u32_bytes(&pack_host(&acts)));
+        let layout = QPack::new((8 * cols) as u32).unwrap();
+        let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+        for tier in tiers(&h) {
+            let what = format!("mv {tier:?} {ty} {rows}x{cols}");
+            for n in [1usize, 3, 8] {
+                let y = h.poisoned(8 * rows);
+                let input = MvIn::Packed { x: (&pk).into(), layout };
+                h.run(|rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+                let got = y.read_f32(0, 8 * rows).unwrap();
+                assert!(bits(&got[..n * rows]) == bits(&want[..n * rows]), "{what} n={n}: not the reference's bits");
+                assert!(got[n * rows..].iter().all(|v| v.to_bits() == POISON), "{what} n={n}: wrote past its rows");
+            }
+            // y += W x onto a sum already there.
+            let y0 = rng.vec(8 * rows, 5.0);
+            let y = h.buf_f32(&y0);
+            let input = MvIn::Packed { x: (&pk).into(), layout };
+            h.run(|rec| rec.mv_tier(tier, Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Add((&y).into()), shape }));
+            let got = y.read_f32(0, 8 * rows).unwrap();
+            let sum: Vec<f32> = want.iter().zip(&y0).map(|(a, b)| a + b).collect();
+            assert!(bits(&got) == bits(&sum), "{what}: the residual form is not y' + y");
+        }
+        // Control: the same blocks summed left to right over the whole row differ somewhere.
+        for c in 0..8 {
+            for r in 0..rows {
+                let seq: f32 = (0..cut.blocks).fold(0.0, |s, b| s + resin_cpu::kernels::canon::canon_block(ty, &wbytes[r * rb..(r + 1) * rb], b, &acts[c]));
+                control_differs |= seq.to_bits() != want[c * rows + r].to_bits();
+            }
+        }
+        // The folded norm: u = x * w_norm quantized, r from the canonical sum of squares
+        // (where 8 rows of the row length fit the device's shared memory).
+        if !mv_fits(&h.gpu.info, 8, cols as u32, true, false) {
+            eprintln!("mv {ty} {rows}x{cols}: no folded norm of 8 rows on this device (shared memory)");
+            continue;
+        }
+        let nw = rng.vec(cols, 1.0);
+        let eps = 1e-5f32;
+        let xb = h.buf_f32(&xs);
+        let nwb = h.buf_f32(&nw);
+        let mut normed = Vec::new();
+        for n in [1usize, 8] {
+            let y = h.poisoned(8 * rows);
+            let input = MvIn::Normed { x: (&xb).into(), w: (&nwb).into(), eps };
+            h.run(|rec| rec.mv(Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+            normed.push(y.read_f32(0, n * rows).unwrap());
+        }
+        assert!(bits(&normed[0]) == bits(&normed[1][..rows]), "{ty} {rows}x{cols}: the folded norm's row 0 differs at 8 rows");
+        let mut wq = vec![0f32; rows * cols];
+        formats::dequantize(ty, &wbytes, &mut wq).unwrap();
+        let mut worst = 0f64;
+        for c in 0..8 {
+            let x = &xs[c * cols..(c + 1) * cols];
+            let u: Vec<f32> = x.iter().zip(&nw).map(|(a, b)| a * b).collect();
+            let a = CanonActs::quantize(&u);
+            let r = canon_rms_scale(canon_sumsq(x, &cut), cols, eps);
+            for row in 0..rows {
+                let want = r * canon_dot(ty, &wbytes[row * rb..(row + 1) * rb], &a, &cut);
+                let got = normed[1][c * rows + row];
+                // The quantization's and r's divisions and sqrt are each device's own (a few
+                // ULP: a quant may round the other way): within 1e-4 of sum |w u| r.
+                let scale: f64 = wq[row * cols..(row + 1) * cols].iter().zip(&u).map(|(w, u)| (w * u).abs() as f64).sum::<f64>() * r as f64;
+                let err = (got - want).abs() as f64 / scale.max(1e-30);
+                worst = worst.max(err);
+                assert!(err < 1e-4, "{ty} {rows}x{cols} normed row {c}.{row}: {got} vs {want}");
+            }
+        }
+        eprintln!("mv {ty} {rows}x{cols}: folded norm within {worst:.1e} of the reference");
+    }
+    assert!(control_differs, "{ty}: a left-to-right sum must differ from the canonical one somewhere");
+    eprintln!("mv {ty}: {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+#[test]
+fn mv_q8_0() {
+    mv_format(GgmlType::Q8_0);
+}
+#[test]
+fn mv_q4_k() {
+    mv_format(GgmlType::Q4_K);
+}
+#[test]
+fn mv_q6_k() {
+    mv_format(GgmlType::Q6_K);
+}
+#[test]
+fn mv_q4_0() {
+    mv_format(GgmlType::Q4_0);
+}
+#[test]
+fn mv_q5_k() {
+    mv_format(GgmlType::Q5_K);
+}
+#[test]
+fn mv_q4_1() {
+    mv_format(GgmlType::Q4_1);
+}
+#[test]
+fn mv_q5_0() {
+    mv_format(GgmlType::Q5_0);
+}
+
+/// The SwiGLU epilogue: gate and up rows in one buffer, silu(g) * u packed for the next
+/// matrix, against the reference (the exp is each home's: quants within one step); the
+/// N-row pass equals one row bit for bit.
+#[test]
+fn mv_swiglu_packs_the_ffn_product() {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        return;
+    }
+    let mut rng = Rng(0x5e1);
+    for (ty, rows, cols) in [(GgmlType::Q8_0, 64usize, 576usize), (GgmlType::Q4_K, 96, 1024)] {
+        assert!(mv_fits(&h.gpu.info, 8, cols as u32, true, true), "{ty} {rows}x{cols}: the test's shape must fit the device");
+        let cut = Cut::of(cols).unwrap();
+        let gate = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
+        let up = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
+        let rb = gate.len() / rows;
+        let (wbuf, row_bytes) = h.weights(ty, cols, &[gate.clone(), up.clone()].concat());
+        let xs = rng.vec(8 * cols, 2.0);
+        let nw = rng.vec(cols, 1.0);
+        let (xb, nwb) = (h.buf_f32(&xs), h.buf_f32(&nw));
+        let layout = QPack::new((8 * rows) as u32).unwrap();
+        let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+        let mut runs = Vec::new();
+        for n in [1u32, 8] {
+            let out = poisoned_words(&h, layout.words() as usize);
+            let input = MvIn::Normed { x: (&xb).into(), w: (&nwb).into(), eps: 1e-5 };
+            let o = MvOut::SwiGlu { up_off: (rows * row_bytes) as u32, out: (&out).into(), layout };
+            h.run(|rec| rec.mv(Mv { ty, n, w: (&wbuf).into(), input, out: o, shape }));
+            runs.push(out.read_u32(0, layout.words() as usize).unwrap());
+        }
+        let (one, all) = (&runs[0], &runs[1]);
+        let qw = rows / 4;
+        let (d_off, s_off) = (layout.d_off() as usize, layout.s_off() as usize);
+        assert!(one[..qw] == all[..qw] && one[d_off..d_off + rows / 32] == all[d_off..d_off + rows / 32], "{ty}: row 0 differs at 8 rows");
+        for c in 0..8 {
+            let x = &xs[c * cols..(c + 1) * cols];
+            let u: Vec<f32> = x.iter().zip(&nw).map(|(a, b)| a * b).collect();
+            let a = CanonActs::quantize(&u);
+            let r = canon_rms_scale(canon_sumsq(x, &cut), cols, 1e-5);
+            let hv: Vec<f32> = (0..rows)
+                .map(|i| {
+                    let g = r * canon_dot(ty, &gate[i * rb..(i + 1) * rb], &a, &cut);
+                    let u = r * canon_dot(ty, &up[i * rb..(i + 1) * rb], &a, &cut);
+                    g / (1.0 + (-g).exp()) * u
+                })
+                .collect();
+            let want = CanonActs::quantize(&hv);
+            for b in 0..rows / 32 {
+                let d = f32::from_bits(all[d_off + c * rows / 32 + b]);
+                assert!((d - want.d[b]).abs() <= 1e-5 * want.d[b].abs(), "{ty} col {c} block {b}: d {d} vs {}", want.d[b]);
+                let mut s = 0i32;
+                for i in 0..32 {
+                    let v = c * rows + b * 32 + i;
+                    let q = ((all[v / 4] >> (8 * (v % 4))) & 0xFF) as u8 as i8 as i32;
+                    s += q;
+                    assert!((q - want.q[b * 32 + i] as i32).abs() <= 1, "{ty} col {c} value {}: q {q} vs {}", b * 32 + i, want.q[b * 32 + i]);
+                }
+                assert_eq!(all[s_off + c * rows / 32 + b] as i32, s, "{ty} col {c} block {b}: the sum of the quants");
+            }
+        }
+    }
+}
+
+#[test]
+fn mv_refusals() {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        return;
+    }
+    let w = h.buf_bytes(&[0u8; 1024]);
+    let x = h.buf_bytes(&[0u8; 4096]);
+    let y = h.poisoned(64);
+    let l = QPack::new(512).unwrap();
+    let shape = MvShape { rows: 1, cols: 256, row_bytes: 144, x_stride: 256, y_stride: 1, y_off: 0 };
+    let packed = MvIn::Packed { x: (&x).into(), layout: l };
+    let gpu = h.gpu.clone();
+    let mut errs = Vec::new();
+    resin_vulkan::buffers::submit_once(&gpu, |cmd| {
+        let mut rec = resin_vulkan::kernels::Recorder::new(&gpu, &mut h.pipes, &mut h.desc, cmd);
+        let mv = |ty, n, input, out, shape| Mv { ty, n, w: (&w).into(), input, out, shape };
+        let store = MvOut::Store((&y).into());
+        // F16 has no canonical product; 9 rows; more rows than packed; rows of 48 values; a
+        // SwiGLU of 1 row (not whole 32-row blocks).
+        errs.push(rec.mv(mv(GgmlType::F16, 1, packed, store, shape)).is_err());
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 9, packed, store, shape)).is_err());
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 3, packed, store, shape)).is_err());
+        errs.push(rec.mv(mv(GgmlType::Q8_0, 1, packed, store, MvShape { cols: 48, x_stride: 64, ..shape })).is_err());
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 1, packed, MvOut::SwiGlu { up_off: 144, out: (&x).into(), layout: l }, shape)).is_err());
+    })
+    .unwrap();
+    assert!(errs.iter().all(|e| *e), "{errs:?}");
+}
+
+/// Wall time of 100 one-row products over matrices larger than the H200's L2 (random bytes:
+/// timing only), each as GB/s of weights. `cargo test --release --test mv -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn mv_speed() {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        return;
+    }
+    let reps = 100u32;
+    for (ty, rows, cols) in
+        [(GgmlType::Q8_0, 32768usize, 4096usize), (GgmlType::Q8_0, 8192, 2048), (GgmlType::Q8_0, 2048, 8192), (GgmlType::Q4_K, 32768, 8192), (GgmlType::Q6_K, 32768, 8192)]
+    {
+        let bb = ty.block_bytes();
+        let gguf_row = cols / ty.block_len() * bb;
+        let mut rng = Rng(9);
+        let mut wbytes: Vec<u8> = (0..rows * gguf_row / 8).flat_map(|_| rng.next_u64().to_le_bytes()).collect();
+        wbytes.iter_mut().skip(1).step_by(2).for_each(|b| *b &= 0x3B);
+        let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
+        for n in [1u32, 8] {
+            let acts: Vec<CanonActs> = (0..n).map(|_| CanonActs::quantize(&rng.vec(cols, 1.0))).collect();
+            let pk = h.buf_bytes(&u32_bytes(&pack_host(&acts)));
+            let layout = QPack::new(n * cols as u32).unwrap();
+            let y = h.poisoned(n as usize * rows);
+            let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+            let input = MvIn::Packed { x: (&pk).into(), layout };
+            let us = h.time_chained(reps, &mut |rec| rec.mv(Mv { ty, n, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+            let gbs = (rows * row_bytes) as f64 / us / 1e3;
+            eprintln!("mv {ty} {rows}x{cols} n={n}: {us:.1} us, {gbs:.0} GB/s");
+            if cols <= 4096 && mv_fits(&h.gpu.info, n, cols as u32, true, false) {
+                let (xb, nwb) = (h.buf_f32(&rng.vec(n as usize * cols, 1.0)), h.buf_f32(&rng.vec(cols, 1.0)));
+                let input = MvIn::Normed { x: (&xb).into(), w: (&nwb).into(), eps: 1e-5 };
+                let us = h.time_chained(reps, &mut |rec| rec.mv(Mv { ty, n, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+                eprintln!("mv {ty} {rows}x{cols} n={n} normed: {us:.1} us, {:.0} GB/s", (rows * row_bytes) as f64 / us / 1e3);
+            }
+        }
+    }
+}
