@@ -152,9 +152,10 @@ pub fn mv_format(ty: GgmlType) -> Option<&'static str> {
     }
 }
 
-/// Whether the device runs the canonical product at all (subgroup IDs and shuffles).
+/// Whether the device runs the canonical product at all (subgroup IDs, a power-of-two
+/// subgroup size).
 pub fn mv_ok(info: &DeviceInfo) -> bool {
-    info.subgroup_ops.contains(&"shuffle") && info.subgroup_size.is_power_of_two() && mv_wg(info, false) <= info.max_workgroup_invocations
+    info.subgroup_size.is_power_of_two() && NSG * info.subgroup_size <= info.max_workgroup_invocations
 }
 
 /// Subgroups a workgroup of the product (a subgroup takes one or two rows at a time).
@@ -162,19 +163,15 @@ const NSG: u32 = 4;
 /// Rows of SwiGLU packed a workgroup (a 32-value block of the next matrix's input).
 const SWIGLU_TILE: u32 = 32;
 
-/// Subgroups a workgroup: NSG, or for SwiGLU as many of its tile's rows as the device lets
-/// one workgroup take at once (so that many subgroups are at work on a matrix of few tiles).
-fn mv_subgroups(info: &DeviceInfo, swiglu: bool) -> u32 {
+/// The subgroups a workgroup may have, most first: NSG, or for SwiGLU as many of its tile's
+/// rows as the device lets one workgroup take at once (so that many subgroups are at work on
+/// a matrix of few tiles), fewer where their shared memory would not fit.
+fn mv_subgroups(info: &DeviceInfo, swiglu: bool) -> Vec<u32> {
     if !swiglu {
-        return NSG;
+        return vec![NSG];
     }
     let most = (info.max_workgroup_invocations / info.subgroup_size.max(1)).max(1);
-    (1..=SWIGLU_TILE).rev().find(|&g| g <= most && SWIGLU_TILE.is_multiple_of(g)).unwrap_or(1)
-}
-
-/// Threads a workgroup of the product.
-fn mv_wg(info: &DeviceInfo, swiglu: bool) -> u32 {
-    mv_subgroups(info, swiglu) * info.subgroup_size
+    (1..=SWIGLU_TILE).rev().filter(|&g| g <= most && SWIGLU_TILE.is_multiple_of(g)).collect()
 }
 
 /// The specialization constants after the workgroup size and the row count (mv.comp).
@@ -190,15 +187,31 @@ struct MvSpec {
     passes: u32,
     /// Weight rows a subgroup takes at once.
     rows_sg: u32,
-    /// Shared floats of the chunk partials and of the SwiGLU tile.
+    /// Shared floats of the chunk partials, of the SwiGLU tile and of a pass's block terms.
     part: u32,
     hv: u32,
+    fs: u32,
     /// Subgroups a workgroup.
     subgroups: u32,
 }
 
 impl MvSpec {
+    /// The form for `n` rows of a `rows` x `cols` matrix: the most subgroups a workgroup
+    /// whose shared memory fits the device (else the fewest, which the caller refuses).
     fn new(info: &DeviceInfo, n: u32, rows: u32, cols: u32, normed: bool, swiglu: bool) -> Option<MvSpec> {
+        let mut spec = None;
+        for subgroups in mv_subgroups(info, swiglu) {
+            let s = MvSpec::with(info, n, rows, cols, normed, swiglu, subgroups)?;
+            let fits = s.shared_bytes() <= info.shared_memory as u64;
+            spec = Some(s);
+            if fits {
+                break;
+            }
+        }
+        spec
+    }
+
+    fn with(info: &DeviceInfo, n: u32, rows: u32, cols: u32, normed: bool, swiglu: bool, subgroups: u32) -> Option<MvSpec> {
         let cut = Cut::of(cols as usize)?;
         // Two rows a subgroup share each activation block's loads where there are several
         // activation rows; SwiGLU's two are the gate row and its up row.
@@ -206,7 +219,6 @@ impl MvSpec {
         let outs = if swiglu { 1 } else { rows_sg };
         // SwiGLU packs 32 rows a workgroup; the folded norm's prologue is shared by the
         // workgroup's rows, so it takes more of them where the matrix has many.
-        let subgroups = mv_subgroups(info, swiglu);
         let passes = if swiglu {
             SWIGLU_TILE / subgroups
         } else if normed {
@@ -226,6 +238,7 @@ impl MvSpec {
             rows_sg,
             part: subgroups * 2 * n * cut.lanes as u32,
             hv: if swiglu { n * 64 } else { 1 },
+            fs: subgroups * rows_sg * n * info.subgroup_size,
             subgroups,
         })
     }
@@ -235,7 +248,7 @@ impl MvSpec {
     }
     /// Bytes of shared memory the kernel declares (mv.comp).
     fn shared_bytes(&self) -> u64 {
-        4 * (self.xq_words as u64 + 3 * self.x_blocks as u64 + self.part as u64 + self.hv as u64 + 8 * 33)
+        4 * (self.xq_words as u64 + 3 * self.x_blocks as u64 + self.part as u64 + self.hv as u64 + self.fs as u64 + 8 * 33)
     }
 }
 
@@ -321,7 +334,7 @@ impl Recorder<'_> {
             DotTier::Hardware => "x",
         };
         let consts = [
-            mv_wg(info, swiglu),
+            spec.subgroups * info.subgroup_size,
             n,
             spec.lanes,
             spec.chunk_blocks,
@@ -335,6 +348,7 @@ impl Recorder<'_> {
             spec.rows_sg,
             spec.part,
             spec.hv,
+            spec.fs,
         ];
         self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), grid(s.rows.div_ceil(spec.tile())))
     }

@@ -6,9 +6,8 @@
 // and its up row) and walks their blocks in passes of S (the subgroup size): lane l takes
 // block p * S + l of pass p, so a subgroup's loads are neighbouring bytes, and computes its
 // f_b (dotfmt.glsl: an exact integer dot of the weight quants with the activation quants, then
-// the format's float expression). Each chunk's blocks are then added left to right by
-// shuffles (every lane of a chunk's lanes adds the same values in the same order), the chunk
-// partials go to shared memory, and lane 0 adds them by the pairwise tree and runs the
+// the format's float expression). Each chunk's blocks are then added left to right by one
+// lane, from the pass's terms in shared memory; the chunk partials go to shared memory, and lane 0 adds them by the pairwise tree and runs the
 // epilogue. No float operation's order depends on NCOLS, the tile, S or which lane loaded a
 // block, so a row's result is the same bits in every form and on every device.
 // Input (specialization constant XIN):
@@ -30,7 +29,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_shuffle : require
 #ifdef DOT_HW
 #extension GL_EXT_spirv_intrinsics : require
 #endif
@@ -50,6 +48,7 @@ layout(constant_id = 10) const uint TP = 1;     // passes of NSG subgroups' rows
 layout(constant_id = 11) const uint NVS = 1;    // weight rows a subgroup takes (1, or 2: OUT 2's gate and up)
 layout(constant_id = 12) const uint PARTW = 1;  // shared floats of the chunk partials: NSG * 2 * NCOLS * LPOW
 layout(constant_id = 13) const uint HVW = 1;    // shared floats of OUT 2's tile: NCOLS * HMAX
+layout(constant_id = 14) const uint FSW = 1;    // shared floats of a pass's block terms: NSG * NVS * NCOLS * S
 #ifdef FORM_ONE
 #define NCOLS 1u
 #else
@@ -95,6 +94,7 @@ shared float xcs[NMAX * 32u];   // XIN 1: [column][chunk] the chunks' sums of sq
 shared float rr[NMAX];    // XIN 1: r of each column
 shared float part[PARTW];   // [subgroup][weight row][column][chunk] chunk partials
 shared float hv[HVW];       // OUT 2: [column][tile row] h
+shared float fs[FSW];       // [subgroup][weight row][column][lane] a pass's block terms
 
 XUnit x_block(uint c, uint b) {
     XUnit x;
@@ -221,37 +221,42 @@ void main() {
                     }
                 }
                 // Each chunk's blocks left to right from +0.0 (blocks past the row add +0.0,
-                // which leaves a sum that is never -0.0 as it was).
+                // which leaves a sum that is never -0.0 as it was). The pass's block terms go
+                // through shared memory and one lane adds each chunk's (a shuffle a term would
+                // cost every lane every column's whole chunk).
+                uint fo = sg * NVS * NCOLS;   // this subgroup's first [weight row][column]
+                for (uint k = 0u; k < NVS; k++)
+                    for (uint c = 0u; c < NCOLS; c++) fs[(fo + k * NCOLS + c) * S + lane] = f[k][c];
+                subgroupMemoryBarrierShared();
+                subgroupBarrier();
                 if (CB <= S) {
-                    uint base = lane - lane % CB;
-                    uint ch = (ps * S + lane) / CB;
-                    for (uint k = 0u; k < NVS; k++)
-                        for (uint c = 0u; c < NCOLS; c++) {
-                            precise float a = 0.0;
-                            for (uint j = 0u; j < CB; j++) {
-                                float v = subgroupShuffle(f[k][c], base + j);
-                                a = a + v;
-                            }
-                            if (lane % CB == 0u && ch < NCH) part[((sg * 2u + k) * NCOLS + c) * LPOW + ch] = a;
-                        }
+                    uint per = S / CB;   // chunks a pass
+                    for (uint e = lane; e < NVS * NCOLS * per; e += S) {
+                        uint kc = e / per;
+                        uint j = e % per;
+                        uint ch = ps * per + j;
+                        precise float a = 0.0;
+                        for (uint i = 0u; i < CB; i++) a = a + fs[(fo + kc) * S + j * CB + i];
+                        if (ch < NCH) part[((sg * 2u + kc / NCOLS) * NCOLS + kc % NCOLS) * LPOW + ch] = a;
+                    }
                 } else {
-                    // A chunk spans CB / S passes: every lane keeps its running sum.
-                    for (uint k = 0u; k < NVS; k++)
-                        for (uint c = 0u; c < NCOLS; c++)
-                            for (uint j = 0u; j < S; j++) {
-                                float v = subgroupShuffle(f[k][c], j);
-                                acc[k][c] = acc[k][c] + v;
-                            }
+                    // A chunk spans CB / S passes: lane k * NCOLS + c (and every S-th after
+                    // it) keeps the running sums of weight row k and column c.
                     uint done = (ps + 1u) * S;
-                    if (done % CB == 0u || ps + 1u == passes) {
-                        uint ch = ps * S / CB;
-                        for (uint k = 0u; k < NVS; k++)
-                            for (uint c = 0u; c < NCOLS; c++) {
-                                if (lane == 0u && ch < NCH) part[((sg * 2u + k) * NCOLS + c) * LPOW + ch] = acc[k][c];
-                                acc[k][c] = 0.0;
-                            }
+                    bool ends = done % CB == 0u || ps + 1u == passes;
+                    uint ch = ps * S / CB;
+                    for (uint e = lane; e < NVS * NCOLS; e += S) {
+                        uint k = e / NCOLS;
+                        uint c = e % NCOLS;
+                        for (uint j = 0u; j < S; j++) acc[k][c] = acc[k][c] + fs[(fo + e) * S + j];
+                        if (ends) {
+                            if (ch < NCH) part[((sg * 2u + k) * NCOLS + c) * LPOW + ch] = acc[k][c];
+                            acc[k][c] = 0.0;
+                        }
                     }
                 }
+                subgroupMemoryBarrierShared();
+                subgroupBarrier();   // fs is read before the next pass writes it
             }
             subgroupMemoryBarrierShared();
             subgroupBarrier();
