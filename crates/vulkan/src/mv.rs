@@ -2,9 +2,11 @@
 //! side in `shaders/common/dotfmt.glsl`; docs/canonical-order.md): 1..=8 activation rows
 //! quantized in 32-value int8 blocks, exact integer dot products with the weight quants, each
 //! block's float expression, chunks of blocks fixed by the row length summed left to right
-//! and the chunks by a pairwise tree. A stage's RMS norm folds into its prologue
-//! ([`MvIn::Normed`]) and its residual add or SwiGLU into its epilogue ([`MvOut`]), so a layer
-//! is five dependent stages. A row's result does not depend on how many rows share the pass.
+//! and the chunks by a pairwise tree. A stage's residual add or SwiGLU runs in its epilogue
+//! ([`MvOut`]); its RMS norm folds into the prologue at one row ([`MvIn::Normed`], so a
+//! one-row layer is five dependent stages) and runs ahead of N rows ([`Recorder::normpack`],
+//! [`MvIn::NormPacked`]: the same bits). A row's result does not depend on how many rows
+//! share the pass.
 //!
 //! Packed activations ([`QPack`]) of `count` values (n rows of `cols` values, row c starting
 //! at value c * cols) in one buffer of 32-bit words:
@@ -62,9 +64,13 @@ impl QPack {
 pub enum MvIn<'a> {
     /// Rows packed as `layout` says, row c at value c * x_stride.
     Packed { x: Bind<'a>, layout: QPack },
-    /// f32 rows (row c at c * x_stride), normed by the weights `w` with `eps`: the product is
-    /// W (rmsnorm(x) * w).
+    /// One f32 row, normed by the weights `w` with `eps`: the product is W (rmsnorm(x) * w),
+    /// the norm folded into its prologue. One row only: N rows quantized again in every
+    /// workgroup cost more than [`Recorder::normpack`] ahead of the product.
     Normed { x: Bind<'a>, w: Bind<'a>, eps: f32 },
+    /// What [`Recorder::normpack`] wrote: u = x * w packed as `layout` says, and each row's
+    /// r = 1 / rms(x) in `r`; the product is r W u, the bits `Normed` gives that row.
+    NormPacked { x: Bind<'a>, layout: QPack, r: Bind<'a> },
 }
 
 /// What a product writes; row i of column c at value c * y_stride + y_off + i.
@@ -120,6 +126,18 @@ struct MvPush {
 }
 const _: () = assert!(std::mem::size_of::<MvPush>() == 48);
 impl Push for MvPush {}
+
+/// Blocks a row [`Recorder::normpack`] takes at most (its shared memory).
+const NORMPACK_BLOCKS: usize = 512;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct NormPackPush {
+    cols: u32,
+    eps: f32,
+    count: u32,
+}
+impl Push for NormPackPush {}
 
 /// How the integer dot products are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,7 +273,8 @@ impl MvSpec {
 /// Whether an `n`-row product over rows of `cols` values fits the device with its norm folded
 /// in (the rows quantized in shared memory) and, with `swiglu`, its SwiGLU epilogue.
 pub fn mv_fits(info: &DeviceInfo, n: u32, cols: u32, normed: bool, swiglu: bool) -> bool {
-    MvSpec::new(info, n, 0, cols, normed, swiglu).is_some_and(|s| s.shared_bytes() <= info.shared_memory as u64)
+    !(normed && n > 1)
+        && MvSpec::new(info, n, 0, cols, normed, swiglu).is_some_and(|s| s.shared_bytes() <= info.shared_memory as u64)
 }
 
 impl Recorder<'_> {
@@ -266,6 +285,20 @@ impl Recorder<'_> {
         }
         // A workgroup packs 2048 values (whole blocks).
         self.run("qpack32", &[], &[x, out], &CountPush { count: layout.count }.bytes(), grid(layout.count.div_ceil(2048)))
+    }
+
+    /// The RMS norm of `rows` rows of `cols` values in the canonical order, for products that
+    /// read [`MvIn::NormPacked`]: x += add first where given (written back), then u = x * w
+    /// packed as `layout` into `out` and each row's r into `r` (`shaders/ops/normpack.comp`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn normpack(&mut self, rows: u32, cols: u32, eps: f32, x: Bind<'_>, add: Option<Bind<'_>>, w: Bind<'_>, layout: QPack, out: Bind<'_>, r: Bind<'_>) -> Result<(), VkError> {
+        let cut = Cut::of(cols as usize).filter(|c| c.blocks <= NORMPACK_BLOCKS).ok_or_else(|| VkError::Unsupported(format!("a canonical norm of rows of {cols} values")))?;
+        if rows * cols > layout.count || out.range < layout.bytes() || r.range < 4 * rows as u64 {
+            return Err(VkError::OutOfRange(format!("{rows} rows of {cols}: {} packed values, {} bytes of r", layout.count, r.range)));
+        }
+        let push = NormPackPush { cols, eps, count: layout.count };
+        let name = if add.is_some() { "normpack_add" } else { "normpack" };
+        self.run(name, &[cut.lanes as u32, cut.chunk_blocks as u32, cut.chunks as u32], &[x, add.unwrap_or(x), w, out, r], &push.bytes(), [rows, 1, 1])
     }
 
     /// The product `m` in the device's [`DotTier`].
@@ -293,6 +326,9 @@ impl Recorder<'_> {
             return bad(format!("activation rows {} values apart", s.x_stride));
         }
         let normed = matches!(input, MvIn::Normed { .. });
+        if normed && n > 1 {
+            return bad("a folded norm of one row".into());
+        }
         let swiglu = matches!(out, MvOut::SwiGlu { .. });
         let Some(mut spec) = MvSpec::new(info, n, s.rows, s.cols, normed, swiglu) else {
             return bad("rows of whole 32-value blocks".into());
@@ -306,6 +342,13 @@ impl Recorder<'_> {
                     return bad(format!("{} packed values", layout.count));
                 }
                 (x, x, 0.0, layout.d_off(), layout.s_off())
+            }
+            MvIn::NormPacked { x, layout, r } => {
+                if (n - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * n as u64 {
+                    return bad(format!("{} packed values, {} bytes of r", layout.count, r.range));
+                }
+                spec.xin = 2;
+                (x, r, 0.0, layout.d_off(), layout.s_off())
             }
             MvIn::Normed { x, w, eps } => (x, w, eps, 0, 0),
         };

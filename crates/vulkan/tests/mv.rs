@@ -138,24 +138,35 @@ fn mv_format(ty: GgmlType) {
                 control_differs |= seq.to_bits() != want[c * rows + r].to_bits();
             }
         }
-        // The folded norm: u = x * w_norm quantized, r from the canonical sum of squares
-        // (where 8 rows of the row length fit the device's shared memory).
-        if !mv_fits(&h.gpu.info, 8, cols as u32, true, false) {
-            eprintln!("mv {ty} {rows}x{cols}: no folded norm of 8 rows on this device (shared memory)");
+        // The canonical norm: u = x * w_norm quantized, r from the canonical sum of squares;
+        // folded into one-row products, and by normpack ahead of an 8-row product, which must
+        // give each row the same bits.
+        if !mv_fits(&h.gpu.info, 1, cols as u32, true, false) {
+            eprintln!("mv {ty} {rows}x{cols}: no folded norm on this device (shared memory)");
             continue;
         }
         let nw = rng.vec(cols, 1.0);
         let eps = 1e-5f32;
-        let xb = h.buf_f32(&xs);
         let nwb = h.buf_f32(&nw);
-        let mut normed = Vec::new();
-        for n in [1usize, 8] {
-            let y = h.poisoned(8 * rows);
+        let mut folded = Vec::new();
+        for c in 0..8 {
+            let xb = h.buf_f32(&xs[c * cols..(c + 1) * cols]);
+            let y = h.poisoned(rows);
             let input = MvIn::Normed { x: (&xb).into(), w: (&nwb).into(), eps };
-            h.run(|rec| rec.mv(Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
-            normed.push(y.read_f32(0, n * rows).unwrap());
+            h.run(|rec| rec.mv(Mv { ty, n: 1, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+            folded.extend(y.read_f32(0, rows).unwrap());
         }
-        assert!(bits(&normed[0]) == bits(&normed[1][..rows]), "{ty} {rows}x{cols}: the folded norm's row 0 differs at 8 rows");
+        let y = h.poisoned(8 * rows);
+        let xb = h.buf_f32(&xs);
+        let (pk, rsb) = (poisoned_words(&h, layout.words() as usize), h.poisoned(8));
+        h.run(|rec| {
+            rec.normpack(8, cols as u32, eps, (&xb).into(), None, (&nwb).into(), layout, (&pk).into(), (&rsb).into())?;
+            rec.barrier();
+            let input = MvIn::NormPacked { x: (&pk).into(), layout, r: (&rsb).into() };
+            rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape })
+        });
+        let packed = y.read_f32(0, 8 * rows).unwrap();
+        assert!(bits(&packed) == bits(&folded), "{ty} {rows}x{cols}: normpack and an 8-row product differ from the rows folded one at a time");
         let mut wq = vec![0f32; rows * cols];
         formats::dequantize(ty, &wbytes, &mut wq).unwrap();
         let mut worst = 0f64;
@@ -166,7 +177,7 @@ fn mv_format(ty: GgmlType) {
             let r = canon_rms_scale(canon_sumsq(x, &cut), cols, eps);
             for row in 0..rows {
                 let want = r * canon_dot(ty, &wbytes[row * rb..(row + 1) * rb], &a, &cut);
-                let got = normed[1][c * rows + row];
+                let got = folded[c * rows + row];
                 // The quantization's and r's divisions and sqrt are each device's own (a few
                 // ULP: a quant may round the other way): within 1e-4 of sum |w u| r.
                 let scale: f64 = wq[row * cols..(row + 1) * cols].iter().zip(&u).map(|(w, u)| (w * u).abs() as f64).sum::<f64>() * r as f64;
@@ -221,7 +232,7 @@ fn mv_swiglu_packs_the_ffn_product() {
     }
     let mut rng = Rng(0x5e1);
     for (ty, rows, cols) in [(GgmlType::Q8_0, 64usize, 576usize), (GgmlType::Q4_K, 96, 1024)] {
-        assert!(mv_fits(&h.gpu.info, 8, cols as u32, true, true), "{ty} {rows}x{cols}: the test's shape must fit the device");
+        assert!(mv_fits(&h.gpu.info, 1, cols as u32, true, true) && mv_fits(&h.gpu.info, 8, cols as u32, false, true), "{ty} {rows}x{cols}: the test's shape must fit the device");
         let cut = Cut::of(cols).unwrap();
         let gate = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
         let up = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
@@ -232,18 +243,35 @@ fn mv_swiglu_packs_the_ffn_product() {
         let (xb, nwb) = (h.buf_f32(&xs), h.buf_f32(&nw));
         let layout = QPack::new((8 * rows) as u32).unwrap();
         let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
-        let mut runs = Vec::new();
-        for n in [1u32, 8] {
-            let out = poisoned_words(&h, layout.words() as usize);
-            let input = MvIn::Normed { x: (&xb).into(), w: (&nwb).into(), eps: 1e-5 };
-            let o = MvOut::SwiGlu { up_off: (rows * row_bytes) as u32, out: (&out).into(), layout };
-            h.run(|rec| rec.mv(Mv { ty, n, w: (&wbuf).into(), input, out: o, shape }));
-            runs.push(out.read_u32(0, layout.words() as usize).unwrap());
+        let up_off = (rows * row_bytes) as u32;
+        // Each row folded alone, then the 8 rows by normpack and one product.
+        let one_layout = QPack::new(rows as u32).unwrap();
+        let mut ones = Vec::new();
+        for c in 0..8 {
+            let xc = h.buf_f32(&xs[c * cols..(c + 1) * cols]);
+            let out = poisoned_words(&h, one_layout.words() as usize);
+            let input = MvIn::Normed { x: (&xc).into(), w: (&nwb).into(), eps: 1e-5 };
+            let o = MvOut::SwiGlu { up_off, out: (&out).into(), layout: one_layout };
+            h.run(|rec| rec.mv(Mv { ty, n: 1, w: (&wbuf).into(), input, out: o, shape }));
+            ones.push(out.read_u32(0, one_layout.words() as usize).unwrap());
         }
-        let (one, all) = (&runs[0], &runs[1]);
-        let qw = rows / 4;
+        let xl = QPack::new((8 * cols) as u32).unwrap();
+        let (pk, rsb) = (poisoned_words(&h, xl.words() as usize), h.poisoned(8));
+        let out = poisoned_words(&h, layout.words() as usize);
+        h.run(|rec| {
+            rec.normpack(8, cols as u32, 1e-5, (&xb).into(), None, (&nwb).into(), xl, (&pk).into(), (&rsb).into())?;
+            rec.barrier();
+            let input = MvIn::NormPacked { x: (&pk).into(), layout: xl, r: (&rsb).into() };
+            rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::SwiGlu { up_off, out: (&out).into(), layout }, shape })
+        });
+        let all = out.read_u32(0, layout.words() as usize).unwrap();
+        let (qw, nbk) = (rows / 4, rows / 32);
         let (d_off, s_off) = (layout.d_off() as usize, layout.s_off() as usize);
-        assert!(one[..qw] == all[..qw] && one[d_off..d_off + rows / 32] == all[d_off..d_off + rows / 32], "{ty}: row 0 differs at 8 rows");
+        let (d1, s1) = (one_layout.d_off() as usize, one_layout.s_off() as usize);
+        for (c, one) in ones.iter().enumerate() {
+            let same = one[..qw] == all[c * qw..(c + 1) * qw] && one[d1..d1 + nbk] == all[d_off + c * nbk..d_off + (c + 1) * nbk] && one[s1..s1 + nbk] == all[s_off + c * nbk..s_off + (c + 1) * nbk];
+            assert!(same, "{ty} row {c}: normpack and an 8-row product differ from the row folded alone");
+        }
         for c in 0..8 {
             let x = &xs[c * cols..(c + 1) * cols];
             let u: Vec<f32> = x.iter().zip(&nw).map(|(a, b)| a * b).collect();
@@ -273,6 +301,40 @@ fn mv_swiglu_packs_the_ffn_product() {
     }
 }
 
+/// normpack with the residual add: x += add written back, then the packs and r of the sum,
+/// the bits normpack gives that sum without the add.
+#[test]
+fn normpack_adds_the_residual_first() {
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0x7a2);
+    let (rows, cols) = (3usize, 2048usize);
+    let (x, add, nw) = (rng.vec(rows * cols, 2.0), rng.vec(rows * cols, 2.0), rng.vec(cols, 1.0));
+    let sum: Vec<f32> = x.iter().zip(&add).map(|(a, b)| a + b).collect();
+    let layout = QPack::new((rows * cols) as u32).unwrap();
+    let nwb = h.buf_f32(&nw);
+    let mut runs = Vec::new();
+    for fused in [true, false] {
+        let xb = h.buf_f32(if fused { &x } else { &sum });
+        let ab = h.buf_f32(&add);
+        let (pk, rsb) = (poisoned_words(&h, layout.words() as usize), h.poisoned(rows));
+        h.run(|rec| rec.normpack(rows as u32, cols as u32, 1e-5, (&xb).into(), fused.then(|| (&ab).into()), (&nwb).into(), layout, (&pk).into(), (&rsb).into()));
+        assert!(bits(&xb.read_f32(0, rows * cols).unwrap()) == bits(&sum), "fused {fused}: x is not x + add");
+        runs.push((pk.read_u32(0, layout.words() as usize).unwrap(), bits(&rsb.read_f32(0, rows).unwrap())));
+    }
+    assert!(runs[0] == runs[1], "normpack with the add differs from normpack of the sum");
+    // The packs are the reference's quantization of u = x * w (d and the quants within the
+    // device's division; r within a few ULP).
+    let want: Vec<CanonActs> = (0..rows).map(|c| CanonActs::quantize(&sum[c * cols..(c + 1) * cols].iter().zip(&nw).map(|(a, b)| a * b).collect::<Vec<f32>>())).collect();
+    let host = pack_host(&want);
+    let differ = runs[0].0.iter().zip(&host).filter(|(a, b)| a != b).count();
+    assert!(differ <= runs[0].0.len() / 100, "{differ} of {} packed words differ from the reference", host.len());
+    for c in 0..rows {
+        let r = canon_rms_scale(canon_sumsq(&sum[c * cols..(c + 1) * cols], &Cut::of(cols).unwrap()), cols, 1e-5);
+        let got = f32::from_bits(runs[0].1[c]);
+        assert!((got - r).abs() <= 4.0 * f32::EPSILON * r, "row {c}: r {got} vs {r}");
+    }
+}
+
 #[test]
 fn mv_refusals() {
     let Some(mut h) = Harness::new() else { return };
@@ -298,6 +360,8 @@ fn mv_refusals() {
         errs.push(rec.mv(mv(GgmlType::Q4_K, 3, packed, store, shape)).is_err());
         errs.push(rec.mv(mv(GgmlType::Q8_0, 1, packed, store, MvShape { cols: 48, x_stride: 64, ..shape })).is_err());
         errs.push(rec.mv(mv(GgmlType::Q4_K, 1, packed, MvOut::SwiGlu { up_off: 144, out: (&x).into(), layout: l }, shape)).is_err());
+        // A folded norm of 3 rows (one row only: N rows take normpack).
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 3, MvIn::Normed { x: (&x).into(), w: (&x).into(), eps: 1e-5 }, store, shape)).is_err());
     })
     .unwrap();
     assert!(errs.iter().all(|e| *e), "{errs:?}");
@@ -314,7 +378,7 @@ fn mv_speed() {
     }
     let reps = 100u32;
     for (ty, rows, cols) in
-        [(GgmlType::Q8_0, 32768usize, 4096usize), (GgmlType::Q8_0, 8192, 2048), (GgmlType::Q8_0, 2048, 8192), (GgmlType::Q4_K, 32768, 8192), (GgmlType::Q6_K, 32768, 8192)]
+        [(GgmlType::Q8_0, 32768usize, 4096usize), (GgmlType::Q8_0, 8192, 2048), (GgmlType::Q8_0, 2048, 8192), (GgmlType::Q4_K, 32768, 8192), (GgmlType::Q6_K, 32768, 8192), (GgmlType::Q4_K, 8192, 3072), (GgmlType::Q4_K, 3072, 8192), (GgmlType::Q6_K, 3072, 8192)]
     {
         let bb = ty.block_bytes();
         let gguf_row = cols / ty.block_len() * bb;
@@ -340,4 +404,71 @@ fn mv_speed() {
             }
         }
     }
+}
+
+/// Where a one-row folded norm and normpack part: the products of the same rows folded
+/// (`Normed`, one row), normpacked one row at a time and normpacked eight at once, and
+/// normpack's r and packs against the host reference. Prints what differs; fails on any.
+#[test]
+fn fold_and_normpack_agree() {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        return;
+    }
+    let mut rng = Rng(0x9b3);
+    let mut bad = Vec::new();
+    for (ty, rows, cols) in [(GgmlType::Q8_0, 64usize, 2048usize), (GgmlType::Q4_K, 64, 3072)] {
+        let wbytes = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
+        let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
+        let xs = rng.vec(8 * cols, 2.0);
+        let nw = rng.vec(cols, 1.0);
+        let nwb = h.buf_f32(&nw);
+        let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+        let l1 = QPack::new(cols as u32).unwrap();
+        let (mut fold, mut np1, mut rs1, mut pk1) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for c in 0..8 {
+            let xc = h.buf_f32(&xs[c * cols..(c + 1) * cols]);
+            let (y, y2) = (h.poisoned(rows), h.poisoned(rows));
+            let (pk, rsb) = (poisoned_words(&h, l1.words() as usize), h.poisoned(1));
+            h.run(|rec| {
+                rec.mv(Mv { ty, n: 1, w: (&wbuf).into(), input: MvIn::Normed { x: (&xc).into(), w: (&nwb).into(), eps: 1e-5 }, out: MvOut::Store((&y).into()), shape })?;
+                rec.normpack(1, cols as u32, 1e-5, (&xc).into(), None, (&nwb).into(), l1, (&pk).into(), (&rsb).into())?;
+                rec.barrier();
+                rec.mv(Mv { ty, n: 1, w: (&wbuf).into(), input: MvIn::NormPacked { x: (&pk).into(), layout: l1, r: (&rsb).into() }, out: MvOut::Store((&y2).into()), shape })
+            });
+            fold.extend(bits(&y.read_f32(0, rows).unwrap()));
+            np1.extend(bits(&y2.read_f32(0, rows).unwrap()));
+            rs1.push(rsb.read_f32(0, 1).unwrap()[0]);
+            pk1.push(pk.read_u32(0, l1.words() as usize).unwrap());
+        }
+        let l8 = QPack::new((8 * cols) as u32).unwrap();
+        let xb = h.buf_f32(&xs);
+        let (y, pk, rsb) = (h.poisoned(8 * rows), poisoned_words(&h, l8.words() as usize), h.poisoned(8));
+        h.run(|rec| {
+            rec.normpack(8, cols as u32, 1e-5, (&xb).into(), None, (&nwb).into(), l8, (&pk).into(), (&rsb).into())?;
+            rec.barrier();
+            rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input: MvIn::NormPacked { x: (&pk).into(), layout: l8, r: (&rsb).into() }, out: MvOut::Store((&y).into()), shape })
+        });
+        let np8 = bits(&y.read_f32(0, 8 * rows).unwrap());
+        let cut = Cut::of(cols).unwrap();
+        for c in 0..8 {
+            let x = &xs[c * cols..(c + 1) * cols];
+            let r_host = canon_rms_scale(canon_sumsq(x, &cut), cols, 1e-5);
+            let u: Vec<f32> = x.iter().zip(&nw).map(|(a, b)| a * b).collect();
+            let host = pack_host(&[CanonActs::quantize(&u)]);
+            let pk_diff = pk1[c].iter().zip(&host).filter(|(a, b)| a != b).count();
+            let seg = |v: &[u32]| v[c * rows..(c + 1) * rows].to_vec();
+            let line = format!(
+                "{ty} row {c}: fold/np1 {} np1/np8 {} r dev-host {} ulp, packs differing from host {pk_diff}",
+                seg(&fold) == seg(&np1),
+                seg(&np1) == seg(&np8),
+                rs1[c].to_bits() as i64 - r_host.to_bits() as i64
+            );
+            eprintln!("{line}");
+            if seg(&fold) != seg(&np1) || seg(&np1) != seg(&np8) {
+                bad.push(line);
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
 }

@@ -103,9 +103,15 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
     uint s = u & 7u;
     uint pair = s >> 1;
     uint shift = (s & 1u) * 4u;
-    wf = vec2(rd_f16(b), rd_f16(b + 2u));
-    uint sc, mn;
-    scale_min_k4(b, s, sc, mn);
+    // The block's 16-byte head (d, dmin, the 12 scale bytes) in one aligned load, and
+    // ggml's get_scale_min_k4 on its words without a branch.
+    uvec4 hd = WDATA4[b >> 4];
+    wf = unpackHalf2x16(hd.x);
+    uint sh = (s & 3u) * 8u;
+    uint a = (hd.y >> sh) & 0xFFu, m8 = (hd.z >> sh) & 0xFFu, c8 = (hd.w >> sh) & 0xFFu;
+    bool lo4 = s < 4u;
+    uint sc = lo4 ? a & 63u : (c8 & 0xFu) | ((a >> 6) << 4);
+    uint mn = lo4 ? m8 & 63u : (c8 >> 4) | ((m8 >> 6) << 4);
     wi = ivec2(int(sc), int(mn));
     // The unit's 32 quant bytes (and Q5_K's 32 high-bit bytes) are 16-byte aligned (blocks of
     // 144 / 176 bytes, rows of whole blocks): two 16-byte loads each.

@@ -17,7 +17,10 @@
 //   (binding 2) of its NCOLS rows into shared memory (the quants of u do not depend on the
 //   row's scale) and sums the squares of x block by block, chunk by chunk and by the tree;
 //   r = 1 / sqrt(ss / K + eps) scales the finished product. A workgroup takes TP passes of
-//   rows to share that work.
+//   rows to share that work. The one-row form only: N rows quantized in every workgroup
+//   cost more than a dispatch of their own (XIN 2).
+// - 2: as 0, the packs of u = x * w_norm that normpack.comp wrote (the same bits as XIN 1's
+//   prologue: common/canon_norm.glsl), with each row's r at binding 2.
 // Output (specialization constant OUT), row i of column c at c * y_stride + y_off + i:
 // - 0: y = (r *) y' stored (binding 3).
 // - 1: y = y' + y (the residual sum, binding 3).
@@ -63,6 +66,7 @@ layout(std430, set = 0, binding = 1) readonly buffer X { uint xp[]; };
 layout(std430, set = 0, binding = 1) readonly buffer X4 { uvec4 xp4[]; };
 layout(std430, set = 0, binding = 1) readonly buffer XF4 { vec4 xf4[]; };
 layout(std430, set = 0, binding = 2) readonly buffer NW4 { vec4 nw4[]; };
+layout(std430, set = 0, binding = 2) readonly buffer NR { float nr[]; };
 layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
 
@@ -85,6 +89,7 @@ layout(push_constant) uniform Push {
 #define ROW_COLS p.cols   // formats.glsl: the device's Q8_0 / Q6_K rows hold their scales after the quants
 #include "formats.glsl"
 #include "dotfmt.glsl"
+#include "canon_norm.glsl"
 
 shared uint xq[XQW];      // XIN 1: [column][block][8 words] quants of u
 shared float xdv[XBW];    // XIN 1: [column][block] d
@@ -122,36 +127,16 @@ void prologue(uint t) {
         uint c = e / nb;
         uint b = e % nb;
         uint xo = (c * p.x_stride + b * 32u) / 4u;
-        float u[32];
-        float amax = 0.0;
-        precise float ss = 0.0;
+        vec4 xv[8], wv[8];
         for (uint j = 0u; j < 8u; j++) {
-            vec4 xv = xf4[xo + j];
-            vec4 wv = nw4[b * 8u + j];
-            for (uint i = 0u; i < 4u; i++) {
-                precise float uv = xv[i] * wv[i];
-                precise float sq = xv[i] * xv[i];
-                u[4u * j + i] = uv;
-                amax = max(amax, abs(uv));
-                ss = ss + sq;
-            }
+            xv[j] = xf4[xo + j];
+            wv[j] = nw4[b * 8u + j];
         }
-        float d = amax / 127.0;
-        float id = amax > 0.0 ? 127.0 / amax : 0.0;
-        int s = 0;
-        for (uint j = 0u; j < 8u; j++) {
-            uint w = 0u;
-            for (uint k = 0u; k < 4u; k++) {
-                precise float qf = roundEven(u[4u * j + k] * id);
-                int q = int(qf);
-                s += q;
-                w |= (uint(q) & 0xFFu) << (8u * k);
-            }
-            xq[e * 8u + j] = w;
-        }
-        xdv[e] = d;
-        xsv[e] = s;
-        xss[e] = ss;
+        UBlock ub = canon_ublock(xv, wv);
+        for (uint j = 0u; j < 8u; j++) xq[e * 8u + j] = ub.q[j];
+        xdv[e] = ub.d;
+        xsv[e] = ub.s;
+        xss[e] = ub.ss;
     }
     barrier();
     for (uint e = t; e < NCOLS * LPOW; e += WG) {
@@ -168,13 +153,7 @@ void prologue(uint t) {
     if (t < NCOLS) {
         float v[32];
         for (uint i = 0u; i < LPOW; i++) v[i] = xcs[t * 32u + i];
-        for (uint dd = 1u; dd < LPOW; dd <<= 1)
-            for (uint i = 0u; i < LPOW; i += 2u * dd) {
-                precise float a = v[i] + v[i + dd];
-                v[i] = a;
-            }
-        precise float ms = v[0] / float(p.cols) + p.eps;
-        rr[t] = 1.0 / sqrt(ms);
+        rr[t] = canon_r(v, LPOW, p.cols, p.eps);
     }
     barrier();
 }
@@ -278,7 +257,8 @@ void main() {
                     uint row = out0 + k;
                     if (row >= p.rows) break;
                     precise float g = y2[k];
-                    if (XIN == 1u) g = rr[c] * g;
+                    float r = XIN == 1u ? rr[c] : XIN == 2u ? nr[c] : 1.0;
+                    if (XIN != 0u) g = r * g;
                     uint yi = c * p.y_stride + p.y_off + row;
                     if (OUT == 0u) {
                         y[yi] = g;
@@ -287,7 +267,7 @@ void main() {
                         y[yi] = s;
                     } else {
                         precise float u = y2[1];
-                        if (XIN == 1u) u = rr[c] * u;
+                        if (XIN != 0u) u = r * u;
                         precise float h = g / (1.0 + exp(-g)) * u;
                         hv[c * HMAX + (row - wg * tile)] = h;
                     }

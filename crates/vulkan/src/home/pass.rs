@@ -155,31 +155,66 @@ pub(super) struct Norm<'a> {
     pub(super) layer: usize,
 }
 
-/// Whether the products `ms` (n rows) fold the norm into their prologue: every one takes the
-/// canonical product, the sum is whole (nothing left to add) and the rows fit its shared memory.
-fn folds(rec: &Recorder<'_>, n: usize, r: &Resid<'_>, ms: &[&Mat], s: &Scratch, swiglu: bool) -> bool {
-    r.add.is_none() && ms.iter().all(|m| canon(m, n, s)) && mv_fits(&rec.gpu.info, n as u32, ms[0].cols as u32, true, swiglu)
+/// How the canonical products `ms` (n rows) read their normed input, where every one takes
+/// the canonical product (else None: `norm_for`'s rounding).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CanonNorm {
+    /// Folded into each product's prologue: one row, the sum whole (nothing left to add), the
+    /// row in the product's shared memory.
+    Fold,
+    /// `normpack` ahead of the products (the same bits).
+    Pack,
 }
 
-/// y = M (rmsnorm(x + add) * w) for each (M, y, y's row stride) of `ms`, n rows: the norm
-/// folded into each canonical product where `folds`, else the norm dispatch (the add in
+fn canon_norm(rec: &Recorder<'_>, n: usize, r: &Resid<'_>, ms: &[&Mat], s: &Scratch, swiglu: bool) -> Option<CanonNorm> {
+    if !ms.iter().all(|m| canon(m, n, s)) {
+        return None;
+    }
+    Some(if n == 1 && r.add.is_none() && mv_fits(&rec.gpu.info, 1, ms[0].cols as u32, true, swiglu) { CanonNorm::Fold } else { CanonNorm::Pack })
+}
+
+/// The canonical products' input of n rows of `r`: `Normed` to fold, or `normpack` now (then
+/// a barrier, the norm's label marked) and `NormPacked`. The sum is then all of `r.x`.
+fn canon_input<'a>(
+    rec: &mut Recorder<'_>,
+    how: CanonNorm,
+    n: usize,
+    r: &mut Resid<'a>,
+    norm: &Norm<'a>,
+    cols: usize,
+    s: &'a Scratch,
+    clock: &mut Option<&mut StageClock<'_>>,
+) -> Result<MvIn<'a>, VkError> {
+    if how == CanonNorm::Fold {
+        return Ok(MvIn::Normed { x: r.x.into(), w: norm.w.into(), eps: norm.p.eps });
+    }
+    let layout = packed(n, cols)?;
+    rec.normpack(n as u32, cols as u32, norm.p.eps, r.x.into(), r.add.map(Bind::from), norm.w.into(), layout, (&s.xpn).into(), (&s.rs).into())?;
+    rec.barrier();
+    r.add = None;
+    mark(clock, rec.cmd, norm.label, norm.layer);
+    Ok(MvIn::NormPacked { x: (&s.xpn).into(), layout, r: (&s.rs).into() })
+}
+
+/// y = M (rmsnorm(x + add) * w) for each (M, y, y's row stride) of `ms`, n rows: canonical
+/// products read the norm as `canon_input` gives it; else the norm dispatch (the add in
 /// place, packed or rounded for the matrices: `norm_for`, which marks the norm's label after
 /// its barrier), then the products; the caller puts the barrier after them. The sum is then
 /// all of `r.x`.
-pub(super) fn norm_mm(
+pub(super) fn norm_mm<'a>(
     rec: &mut Recorder<'_>,
     n: usize,
-    r: &mut Resid<'_>,
-    norm: Norm<'_>,
+    r: &mut Resid<'a>,
+    norm: Norm<'a>,
     ms: &[(&Mat, &Buffer, usize)],
-    s: &Scratch,
+    s: &'a Scratch,
     clock: &mut Option<&mut StageClock<'_>>,
 ) -> Result<(), VkError> {
     let mats: Vec<&Mat> = ms.iter().map(|(m, _, _)| *m).collect();
-    if folds(rec, n, r, &mats, s, false) {
+    if let Some(how) = canon_norm(rec, n, r, &mats, s, false) {
+        let input = canon_input(rec, how, n, r, &norm, mats[0].cols, s, clock)?;
         for &(m, y, stride) in ms {
             for part in &m.parts {
-                let input = MvIn::Normed { x: r.x.into(), w: norm.w.into(), eps: norm.p.eps };
                 rec.mv(Mv { ty: m.ty, n: n as u32, w: part.bind(), input, out: MvOut::Store(y.into()), shape: shape(m, part, stride) })?;
             }
         }
@@ -200,22 +235,23 @@ fn shape(m: &Mat, part: &Part, y_stride: usize) -> MvShape {
 }
 
 /// The FFN input of n rows: gate and up of norm(x) * ffn_norm, SwiGLU, packed or rounded for
-/// `down`; then a barrier. One dispatch (the norm folded, SwiGLU in the epilogue) where gate
-/// and up share a buffer and every matrix takes the canonical product, else `norm_mm`
-/// (marking `gate_up`) and `swiglu_for`.
-pub(super) fn ffn_in(
+/// `down`; then a barrier. Where gate and up share a buffer and every matrix takes the
+/// canonical product, one product with SwiGLU in its epilogue (its norm folded at one row,
+/// `normpack` ahead of it for more), else `norm_mm` (marking `gate_up`) and `swiglu_for`.
+pub(super) fn ffn_in<'a>(
     rec: &mut Recorder<'_>,
     n: usize,
-    r: &mut Resid<'_>,
-    norm: Norm<'_>,
+    r: &mut Resid<'a>,
+    norm: Norm<'a>,
     ly: &Layer,
-    ctx: &PassCtx<'_>,
+    ctx: &PassCtx<'a>,
     clock: &mut Option<&mut StageClock<'_>>,
 ) -> Result<(), VkError> {
     let (cfg, s) = (ctx.cfg, ctx.s);
     let pair = ly.gate.pair_with(&ly.up);
-    if let (Some((w, up_off)), true, true) = (pair, canon(&ly.down, n, s), folds(rec, n, r, &[&ly.gate, &ly.up], s, true)) {
-        let input = MvIn::Normed { x: r.x.into(), w: norm.w.into(), eps: norm.p.eps };
+    let how = canon_norm(rec, n, r, &[&ly.gate, &ly.up], s, true);
+    if let (Some((w, up_off)), true, Some(how), true) = (pair, canon(&ly.down, n, s), how, mv_fits(&rec.gpu.info, n as u32, ly.gate.cols as u32, how == Some(CanonNorm::Fold), true)) {
+        let input = canon_input(rec, how, n, r, &norm, ly.gate.cols, s, clock)?;
         let out = MvOut::SwiGlu { up_off, out: (&s.xp32).into(), layout: packed(n, ly.down.cols)? };
         rec.mv(Mv { ty: ly.gate.ty, n: n as u32, w, input, out, shape: shape(&ly.gate, &ly.gate.parts[0], cfg.n_ff) })?;
         rec.barrier();

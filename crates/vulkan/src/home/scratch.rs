@@ -56,6 +56,10 @@ pub(super) struct Scratch {
     /// Token passes' activations packed in 32-value int8 blocks for the canonical product
     /// (see mv.rs).
     pub(super) xp32: Buffer,
+    /// A token command's canonical norm (`normpack`): u = x * w packed (apart from `xp32`,
+    /// which a SwiGLU epilogue writes while its product reads these), and each row's r.
+    pub(super) xpn: Buffer,
+    pub(super) rs: Buffer,
     /// Whether `prep` rounds activations (VulkanOptions::q8_activations).
     pub(super) q8: bool,
     /// Whether token passes take the canonical product (q8 activations on a device that runs it).
@@ -120,6 +124,8 @@ impl Scratch {
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xp32: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
+            xpn: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
+            rs: dev(NROW_MAX)?,
             q8,
             dot: q8 && crate::mv::mv_ok(&gpu.info),
             done: {
