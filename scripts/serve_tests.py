@@ -6,7 +6,8 @@
 --max-body (or $RESIN_MAX_BODY, default 4 MiB as in ServerConfig) is the server's body limit.
 URL (default $RESIN_URL or http://127.0.0.1:8080) serves SmolLM2-135M; the api-key tests run
 when the server was started with --api-key (pass the same key here, or $RESIN_API_KEY).
---tools-url (or $RESIN_TOOLS_URL) serves Qwen2.5-Coder-0.5B for the tool-call round trip;
+--max-stored N is the server's --max-stored-responses (the Responses store's bound test runs
+with it). --tools-url (or $RESIN_TOOLS_URL) serves Qwen2.5-Coder-0.5B for the tool-call round trip;
 without it those tests are skipped. Uses the official `openai` and `anthropic` packages
 (pip install openai anthropic).
 Prints one line a test and 'N passed, N failed' at the end; exits 1 on a failure.
@@ -44,8 +45,9 @@ def test(fn):
 
 
 class Ctx:
-    def __init__(self, url, key, tools_url, max_body):
+    def __init__(self, url, key, tools_url, max_body, max_stored=None):
         self.max_body = max_body
+        self.max_stored = max_stored
         self.url = url.rstrip("/")
         self.key = key
         self.tools_url = tools_url.rstrip("/") if tools_url else None
@@ -711,15 +713,231 @@ def template_kwargs_pass_through(ctx):
     assert all(b.type != "thinking" for b in m.content), m
 
 
+
+# ---- OpenAI's Responses API ----
+
+TERSE = "You are terse."
+
+RESPONSES_WEATHER_TOOL = {"type": "function", **WEATHER_TOOL["function"]}
+
+STREAM_EVENTS = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.completed",
+]
+
+
+def responses_stream(client, **kw):
+    """The SDK's accumulating stream: (event types, sequence numbers, final response)."""
+    with client.responses.stream(**kw) as s:
+        events = list(s)
+        final = s.get_final_response()
+    return [e.type for e in events], [e.sequence_number for e in events], final
+
+
+def expect_status(status, call):
+    try:
+        call()
+    except openai.APIStatusError as e:
+        assert e.status_code == status, (e.status_code, status, e)
+        err = e.response.json()["error"]
+        assert err["message"] and err["type"], err
+        return err
+    raise AssertionError(f"expected {status}")
+
+
+@test
+def responses_round_trip(ctx):
+    c = ctx.client
+    kw = dict(model=ctx.model, instructions=TERSE, input="Name three colors.", temperature=0, max_output_tokens=128)
+    r = c.responses.create(**kw)
+    assert r.object == "response" and r.id.startswith("resp_") and r.status == "completed", r
+    assert [o.type for o in r.output] == ["message"] and r.output[0].role == "assistant", r.output
+    text = r.output_text
+    assert text and r.output[0].content[0].type == "output_text", r
+    u = r.usage
+    assert u.input_tokens > 0 and 0 < u.output_tokens <= 128 and u.total_tokens == u.input_tokens + u.output_tokens, u
+    assert r.instructions == TERSE and r.max_output_tokens == 128 and r.temperature == 0, r
+    # One chat pipeline: the chat route says the same for the same conversation.
+    o = c.chat.completions.create(model=ctx.model, temperature=0, max_tokens=128, messages=[{"role": "system", "content": TERSE}, {"role": "user", "content": "Name three colors."}])
+    assert o.choices[0].message.content == text and o.usage.prompt_tokens == u.input_tokens, (o, r)
+    # The input as items says the same as the input as a string.
+    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Name three colors."}]}]
+    assert c.responses.create(**{**kw, "input": items}).output_text == text
+    # Streamed: the SDK accumulates the same response from the full event sequence.
+    types, seqs, final = responses_stream(c, **kw)
+    assert [t for t in STREAM_EVENTS if t in types] == STREAM_EVENTS, types
+    assert types[:2] == STREAM_EVENTS[:2] and types[-1] == "response.completed", types
+    assert seqs == list(range(len(seqs))), seqs
+    assert final.status == "completed" and final.output_text == text, (final.output_text, text)
+    assert final.usage.output_tokens == u.output_tokens and final.usage.input_tokens == u.input_tokens, final.usage
+    # Cut by max_output_tokens: incomplete, as OpenAI says it.
+    cut = c.responses.create(**{**kw, "max_output_tokens": 3})
+    assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens" and cut.usage.output_tokens == 3, cut
+    names = [e.type for e in c.responses.create(**{**kw, "max_output_tokens": 3}, stream=True)]
+    assert names[0] == "response.created" and names[-1] == "response.incomplete", names
+
+
+@test
+def responses_previous_id_reuses_the_stored_prefix(ctx):
+    c = ctx.client
+    first = c.responses.create(model=ctx.model, instructions=TERSE, input="Name three colors.", temperature=0, max_output_tokens=48)
+    kw = dict(model=ctx.model, instructions=TERSE, input="Name three more.", temperature=0, max_output_tokens=16)
+    second = c.responses.create(**kw, previous_response_id=first.id)
+    assert second.previous_response_id == first.id and second.status in ("completed", "incomplete"), second
+    # The stored conversation (its input and its output) came first in the prompt ...
+    fu, su = first.usage, second.usage
+    assert su.input_tokens > fu.input_tokens + fu.output_tokens, (fu, su)
+    # ... exactly as a client sending the whole conversation itself would render it ...
+    whole = [
+        {"role": "user", "content": "Name three colors."},
+        {"role": "assistant", "content": [{"type": "output_text", "text": first.output_text}]},
+        {"role": "user", "content": "Name three more."},
+    ]
+    explicit = c.responses.create(**{**kw, "input": whole})
+    assert explicit.usage.input_tokens == su.input_tokens and explicit.output_text == second.output_text, (explicit, second)
+    # ... and the K/V rows of the stored prompt and its output were reused, not prefilled again.
+    again = c.responses.create(**kw, previous_response_id=first.id)
+    assert again.usage.input_tokens_details.cached_tokens > fu.input_tokens, (fu, again.usage)
+    # Streamed continuation.
+    _, _, final = responses_stream(c, **kw, previous_response_id=first.id)
+    assert final.previous_response_id == first.id and final.output_text == second.output_text, (final, second)
+    # A stored response comes back whole.
+    got = c.responses.retrieve(first.id)
+    assert got.id == first.id and got.output_text == first.output_text and got.usage.output_tokens == fu.output_tokens, got
+
+
+@test
+def responses_not_held_is_404(ctx):
+    c = ctx.client
+    kw = dict(model=ctx.model, input="Say hi.", temperature=0, max_output_tokens=2)
+    err = expect_status(404, lambda: c.responses.create(**kw, previous_response_id="resp_doesnotexist"))
+    assert err["param"] == "previous_response_id" and "resp_doesnotexist" in err["message"], err
+    unstored = c.responses.create(**kw, store=False)
+    assert unstored.store is False, unstored
+    expect_status(404, lambda: c.responses.create(**kw, previous_response_id=unstored.id))
+    expect_status(404, lambda: c.responses.retrieve(unstored.id))
+    # A streamed one with store: false is not kept either.
+    events = list(c.responses.create(**kw, store=False, stream=True))
+    assert events[-1].type == "response.incomplete" and events[-1].response.store is False, events[-1]
+    expect_status(404, lambda: c.responses.retrieve(events[0].response.id))
+    # Deleted: gone.
+    kept = c.responses.create(**kw)
+    assert c.responses.retrieve(kept.id).id == kept.id
+    c.responses.delete(kept.id)
+    expect_status(404, lambda: c.responses.retrieve(kept.id))
+    expect_status(404, lambda: c.responses.create(**kw, previous_response_id=kept.id))
+
+
+@test
+def responses_store_drops_the_oldest(ctx):
+    if not ctx.max_stored:
+        return "skip: no --max-stored (the server's --max-stored-responses)"
+    c = ctx.client
+    kw = dict(model=ctx.model, input="Say hi.", temperature=0, max_output_tokens=1)
+    ids = [c.responses.create(**kw).id for _ in range(ctx.max_stored + 1)]
+    expect_status(404, lambda: c.responses.retrieve(ids[0]))
+    expect_status(404, lambda: c.responses.create(**kw, previous_response_id=ids[0]))
+    for i in ids[1:]:
+        assert c.responses.retrieve(i).id == i, i
+
+
+@test
+def responses_structured_output(ctx):
+    c = ctx.client
+    fmt = {"format": {"type": "json_schema", "name": "order", "schema": ORDER_SCHEMA, "strict": True}}
+    done = 0
+    for seed, temp in [(0, 0.0), (1, 0.7), (2, 1.0), (3, 1.3)]:
+        r = c.responses.create(model=ctx.model, input="Make up an order for a customer as JSON.", text=fmt, temperature=temp, max_output_tokens=400, extra_body={"seed": seed})
+        if r.status == "incomplete":
+            continue
+        assert r.status == "completed", r
+        jsonschema.validate(json.loads(r.output_text), ORDER_SCHEMA)
+        done += 1
+    assert done >= 2, f"only {done} of 4 answers finished within max_output_tokens"
+    _, _, final = responses_stream(c, model=ctx.model, input="Make up an order for a customer as JSON.", text=fmt, temperature=0, max_output_tokens=400)
+    if final.status == "completed":
+        jsonschema.validate(json.loads(final.output_text), ORDER_SCHEMA)
+    r = c.responses.create(model=ctx.model, input="Describe a cat in JSON.", text={"format": {"type": "json_object"}}, temperature=0, max_output_tokens=300)
+    if r.status == "completed":
+        assert isinstance(json.loads(r.output_text), dict), r.output_text
+    err = expect_status(400, lambda: c.responses.create(model=ctx.model, input="hi", text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "array", "uniqueItems": True, "contains": {"const": 1}, "minContains": 2}}}))
+    assert err["param"] == "text.format" and "minContains" in err["message"], err
+
+
+@test
+def responses_unsupported_fields_are_named(ctx):
+    c = ctx.client
+    kw = dict(model=ctx.model, input="hi", max_output_tokens=2)
+    for extra, param, needle in [
+        ({"tools": [{"type": "web_search"}]}, "tools[0]", "web_search"),
+        ({"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]}, "tools[0]", "file_search"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://example.com/x.png"}]}]}, "input[0].content[0]", "input_image"),
+        ({"background": True}, "background", "background"),
+        ({"truncation": "auto"}, "truncation", "truncation"),
+        ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice", "web_search_preview"),
+    ]:
+        err = expect_status(400, lambda: c.responses.create(**{**kw, **extra}))
+        assert err["param"] == param and needle in err["message"] and err["type"] == "invalid_request_error", (extra, err)
+
+
+@test
+def responses_forced_function_call(ctx):
+    # On any model: a forced call is a valid call, streamed and not.
+    c = ctx.client
+    kw = dict(model=ctx.model, input="What's the weather like in Paris?", tools=[RESPONSES_WEATHER_TOOL], tool_choice="required", temperature=0, max_output_tokens=64)
+    r = c.responses.create(**kw)
+    calls = [o for o in r.output if o.type == "function_call"]
+    assert r.status == "completed" and calls and calls[0].name == "get_weather", r.output
+    assert calls[0].call_id.startswith("call_") and "city" in json.loads(calls[0].arguments), calls[0]
+    types, _, final = responses_stream(c, **{**kw, "tool_choice": {"type": "function", "name": "get_weather"}})
+    scalls = [o for o in final.output if o.type == "function_call"]
+    assert scalls and json.loads(scalls[0].arguments) == json.loads(calls[0].arguments), (final.output, r.output)
+    for t in ["response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.done", "response.output_item.done", "response.completed"]:
+        assert t in types, (t, types)
+
+
+@test
+def responses_function_call_round_trip(ctx):
+    if not ctx.tools_url:
+        return "skip: no --tools-url (a server on Qwen2.5-Coder-0.5B)"
+    client = ctx.client.with_options(base_url=ctx.tools_url + "/v1", timeout=600)
+    model = client.models.list().data[0].id
+    kw = dict(model=model, instructions="You are a helpful assistant. Use the tools when they help.", tools=[RESPONSES_WEATHER_TOOL], temperature=0, max_output_tokens=128)
+    result = json.dumps({"city": "Paris", "temperature_c": 21, "sky": "sunny"})
+    answers = []
+    for stream in (False, True):
+        ask = dict(kw, input="What's the weather like in Paris today?")
+        r = responses_stream(client, **ask)[2] if stream else client.responses.create(**ask)
+        calls = [o for o in r.output if o.type == "function_call"]
+        assert r.status == "completed" and calls, f"expected a call (stream={stream}), got {r.output!r}"
+        call = calls[0]
+        assert call.name == "get_weather" and "paris" in json.loads(call.arguments)["city"].lower(), call
+        # The result goes back as a function_call_output, continuing the stored response.
+        back = dict(kw, previous_response_id=r.id, input=[{"type": "function_call_output", "call_id": call.call_id, "output": result}])
+        r2 = responses_stream(client, **back)[2] if stream else client.responses.create(**back)
+        assert r2.status in ("completed", "incomplete") and r2.output_text, r2
+        assert "21" in r2.output_text or "sunny" in r2.output_text.lower(), r2.output_text
+        answers.append((json.loads(call.arguments), r2.output_text))
+    assert answers[0] == answers[1], answers
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("url", nargs="?", default=os.environ.get("RESIN_URL", "http://127.0.0.1:8080"))
     ap.add_argument("--api-key", default=os.environ.get("RESIN_API_KEY"))
     ap.add_argument("--tools-url", default=os.environ.get("RESIN_TOOLS_URL"))
     ap.add_argument("--max-body", type=int, default=int(os.environ.get("RESIN_MAX_BODY", 4 << 20)), help="the server's body limit in bytes")
+    ap.add_argument("--max-stored", type=int, default=None, help="the server's --max-stored-responses (for the store's bound)")
     ap.add_argument("-k", help="run only tests whose name contains this")
     a = ap.parse_args()
-    ctx = Ctx(a.url, a.api_key, a.tools_url, a.max_body)
+    ctx = Ctx(a.url, a.api_key, a.tools_url, a.max_body, a.max_stored)
     tests = [f for f in globals().values() if getattr(f, "is_test", False) and (not a.k or a.k in f.__name__)]
     for t in tests:
         try:

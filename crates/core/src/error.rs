@@ -23,6 +23,10 @@ pub enum HomeError {
     Unsupported(String),
     #[error("device error: {0}")]
     Device(String),
+    /// The home's device failed mid-run (lost, out of memory, a submission that never
+    /// finished): the home cannot run again, and every later call would fail the same way.
+    #[error("the device failed: {0}")]
+    DeviceLost(String),
 }
 
 pub type Result<T> = std::result::Result<T, HomeError>;

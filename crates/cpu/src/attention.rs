@@ -10,12 +10,22 @@ pub struct AttnShape {
     pub n_head: usize,
     pub n_head_kv: usize,
     pub head_dim: usize,
+    /// Scores are q·k times this.
+    pub scale: f32,
+    /// A sliding-window layer's keys: the row's last `window` (its own included); None: all.
+    pub window: Option<usize>,
+}
+
+/// The first key a row at `pos` attends to.
+fn first_key(pos: u32, window: Option<usize>) -> usize {
+    window.map_or(0, |w| (pos as usize + 1).saturating_sub(w))
 }
 
 /// Rows of one region at consecutive positions share one read of their keys and values.
 const CHUNK_ROWS: usize = 32;
 
-/// For each row r (region, pos) and head h: softmax(q·K[0..=pos] / sqrt(d)) · V[0..=pos].
+/// For each row r (region, pos) and head h: softmax(scale q·K[first..=pos]) · V[first..=pos],
+/// `first` being 0, or the start of the row's window on a sliding-window layer.
 /// `q` is [rows][n_head * head_dim]; `out` the same shape.
 ///
 /// Work is split into (chunk, kv group) tasks, a chunk being up to CHUNK_ROWS consecutive rows
@@ -25,7 +35,7 @@ pub fn attend(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &AttnSha
     let hd = shape.head_dim;
     let q_dim = shape.n_head * hd;
     let group = shape.n_head / shape.n_head_kv;
-    let scale = 1.0 / (hd as f32).sqrt();
+    let scale = shape.scale;
 
     let mut chunks = Vec::new();
     let mut i = 0;
@@ -46,14 +56,18 @@ pub fn attend(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &AttnSha
                 let span = chunks[c].clone();
                 let region = rows[span.start].0;
                 let n = rows[span.end - 1].1 as usize + 1;
-                kbuf.resize(n * hd, 0.0);
-                vbuf.resize(n * hd, 0.0);
-                kv.read(Side::K, region, layer, n, g * hd, hd, kbuf);
-                kv.read(Side::V, region, layer, n, g * hd, hd, vbuf);
+                // The chunk's rows are at consecutive positions: the first row's window starts first.
+                let base = first_key(rows[span.start].1, shape.window);
+                kbuf.resize((n - base) * hd, 0.0);
+                vbuf.resize((n - base) * hd, 0.0);
+                kv.read(Side::K, region, layer, base, n, g * hd, hd, kbuf);
+                kv.read(Side::V, region, layer, base, n, g * hd, hd, vbuf);
                 let mut o = vec![0f32; span.len() * group * hd];
                 for (ri, r) in span.enumerate() {
-                    let keys = rows[r].1 as usize + 1;
-                    scores.resize(keys, 0.0);
+                    let lo = first_key(rows[r].1, shape.window) - base;
+                    let keys = rows[r].1 as usize + 1 - base;
+                    scores.resize(keys - lo, 0.0);
+                    let (kbuf, vbuf) = (&kbuf[lo * hd..], &vbuf[lo * hd..]);
                     for j in 0..group {
                         let h = g * group + j;
                         let qh = &q[r * q_dim + h * hd..r * q_dim + (h + 1) * hd];

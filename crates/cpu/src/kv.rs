@@ -147,17 +147,18 @@ impl KvCache {
         }
     }
 
-    /// Read dims `lo..lo + out_dim` of positions `0..n` of one side into `out` ([n][out_dim]).
+    /// Read dims `lo..lo + out_dim` of positions `first..n` of one side into `out`
+    /// ([n - first][out_dim]).
     #[allow(clippy::too_many_arguments)]
-    pub fn read(&self, side: Side, region: usize, layer: usize, n: usize, lo: usize, out_dim: usize, out: &mut [f32]) {
+    pub fn read(&self, side: Side, region: usize, layer: usize, first: usize, n: usize, lo: usize, out_dim: usize, out: &mut [f32]) {
         let store = match side {
             Side::K => &self.k,
             Side::V => &self.v,
         };
         let base = self.index(region, layer, 0);
-        for t in 0..n {
+        for t in first..n {
             let i = base + t * self.kv_dim + lo;
-            let dst = &mut out[t * out_dim..(t + 1) * out_dim];
+            let dst = &mut out[(t - first) * out_dim..(t - first + 1) * out_dim];
             match store {
                 Store::F16(buf) => buf[i..i + out_dim].reinterpret_cast::<f16>().convert_to_f32_slice(dst),
                 Store::F32(buf) => dst.copy_from_slice(&buf[i..i + out_dim]),

@@ -11,9 +11,11 @@ mod forward;
 mod home;
 pub mod kernels;
 mod kv;
+mod moe;
 mod ops;
 mod weights;
 
 pub use error::CpuError;
 pub use home::{CpuHome, CpuOptions};
 pub use kv::KvCache;
+pub use moe::route;

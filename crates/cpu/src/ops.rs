@@ -1,6 +1,6 @@
 //! Small per-row operations of the forward pass.
 
-use resin_model::RopeStyle;
+use resin_model::{FfnAct, RopeStyle};
 
 /// out = x / rms(x) * w
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
@@ -106,11 +106,31 @@ mod x86 {
     }
 }
 
-/// gate <- silu(gate) * up
-pub fn swiglu(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
+/// gate <- act(gate) * up
+pub fn gated(act: FfnAct, gate: &mut [f32], up: &[f32]) {
+    match act {
+        FfnAct::Silu => {
+            for (g, &u) in gate.iter_mut().zip(up) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+        }
+        FfnAct::GeluTanh => {
+            for (g, &u) in gate.iter_mut().zip(up) {
+                *g = gelu_tanh(*g) * u;
+            }
+        }
     }
+}
+
+/// GELU with the tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)).tanh())
+}
+
+/// Final logit soft-capping: cap * tanh(logit / cap).
+pub fn softcap(logits: &mut [f32], cap: f32) {
+    logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
 }
 
 /// Rotary embedding tables for one position: cos and sin of `pos * inv_freq[i]`.

@@ -33,9 +33,36 @@ pub struct Layer {
     pub k_norm: Vec<f32>,
     pub attn_out: MatRef,
     pub ffn_norm: Vec<f32>,
+    /// Norms of the attention output and of the FFN output (gemma3), empty when absent.
+    pub attn_post_norm: Vec<f32>,
+    pub ffn_post_norm: Vec<f32>,
+    pub ffn: Ffn,
+}
+
+/// A layer's FFN: one for every row, or routed experts.
+pub enum Ffn {
+    Dense { gate: MatRef, up: MatRef, down: MatRef },
+    Moe(MoeFfn),
+}
+
+/// A mixture-of-experts FFN: the router and the experts' matrices, each stacked expert after
+/// expert as the GGUF stores them ([n_expert][n_ff][n_embd] for gate and up, [n_expert][n_embd][n_ff]
+/// for down).
+pub struct MoeFfn {
+    /// [n_expert, n_embd]: one logit an expert.
+    pub router: MatRef,
     pub gate: MatRef,
     pub up: MatRef,
     pub down: MatRef,
+    pub n_expert: usize,
+}
+
+impl MoeFfn {
+    /// Expert `e`'s slice of a stacked matrix: its rows only, so a row reads no other expert.
+    pub fn expert(&self, m: &MatRef, e: usize) -> MatRef {
+        let (rows, len) = (m.rows / self.n_expert, m.len / self.n_expert);
+        MatRef { ty: m.ty, rows, cols: m.cols, start: m.start + e * len, len }
+    }
 }
 
 pub struct Weights {
@@ -51,6 +78,11 @@ pub struct Weights {
 impl Weights {
     pub fn load(file: Arc<GgufFile>, cfg: &ModelConfig) -> Result<Self, CpuError> {
         let f = &*file;
+        if let Some(m) = cfg.moe {
+            if m.n_expert_used == 0 || m.n_expert_used > m.n_expert {
+                return Err(CpuError::Model(format!("{} experts a row of {}", m.n_expert_used, m.n_expert)));
+            }
+        }
         let layers = (0..cfg.n_layer)
             .map(|l| {
                 let n = LayerNames::new(l);
@@ -67,9 +99,18 @@ impl Weights {
                     k_norm: opt(&n.k_norm, cfg.qk_norm)?,
                     attn_out: matrix(f, &n.attn_out)?,
                     ffn_norm: vector(f, &n.ffn_norm)?,
-                    gate: matrix(f, &n.gate)?,
-                    up: matrix(f, &n.up)?,
-                    down: matrix(f, &n.down)?,
+                    attn_post_norm: opt(&n.attn_post_norm, cfg.post_norms)?,
+                    ffn_post_norm: opt(&n.ffn_post_norm, cfg.post_norms)?,
+                    ffn: match cfg.moe {
+                        None => Ffn::Dense { gate: matrix(f, &n.gate)?, up: matrix(f, &n.up)?, down: matrix(f, &n.down)? },
+                        Some(m) => Ffn::Moe(MoeFfn {
+                            router: matrix(f, &n.gate_inp)?,
+                            gate: stacked(f, &n.gate_exps, m.n_expert)?,
+                            up: stacked(f, &n.up_exps, m.n_expert)?,
+                            down: stacked(f, &n.down_exps, m.n_expert)?,
+                            n_expert: m.n_expert,
+                        }),
+                    },
                 })
             })
             .collect::<Result<Vec<_>, CpuError>>()?;
@@ -101,6 +142,17 @@ fn matrix(f: &GgufFile, name: &str) -> Result<MatRef, CpuError> {
     let t = info(f, name)?;
     if t.dims.len() != 2 {
         return Err(CpuError::Model(format!("{name} is not a matrix: {:?}", t.dims)));
+    }
+    let (rows, cols) = t.rows_cols();
+    Ok(MatRef { ty: t.ty, rows, cols, start: (f.data_offset + t.offset) as usize, len: t.size as usize })
+}
+
+/// A 3-D tensor of `n` matrices stacked along its last dimension, read as one matrix of all
+/// their rows.
+fn stacked(f: &GgufFile, name: &str, n: usize) -> Result<MatRef, CpuError> {
+    let t = info(f, name)?;
+    if t.dims.len() != 3 || t.dims[2] as usize != n {
+        return Err(CpuError::Model(format!("{name} is not {n} stacked matrices: {:?}", t.dims)));
     }
     let (rows, cols) = t.rows_cols();
     Ok(MatRef { ty: t.ty, rows, cols, start: (f.data_offset + t.offset) as usize, len: t.size as usize })

@@ -7,6 +7,12 @@
 //! does), so it parts from float32 after a near-tie, and its logits sit a little past 1e-2 of a
 //! float32 pass: measured on 2026-12-02 over five prompts, top-200 relative L2 1.2e-2 to 2.3e-2
 //! (SmolLM2), 0.9e-2 to 1.5e-2 (Qwen2.5-Coder-0.5B and 1.5B). The bar it meets is 3e-2.
+//!
+//! Gemma 3 270M is more sensitive to that rounding: its post-norms RMS-normalise the attention
+//! and FFN outputs, so their rounding noise reaches the residual at full size rather than as a
+//! small addition to it. Its top-200 errors reach past 3e-2 on some prompts and move about as
+//! much when the mirror is f32 instead of f16 (noise, not a bias), so its bar is 5e-2 and its
+//! control scales the final norm by 12%, well past that bar.
 
 mod common;
 
@@ -23,6 +29,9 @@ use serde_json::Value;
 const LOGIT_BAR: f64 = 3e-2;
 /// The control scales the final norm's weights by this: a 6% error the bar must catch.
 const CONTROL_SCALE: f32 = 1.06;
+/// Gemma 3's bar and control (see above).
+const GEMMA_LOGIT_BAR: f64 = 5e-2;
+const GEMMA_CONTROL_SCALE: f32 = 1.12;
 /// Greedy ids are compared up to the first step whose reference top-2 margin is below this.
 /// The reference files mark near-ties at 0.1; 8-bit activations move this small model's
 /// logits by up to ~0.2 (seen: flips at margins of 0.19), so the bar this home meets is 0.3.
@@ -66,6 +75,10 @@ fn greedy(home: &mut CpuHome, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f3
 }
 
 fn check_model(name: &str) {
+    check_model_within(name, LOGIT_BAR, CONTROL_SCALE);
+}
+
+fn check_model_within(name: &str, logit_bar: f64, control_scale: f32) {
     let reference = reference(name);
     let path = resin_hub::ensure(name, false).unwrap_or_else(|e| panic!("fetching {name}: {e}"));
     let file = Arc::new(GgufFile::open(&path).unwrap());
@@ -86,31 +99,36 @@ fn check_model(name: &str) {
         longest = longest.max(upto);
         let err = top_logits_error(&logits, case);
         eprintln!("{name}: {prompt_text:?}: {upto} tokens equal, top-200 logits relative L2 {err:.2e}");
-        assert!(err < LOGIT_BAR, "{name}: {prompt_text:?}: top-200 logits relative L2 {err:.3e} >= {LOGIT_BAR}");
+        assert!(err < logit_bar, "{name}: {prompt_text:?}: top-200 logits relative L2 {err:.3e} >= {logit_bar}");
         first_case_logits.get_or_insert((prompt, case.clone()));
     }
     assert!(longest >= MIN_TOKENS, "{name}: no prompt compared {MIN_TOKENS} tokens before a near-tie");
 
-    // Control: the same model with output_norm.weight scaled by CONTROL_SCALE must fail the bar.
+    // Control: the same model with output_norm.weight scaled by control_scale must fail the bar.
     let (prompt, case) = first_case_logits.unwrap();
     let mut bytes = file.bytes().to_vec();
     let t = file.tensor(resin_model::OUTPUT_NORM).unwrap();
     assert_eq!(t.ty, resin_gguf::GgmlType::F32);
     let start = (file.data_offset + t.offset) as usize;
     for w in bytes[start..start + t.size as usize].chunks_exact_mut(4) {
-        let v = f32::from_le_bytes(w.try_into().unwrap()) * CONTROL_SCALE;
+        let v = f32::from_le_bytes(w.try_into().unwrap()) * control_scale;
         w.copy_from_slice(&v.to_le_bytes());
     }
     let mut perturbed = home_for(Arc::new(GgufFile::from_bytes(bytes).unwrap()));
     let (_, logits) = greedy(&mut perturbed, &prompt, 1);
     let err = top_logits_error(&logits, &case);
-    eprintln!("{name}: control (output norm x{CONTROL_SCALE}): relative L2 {err:.2e}");
-    assert!(err >= LOGIT_BAR, "{name}: the perturbed model passed the bar ({err:.3e}); the bar cannot fail");
+    eprintln!("{name}: control (output norm x{control_scale}): relative L2 {err:.2e}");
+    assert!(err >= logit_bar, "{name}: the perturbed model passed the bar ({err:.3e}); the bar cannot fail");
 }
 
 #[test]
 fn smollm2_135m_matches_the_float32_reference() {
     check_model("smollm2-135m");
+}
+
+#[test]
+fn gemma3_270m_matches_the_float32_reference() {
+    check_model_within("gemma3-270m", GEMMA_LOGIT_BAR, GEMMA_CONTROL_SCALE);
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 use resin_core::regions::{Claim, RegionTable};
-use resin_core::{balanced_groups, chunk_rows, Counters, Home, Need, RegionId, Row, RowOut, Segment, TopCandidates, NROW_MAX, PF_WINDOW};
+use resin_core::{balanced_groups, chunk_rows, Counters, Home, HomeError, Need, RegionId, Row, RowOut, Segment, TopCandidates, NROW_MAX, PF_WINDOW};
 use resin_model::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc as tmpsc;
 
@@ -166,11 +166,36 @@ pub fn auto_quantum(rows_per_s: Option<f64>) -> usize {
     ((rate * PREFILL_TICK_TARGET.as_secs_f64()) as usize).clamp(PREFILL_QUANTUM_MIN, PF_WINDOW)
 }
 
+/// An average weighted to the latest figure.
+fn ema(avg: Option<f64>, x: f64) -> f64 {
+    avg.map_or(x, |a| 0.5 * a + 0.5 * x)
+}
+
+/// Seconds a kind of home call takes: an average weighted to the latest, the first call
+/// left out (it pays page faults and pipeline builds that later calls do not).
+#[derive(Debug, Default)]
+struct CallTime {
+    calls: u64,
+    avg: Option<f64>,
+}
+
+impl CallTime {
+    fn add(&mut self, secs: f64) {
+        self.calls += 1;
+        if self.calls > 1 {
+            self.avg = Some(ema(self.avg, secs));
+        }
+    }
+}
+
 /// Live numbers for /metrics.
 #[derive(Debug, Default)]
 pub struct EngineStats {
     pub queued: AtomicUsize,
     pub active: AtomicUsize,
+    /// Why the home is down, once its device failed (`HomeError::DeviceLost`): from then on
+    /// every request ends at once with `SubmitError::HomeDown`.
+    pub down: std::sync::OnceLock<String>,
 }
 
 enum Command {
@@ -243,7 +268,10 @@ impl Engine {
             streams: Vec::new(),
             next_id: 0,
             prefill_rate: None,
+            peel_time: CallTime::default(),
+            short_window_time: CallTime::default(),
             stop: false,
+            lost: None,
         };
         let thread = std::thread::Builder::new().name("resin-engine".into()).spawn(move || sched.run(rx)).expect("spawning the engine thread");
         let worker = Arc::new(Worker { tx, thread: std::sync::Mutex::new(Some(thread)) });
@@ -258,6 +286,9 @@ impl Engine {
     }
 
     pub fn submit(&self, req: GenRequest) -> Result<GenHandle, SubmitError> {
+        if let Some(why) = self.home_down() {
+            return Err(SubmitError::HomeDown(why.to_string()));
+        }
         if req.prompt.is_empty() {
             return Err(SubmitError::EmptyPrompt);
         }
@@ -280,6 +311,10 @@ impl Engine {
 
     pub fn stats(&self) -> &Arc<EngineStats> {
         &self.stats
+    }
+    /// Why the home is down (its device failed mid-run), once it is; it stays down.
+    pub fn home_down(&self) -> Option<&str> {
+        self.stats.down.get().map(String::as_str)
     }
     pub fn counters(&self) -> &Arc<Counters> {
         &self.counters
@@ -335,8 +370,15 @@ struct Scheduler {
     /// Prompt rows a second the home's prefill windows have run at (an average weighted to
     /// the latest), for the automatic quantum.
     prefill_rate: Option<f64>,
+    /// The time of a peel and of a window of at most NROW_MAX rows: the peel is taken only
+    /// while it is not the slower of the two.
+    peel_time: CallTime,
+    short_window_time: CallTime,
     /// Set by `Command::Shutdown`: the loop returns.
     stop: bool,
+    /// Why the home's device failed, when a call this tick said so (`HomeError::DeviceLost`):
+    /// the tick ends every stream and the home is not called again (`go_down`).
+    lost: Option<String>,
 }
 
 /// What a stream does after a sampled token.
@@ -379,21 +421,67 @@ impl Scheduler {
 
     fn command(&mut self, c: Command) {
         match c {
+            Command::Submit(_, tx, _) if self.stats.down.get().is_some() => {
+                // Submitted before the home went down: it ends at once, as later ones are refused.
+                self.stats.queued.fetch_sub(1, Ordering::Relaxed);
+                let _ = tx.send(GenEvent::Error(self.down_message()));
+            }
             Command::Submit(req, tx, t) => self.queue.push_back((req, tx, t)),
             Command::Shutdown => self.stop = true,
         }
     }
 
-    /// One scheduler tick: reap, admit, one decode step, one prefill quantum.
+    /// One scheduler tick: reap, admit, one decode step, one prefill quantum; after a call
+    /// that found the device failed, the end of every stream (`go_down`).
     fn tick(&mut self) {
         self.reap();
         self.admit();
         let decoding = self.streams.iter().any(|s| matches!(s.phase, Phase::Decode { .. }));
-        if decoding {
+        if decoding && self.lost.is_none() {
             self.decode_step();
         }
-        self.prefill_quantum(decoding);
+        if self.lost.is_none() {
+            self.prefill_quantum(decoding);
+        }
+        if let Some(why) = self.lost.take() {
+            self.go_down(why);
+        }
         self.stats.active.store(self.streams.len(), Ordering::Relaxed);
+    }
+
+    /// Note a home call's error: a failed device (`HomeError::DeviceLost`) ends the home. The
+    /// reason is published at once, before any stream hears of the failure, so whoever sees a
+    /// stream's error can tell it apart (the server answers 503, not 500).
+    fn note(&mut self, e: &HomeError) {
+        if let HomeError::DeviceLost(why) = e {
+            lost(&self.stats, &mut self.lost, why);
+        }
+    }
+
+    /// What a stream that ends because the home is down is told.
+    fn down_message(&self) -> String {
+        format!("the device failed: {}", self.stats.down.get().map(String::as_str).unwrap_or("unknown"))
+    }
+
+    /// The home's device failed: say why once, end every live and queued stream with an
+    /// error, and take no more work (the home is never called again; later submits are
+    /// refused with `SubmitError::HomeDown`). A lost device cannot be brought back without
+    /// starting everything anew, which is the process's restart.
+    fn go_down(&mut self, why: String) {
+        let (live, queued) = (self.streams.len(), self.queue.len());
+        tracing::error!(reason = %why, streams_ended = live, queued_ended = queued, "the home's device failed: every request now gets 503 until the server restarts");
+        let msg = self.down_message();
+        // The counts drop before any stream hears, so a client that saw its error never reads
+        // a stale count.
+        self.stats.queued.fetch_sub(queued, Ordering::Relaxed);
+        self.stats.active.store(0, Ordering::Relaxed);
+        for s in self.streams.drain(..) {
+            let _ = s.tx.send(GenEvent::Error(msg.clone()));
+            self.regions.free(s.region);
+        }
+        for (_, tx, _) in self.queue.drain(..) {
+            let _ = tx.send(GenEvent::Error(msg.clone()));
+        }
     }
 
     /// Drop streams whose receiver is gone (the client left): free their regions at once.
@@ -414,7 +502,7 @@ impl Scheduler {
     }
 
     fn admit(&mut self) {
-        while let Some((req, _, _)) = self.queue.front() {
+        while let Some((req, _, _)) = self.queue.front().filter(|_| self.lost.is_none()) {
             // A history in host memory that matches more of the prompt than any parked region
             // comes back into a region of its own; else the usual claim (adopt, free, LRU).
             let parked = self.regions.best_parked(&req.prompt);
@@ -430,9 +518,13 @@ impl Scheduler {
                         claim.reused = n;
                         Counters::add(&self.home.counters().sessions_restored_from_host, 1);
                     }
-                    Err(e) => tracing::warn!("restoring a session from host memory failed ({e}); prefilling it instead"),
+                    Err(e) => {
+                        tracing::warn!("restoring a session from host memory failed ({e}); prefilling it instead");
+                        self.note(&e);
+                    }
                 }
             }
+
             let (req, tx, submitted) = self.queue.pop_front().expect("front exists");
             self.stats.queued.fetch_sub(1, Ordering::Relaxed);
             let stop_ids = req.stop_ids.clone().unwrap_or_else(|| self.tokenizer.stop_ids());
@@ -469,7 +561,10 @@ impl Scheduler {
                     Counters::add(&self.home.counters().sessions_saved_to_host, 1);
                 }
             }
-            Err(e) => tracing::warn!("saving a parked session to host memory failed: {e}"),
+            Err(e) => {
+                tracing::warn!("saving a parked session to host memory failed: {e}");
+                self.note(&e);
+            }
         }
     }
 
@@ -483,6 +578,10 @@ impl Scheduler {
         for &g in &calls {
             let members = &idx[at..at + g];
             at += g;
+            if self.lost.is_some() {
+                // An earlier call found the device failed: the rest end with the others.
+                continue;
+            }
             let rows: Vec<Row> = members.iter().map(|&i| self.streams[i].next_row()).collect();
             let needs: Vec<Need> = members.iter().map(|&i| self.streams[i].need()).collect();
             let t = Instant::now();
@@ -496,7 +595,10 @@ impl Scheduler {
                     self.emit_picks(members, &picks, &mut done);
                 }
                 Ok(out) => fail(&mut done, members, &format!("the home returned {} rows for a step of {}", out.rows.len(), members.len())),
-                Err(e) => fail(&mut done, members, &e.to_string()),
+                Err(e) => {
+                    self.note(&e);
+                    fail(&mut done, members, &e.to_string());
+                }
             }
         }
         let c = self.home.counters();
@@ -541,40 +643,48 @@ impl Scheduler {
             (true, q) => q.clamp(1, PF_WINDOW),
         };
 
-        // The peel: continuations of at most NROW_MAX rows, packed into one token command.
-        if self.config.prefill_peel {
+        // The peel: every waiting continuation in one token command, when they come to at most
+        // NROW_MAX rows and the peel has not run slower than a short window. A peel of some of
+        // them would leave the others waiting a whole weight pass each, where one window takes
+        // them all.
+        let waiting: usize = pending.iter().map(|&i| remaining(&self.streams[i])).sum();
+        let peel_cheaper = match (self.peel_time.avg, self.short_window_time.avg) {
+            (Some(peel), Some(window)) => peel <= window,
+            _ => true,
+        };
+        if self.config.prefill_peel && waiting <= NROW_MAX && peel_cheaper {
             // Each continuation's last row needs what its stream's first draw needs; the rows
             // before it only store their K/V (their argmax ids come back, the least a row can).
             let (mut rows, mut needs, mut members) = (Vec::new(), Vec::new(), Vec::new());
             for &i in &pending {
                 let s = &self.streams[i];
-                let r = remaining(s);
-                if r <= NROW_MAX && rows.len() + r <= NROW_MAX {
-                    let p0 = s.fed.len();
-                    rows.extend(s.req.prompt[p0..].iter().enumerate().map(|(k, &t)| Row { region: s.region, token: t, pos: (p0 + k) as u32 }));
-                    needs.extend(std::iter::repeat_n(Need::Argmax, r - 1));
-                    needs.push(s.need());
-                    members.push((i, rows.len() - 1));
+                let (p0, r) = (s.fed.len(), remaining(s));
+                rows.extend(s.req.prompt[p0..].iter().enumerate().map(|(k, &t)| Row { region: s.region, token: t, pos: (p0 + k) as u32 }));
+                needs.extend(std::iter::repeat_n(Need::Argmax, r - 1));
+                needs.push(s.need());
+                members.push((i, rows.len() - 1));
+            }
+            Counters::add(&self.home.counters().peel_steps, 1);
+            Counters::add(&self.home.counters().prompt_tokens_prefilled, rows.len() as u64);
+            let t0 = Instant::now();
+            let result = self.home.step(&rows, &needs).and_then(|out| {
+                let mut out = out.rows;
+                if out.len() != rows.len() {
+                    return Err(resin_core::HomeError::Device(format!("the home returned {} rows for a peel of {}", out.len(), rows.len())));
                 }
+                for &(i, _) in &members {
+                    let s = &mut self.streams[i];
+                    s.fed = s.req.prompt.clone();
+                }
+                Ok(members.iter().map(|&(_, r)| std::mem::replace(&mut out[r], RowOut::Argmax(0))).collect())
+            });
+            match &result {
+                Ok(_) => self.peel_time.add(t0.elapsed().as_secs_f64()),
+                Err(e) => self.note(e),
             }
-            if !members.is_empty() {
-                Counters::add(&self.home.counters().peel_steps, 1);
-                Counters::add(&self.home.counters().prompt_tokens_prefilled, rows.len() as u64);
-                let result = self.home.step(&rows, &needs).and_then(|out| {
-                    let mut out = out.rows;
-                    if out.len() != rows.len() {
-                        return Err(resin_core::HomeError::Device(format!("the home returned {} rows for a peel of {}", out.len(), rows.len())));
-                    }
-                    for &(i, _) in &members {
-                        let s = &mut self.streams[i];
-                        s.fed = s.req.prompt.clone();
-                    }
-                    Ok(members.iter().map(|&(_, r)| std::mem::replace(&mut out[r], RowOut::Argmax(0))).collect())
-                });
-                let done = self.complete_prefill(&members, result);
-                self.finish(done);
-                return;
-            }
+            let done = self.complete_prefill(&members, result);
+            self.finish(done);
+            return;
         }
 
         // Segments: each pending stream's next chunk, in admission order, up to the budget,
@@ -610,9 +720,17 @@ impl Scheduler {
             .collect();
         let t0 = Instant::now();
         let result = self.home.prefill(&segments);
-        if result.is_ok() {
-            let rate = used as f64 / t0.elapsed().as_secs_f64().max(1e-6);
-            self.prefill_rate = Some(self.prefill_rate.map_or(rate, |r| 0.5 * r + 0.5 * rate));
+        match &result {
+            Ok(_) => {
+                let secs = t0.elapsed().as_secs_f64();
+                self.prefill_rate = Some(ema(self.prefill_rate, used as f64 / secs.max(1e-6)));
+                if used <= NROW_MAX {
+                    self.short_window_time.add(secs);
+                }
+            }
+            // (`note`, written out: the segments still borrow the streams.)
+            Err(HomeError::DeviceLost(why)) => lost(&self.stats, &mut self.lost, why),
+            Err(_) => {}
         }
         drop(segments);
         // Streams whose prompt is now complete sample their first token from their segment's logits.
@@ -677,7 +795,10 @@ impl Scheduler {
                     self.regions.park(s.region);
                 }
                 Err(e) => {
-                    tracing::error!(stream = s.id, "generation failed: {e}");
+                    // A failed device is logged once, by `go_down`.
+                    if self.lost.is_none() {
+                        tracing::error!(stream = s.id, "generation failed: {e}");
+                    }
                     let _ = s.tx.send(GenEvent::Error(e));
                     self.regions.free(s.region);
                 }
@@ -797,6 +918,14 @@ fn count_needs(c: &Counters, needs: &[Need]) {
         Counters::add(&c.decode_top_steps, 1);
     }
     Counters::add(&c.decode_logits_rows, needs.iter().filter(|&&n| n == Need::Logits).count() as u64);
+}
+
+/// The home's device failed (`why`): published in `stats.down` (the first reason stays) and,
+/// the first time, noted in `lost` for the tick to end every stream (`Scheduler::go_down`).
+fn lost(stats: &EngineStats, lost: &mut Option<String>, why: &str) {
+    if stats.down.set(why.to_string()).is_ok() {
+        *lost = Some(why.to_string());
+    }
 }
 
 /// Every member stream ends with error `e` (its step failed).

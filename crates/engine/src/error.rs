@@ -13,4 +13,7 @@ pub enum SubmitError {
     BadParams(String),
     #[error("the engine has stopped")]
     Closed,
+    /// The home's device failed mid-run; the home stays down until the process restarts.
+    #[error("the device failed: {0}")]
+    HomeDown(String),
 }

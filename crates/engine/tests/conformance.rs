@@ -1,10 +1,13 @@
 //! One conformance suite for every home: the scheduler's scenarios, written once, run on the
 //! CPU home (`cpu::`) and on the Vulkan home (`vulkan::`, on lavapipe in CI; skipped without
-//! a device unless RESIN_REQUIRE_VULKAN=1), with the real SmolLM2-135M.
+//! a device unless RESIN_REQUIRE_VULKAN=1), with the real SmolLM2-135M cut to its first four
+//! blocks: the scenarios test the engine and the homes' machinery, not the model's depth, and
+//! the cut runs them at a fraction of lavapipe's time.
 //!
 //! - parity at N-row widths and above 8 rows: streams at once get the tokens each gets alone;
 //! - segments: prompts arriving together share prefill windows, and get the same tokens with
 //!   one session a window;
+//! - short prompts arriving at once take one prefill call, not a peel each;
 //! - the peel: short prompts through the token step give the window chain's tokens;
 //! - park/adopt: a second turn prefills only its new suffix and equals a fresh session;
 //! - the host cache: a session displaced from its region comes back from host memory;
@@ -20,7 +23,7 @@ use resin_core::{RegionId, Row, Segment, StepAll, NROW_MAX};
 use resin_engine::{Engine, EngineConfig, GenEvent};
 use resin_vulkan::WideMode;
 
-use harness::{collect, get, request, short_prompts, together, Capped, Kind, Suite, N_CTX, TOKENS};
+use harness::{collect, get, request, short_prompts, together, Capped, Gated, Kind, Suite, N_CTX, TOKENS};
 
 /// For each scenario `fn name(&Suite)`, the tests `cpu::name` and `vulkan::name`.
 macro_rules! on_every_home {
@@ -38,6 +41,7 @@ on_every_home! {
     five_streams_at_once_equal_each_alone,
     twelve_streams_at_once_equal_each_alone,
     prompts_arriving_together_share_prefill_windows,
+    short_prompts_arriving_at_once_take_one_window,
     the_peel_and_the_window_chain_agree,
     a_second_turn_prefills_only_its_suffix,
     a_session_displaced_to_host_memory_comes_back,
@@ -122,6 +126,49 @@ fn prompts_arriving_together_share_prefill_windows(s: &Suite) {
         } else {
             assert!(shared >= 1 && windows < ps.len() as u64, "prompts arriving together share a window ({windows} windows, {shared} shared)");
         }
+    }
+}
+
+/// Short prompts arriving at once take one prefill call, not a peel each: twelve prompts of
+/// seven tokens (each short enough for the peel, 84 rows together) that arrive while the home
+/// is busy go to the home as one prefill of twelve segments, and each gives the tokens it
+/// gives alone (there through the peel). The CPU home runs the twelve as one window. The
+/// Vulkan home still runs segments under its 16-row windows apart (`exact_groups`: alone they
+/// take the token kernels, whose sums differ from the window's GEMM), until one matrix path
+/// serves every row count (issue 29). Controls: one prompt alone takes the peel (so the one
+/// call is the scheduler's choice for the prompts together), and the twelve were all queued
+/// before it (the gate holds the home until they are).
+fn short_prompts_arriving_at_once_take_one_window(s: &Suite) {
+    let subjects = ["Cats", "Dogs", "Birds", "Trees", "Fish", "Books", "Children", "People", "Students", "Doctors", "Teachers", "Winter"];
+    let ps: Vec<Vec<u32>> = subjects.iter().map(|x| s.encode(&format!("{x} are the best friends of every family in town"))[..7].to_vec()).collect();
+    assert!(ps.len() * ps[0].len() > NROW_MAX, "together they do not fit one peel");
+    let alone = s.alone(&ps, TOKENS);
+    assert!(alone.iter().any(|a| *a != alone[0]), "control: the prompts lead to different tokens");
+    let one = s.engine(1, EngineConfig::default());
+    collect(one.submit(request(ps[0].clone(), 1)).unwrap());
+    assert_eq!((get(&one.counters().peel_steps), get(&one.counters().prefill_windows)), (1, 0), "control: one such prompt alone takes the peel");
+    drop(one);
+
+    let (home, entered, open, calls) = Gated::new(s.home(ps.len() + 1, N_CTX));
+    let e = Engine::start(Box::new(home), s.tok.clone(), EngineConfig::default());
+    let opener = s.encode("Owls")[..1].to_vec();
+    assert!(ps.iter().all(|p| p[0] != opener[0]), "the opener shares no first token with the prompts");
+    let first = e.submit(request(opener, 1)).unwrap();
+    entered.recv().unwrap();
+    let handles: Vec<_> = ps.iter().map(|p| e.submit(request(p.clone(), TOKENS)).unwrap()).collect();
+    open.send(()).unwrap();
+    collect(first);
+    let got: Vec<Vec<u32>> = handles.into_iter().map(|h| collect(h).0).collect();
+    for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
+        assert_eq!(g, a, "prompt {i} of 12 differs from the same prompt alone");
+    }
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(&calls[..2], &[("step", 1), ("prefill", 12)], "the opener's peel, then one prefill of the twelve prompts");
+    assert!(calls[2..].iter().all(|&(c, _)| c == "step"), "then only decode steps: {calls:?}");
+    let c = e.counters();
+    assert_eq!(get(&c.peel_steps), 1, "the opener's peel alone");
+    if s.kind == Kind::Cpu {
+        assert_eq!((get(&c.prefill_windows), get(&c.prefill_segment_windows)), (1, 1), "(windows, shared windows) on the CPU home");
     }
 }
 

@@ -4,6 +4,7 @@
 //! gives a [`GgufError`] that names what is wrong, never a panic, an out-of-bounds read or an
 //! allocation sized by an unchecked field.
 
+mod cut;
 mod error;
 pub mod formats;
 mod reader;
@@ -11,6 +12,7 @@ mod types;
 mod value;
 mod writer;
 
+pub use cut::write_first_blocks;
 pub use error::{GgufError, Result};
 pub use reader::{GgufFile, TensorInfo, MAX_ARRAY_ELEMENTS};
 pub use types::GgmlType;

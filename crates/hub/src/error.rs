@@ -25,6 +25,8 @@ pub enum HubError {
     SizeMismatch { path: PathBuf, expected: u64, actual: u64 },
     #[error("sha256 mismatch for {path}: expected {expected}, got {actual}")]
     ShaMismatch { path: PathBuf, expected: String, actual: String },
+    #[error("{path}: {message}")]
+    Gguf { path: PathBuf, message: String },
     #[error("{context}: {source}")]
     Io {
         context: String,

@@ -32,7 +32,7 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Unique token for temporary names: pid, time, per-process counter.
-fn unique() -> String {
+pub(crate) fn unique() -> String {
     static N: AtomicU64 = AtomicU64::new(0);
     let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
     format!("{}-{}-{}", std::process::id(), t, N.fetch_add(1, Ordering::Relaxed))

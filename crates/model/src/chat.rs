@@ -18,6 +18,35 @@ const NAME: &str = "chat_template";
 const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
 
+/// Gemma's turn format, for a gemma3 file that carries no template of its own (the base 270M):
+/// the template Google ships with the instruction-tuned Gemma 3 models, for text turns. A
+/// system message becomes the head of the first user turn, the assistant's role is `model`,
+/// and roles must alternate.
+const GEMMA_TURNS: &str = "{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = '' -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') -}}
+    {%- endif -%}
+    {%- if message['role'] == 'assistant' -%}
+        {%- set role = 'model' -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{- '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') -}}
+    {{- (message['content'] or '') | trim -}}
+    {{- '<end_of_turn>\n' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{- '<start_of_turn>model\n' -}}
+{%- endif -%}";
+
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -44,10 +73,14 @@ fn token_text(f: &GgufFile, key: &str) -> Result<Option<String>> {
 
 impl ChatTemplate {
     /// The template of `tokenizer.chat_template`, with `bos_token` / `eos_token` set to the texts
-    /// of `tokenizer.ggml.bos_token_id` / `eos_token_id`. `None` when the file has no template.
+    /// of `tokenizer.ggml.bos_token_id` / `eos_token_id`. A gemma3 file without one gets
+    /// Gemma's turn format (`<start_of_turn>user ... <end_of_turn>`, then `<start_of_turn>model`).
+    /// `None` when the file has no template and its family has no known turn format.
     pub fn from_gguf(f: &GgufFile) -> Result<Option<Self>> {
-        let Some(source) = f.get_str("tokenizer.chat_template")? else {
-            return Ok(None);
+        let source = match f.get_str("tokenizer.chat_template")? {
+            Some(source) => source,
+            None if f.get_str("general.architecture")? == Some("gemma3") => GEMMA_TURNS,
+            None => return Ok(None),
         };
         let bos = token_text(f, "tokenizer.ggml.bos_token_id")?;
         let eos = token_text(f, "tokenizer.ggml.eos_token_id")?;

@@ -5,7 +5,7 @@
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] resin_gguf::GgufError),
-    #[error("unsupported architecture {0:?} (resin runs llama, qwen2 and qwen3)")]
+    #[error("unsupported architecture {0:?} (resin runs llama, qwen2, qwen3, qwen3moe and gemma3)")]
     UnsupportedArch(String),
     #[error("model metadata: {0}")]
     Invalid(String),

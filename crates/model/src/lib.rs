@@ -7,6 +7,6 @@ mod error;
 pub mod tokenizer;
 
 pub use chat::ChatTemplate;
-pub use config::{Arch, LayerNames, ModelConfig, RopeStyle, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
+pub use config::{Arch, FfnAct, LayerNames, ModelConfig, Moe, RopeStyle, SlidingWindow, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
 pub use error::{ModelError, Result};
 pub use tokenizer::{StreamDecoder, TokenType, Tokenizer};

@@ -8,7 +8,7 @@
 //! Control, user-defined and unknown tokens are matched in the text before either model runs
 //! (control and unknown ones only when `parse_special` is set), longest text first.
 
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
 
 use fancy_regex::Regex;
@@ -655,6 +655,17 @@ impl Tokenizer {
     /// `parse_special`: control tokens written in the text become those tokens (user-defined
     /// tokens always do, as in llama.cpp).
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        self.encode_with(text, add_special, parse_special, false)
+    }
+
+    /// [`Tokenizer::encode`] with every BPE word merged through the plain binary heap, the
+    /// reference the faster queue of long words is tested against.
+    #[doc(hidden)]
+    pub fn encode_reference(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        self.encode_with(text, add_special, parse_special, true)
+    }
+
+    fn encode_with(&self, text: &str, add_special: bool, parse_special: bool, reference: bool) -> Result<Vec<u32>> {
         let frags = self.partition(text, parse_special);
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
@@ -684,7 +695,7 @@ impl Tokenizer {
             Model::Bpe(bpe) => {
                 for frag in frags {
                     match frag {
-                        Frag::Text(s, e) => self.bpe_tokenize(bpe, &text[s..e], &mut out)?,
+                        Frag::Text(s, e) => self.bpe_tokenize(bpe, &text[s..e], reference, &mut out)?,
                         Frag::Token(id) => out.push(id),
                     }
                 }
@@ -794,7 +805,7 @@ impl Tokenizer {
     }
 
     /// Byte-level BPE over each pre-tokenizer piece (llama.cpp's llm_tokenizer_bpe_session).
-    fn bpe_tokenize(&self, bpe: &Bpe, text: &str, out: &mut Vec<u32>) -> Result<()> {
+    fn bpe_tokenize(&self, bpe: &Bpe, text: &str, reference: bool, out: &mut Vec<u32>) -> Result<()> {
         let mut pieces = vec![(0usize, text.len())];
         let mut matches = Vec::new();
         for split in &bpe.splits {
@@ -829,7 +840,8 @@ impl Tokenizer {
         }
         let mut word = String::new();
         let mut syms: Vec<Sym> = Vec::new();
-        let mut heap: BinaryHeap<BpePair> = BinaryHeap::new();
+        let mut heap = HeapQueue::default();
+        let mut buckets = RankQueue::default();
         for (s, e) in pieces {
             word.clear();
             word.extend(text[s..e].bytes().map(|b| bpe.byte_char[b as usize]));
@@ -840,63 +852,21 @@ impl Tokenizer {
                 }
             }
             syms.clear();
-            heap.clear();
-            let count = word.chars().count();
+            let count = e - s;
+            if count > u32::MAX as usize {
+                // Merge candidates name their symbols by 32-bit indices.
+                return Err(err(format!("a pre-tokenizer piece of {count} bytes")));
+            }
             for (i, (start, c)) in word.char_indices().enumerate() {
                 let n = c.len_utf8();
                 // Each character of `word` is the byte-level character of one byte of the text.
                 let id = self.byte_token[text.as_bytes()[s + i] as usize];
                 syms.push(Sym { start, n, prev: i as isize - 1, next: if i + 1 == count { -1 } else { i as isize + 1 }, id });
             }
-            let rank = |syms: &[Sym], l: isize, r: isize| -> Option<(u32, Option<Option<u32>>)> {
-                if l < 0 || r < 0 {
-                    return None;
-                }
-                let (ls, rs) = (&syms[l as usize], &syms[r as usize]);
-                match (ls.id, rs.id) {
-                    (Some(a), Some(b)) => bpe.ranks.get(&(a, b)).map(|&(r, m)| (r, Some(m))),
-                    _ if bpe.text_ranks.is_empty() => None,
-                    _ => {
-                        let a = &word[ls.start..ls.start + ls.n];
-                        let b = &word[rs.start..rs.start + rs.n];
-                        bpe.text_ranks.get(&(a.to_owned(), b.to_owned())).map(|&r| (r, None))
-                    }
-                }
-            };
-            let pair = |syms: &[Sym], l: isize, r: isize| -> Option<BpePair> {
-                let (rank, merged) = rank(syms, l, r)?;
-                let (l, r) = (l as usize, r as usize);
-                Some(BpePair { key: (rank as u64) << 32 | l as u64, right: r as u32, ln: syms[l].n as u32, rn: syms[r].n as u32, merged: BpePair::merged_word(merged) })
-            };
-            let push = |syms: &[Sym], heap: &mut BinaryHeap<BpePair>, l: isize, r: isize| {
-                if let Some(p) = pair(syms, l, r) {
-                    heap.push(p);
-                }
-            };
-            // The first pairs in one go (a heap built from a vector in linear time).
-            let first: Vec<BpePair> = (1..syms.len()).filter_map(|i| pair(&syms, i as isize - 1, i as isize)).collect();
-            heap.extend(first);
-            while let Some(p) = heap.pop() {
-                let (pl, pr) = (p.left(), p.right as usize);
-                let (l, r) = (&syms[pl], &syms[pr]);
-                if l.n != p.ln as usize || r.n != p.rn as usize || l.next != pr as isize {
-                    continue; // one side has changed since this pair was queued
-                }
-                let rnext = r.next;
-                let left = &mut syms[pl];
-                left.n += p.rn as usize;
-                left.next = rnext;
-                left.id = match p.merged() {
-                    Some(id) => id,
-                    None => self.ids.get(&word[left.start..left.start + left.n]).copied(),
-                };
-                let lprev = left.prev;
-                syms[pr].n = 0;
-                if rnext >= 0 {
-                    syms[rnext as usize].prev = pl as isize;
-                }
-                push(&syms, &mut heap, lprev, pl as isize);
-                push(&syms, &mut heap, pl as isize, rnext);
+            if count >= LONG_WORD && !reference {
+                bpe_merge(bpe, &self.ids, &word, &mut syms, &mut buckets);
+            } else {
+                bpe_merge(bpe, &self.ids, &word, &mut syms, &mut heap);
             }
             let mut i: isize = if syms.is_empty() { -1 } else { 0 };
             while i >= 0 {
@@ -917,6 +887,199 @@ impl Tokenizer {
             }
         }
         Ok(())
+    }
+}
+
+/// Pieces of at least this many bytes merge through a [`RankQueue`], shorter ones through a
+/// binary heap (cheaper to set up, and as fast while it fits in cache).
+const LONG_WORD: usize = 1024;
+
+/// The merges of one word: while an adjacent pair of symbols is in the merge table, merge the
+/// one of lowest rank, the leftmost of equal ranks (llama.cpp's llm_tokenizer_bpe_session).
+///
+/// Every pair that forms is queued once, by (rank, index of its left symbol); an entry is acted
+/// on only if that pair is still there when it comes out. Why the check below is enough: a
+/// symbol's id is a function of its text (the id of that text, if any), so the rank of the pair
+/// at `pl` is a function of the two texts, and no two merges share a rank. So an entry (r, pl)
+/// whose `pl` is alive, with the pair at `pl` now of rank r, names a pair that exists, and with
+/// the key it was queued by. Every existing pair has its own entry still queued (pushed when it
+/// formed; it leaves the queue only by being merged). So the first valid entry out is the pair
+/// of least (rank, left) among those that exist: the merge the definition asks for, whatever
+/// queue gives the order.
+fn bpe_merge(bpe: &Bpe, ids: &HashMap<String, u32>, word: &str, syms: &mut [Sym], q: &mut impl MergeQueue) {
+    q.clear();
+    let rank = |syms: &[Sym], l: usize, r: isize| -> Option<(u32, Option<Option<u32>>)> {
+        if r < 0 {
+            return None;
+        }
+        let (ls, rs) = (&syms[l], &syms[r as usize]);
+        match (ls.id, rs.id) {
+            (Some(a), Some(b)) => bpe.ranks.get(&(a, b)).map(|&(r, m)| (r, Some(m))),
+            _ if bpe.text_ranks.is_empty() => None,
+            _ => {
+                let a = &word[ls.start..ls.start + ls.n];
+                let b = &word[rs.start..rs.start + rs.n];
+                bpe.text_ranks.get(&(a.to_owned(), b.to_owned())).map(|&r| (r, None))
+            }
+        }
+    };
+    for l in 1..syms.len() {
+        if let Some((r, _)) = rank(syms, l - 1, l as isize) {
+            q.push(r, l as u32 - 1);
+        }
+    }
+    while let Some((r, pl)) = q.pop() {
+        let pl = pl as usize;
+        let pr = syms[pl].next;
+        if syms[pl].n == 0 {
+            continue; // merged into its left neighbour
+        }
+        let merged = match rank(syms, pl, pr) {
+            Some((now, merged)) if now == r => merged,
+            _ => continue, // one side has changed since this pair was queued
+        };
+        let pr = pr as usize;
+        let rn = syms[pr].n;
+        let rnext = syms[pr].next;
+        let left = &mut syms[pl];
+        left.n += rn;
+        left.next = rnext;
+        left.id = match merged {
+            Some(id) => id,
+            None => ids.get(&word[left.start..left.start + left.n]).copied(),
+        };
+        let lprev = left.prev;
+        syms[pr].n = 0;
+        if rnext >= 0 {
+            syms[rnext as usize].prev = pl as isize;
+        }
+        if lprev >= 0 {
+            if let Some((r, _)) = rank(syms, lprev as usize, pl as isize) {
+                q.push(r, lprev as u32);
+            }
+        }
+        if let Some((r, _)) = rank(syms, pl, rnext) {
+            q.push(r, pl as u32);
+        }
+    }
+}
+
+/// A priority queue of merge candidates (rank, left symbol): lowest rank first, then leftmost.
+trait MergeQueue {
+    fn clear(&mut self);
+    fn push(&mut self, rank: u32, left: u32);
+    fn pop(&mut self) -> Option<(u32, u32)>;
+}
+
+/// A binary heap of `rank << 32 | left`.
+#[derive(Default)]
+struct HeapQueue(BinaryHeap<Reverse<u64>>);
+
+impl MergeQueue for HeapQueue {
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+    fn push(&mut self, rank: u32, left: u32) {
+        self.0.push(Reverse((rank as u64) << 32 | left as u64));
+    }
+    fn pop(&mut self) -> Option<(u32, u32)> {
+        self.0.pop().map(|Reverse(k)| ((k >> 32) as u32, k as u32))
+    }
+}
+
+/// Merge candidates bucketed by rank: a small heap of the ranks present, and per rank the left
+/// indices in ascending order. A long word is mostly a few merges applied across the whole of
+/// it, and each such sweep queues the next rank's pairs from left to right, so nearly every push
+/// is an append and every pop the front of a list, where one heap of all candidates paid a
+/// sift through a structure far larger than the cache for each. Out-of-order pushes (the pair
+/// left of a merge, or any order a merge table may cause) go to the bucket's own heap, so the
+/// order is exact for any input.
+#[derive(Default)]
+struct RankQueue {
+    /// Ranks whose bucket is not empty, each once.
+    ranks: BinaryHeap<Reverse<u32>>,
+    /// Bucket of each rank in `ranks`.
+    slot: HashMap<u32, u32, FxBuild>,
+    buckets: Vec<Bucket>,
+    /// Buckets not in use (kept for their allocations).
+    free: Vec<u32>,
+}
+
+#[derive(Default)]
+struct Bucket {
+    /// Ascending; the entries before `head` are popped.
+    sorted: Vec<u32>,
+    head: usize,
+    /// Those pushed below the end of `sorted`.
+    spill: BinaryHeap<Reverse<u32>>,
+}
+
+impl Bucket {
+    fn push(&mut self, left: u32) {
+        if self.sorted.last().is_none_or(|&last| left >= last) {
+            self.sorted.push(left);
+        } else {
+            self.spill.push(Reverse(left));
+        }
+    }
+    fn pop(&mut self) -> Option<u32> {
+        let front = self.sorted.get(self.head).copied();
+        let left = match (front, self.spill.peek()) {
+            (Some(f), Some(&Reverse(s))) if s < f => self.spill.pop().map(|Reverse(s)| s),
+            (Some(f), _) => {
+                self.head += 1;
+                Some(f)
+            }
+            (None, _) => self.spill.pop().map(|Reverse(s)| s),
+        };
+        if self.head == self.sorted.len() {
+            self.sorted.clear();
+            self.head = 0;
+        }
+        left
+    }
+    fn is_empty(&self) -> bool {
+        self.head == self.sorted.len() && self.spill.is_empty()
+    }
+}
+
+impl MergeQueue for RankQueue {
+    fn clear(&mut self) {
+        self.ranks.clear();
+        for (_, b) in self.slot.drain() {
+            let bucket = &mut self.buckets[b as usize];
+            bucket.sorted.clear();
+            bucket.head = 0;
+            bucket.spill.clear();
+            self.free.push(b);
+        }
+    }
+    fn push(&mut self, rank: u32, left: u32) {
+        let b = match self.slot.get(&rank) {
+            Some(&b) => b,
+            None => {
+                let b = self.free.pop().unwrap_or_else(|| {
+                    self.buckets.push(Bucket::default());
+                    self.buckets.len() as u32 - 1
+                });
+                self.slot.insert(rank, b);
+                self.ranks.push(Reverse(rank));
+                b
+            }
+        };
+        self.buckets[b as usize].push(left);
+    }
+    fn pop(&mut self) -> Option<(u32, u32)> {
+        let &Reverse(rank) = self.ranks.peek()?;
+        let b = self.slot[&rank];
+        let bucket = &mut self.buckets[b as usize];
+        let left = bucket.pop().expect("a queued rank has a non-empty bucket");
+        if bucket.is_empty() {
+            self.ranks.pop();
+            self.slot.remove(&rank);
+            self.free.push(b);
+        }
+        Some((rank, left))
     }
 }
 
@@ -1015,51 +1178,6 @@ impl std::hash::Hasher for FxHasher {
     }
 }
 
-/// A BPE merge candidate: lowest rank first, then leftmost.
-#[derive(PartialEq, Eq)]
-struct BpePair {
-    /// rank << 32 | left: the lowest rank first, then the leftmost.
-    key: u64,
-    right: u32,
-    ln: u32,
-    rn: u32,
-    /// The merged token as the merge table knows it (`merged_word`).
-    merged: u32,
-}
-impl BpePair {
-    /// Not in the merge table: look the merged text up.
-    const LOOK_UP: u32 = u32::MAX;
-    /// In the table, with no token for the merged text.
-    const NO_TOKEN: u32 = u32::MAX - 1;
-    fn merged_word(m: Option<Option<u32>>) -> u32 {
-        match m {
-            None => Self::LOOK_UP,
-            Some(None) => Self::NO_TOKEN,
-            Some(Some(id)) => id,
-        }
-    }
-    fn merged(&self) -> Option<Option<u32>> {
-        match self.merged {
-            Self::LOOK_UP => None,
-            Self::NO_TOKEN => Some(None),
-            id => Some(Some(id)),
-        }
-    }
-    fn left(&self) -> usize {
-        (self.key & 0xFFFF_FFFF) as usize
-    }
-}
-impl PartialOrd for BpePair {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for BpePair {
-    fn cmp(&self, o: &Self) -> Ordering {
-        o.key.cmp(&self.key)
-    }
-}
-
 /// Incremental detokenizer for streaming: push ids, get back only complete UTF-8 text.
 /// Control tokens are shown only when `special` (see [`StreamDecoder::with_special`]).
 #[derive(Debug, Default, Clone)]
@@ -1119,6 +1237,48 @@ impl StreamDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bucketed queue pops what a binary heap pops, for pushes in any order (ascending
+    /// runs, out-of-order ones, ranks emptied and refilled) and across `clear`.
+    #[test]
+    fn rank_queue_matches_heap() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % m) as u32
+        };
+        let (mut fast, mut heap) = (RankQueue::default(), HeapQueue::default());
+        for round in 0..300 {
+            fast.clear();
+            heap.clear();
+            let ranks = 1 + rnd(8) as u64;
+            let mut next = 0u32;
+            for _ in 0..rnd(3000) {
+                if rnd(3) == 0 {
+                    assert_eq!(fast.pop(), heap.pop(), "round {round}");
+                } else {
+                    // Mostly ascending positions, at times anywhere.
+                    let left = if rnd(4) == 0 { rnd(5000) } else { next };
+                    next += rnd(3);
+                    let rank = rnd(ranks) * 7;
+                    fast.push(rank, left);
+                    heap.push(rank, left);
+                }
+            }
+            // Drain only some rounds, so that `clear` meets non-empty queues too.
+            if round % 2 == 0 {
+                loop {
+                    let (a, b) = (fast.pop(), heap.pop());
+                    assert_eq!(a, b, "round {round}");
+                    if a.is_none() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
 
     /// The scanners give exactly the regexes' matches on random and adversarial short texts
     /// (short enough for fancy-regex's backtracking VM).

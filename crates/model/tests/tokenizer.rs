@@ -167,6 +167,52 @@ fn qwen05() -> Tokenizer {
     Tokenizer::from_gguf(&open(&p, "the hub fetched it")).unwrap()
 }
 
+fn gemma3() -> (Tokenizer, GgufFile) {
+    let p = model_path("gemma3-270m");
+    let f = open(&p, "the hub fetched it");
+    (Tokenizer::from_gguf(&f).unwrap(), f)
+}
+
+/// Gemma 3: SentencePiece with no space prefix and BOS first; the turn markers are control
+/// tokens, `\n` a user-defined one; `<end_of_turn>` and `<eos>` stop; the file carries no chat
+/// template, so resin supplies Gemma's turn format.
+#[test]
+fn gemma3_prompt() {
+    let (tok, f) = gemma3();
+    assert_eq!(tok.vocab_size(), 262_144);
+    assert_eq!((tok.bos(), tok.eos(), tok.add_bos()), (Some(2), Some(1), true));
+    // The reference's word lookup (testdata/reference/gemma3-270m.json), BOS first.
+    assert_eq!(tok.encode("The capital of France is", true, false).unwrap(), vec![2, 818, 5279, 529, 7001, 563]);
+    assert_eq!(tok.encode("The capital of France is", false, false).unwrap(), vec![818, 5279, 529, 7001, 563]);
+    assert_eq!(tok.decode(&[506, 5279, 529, 506, 2891, 529, 7001, 236761], false), " the capital of the country of France.");
+    let (sot, eot) = (tok.token_id("<start_of_turn>").unwrap(), tok.token_id("<end_of_turn>").unwrap());
+    assert_eq!((sot, eot), (105, 106));
+    assert_eq!(tok.eot(), Some(eot));
+    let stops = tok.stop_ids();
+    assert!(stops.contains(&eot) && stops.contains(&1), "{stops:?}");
+    assert!(!stops.contains(&sot));
+
+    let tmpl = resin_model::ChatTemplate::from_gguf(&f).unwrap().expect("gemma3 files get Gemma's turn format");
+    let messages = [
+        serde_json::json!({"role": "system", "content": "Be brief."}),
+        serde_json::json!({"role": "user", "content": "Hi there "}),
+        serde_json::json!({"role": "assistant", "content": "Hello."}),
+        serde_json::json!({"role": "user", "content": "Capital of France?"}),
+    ];
+    let text = tmpl.render(&messages, None, true).unwrap();
+    assert_eq!(
+        text,
+        "<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\nCapital of France?<end_of_turn>\n<start_of_turn>model\n"
+    );
+    let ids = tok.encode(&text, false, true).unwrap();
+    assert_eq!(ids[..4], [2, sot, tok.token_id("user").unwrap(), tok.token_id("\n").unwrap()]);
+    assert_eq!(ids[ids.len() - 3..], [sot, tok.token_id("model").unwrap(), tok.token_id("\n").unwrap()]);
+    assert_eq!(ids.iter().filter(|&&i| i == eot).count(), 3);
+    // Roles that do not alternate are refused with the template's reason.
+    let e = tmpl.render(&messages[1..3].iter().rev().cloned().collect::<Vec<_>>(), None, true).unwrap_err();
+    assert!(e.to_string().contains("alternate"), "{e}");
+}
+
 #[test]
 fn smollm2_prompt() {
     let tok = smollm2();
@@ -228,7 +274,7 @@ fn real_models_round_trip() {
         "code: fn main() { println!(\"{}\", 1 + 2); } // 12345678",
         "<|im_start|>user\nliteral control text<|im_end|>",
     ];
-    for tok in [smollm2(), qwen05()] {
+    for tok in [smollm2(), qwen05(), gemma3().0] {
         for t in texts {
             let ids = tok.encode(t, false, false).unwrap();
             assert_eq!(tok.decode(&ids, false), t);
@@ -242,7 +288,7 @@ fn real_models_round_trip() {
 /// character, even where one character is split over several byte tokens.
 #[test]
 fn stream_decoder_multibyte() {
-    for tok in [smollm2(), qwen05()] {
+    for tok in [smollm2(), qwen05(), gemma3().0] {
         for t in ["🦙 llama, 日本語のテキスト, 😶‍🌫️ and ĉ ŝ ŭ", "中文字符测试：你好，世界！", "🎉🎉🎉"] {
             let ids = tok.encode(t, false, false).unwrap();
             let mut dec = StreamDecoder::new();

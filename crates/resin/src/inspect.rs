@@ -39,7 +39,7 @@ fn report(f: &GgufFile, path: &Path, out: &mut impl Write, show_all: bool) -> Re
     }
 
     writeln!(out, "\nhyperparameters")?;
-    let hp: [(&str, &str); 11] = [
+    let hp: [(&str, &str); 14] = [
         ("block_count", "layers"),
         ("embedding_length", "embedding"),
         ("attention.head_count", "heads"),
@@ -51,11 +51,14 @@ fn report(f: &GgufFile, path: &Path, out: &mut impl Write, show_all: bool) -> Re
         ("rope.dimension_count", "rope dims"),
         ("attention.layer_norm_rms_epsilon", "rms eps"),
         ("vocab_size", "vocab size"),
+        ("expert_count", "experts"),
+        ("expert_used_count", "experts/row"),
+        ("expert_feed_forward_length", "expert ffn"),
     ];
     let arch_keys: Vec<String> = hp.iter().map(|(k, _)| format!("{arch}.{k}")).collect();
     for ((_, label), key) in hp.iter().zip(&arch_keys) {
         let v = f.get(key);
-        if v.is_none() && matches!(*label, "key length" | "vocab size") {
+        if v.is_none() && matches!(*label, "key length" | "vocab size" | "experts" | "experts/row" | "expert ffn") {
             continue; // optional keys: only shown when present
         }
         writeln!(out, "  {label:<12}{}", v.map(plain).unwrap_or_else(|| "-".into()))?;

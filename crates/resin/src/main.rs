@@ -27,6 +27,9 @@ enum Command {
     Serve(cmd::serve::ServeArgs),
     /// Measure prompt processing and generation speed.
     Bench(cmd::bench::BenchArgs),
+    /// Score a text: perplexity as llama-perplexity computes it, and the KL divergence against
+    /// a saved base.
+    Perplexity(cmd::perplexity::PerplexityArgs),
     /// Fetch a model from the registry into the cache.
     Pull {
         /// A registry name (see `resin pull --list`).
@@ -42,17 +45,18 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// Write a benchmark model with real shapes and random weights.
+    /// Write a model with real shapes (or a tiny test shape) and random weights.
     Synth {
-        /// llama3.2-1b or llama3.2-3b.
+        /// llama3.2-1b, llama3.2-3b, qwen3-30b-a3b, qwen3moe-tiny or mixtral-tiny.
         #[arg(long)]
         shape: String,
-        /// q8_0 or q4_k_m.
+        /// f32, q8_0 or q4_k_m.
         #[arg(long = "type")]
         ty: String,
-        /// A GGUF whose tokenizer (vocabulary) the model takes.
+        /// A GGUF whose tokenizer (vocabulary) the model takes; the tiny shapes take a built-in
+        /// byte-level vocabulary without it.
         #[arg(long)]
-        vocab: PathBuf,
+        vocab: Option<PathBuf>,
         #[arg(long)]
         out: PathBuf,
         #[arg(long, default_value_t = 42)]
@@ -76,6 +80,7 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Chat(a) => cmd::chat::chat(a),
         Command::Serve(a) => cmd::serve::serve(a),
         Command::Bench(a) => cmd::bench::bench(a),
+        Command::Perplexity(a) => cmd::perplexity::perplexity(a),
         Command::Pull { name, list } => {
             if list || name.is_none() {
                 for m in resin_hub::list() {
@@ -91,7 +96,12 @@ fn dispatch(command: Command) -> Result<()> {
         Command::Synth { shape, ty, vocab, out, seed } => {
             let shape = resin::synth::SynthShape::parse(&shape)?;
             let ty = resin::synth::SynthType::parse(&ty)?;
-            resin::synth::synth(shape, ty, &vocab, &out, seed, true)
+            let vocab = match vocab {
+                Some(p) => resin::synth::SynthVocab::File(p),
+                None if shape.is_tiny() => resin::synth::SynthVocab::ByteLevel,
+                None => anyhow::bail!("--vocab is needed for the {shape} shape (a vocabulary-only GGUF, e.g. ggml-vocab-llama-bpe.gguf)"),
+            };
+            resin::synth::synth(shape, ty, vocab, &out, seed, true)
         }
     }
 }

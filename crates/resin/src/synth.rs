@@ -1,15 +1,19 @@
-//! Synthetic benchmark models: GGUF files with the exact shapes of real llama-family models,
-//! a real vocabulary copied from a vocabulary-only GGUF, and random weights.
+//! Synthetic models: GGUF files with the exact shapes of real models (llama, and Qwen3-30B-A3B's
+//! mixture of experts), a real vocabulary copied from a vocabulary-only GGUF, and random
+//! weights; and tiny mixture-of-experts files (qwen3moe, Mixtral-style llama) for the tests,
+//! which may take a built-in byte-level vocabulary instead.
 //!
-//! Weights are N(0, 0.02) (norms 1.0, F32), generated and quantized in parallel in fixed row
+//! Weights are N(0, std) (0.02 for the real shapes; norms 1.0, F32), generated and quantized in parallel in fixed row
 //! chunks. Each chunk draws from its own generator seeded from (seed, tensor index, chunk
 //! index), so the bytes depend on the seed only, never on the thread count. Tensors stream
 //! through [`GgufWriter`] a batch of chunks at a time: memory stays at a few tens of MiB
 //! whatever the model size. The file is written to `<out>.tmp` and renamed when complete.
 //!
-//! Formats: `Q8_0` (every matrix Q8_0) and `Q4_K_M` (llama.cpp's mix from
-//! `llama_tensor_get_type`: Q4_K by default, the tied embedding/output Q6_K, `attn_v` and
-//! `ffn_down` Q6_K on the layers where `use_more_bits` holds).
+//! Formats: `F32` (every matrix F32, for the tests), `Q8_0` (every matrix Q8_0) and `Q4_K_M` (llama.cpp's mix from
+//! `llama_tensor_get_type`: Q4_K by default, the output (or the tied embedding) Q6_K, `attn_v`
+//! and `ffn_down` / `ffn_down_exps` Q6_K on the layers where `use_more_bits` holds; with exactly
+//! 8 experts, as Mixtral, `attn_k` / `attn_v` Q8_0 and `attn_output` Q5_K). The router
+//! (`ffn_gate_inp`) stays F32 in every format, as llama.cpp never quantizes it.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -20,8 +24,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use resin_gguf::{formats, GgmlType, GgufFile, GgufWriter, Value};
 
-/// Standard deviation of the random weights.
+/// Standard deviation of the random weights of the real shapes.
 pub const WEIGHT_STD: f32 = 0.02;
+/// Standard deviation of the tiny test shapes' weights (see [`SynthShape::spec`]).
+pub const TINY_WEIGHT_STD: f32 = 0.125;
 /// Values per generation chunk (rounded to whole rows): fixes the chunk grid, hence the bytes.
 const CHUNK_VALUES: usize = 1 << 18;
 /// Chunks generated in parallel before their bytes are written (bounds memory).
@@ -34,15 +40,27 @@ pub enum SynthShape {
     Llama32_1B,
     /// Llama-3.2-3B: hidden 3072, 28 layers, 24/8 heads of 128, FFN 8192.
     Llama32_3B,
+    /// Qwen3-30B-A3B: qwen3moe, hidden 2048, 48 layers, 32/4 heads of 128, 128 experts of FFN
+    /// 768, 8 chosen a row, untied output.
+    Qwen3Moe30B,
+    /// A tiny qwen3moe for the tests: hidden 256, 3 layers, 4/2 heads of 64, 8 experts of FFN
+    /// 256, 2 chosen a row.
+    Qwen3MoeTiny,
+    /// A tiny Mixtral-style llama for the tests: hidden 256, 3 layers, 4/2 heads of 64, 8
+    /// experts of FFN 256, 2 chosen a row, tied output.
+    MixtralTiny,
 }
 
 impl SynthShape {
-    pub const NAMES: [&'static str; 2] = ["llama3.2-1b", "llama3.2-3b"];
+    pub const NAMES: [&'static str; 5] = ["llama3.2-1b", "llama3.2-3b", "qwen3-30b-a3b", "qwen3moe-tiny", "mixtral-tiny"];
 
     pub fn parse(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
             "llama3.2-1b" => Ok(SynthShape::Llama32_1B),
             "llama3.2-3b" => Ok(SynthShape::Llama32_3B),
+            "qwen3-30b-a3b" => Ok(SynthShape::Qwen3Moe30B),
+            "qwen3moe-tiny" => Ok(SynthShape::Qwen3MoeTiny),
+            "mixtral-tiny" => Ok(SynthShape::MixtralTiny),
             _ => bail!("unknown synthetic shape {s:?} (known: {})", Self::NAMES.join(", ")),
         }
     }
@@ -51,28 +69,82 @@ impl SynthShape {
         match self {
             SynthShape::Llama32_1B => "llama3.2-1b",
             SynthShape::Llama32_3B => "llama3.2-3b",
+            SynthShape::Qwen3Moe30B => "qwen3-30b-a3b",
+            SynthShape::Qwen3MoeTiny => "qwen3moe-tiny",
+            SynthShape::MixtralTiny => "mixtral-tiny",
         }
     }
 
-    /// The full spec of this shape, with its vocabulary taken from `vocab`.
-    pub fn spec(self, vocab: &Path) -> SynthSpec {
-        let (hidden, layers, heads, kv_heads, head_dim, ffn) = match self {
-            SynthShape::Llama32_1B => (2048, 16, 32, 8, 64, 8192),
-            SynthShape::Llama32_3B => (3072, 28, 24, 8, 128, 8192),
-        };
-        SynthSpec {
-            name: format!("synthetic-{}", self.name()),
+    /// Whether the shape is one of the tests' tiny ones (which may take the byte-level vocabulary).
+    pub fn is_tiny(self) -> bool {
+        matches!(self, SynthShape::Qwen3MoeTiny | SynthShape::MixtralTiny)
+    }
+
+    /// The full spec of this shape, with its vocabulary from `vocab`.
+    pub fn spec(self, vocab: SynthVocab) -> SynthSpec {
+        let name = format!("synthetic-{}", self.name());
+        let llama = |hidden, layers, heads, head_dim| SynthSpec {
+            name: name.clone(),
+            arch: SynthArch::Llama,
             hidden,
             layers,
             heads,
-            kv_heads,
+            kv_heads: 8,
             head_dim,
-            ffn,
+            ffn: 8192,
+            moe: None,
             context_length: 131072,
             rope_base: 500000.0,
             rms_eps: 1e-5,
             tied_embeddings: true,
-            vocab: vocab.to_path_buf(),
+            weight_std: WEIGHT_STD,
+            vocab: vocab.clone(),
+            min_vocab: 0,
+        };
+        // The tiny shapes' weights are larger than a trained model's so that their logits and
+        // router choices are well apart: a test that compares greedy ids and chosen experts
+        // against a float reference then rarely meets a near-tie.
+        let tiny = |arch, tied| SynthSpec {
+            name: name.clone(),
+            arch,
+            hidden: 256,
+            layers: 3,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            ffn: 256,
+            moe: Some(SynthMoe { experts: 8, used: 2, ffn: 256 }),
+            context_length: 4096,
+            rope_base: 10000.0,
+            rms_eps: 1e-6,
+            tied_embeddings: tied,
+            weight_std: TINY_WEIGHT_STD,
+            vocab: vocab.clone(),
+            min_vocab: 0,
+        };
+        match self {
+            SynthShape::Llama32_1B => llama(2048, 16, 32, 64),
+            SynthShape::Llama32_3B => llama(3072, 28, 24, 128),
+            SynthShape::Qwen3Moe30B => SynthSpec {
+                name: name.clone(),
+                arch: SynthArch::Qwen3Moe,
+                hidden: 2048,
+                layers: 48,
+                heads: 32,
+                kv_heads: 4,
+                head_dim: 128,
+                ffn: 6144,
+                moe: Some(SynthMoe { experts: 128, used: 8, ffn: 768 }),
+                context_length: 40960,
+                rope_base: 1_000_000.0,
+                rms_eps: 1e-6,
+                tied_embeddings: false,
+                weight_std: WEIGHT_STD,
+                vocab: vocab.clone(),
+                min_vocab: 151936,
+            },
+            SynthShape::Qwen3MoeTiny => tiny(SynthArch::Qwen3Moe, false),
+            SynthShape::MixtralTiny => tiny(SynthArch::Llama, true),
         }
     }
 }
@@ -87,15 +159,19 @@ impl std::fmt::Display for SynthShape {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
 pub enum SynthType {
+    /// Every matrix F32: the tests' exact oracle comparisons (a home keeps f32 activations for
+    /// float weights).
+    F32,
     Q8_0,
     Q4_K_M,
 }
 
 impl SynthType {
-    pub const NAMES: [&'static str; 2] = ["q8_0", "q4_k_m"];
+    pub const NAMES: [&'static str; 3] = ["f32", "q8_0", "q4_k_m"];
 
     pub fn parse(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(SynthType::F32),
             "q8_0" => Ok(SynthType::Q8_0),
             "q4_k_m" => Ok(SynthType::Q4_K_M),
             _ => bail!("unknown synthetic weight format {s:?} (known: {})", Self::NAMES.join(", ")),
@@ -104,14 +180,16 @@ impl SynthType {
 
     pub fn name(self) -> &'static str {
         match self {
+            SynthType::F32 => "f32",
             SynthType::Q8_0 => "q8_0",
             SynthType::Q4_K_M => "q4_k_m",
         }
     }
 
-    /// `general.file_type` (llama_ftype): 7 = MOSTLY_Q8_0, 15 = MOSTLY_Q4_K_M.
+    /// `general.file_type` (llama_ftype): 0 = ALL_F32, 7 = MOSTLY_Q8_0, 15 = MOSTLY_Q4_K_M.
     pub fn file_type(self) -> u32 {
         match self {
+            SynthType::F32 => 0,
             SynthType::Q8_0 => 7,
             SynthType::Q4_K_M => 15,
         }
@@ -124,32 +202,78 @@ impl std::fmt::Display for SynthType {
     }
 }
 
-/// Everything that defines a synthetic llama model (the public shapes and tests' tiny ones).
+/// The architecture a synthetic file declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SynthArch {
+    /// llama, dense or (with [`SynthSpec::moe`]) with experts as Mixtral stores them.
+    Llama,
+    /// qwen3moe: qwen3's q/k norms, routed experts.
+    Qwen3Moe,
+}
+
+impl SynthArch {
+    pub fn name(self) -> &'static str {
+        match self {
+            SynthArch::Llama => "llama",
+            SynthArch::Qwen3Moe => "qwen3moe",
+        }
+    }
+}
+
+/// The experts of a synthetic MoE model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SynthMoe {
+    pub experts: usize,
+    /// Experts chosen a row.
+    pub used: usize,
+    /// Each expert's FFN length.
+    pub ffn: usize,
+}
+
+/// Where a synthetic model's vocabulary comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SynthVocab {
+    /// A GGUF whose `tokenizer.*` keys are copied (e.g. a vocabulary-only GGUF); the vocabulary
+    /// size is its `tokenizer.ggml.tokens` count.
+    File(PathBuf),
+    /// A built-in byte-level BPE vocabulary ([`byte_vocab`]): 256 byte tokens, no merges, and
+    /// ChatML's special tokens, so any text encodes (a byte a token) and chat works.
+    ByteLevel,
+}
+
+/// Everything that defines a synthetic model (the public shapes and tests' tiny ones).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SynthSpec {
     /// `general.name`.
     pub name: String,
+    pub arch: SynthArch,
     /// Embedding length.
     pub hidden: usize,
     pub layers: usize,
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
-    /// Feed-forward length.
+    /// Feed-forward length (`feed_forward_length`; a llama MoE's experts are this long).
     pub ffn: usize,
+    /// Routed experts in place of the dense FFN.
+    pub moe: Option<SynthMoe>,
     pub context_length: u64,
     pub rope_base: f32,
     pub rms_eps: f32,
     /// No `output.weight`: the classifier reuses `token_embd.weight`.
     pub tied_embeddings: bool,
-    /// A GGUF whose `tokenizer.*` keys are copied (e.g. a vocabulary-only GGUF); the vocabulary
-    /// size is its `tokenizer.ggml.tokens` count.
-    pub vocab: PathBuf,
+    /// Standard deviation of the random matrices.
+    pub weight_std: f32,
+    pub vocab: SynthVocab,
+    /// A vocabulary shorter than this is padded with unused `[PADn]` tokens up to it (as Qwen's
+    /// converter pads to the model's embedding rows); 0: no padding.
+    pub min_vocab: usize,
 }
 
 impl SynthSpec {
     fn check(&self, ty: SynthType) -> Result<()> {
         let block = match ty {
+            SynthType::F32 => 1,
             SynthType::Q8_0 => 32,
             SynthType::Q4_K_M => 256,
         };
@@ -159,7 +283,21 @@ impl SynthSpec {
         if self.heads < self.kv_heads || self.heads / self.kv_heads * self.kv_heads != self.heads {
             bail!("synthetic spec {:?}: {} heads is not a multiple of {} KV heads", self.name, self.heads, self.kv_heads);
         }
-        for (what, n) in [("hidden", self.hidden), ("heads * head_dim", self.heads * self.head_dim), ("ffn", self.ffn)] {
+        let ffn = self.moe.map_or(self.ffn, |m| m.ffn);
+        if let Some(m) = self.moe {
+            if m.experts == 0 || m.used == 0 || m.used > m.experts || m.ffn == 0 {
+                bail!("synthetic spec {:?}: {} of {} experts of FFN {} (need 1 <= used <= experts)", self.name, m.used, m.experts, m.ffn);
+            }
+            if self.arch == SynthArch::Llama && m.ffn != self.ffn {
+                bail!("synthetic spec {:?}: a llama MoE's experts are feed_forward_length ({}) long, not {}", self.name, self.ffn, m.ffn);
+            }
+        } else if self.arch == SynthArch::Qwen3Moe {
+            bail!("synthetic spec {:?}: a qwen3moe model needs experts", self.name);
+        }
+        if !(self.weight_std > 0.0 && self.weight_std.is_finite()) {
+            bail!("synthetic spec {:?}: weight std {} must be positive", self.name, self.weight_std);
+        }
+        for (what, n) in [("hidden", self.hidden), ("heads * head_dim", self.heads * self.head_dim), ("ffn", ffn)] {
             if n / block * block != n {
                 bail!("synthetic spec {:?}: {what} = {n} is not a multiple of the {ty} block length {block}", self.name);
             }
@@ -192,12 +330,17 @@ pub fn tensor_plan(spec: &SynthSpec, ty: SynthType, n_vocab: usize) -> Vec<Plann
     let n = spec.layers;
     use GgmlType::*;
     let (base, big) = match ty {
+        SynthType::F32 => (F32, F32),
         SynthType::Q8_0 => (Q8_0, Q8_0),
         SynthType::Q4_K_M => (Q4_K, Q6_K),
     };
+    // llama.cpp's rules for a model of exactly 8 experts (Mixtral) under Q4_K_M.
+    let eight = ty == SynthType::Q4_K_M && spec.moe.is_some_and(|m| m.experts == 8);
     let mat = |name: String, cols: u64, rows: u64, ty: GgmlType| PlannedTensor { name, dims: vec![cols, rows], ty, ones: false };
-    let norm = |name: String| PlannedTensor { name, dims: vec![h], ty: F32, ones: true };
-    let mut out = Vec::with_capacity(n * 9 + 3);
+    let experts = |name: String, cols: u64, rows: u64, e: u64, ty: GgmlType| PlannedTensor { name, dims: vec![cols, rows, e], ty, ones: false };
+    let norm_of = |name: String, n: u64| PlannedTensor { name, dims: vec![n], ty: F32, ones: true };
+    let norm = |name: String| norm_of(name, h);
+    let mut out = Vec::with_capacity(n * 11 + 3);
     // Tied: the embedding is also the classifier and takes the output tensor's format.
     out.push(mat("token_embd.weight".into(), h, v, if spec.tied_embeddings { big } else { base }));
     for i in 0..n {
@@ -205,13 +348,28 @@ pub fn tensor_plan(spec: &SynthSpec, ty: SynthType, n_vocab: usize) -> Vec<Plann
         let more = if use_more_bits(i, n) { big } else { base };
         out.push(norm(format!("{p}attn_norm.weight")));
         out.push(mat(format!("{p}attn_q.weight"), h, q, base));
-        out.push(mat(format!("{p}attn_k.weight"), h, kv, base));
-        out.push(mat(format!("{p}attn_v.weight"), h, kv, more));
-        out.push(mat(format!("{p}attn_output.weight"), q, h, base));
+        out.push(mat(format!("{p}attn_k.weight"), h, kv, if eight { Q8_0 } else { base }));
+        out.push(mat(format!("{p}attn_v.weight"), h, kv, if eight { Q8_0 } else { more }));
+        out.push(mat(format!("{p}attn_output.weight"), q, h, if eight { Q5_K } else { base }));
+        if spec.arch == SynthArch::Qwen3Moe {
+            out.push(norm_of(format!("{p}attn_q_norm.weight"), spec.head_dim as u64));
+            out.push(norm_of(format!("{p}attn_k_norm.weight"), spec.head_dim as u64));
+        }
         out.push(norm(format!("{p}ffn_norm.weight")));
-        out.push(mat(format!("{p}ffn_gate.weight"), h, f, base));
-        out.push(mat(format!("{p}ffn_up.weight"), h, f, base));
-        out.push(mat(format!("{p}ffn_down.weight"), f, h, more));
+        match spec.moe {
+            None => {
+                out.push(mat(format!("{p}ffn_gate.weight"), h, f, base));
+                out.push(mat(format!("{p}ffn_up.weight"), h, f, base));
+                out.push(mat(format!("{p}ffn_down.weight"), f, h, more));
+            }
+            Some(m) => {
+                let (e, fe) = (m.experts as u64, m.ffn as u64);
+                out.push(mat(format!("{p}ffn_gate_inp.weight"), h, e, F32));
+                out.push(experts(format!("{p}ffn_gate_exps.weight"), h, fe, e, base));
+                out.push(experts(format!("{p}ffn_up_exps.weight"), h, fe, e, base));
+                out.push(experts(format!("{p}ffn_down_exps.weight"), fe, h, e, more));
+            }
+        }
     }
     out.push(norm("output_norm.weight".into()));
     if !spec.tied_embeddings {
@@ -221,46 +379,96 @@ pub fn tensor_plan(spec: &SynthSpec, ty: SynthType, n_vocab: usize) -> Vec<Plann
 }
 
 /// Write a synthetic model of a known shape. See [`synth_with`].
-pub fn synth(shape: SynthShape, ty: SynthType, vocab: &Path, out: &Path, seed: u64, progress: bool) -> Result<()> {
+pub fn synth(shape: SynthShape, ty: SynthType, vocab: SynthVocab, out: &Path, seed: u64, progress: bool) -> Result<()> {
     synth_with(&shape.spec(vocab), ty, out, seed, progress)
+}
+
+/// The built-in byte-level vocabulary ([`SynthVocab::ByteLevel`]) as `tokenizer.*` metadata:
+/// GPT-2's 256 byte tokens (ids 0..256), then `<|endoftext|>` (256, BOS), `<|im_start|>` (257)
+/// and `<|im_end|>` (258, EOS), no merges, a ChatML template.
+pub fn byte_vocab() -> Vec<(String, Value)> {
+    use resin_gguf::ValueType;
+    // GPT-2's byte-to-unicode map: printable Latin-1 bytes stand for themselves, the others
+    // take the code points from 256 up, in byte order.
+    let printable = |b: u32| (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
+    let mut next = 256u32;
+    let mut tokens: Vec<Value> = Vec::with_capacity(259);
+    for b in 0..256u32 {
+        let c = if printable(b) {
+            b
+        } else {
+            next += 1;
+            next - 1
+        };
+        tokens.push(Value::String(char::from_u32(c).map(String::from).unwrap_or_default()));
+    }
+    let specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+    tokens.extend(specials.iter().map(|s| Value::String(s.to_string())));
+    let types: Vec<Value> = (0..tokens.len()).map(|i| Value::I32(if i < 256 { 1 } else { 3 })).collect();
+    let template = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    vec![
+        ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
+        ("tokenizer.ggml.pre".into(), Value::String("qwen2".into())),
+        ("tokenizer.ggml.tokens".into(), Value::Array(ValueType::String, tokens)),
+        ("tokenizer.ggml.token_type".into(), Value::Array(ValueType::I32, types)),
+        ("tokenizer.ggml.merges".into(), Value::Array(ValueType::String, Vec::new())),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(256)),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(258)),
+        ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
+        ("tokenizer.chat_template".into(), Value::String(template.into())),
+    ]
 }
 
 /// Write the synthetic model `spec` quantized as `ty` to `out` (through `<out>.tmp`).
 pub fn synth_with(spec: &SynthSpec, ty: SynthType, out: &Path, seed: u64, progress: bool) -> Result<()> {
     spec.check(ty)?;
-    let vocab = GgufFile::open(&spec.vocab).with_context(|| format!("reading vocabulary {}", spec.vocab.display()))?;
-    let n_vocab = vocab
-        .get("tokenizer.ggml.tokens")
-        .and_then(Value::as_array)
+    let tokenizer: Vec<(String, Value)> = match &spec.vocab {
+        SynthVocab::ByteLevel => byte_vocab(),
+        SynthVocab::File(path) => {
+            let vocab = GgufFile::open(path).with_context(|| format!("reading vocabulary {}", path.display()))?;
+            vocab.metadata().iter().filter(|(k, _)| k.starts_with("tokenizer.")).map(|(k, v)| (k.clone(), v.clone())).collect()
+        }
+    };
+    let mut tokenizer = tokenizer;
+    pad_vocab(&mut tokenizer, spec.min_vocab);
+    let n_vocab = tokenizer
+        .iter()
+        .find(|(k, _)| k == "tokenizer.ggml.tokens")
+        .and_then(|(_, v)| v.as_array())
         .map(<[Value]>::len)
         .filter(|&n| n > 0)
-        .ok_or_else(|| anyhow!("{}: no tokenizer.ggml.tokens array", spec.vocab.display()))?;
+        .ok_or_else(|| anyhow!("{:?}: no tokenizer.ggml.tokens array", spec.vocab))?;
     let plan = tensor_plan(spec, ty, n_vocab);
 
     let mut w = GgufWriter::new();
     let u32v = |n: usize| Value::U32(n as u32);
-    w.set("general.architecture", Value::String("llama".into()));
+    let a = spec.arch.name();
+    w.set("general.architecture", Value::String(a.into()));
     w.set("general.name", Value::String(spec.name.clone()));
-    w.set("llama.block_count", u32v(spec.layers));
-    w.set("llama.context_length", Value::U32(spec.context_length.min(u32::MAX as u64) as u32));
-    w.set("llama.embedding_length", u32v(spec.hidden));
-    w.set("llama.feed_forward_length", u32v(spec.ffn));
-    w.set("llama.attention.head_count", u32v(spec.heads));
-    w.set("llama.attention.head_count_kv", u32v(spec.kv_heads));
-    w.set("llama.attention.key_length", u32v(spec.head_dim));
-    w.set("llama.attention.value_length", u32v(spec.head_dim));
-    w.set("llama.rope.freq_base", Value::F32(spec.rope_base));
-    w.set("llama.attention.layer_norm_rms_epsilon", Value::F32(spec.rms_eps));
-    w.set("llama.rope.dimension_count", u32v(spec.head_dim));
-    w.set("llama.vocab_size", u32v(n_vocab));
-    w.set("general.file_type", Value::U32(ty.file_type()));
-    w.set("general.quantization_version", Value::U32(2));
-    for (k, v) in vocab.metadata() {
-        if k.starts_with("tokenizer.") {
-            w.set(k.clone(), v.clone());
+    w.set(format!("{a}.block_count"), u32v(spec.layers));
+    w.set(format!("{a}.context_length"), Value::U32(spec.context_length.min(u32::MAX as u64) as u32));
+    w.set(format!("{a}.embedding_length"), u32v(spec.hidden));
+    w.set(format!("{a}.feed_forward_length"), u32v(spec.ffn));
+    w.set(format!("{a}.attention.head_count"), u32v(spec.heads));
+    w.set(format!("{a}.attention.head_count_kv"), u32v(spec.kv_heads));
+    w.set(format!("{a}.attention.key_length"), u32v(spec.head_dim));
+    w.set(format!("{a}.attention.value_length"), u32v(spec.head_dim));
+    w.set(format!("{a}.rope.freq_base"), Value::F32(spec.rope_base));
+    w.set(format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(spec.rms_eps));
+    w.set(format!("{a}.rope.dimension_count"), u32v(spec.head_dim));
+    w.set(format!("{a}.vocab_size"), u32v(n_vocab));
+    if let Some(m) = spec.moe {
+        w.set(format!("{a}.expert_count"), u32v(m.experts));
+        w.set(format!("{a}.expert_used_count"), u32v(m.used));
+        if spec.arch == SynthArch::Qwen3Moe {
+            w.set(format!("{a}.expert_feed_forward_length"), u32v(m.ffn));
         }
     }
-    drop(vocab);
+    w.set("general.file_type", Value::U32(ty.file_type()));
+    w.set("general.quantization_version", Value::U32(2));
+    for (k, v) in tokenizer {
+        w.set(k, v);
+    }
     for t in &plan {
         w.add_tensor(t.name.clone(), &t.dims, t.ty).with_context(|| format!("declaring {}", t.name))?;
     }
@@ -283,7 +491,7 @@ pub fn synth_with(spec: &SynthSpec, ty: SynthType, out: &Path, seed: u64, progre
     let result = (|| -> Result<()> {
         let file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         let mut bw = BufWriter::with_capacity(8 << 20, file);
-        w.write(&mut bw, |i, dst| write_tensor(&plan[i], i as u64, seed, dst, &pb)).with_context(|| format!("writing {}", tmp.display()))?;
+        w.write(&mut bw, |i, dst| write_tensor(&plan[i], i as u64, seed, spec.weight_std, dst, &pb)).with_context(|| format!("writing {}", tmp.display()))?;
         let file = bw.into_inner().map_err(|e| e.into_error()).with_context(|| format!("writing {}", tmp.display()))?;
         file.sync_all().with_context(|| format!("syncing {}", tmp.display()))?;
         std::fs::rename(&tmp, out).with_context(|| format!("renaming {} to {}", tmp.display(), out.display()))?;
@@ -298,9 +506,28 @@ pub fn synth_with(spec: &SynthSpec, ty: SynthType, out: &Path, seed: u64, progre
     result
 }
 
+/// Pad `tokenizer.ggml.tokens` (and the per-token arrays beside it) with unused `[PADn]` tokens
+/// up to `min` entries.
+fn pad_vocab(tokenizer: &mut [(String, Value)], min: usize) {
+    let n = tokenizer.iter().find(|(k, _)| k == "tokenizer.ggml.tokens").and_then(|(_, v)| v.as_array()).map_or(0, <[Value]>::len);
+    if n == 0 || n >= min {
+        return;
+    }
+    for (k, v) in tokenizer.iter_mut() {
+        let Value::Array(_, items) = v else { continue };
+        match k.as_str() {
+            "tokenizer.ggml.tokens" => items.extend((n..min).map(|i| Value::String(format!("[PAD{i}]")))),
+            // 5: UNUSED.
+            "tokenizer.ggml.token_type" => items.extend((n..min).map(|_| Value::I32(5))),
+            "tokenizer.ggml.scores" => items.extend((n..min).map(|_| Value::F32(0.0))),
+            _ => {}
+        }
+    }
+}
+
 /// Generate, quantize and write one tensor's bytes, a batch of row chunks at a time; the next
 /// batch is computed while the previous one is written.
-fn write_tensor(t: &PlannedTensor, index: u64, seed: u64, dst: &mut dyn Write, pb: &ProgressBar) -> std::io::Result<()> {
+fn write_tensor(t: &PlannedTensor, index: u64, seed: u64, std: f32, dst: &mut dyn Write, pb: &ProgressBar) -> std::io::Result<()> {
     let cols = t.dims[0] as usize;
     let rows = t.dims.iter().skip(1).product::<u64>() as usize;
     if t.ones {
@@ -318,7 +545,7 @@ fn write_tensor(t: &PlannedTensor, index: u64, seed: u64, dst: &mut dyn Write, p
         let r0 = c * chunk_rows;
         let nr = chunk_rows.min(rows - r0);
         let mut vals = vec![0f32; nr * cols];
-        fill_normal(&mut vals, chunk_seed(seed, index, c as u64), WEIGHT_STD);
+        fill_normal(&mut vals, chunk_seed(seed, index, c as u64), std);
         formats::quantize(t.ty, &vals).map_err(std::io::Error::other)
     };
     let batch = |b: usize| -> std::io::Result<Vec<Vec<u8>>> {
@@ -439,6 +666,9 @@ mod tests {
         assert_eq!(SynthShape::parse("llama3.2-1b").unwrap(), SynthShape::Llama32_1B);
         assert_eq!(SynthShape::parse("llama3.2-3b").unwrap(), SynthShape::Llama32_3B);
         assert!(SynthShape::parse("llama3.1-8b").is_err());
+        assert_eq!(SynthShape::parse("qwen3-30b-a3b").unwrap(), SynthShape::Qwen3Moe30B);
+        assert_eq!(SynthShape::parse("qwen3moe-tiny").unwrap(), SynthShape::Qwen3MoeTiny);
+        assert_eq!(SynthShape::parse("mixtral-tiny").unwrap(), SynthShape::MixtralTiny);
         assert_eq!(SynthType::parse("q8_0").unwrap(), SynthType::Q8_0);
         assert_eq!(SynthType::parse("Q4_K_M").unwrap(), SynthType::Q4_K_M);
         assert!(SynthType::parse("q4_0").is_err());

@@ -1,7 +1,8 @@
 //! The official `openai` and `anthropic` Python clients against a real `resin serve`
 //! (scripts/serve_tests.py): SmolLM2 for chat, streaming, completions, logprobs, structured
-//! outputs (validated with `jsonschema`), models, errors, the API key and the Messages API;
-//! Qwen2.5-Coder-0.5B for the tool-call round trips (OpenAI's and Anthropic's). Needs python3
+//! outputs (validated with `jsonschema`), models, errors, the API key, the Messages API and the
+//! Responses API (its store bounded by `--max-stored-responses`); Qwen2.5-Coder-0.5B for the
+//! tool-call round trips (OpenAI's chat, Anthropic's and the Responses API's). Needs python3
 //! with `openai`, `anthropic` and `jsonschema` (`.ci/run` installs them);
 //! without them the test fails, it does not skip.
 
@@ -48,10 +49,16 @@ fn start(model: &str, extra: &[&str]) -> (Server, String) {
 
 #[test]
 fn openai_client_against_resin_serve() {
-    let (_smol, url) = start("smollm2-135m", &["--api-key", "test-key"]);
+    // A small store, so the test of its bound fills it quickly.
+    let (_smol, url) = start("smollm2-135m", &["--api-key", "test-key", "--max-stored-responses", "8"]);
     let (_qwen, tools_url) = start("qwen2.5-coder-0.5b", &[]);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/serve_tests.py");
-    let out = Command::new("python3").arg(&script).arg(&url).args(["--api-key", "test-key", "--tools-url", &tools_url]).output().expect("running python3 scripts/serve_tests.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(&url)
+        .args(["--api-key", "test-key", "--tools-url", &tools_url, "--max-stored", "8"])
+        .output()
+        .expect("running python3 scripts/serve_tests.py");
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "serve_tests.py failed: {stdout}");

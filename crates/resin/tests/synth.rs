@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use resin::synth::{synth_with, tensor_plan, use_more_bits, SynthSpec, SynthType};
+use resin::synth::{synth_with, tensor_plan, use_more_bits, SynthArch, SynthSpec, SynthType, SynthVocab, WEIGHT_STD};
 use resin_gguf::{formats, GgmlType, GgufFile, GgufWriter, Value, ValueType};
 
 fn tmp_dir(tag: &str) -> PathBuf {
@@ -33,17 +33,21 @@ fn write_tiny_vocab(path: &Path, n: usize) {
 fn tiny_spec(vocab: &Path, layers: usize) -> SynthSpec {
     SynthSpec {
         name: "synthetic-tiny".into(),
+        arch: SynthArch::Llama,
         hidden: 256,
         layers,
         heads: 4,
         kv_heads: 2,
         head_dim: 64,
         ffn: 512,
+        moe: None,
         context_length: 4096,
         rope_base: 500000.0,
         rms_eps: 1e-5,
         tied_embeddings: true,
-        vocab: vocab.to_path_buf(),
+        weight_std: WEIGHT_STD,
+        vocab: SynthVocab::File(vocab.to_path_buf()),
+        min_vocab: 0,
     }
 }
 
@@ -51,6 +55,7 @@ fn tiny_spec(vocab: &Path, layers: usize) -> SynthSpec {
 fn expected(spec: &SynthSpec, ty: SynthType, n_vocab: u64) -> Vec<(String, Vec<u64>, GgmlType)> {
     let (h, q, kv, f) = (spec.hidden as u64, (spec.heads * spec.head_dim) as u64, (spec.kv_heads * spec.head_dim) as u64, spec.ffn as u64);
     let (base, six) = match ty {
+        SynthType::F32 => (GgmlType::F32, GgmlType::F32),
         SynthType::Q8_0 => (GgmlType::Q8_0, GgmlType::Q8_0),
         SynthType::Q4_K_M => (GgmlType::Q4_K, GgmlType::Q6_K),
     };
@@ -88,6 +93,7 @@ fn check_file(path: &Path, spec: &SynthSpec, ty: SynthType, n_vocab: u64) -> Ggu
     assert_eq!(
         u("general.file_type"),
         match ty {
+            SynthType::F32 => 0,
             SynthType::Q8_0 => 7,
             SynthType::Q4_K_M => 15,
         }
@@ -253,5 +259,98 @@ fn real_vocabulary_when_available() {
     for (k, v) in src.metadata().iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
         assert_eq!(f.get(k), Some(v), "{k}");
     }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The tiny MoE shapes: llama.cpp's tensor names and shapes, the keys resin's config reads back,
+/// the router in F32, and a byte-level vocabulary that encodes any text.
+#[test]
+fn tiny_moe_shapes_read_back_as_moe_models() {
+    use resin::synth::SynthShape;
+    let d = tmp_dir("moe");
+    for (shape, arch) in [(SynthShape::Qwen3MoeTiny, resin_model::Arch::Qwen3Moe), (SynthShape::MixtralTiny, resin_model::Arch::Llama)] {
+        let out = d.join(format!("{shape}.gguf"));
+        resin::synth::synth(shape, SynthType::Q8_0, SynthVocab::ByteLevel, &out, 1, false).unwrap();
+        let f = GgufFile::open(&out).unwrap();
+        let cfg = resin_model::ModelConfig::from_gguf(&f).unwrap();
+        assert_eq!(cfg.arch, arch);
+        assert_eq!(cfg.moe, Some(resin_model::Moe { n_expert: 8, n_expert_used: 2 }));
+        assert_eq!((cfg.n_embd, cfg.n_ff, cfg.n_layer, cfg.vocab), (256, 256, 3, 259));
+        assert_eq!(cfg.qk_norm, arch == resin_model::Arch::Qwen3Moe);
+        assert_eq!(cfg.tied_output, arch == resin_model::Arch::Llama);
+        let t = |n: &str| f.tensor(n).unwrap_or_else(|| panic!("{shape}: {n}"));
+        assert_eq!(t("blk.2.ffn_gate_inp.weight").dims, vec![256, 8]);
+        assert_eq!(t("blk.2.ffn_gate_inp.weight").ty, GgmlType::F32);
+        assert_eq!(t("blk.2.ffn_gate_exps.weight").dims, vec![256, 256, 8]);
+        assert_eq!(t("blk.2.ffn_up_exps.weight").dims, vec![256, 256, 8]);
+        assert_eq!(t("blk.2.ffn_down_exps.weight").dims, vec![256, 256, 8]);
+        assert_eq!(t("blk.2.ffn_down_exps.weight").ty, GgmlType::Q8_0);
+        assert!(f.tensor("blk.0.ffn_gate.weight").is_none());
+        let mut text = Vec::new();
+        resin::inspect::inspect(&out, &mut text, false).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("experts     8") && text.contains("experts/row 2"), "{text}");
+        let tok = resin_model::Tokenizer::from_gguf(&f).unwrap();
+        let ids = tok.encode("héllo, wörld", false, false).unwrap();
+        assert_eq!(ids.len(), "héllo, wörld".len(), "a byte a token: {ids:?}");
+        assert_eq!(tok.decode(&ids, false), "héllo, wörld");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Q4_K_M of MoE shapes follows llama.cpp: ffn_down_exps Q6_K where use_more_bits holds, and
+/// with exactly 8 experts (Mixtral) attn_k / attn_v Q8_0 and attn_output Q5_K; the router F32.
+#[test]
+fn moe_q4_k_m_follows_the_llama_cpp_mix() {
+    use resin::synth::{SynthMoe, SynthShape};
+    let mixtral = SynthShape::MixtralTiny.spec(SynthVocab::ByteLevel);
+    let plan = tensor_plan(&mixtral, SynthType::Q4_K_M, 259);
+    let ty = |p: &[resin::synth::PlannedTensor], n: &str| p.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("{n}")).ty;
+    for i in 0..3 {
+        let more = if use_more_bits(i, 3) { GgmlType::Q6_K } else { GgmlType::Q4_K };
+        assert_eq!(ty(&plan, &format!("blk.{i}.attn_k.weight")), GgmlType::Q8_0);
+        assert_eq!(ty(&plan, &format!("blk.{i}.attn_v.weight")), GgmlType::Q8_0);
+        assert_eq!(ty(&plan, &format!("blk.{i}.attn_output.weight")), GgmlType::Q5_K);
+        assert_eq!(ty(&plan, &format!("blk.{i}.ffn_down_exps.weight")), more);
+        assert_eq!(ty(&plan, &format!("blk.{i}.ffn_gate_exps.weight")), GgmlType::Q4_K);
+        assert_eq!(ty(&plan, &format!("blk.{i}.ffn_gate_inp.weight")), GgmlType::F32);
+    }
+    let big = SynthShape::Qwen3Moe30B.spec(SynthVocab::File("unused.gguf".into()));
+    assert_eq!(big.moe, Some(SynthMoe { experts: 128, used: 8, ffn: 768 }));
+    let plan = tensor_plan(&big, SynthType::Q4_K_M, 151936);
+    assert_eq!(plan.len(), 2 + 48 * 12 + 1);
+    for i in 0..48 {
+        let more = if use_more_bits(i, 48) { GgmlType::Q6_K } else { GgmlType::Q4_K };
+        assert_eq!(ty(&plan, &format!("blk.{i}.attn_v.weight")), more);
+        assert_eq!(ty(&plan, &format!("blk.{i}.attn_k.weight")), GgmlType::Q4_K);
+        assert_eq!(ty(&plan, &format!("blk.{i}.ffn_down_exps.weight")), more);
+        assert_eq!(ty(&plan, &format!("blk.{i}.ffn_up_exps.weight")), GgmlType::Q4_K);
+    }
+    let find = |n: &str| plan.iter().find(|t| t.name == n).unwrap().dims.clone();
+    assert_eq!(find("blk.47.ffn_gate_exps.weight"), vec![2048, 768, 128]);
+    assert_eq!(find("blk.47.ffn_down_exps.weight"), vec![768, 2048, 128]);
+    assert_eq!(find("blk.0.attn_q.weight"), vec![2048, 4096]);
+    assert_eq!(find("output.weight"), vec![2048, 151936]);
+    assert_eq!(ty(&plan, "output.weight"), GgmlType::Q6_K);
+    assert_eq!(ty(&plan, "token_embd.weight"), GgmlType::Q4_K);
+}
+
+/// A vocabulary shorter than the shape's rows is padded with unused tokens.
+#[test]
+fn short_vocabularies_are_padded_to_min_vocab() {
+    use resin::synth::SynthShape;
+    let d = tmp_dir("pad");
+    let vocab = d.join("vocab.gguf");
+    write_tiny_vocab(&vocab, 100);
+    let mut spec = SynthShape::MixtralTiny.spec(SynthVocab::File(vocab));
+    spec.min_vocab = 320;
+    let out = d.join("padded.gguf");
+    synth_with(&spec, SynthType::Q8_0, &out, 0, false).unwrap();
+    let f = GgufFile::open(&out).unwrap();
+    let toks = f.get("tokenizer.ggml.tokens").and_then(Value::as_array).unwrap();
+    assert_eq!(toks.len(), 320);
+    assert_eq!(toks[319].as_str(), Some("[PAD319]"));
+    assert_eq!(f.get("tokenizer.ggml.token_type").and_then(Value::as_array).unwrap().len(), 320);
+    assert_eq!(f.tensor("token_embd.weight").unwrap().dims, vec![256, 320]);
     std::fs::remove_dir_all(&d).unwrap();
 }

@@ -8,7 +8,6 @@
 //! `{"type": "error", "error": {"type", "message"}}` on every path under /v1/messages.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
@@ -22,11 +21,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::generate::{next_event, random_id, shutdown_error, Gen, Kind, Output, TokenClock};
+use crate::generate::{event_stream, next_event, random_id, shutdown_error, EventSource, Gen, Kind, Output, TokenClock};
 use crate::handlers::{body_bytes, prepare_chat, submit_chat};
 use crate::openai::{parse, ChatRequest, CommonRequest, Stop};
 use crate::tools::ToolCall;
-use crate::{AppState, LogsItself, Usage};
+use crate::{AppState, Usage};
 
 /// Whether a path is one of the Messages API's (its errors take Anthropic's shape).
 pub fn is_messages_path(path: &str) -> bool {
@@ -408,18 +407,13 @@ fn stream(gen: Gen) -> Response {
     let mut pending = VecDeque::new();
     pending.push_back(event("message_start", &start));
     pending.push_back(event("ping", &json!({"type": "ping"})));
-    let s = AnthSse { gen, pending, open: None, blocks: 0, done: false, finished: None, clock: TokenClock { last: None, tokens: 0 } };
-    let body = futures_util::stream::unfold(s, |mut s| async move {
-        let b = s.next_bytes().await?;
-        Some((Ok::<Bytes, Infallible>(b), s))
-    });
-    let mut r = Response::new(Body::from_stream(body));
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    r.extensions_mut().insert(LogsItself);
-    r
+    event_stream(AnthSse { gen, pending, open: None, blocks: 0, done: false, finished: None, clock: TokenClock { last: None, tokens: 0 } })
+}
+
+impl EventSource for AnthSse {
+    fn next_bytes(&mut self) -> impl std::future::Future<Output = Option<Bytes>> + Send {
+        AnthSse::next_bytes(self)
+    }
 }
 
 struct AnthSse {
@@ -537,7 +531,10 @@ impl AnthSse {
                     self.delta(BlockKind::Text, shown.content);
                 }
                 Some(GenEvent::Done(f)) => self.end(f),
-                Some(GenEvent::Error(e)) => self.fail(&ApiError::internal(format!("Generation failed: {e}"))),
+                Some(GenEvent::Error(e)) => {
+                    let err = self.gen.failure(&e);
+                    self.fail(&err)
+                }
                 None => self.fail(&ApiError::internal("The engine stopped during this generation.")),
             }
         }

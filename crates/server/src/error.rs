@@ -39,6 +39,16 @@ impl ApiError {
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
+    /// 503 for a server whose home's device failed (`why`): it stays down until it restarts,
+    /// so no Retry-After is offered.
+    pub fn device_lost(why: &str) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            format!("The server's device failed ({why}); it cannot generate until it is restarted. Retry on another server."),
+        )
+        .code("device_lost")
+    }
     pub fn unauthorized() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "Incorrect or missing API key: send `Authorization: Bearer <key>` (or `x-api-key: <key>`).")
             .code("invalid_api_key")
@@ -76,6 +86,7 @@ impl From<SubmitError> for ApiError {
             }
             SubmitError::BadParams(m) => ApiError::invalid(m),
             SubmitError::Closed => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "The engine has stopped."),
+            SubmitError::HomeDown(why) => ApiError::device_lost(&why),
         }
     }
 }

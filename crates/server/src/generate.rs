@@ -174,6 +174,15 @@ impl TokenClock {
 }
 
 impl Gen {
+    /// What a generation that failed with `e` answers: 503 `device_lost` when the home's
+    /// device failed (the engine says so before it ends the streams), else a 500.
+    pub(crate) fn failure(&self, e: &str) -> ApiError {
+        match self.state.engine.home_down() {
+            Some(why) => ApiError::device_lost(why),
+            None => ApiError::internal(format!("Generation failed: {e}")),
+        }
+    }
+
     /// Wait for the whole generation: its text, its tokens' log-probabilities (when asked
     /// for) and how it ended; an error response where it failed or the server closed.
     pub(crate) async fn run_to_end(&mut self) -> Result<(String, Vec<TokenLogprob>, Finish), ApiError> {
@@ -192,7 +201,7 @@ impl Gen {
                     lps.extend(logprobs);
                 }
                 Some(GenEvent::Done(f)) => break f,
-                Some(GenEvent::Error(e)) => return Err(ApiError::internal(format!("Generation failed: {e}"))),
+                Some(GenEvent::Error(e)) => return Err(self.failure(&e)),
                 None => return Err(ApiError::internal("The engine stopped during this generation.")),
             }
         };
@@ -323,19 +332,30 @@ impl Gen {
             let first = s.chunk(json!({"role": "assistant", "content": ""}), None);
             s.pending.push_back(first);
         }
-        let body = futures_util::stream::unfold(s, |mut s| async move {
-            let b = s.next_bytes().await?;
-            Some((Ok::<Bytes, Infallible>(b), s))
-        });
-        let mut r = Response::new(Body::from_stream(body));
-        *r.status_mut() = StatusCode::OK;
-        let h = r.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-        r.extensions_mut().insert(LogsItself);
-        r
+        event_stream(s)
     }
+}
+
+/// A stream's state that yields its next bytes of server-sent events (None: the stream ends).
+pub(crate) trait EventSource: Send + 'static {
+    fn next_bytes(&mut self) -> impl std::future::Future<Output = Option<Bytes>> + Send;
+}
+
+/// The response that streams `source`'s events: the event-stream headers, no proxy buffering,
+/// and the stream logs its own end.
+pub(crate) fn event_stream<S: EventSource>(source: S) -> Response {
+    let body = futures_util::stream::unfold(source, |mut s| async move {
+        let b = s.next_bytes().await?;
+        Some((Ok::<Bytes, Infallible>(b), s))
+    });
+    let mut r = Response::new(Body::from_stream(body));
+    *r.status_mut() = StatusCode::OK;
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r.extensions_mut().insert(LogsItself);
+    r
 }
 
 /// A whole output taken apart.
@@ -452,10 +472,10 @@ impl SseState {
                 }
                 Some(GenEvent::Done(f)) => self.end(f),
                 Some(GenEvent::Error(e)) => {
-                    let err = ApiError::internal(format!("Generation failed: {e}"));
+                    let err = self.gen.failure(&e);
                     self.pending.push_back(sse(&err.body()));
                     self.pending.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
-                    self.finished = Some("error");
+                    self.finished = Some(if err.code == Some("device_lost") { "device_lost" } else { "error" });
                     self.done = true;
                 }
                 None => {
@@ -527,6 +547,12 @@ impl Gen {
             outcome,
             "request (streamed)"
         );
+    }
+}
+
+impl EventSource for SseState {
+    fn next_bytes(&mut self) -> impl std::future::Future<Output = Option<Bytes>> + Send {
+        SseState::next_bytes(self)
     }
 }
 

@@ -98,6 +98,14 @@ fn tool_choice(v: Option<&Value>, tools: &[(String, Value)]) -> Result<ToolChoic
     }
 }
 
+/// Generations (streams and whole requests) that may hold connections at once: the
+/// connection cap less a quarter of it (at least one), which stays free for /health, /metrics
+/// and the prompt refusals of requests past this (503, Retry-After).
+pub(crate) fn generation_cap(max_connections: usize) -> usize {
+    let max = max_connections.max(1);
+    max - (max / 4).max(1).min(max - 1)
+}
+
 /// Submit to the engine; the response streams or comes whole.
 #[allow(clippy::too_many_arguments)]
 fn submit(
@@ -115,6 +123,20 @@ fn submit(
     if prompt.len() >= n_ctx {
         return Err(resin_engine::SubmitError::PromptTooLong { prompt: prompt.len(), n_ctx }.into());
     }
+    // Each generation holds its connection while it runs or waits (a stream for its whole
+    // length): past the cap's share for generations they would take every connection, and
+    // /health, /metrics and the answers that tell a client to back off would find none.
+    let cap = generation_cap(state.cfg.max_connections);
+    let Some(in_flight) = state.life.generation(cap) else {
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            format!("The server is busy ({cap} generations hold connections, the most --max-connections leaves them); retry later."),
+        )
+        .code("queue_full");
+        e.retry_after = Some(1);
+        return Err(e);
+    };
     let prompt_tokens = prompt.len();
     let mut req = GenRequest::new(prompt, plan.max_tokens.unwrap_or(n_ctx));
     req.params = plan.params;
@@ -138,7 +160,7 @@ fn submit(
         path,
         prompt_tokens,
         phase: state.life.subscribe(),
-        _in_flight: state.life.generation(),
+        _in_flight: in_flight,
     })
 }
 
@@ -316,6 +338,12 @@ pub async fn model(State(state): State<AppState>, Path(id): Path<String>) -> Res
 pub async fn health(State(state): State<AppState>) -> Response {
     use std::sync::atomic::Ordering;
     let s = state.engine.stats();
+    if let Some(why) = state.engine.home_down() {
+        let mut body = ApiError::device_lost(why).body();
+        body["status"] = json!("down");
+        body["reason"] = json!(why);
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     if state.life.phase() != crate::http::Phase::Running {
         let mut body = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "The server is shutting down.").code("server_shutdown").body();
         body["status"] = json!("shutting_down");
@@ -336,6 +364,24 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 pub async fn not_found() -> Response {
-    ApiError::not_found("No such endpoint. This server has /v1/chat/completions, /v1/completions, /v1/models, /v1/messages, /v1/messages/count_tokens, /health and /metrics.")
-        .into_response()
+    ApiError::not_found(
+        "No such endpoint. This server has /v1/chat/completions, /v1/completions, /v1/models, /v1/messages, /v1/messages/count_tokens, /v1/responses, /health and /metrics.",
+    )
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::generation_cap;
+
+    #[test]
+    fn generations_leave_a_quarter_of_the_connections_free() {
+        assert_eq!(generation_cap(512), 384);
+        assert_eq!(generation_cap(4), 3);
+        assert_eq!(generation_cap(3), 2);
+        assert_eq!(generation_cap(2), 1);
+        // One connection cannot be shared out: the one generation may take it.
+        assert_eq!(generation_cap(1), 1);
+        assert_eq!(generation_cap(0), 1);
+    }
 }

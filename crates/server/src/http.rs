@@ -68,10 +68,10 @@ impl Lifecycle {
             changed
         });
     }
-    /// Counts one generation until the guard is dropped.
-    pub(crate) fn generation(&self) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        InFlight(self.in_flight.clone())
+    /// Counts one generation until the guard is dropped, unless `cap` are in flight already.
+    pub(crate) fn generation(&self, cap: usize) -> Option<InFlight> {
+        self.in_flight.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < cap).then_some(n + 1)).ok()?;
+        Some(InFlight(self.in_flight.clone()))
     }
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)

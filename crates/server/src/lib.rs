@@ -2,10 +2,12 @@
 //!
 //! Endpoints: `POST /v1/chat/completions` (streaming and not, tools, logprobs),
 //! `POST /v1/completions`, `GET /v1/models`, Anthropic's `POST /v1/messages` and
-//! `POST /v1/messages/count_tokens`, `GET /health`, `GET /metrics` (Prometheus text).
+//! `POST /v1/messages/count_tokens`, OpenAI's Responses API (`POST /v1/responses`, `GET` and
+//! `DELETE /v1/responses/{id}`), `GET /health`, `GET /metrics` (Prometheus text).
 //!
 //! One file per concern: [`openai`] the request types and their checks, [`anthropic`] the
-//! Messages API translated onto the chat pipeline, [`prompt`] messages
+//! Messages API translated onto the chat pipeline, [`responses`] the Responses API on the same
+//! pipeline (and its store of responses), [`prompt`] messages
 //! through the chat template, [`generate`] the engine's events as whole responses or SSE
 //! chunks, [`reasoning`] the reasoning of templates that think kept apart from the answer,
 //! [`tools`] recognising tool calls, [`grammar`] the llguidance constraints (structured
@@ -23,6 +25,7 @@ pub mod metrics;
 mod openai;
 mod prompt;
 pub mod reasoning;
+pub mod responses;
 pub mod tools;
 
 use std::sync::{Arc, OnceLock};
@@ -70,6 +73,9 @@ pub struct ServerConfig {
     /// How long a response's write may wait for a client that stopped reading (its socket's
     /// buffer full) before the connection is closed and its generation cancelled (zero: no limit).
     pub stall_timeout: Duration,
+    /// Responses the Responses API keeps for `previous_response_id` and `GET`; past it the
+    /// oldest is dropped (0 keeps none).
+    pub max_stored_responses: usize,
 }
 
 impl Default for ServerConfig {
@@ -87,6 +93,7 @@ impl Default for ServerConfig {
             cors_origins: Vec::new(),
             shutdown_grace: Duration::from_secs(10),
             stall_timeout: Duration::from_secs(60),
+            max_stored_responses: 256,
         }
     }
 }
@@ -118,6 +125,8 @@ pub struct Inner {
     pub grammar: OnceLock<Result<Arc<grammar::GrammarEnv>, String>>,
     /// The shutdown phase and the generations in flight.
     pub life: Lifecycle,
+    /// The Responses API's stored responses.
+    pub responses: responses::ResponseStore,
 }
 
 impl std::ops::Deref for AppState {
@@ -130,6 +139,7 @@ impl std::ops::Deref for AppState {
 impl AppState {
     pub fn new(engine: Engine, model: ModelInfo, cfg: ServerConfig) -> Self {
         let model_id = if cfg.model_name.is_empty() { model.id } else { cfg.model_name.clone() };
+        let responses = responses::ResponseStore::new(cfg.max_stored_responses);
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         AppState(Arc::new(Inner {
             engine,
@@ -141,6 +151,7 @@ impl AppState {
             created,
             grammar: OnceLock::new(),
             life: Lifecycle::default(),
+            responses,
         }))
     }
 
@@ -162,6 +173,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models/{*id}", get(handlers::model))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()
         .merge(v1)

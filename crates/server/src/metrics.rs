@@ -74,8 +74,9 @@ impl Default for Metrics {
 /// Paths counted by name; anything else counts as "other" (keeps label sets bounded).
 fn path_label(path: &str) -> &str {
     match path {
-        "/v1/chat/completions" | "/v1/completions" | "/v1/models" | "/health" | "/metrics" => path,
+        "/v1/chat/completions" | "/v1/completions" | "/v1/models" | "/v1/responses" | "/health" | "/metrics" => path,
         p if p.starts_with("/v1/models/") => "/v1/models/{id}",
+        p if p.starts_with("/v1/responses/") => "/v1/responses/{id}",
         _ => "other",
     }
 }
@@ -114,6 +115,7 @@ impl Metrics {
         gauge(&mut out, "resin_active_sessions", "Sessions generating or prefilling.", stats.active.load(Ordering::Relaxed));
         gauge(&mut out, "resin_sessions_max", "Sessions the home holds at once.", engine.regions());
         gauge(&mut out, "resin_context_length", "Positions per session.", engine.n_ctx());
+        gauge(&mut out, "resin_home_up", "1 while the home serves; 0 once its device failed (the server must be restarted).", usize::from(engine.home_down().is_none()));
 
         for (name, v) in engine.counters().snapshot() {
             let full = format!("resin_{name}_total");

@@ -2,6 +2,8 @@
 //! client library would hide what is on the wire: JSON errors from the router and from hyper,
 //! Content-Type and Origin checks, read timeouts, the connection cap and graceful shutdown.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,24 +40,8 @@ fn start(n_ctx: usize, cfg: ServerConfig) -> Server {
         CpuHome::new(file.clone(), mcfg, &CpuOptions { n_ctx: Some(n_ctx), regions: 4, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).expect("cpu home");
     let engine = Engine::start(Box::new(home), tokenizer.clone(), EngineConfig { max_queue: 64, ..EngineConfig::default() });
     let state = AppState::new(engine, ModelInfo { id: "smollm2".into(), tokenizer, template }, cfg);
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (done_tx, done) = std::sync::mpsc::channel();
-    let st = state.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let r = rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding");
-            tx.send(l.local_addr().expect("address")).expect("sending the address");
-            resin_server::serve_on(l, st, async move {
-                let _ = stop_rx.await;
-            })
-            .await
-        });
-        let _ = done_tx.send(r.map_err(|e| e.to_string()));
-    });
-    let addr = rx.recv().expect("the server's address");
-    Server { addr, state, stop: Some(stop_tx), done }
+    let served = common::serve_until_stopped(state.clone());
+    Server { addr: served.addr, state, stop: Some(served.stop), done: served.done }
 }
 
 /// A raw response: status, head (lowercased names), body.
@@ -116,7 +102,7 @@ async fn raw(addr: SocketAddr, req: &[u8]) -> Raw {
     let mut s = TcpStream::connect(addr).await.expect("connect");
     s.write_all(req).await.expect("write");
     let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut out)).await.expect("the server answers and closes");
+    let _ = tokio::time::timeout(Duration::from_secs(120), s.read_to_end(&mut out)).await.expect("the server answers and closes");
     parse(&out)
 }
 
@@ -280,8 +266,14 @@ async fn closed_within(s: &mut TcpStream, d: Duration) -> Option<Vec<u8>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_time_out_and_do_not_delay_others() {
     let _timed = TIMED.lock().await;
-    let s = start(1024, ServerConfig { header_timeout: Duration::from_secs(1), body_timeout: Duration::from_secs(1), ..cfg() });
+    // The read limits are long enough that a good request on a loaded 2-core machine is
+    // answered well inside them, so "not delayed" is seen as an answer while the slow
+    // connections are still open, not as a wall-clock bar.
+    const LIMIT: Duration = Duration::from_secs(2);
+    let s = start(2048, ServerConfig { header_timeout: LIMIT, body_timeout: LIMIT, ..cfg() });
     let a = s.addr;
+    // A first request warms the engine, so the timed one below is a request like any other.
+    assert_eq!(raw(a, &post("/v1/chat/completions", Some("application/json"), "", &chat(1, false))).await.status, 200);
     // Several connections that never finish their headers, several that never send their body.
     let mut no_headers = Vec::new();
     let mut no_body = Vec::new();
@@ -297,26 +289,31 @@ async fn slow_clients_time_out_and_do_not_delay_others() {
     // Others are served meanwhile, at once.
     let r = raw(a, &post("/v1/chat/completions", Some("application/json"), "", &chat(1, false))).await;
     assert_eq!(r.status, 200, "{r:?}");
-    assert!(t0.elapsed() < Duration::from_millis(900), "a good request waited {:?}", t0.elapsed());
-    // Control: the slow ones are still open before their time is up (the check sees an open one).
-    assert!(closed_within(&mut no_headers[0], Duration::from_millis(200)).await.is_none(), "closed before the header timeout");
-    assert!(closed_within(&mut no_body[0], Duration::from_millis(200)).await.is_none(), "answered before the body timeout");
+    // Answered before any slow connection was let go: it did not wait for them. (That they are
+    // still open is also the control that the checks below see an open connection.)
+    assert!(t0.elapsed() < LIMIT, "a good request waited {:?}, past the read limits", t0.elapsed());
+    for c in no_headers.iter_mut().chain(no_body.iter_mut()) {
+        assert!(closed_within(c, Duration::from_millis(10)).await.is_none(), "a slow connection was let go before the good request's answer");
+    }
     for c in &mut no_headers {
-        let out = closed_within(c, Duration::from_secs(4)).await.expect("a connection without its headers is closed after the header timeout");
+        let out = closed_within(c, LIMIT + Duration::from_secs(3)).await.expect("a connection without its headers is closed after the header timeout");
         // hyper closes it without an answer.
         assert!(out.is_empty() || parse(&out).status == 408, "{:?}", String::from_utf8_lossy(&out));
     }
     for c in &mut no_body {
-        let out = closed_within(c, Duration::from_secs(4)).await.expect("a connection without its body is answered after the body timeout");
+        let out = closed_within(c, LIMIT + Duration::from_secs(3)).await.expect("a connection without its body is answered after the body timeout");
         let r = parse(&out);
         assert_eq!(r.assert_error(408)["error"]["code"], "request_timeout");
     }
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-    // A generation that outlasts both timeouts is not cut by them (they bound reading only).
+    drop(s);
+    // A generation that outlasts both timeouts is not cut by them (they bound reading only):
+    // on a server whose limits are short beside any decode speed.
+    const SHORT: Duration = Duration::from_millis(300);
+    let s = start(2048, ServerConfig { header_timeout: SHORT, body_timeout: SHORT, ..cfg() });
     let t1 = Instant::now();
-    let long = json!({"messages": [{"role": "user", "content": "Count."}], "temperature": 0, "max_tokens": 300, "ignore_eos": true, "stream": true}).to_string();
-    let r = raw(a, &post("/v1/chat/completions", Some("application/json"), "", &long)).await;
-    assert!(t1.elapsed() > Duration::from_millis(2500), "the stream must outlast the timeouts for this check to mean anything: {:?}", t1.elapsed());
+    let long = json!({"messages": [{"role": "user", "content": "Count."}], "temperature": 0, "max_tokens": 400, "ignore_eos": true, "stream": true}).to_string();
+    let r = raw(s.addr, &post("/v1/chat/completions", Some("application/json"), "", &long)).await;
+    assert!(t1.elapsed() > SHORT * 3, "the stream must outlast the timeouts for this check to mean anything: {:?}", t1.elapsed());
     assert_eq!(r.status, 200, "{r:?}");
     let ev = events(&dechunk(&r.body));
     assert_eq!(ev.last().map(String::as_str), Some("[DONE]"), "{:?}", ev.last());
@@ -358,6 +355,46 @@ async fn past_the_connection_cap_new_connections_get_503() {
         assert!(Instant::now() < deadline, "no room after a connection closed: {r:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_never_take_the_connections_health_needs() {
+    let _timed = TIMED.lock().await;
+    // Four connections: generations may hold three (the home has four sessions).
+    let s = start(1024, ServerConfig { max_connections: 4, ..cfg() });
+    let a = s.addr;
+    let long = json!({"messages": [{"role": "user", "content": "Count."}], "temperature": 0, "max_tokens": 900, "ignore_eos": true, "stream": true}).to_string();
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let mut c = TcpStream::connect(a).await.unwrap();
+        c.write_all(&post("/v1/chat/completions", Some("application/json"), "", &long)).await.unwrap();
+        let mut first = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(60), c.read(&mut first)).await.expect("the stream starts").unwrap();
+        assert!(parse(&first[..n]).status == 200, "{:?}", String::from_utf8_lossy(&first[..n]));
+        streams.push(c);
+    }
+    assert_eq!(s.state.life.in_flight(), 3);
+    // A fourth generation is refused at once (a session is free, but its connection would be
+    // the last one) ...
+    let t0 = Instant::now();
+    let r = raw(a, &post("/v1/chat/completions", Some("application/json"), "", &long)).await;
+    assert_eq!(r.assert_error(503)["error"]["code"], "queue_full");
+    assert!(r.header("retry-after").is_some(), "{r:?}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    // ... so /health and /metrics still find a connection while the streams run.
+    let h = raw(a, &get("/health", "")).await;
+    assert_eq!(h.status, 200, "{h:?}");
+    assert_eq!(raw(a, &get("/metrics", "")).await.status, 200);
+    assert_eq!(s.state.life.in_flight(), 3, "the streams still run");
+    // A stream that ends gives its share back.
+    drop(streams.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.state.life.in_flight() > 2 {
+        assert!(Instant::now() < deadline, "the closed stream still counts");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = raw(a, &post("/v1/chat/completions", Some("application/json"), "", &chat(2, false))).await;
+    assert_eq!(r.status, 200, "{r:?}");
 }
 
 /// Events of an SSE body (the `data:` payloads).
@@ -479,9 +516,12 @@ async fn stalled_stream(s: &Server) -> TcpStream {
     c
 }
 
-/// How long both servers below are watched: the 1800-token generation lasts longer than this
-/// (the control shows it), the 1 s stall limit is well inside it.
+/// How long the control watches a stalled stream with no stall limit.
 const STALL_WAIT: Duration = Duration::from_secs(8);
+/// How long the stalled stream under a 1 s limit may take to be cancelled: the limit runs from
+/// when the socket's buffers are full, which takes longer the slower the decode (a loaded
+/// machine); that it was cancelled, not finished, is checked on what the client received.
+const STALL_DEADLINE: Duration = Duration::from_secs(90);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_cancelled_after_the_stall_timeout() {
@@ -502,13 +542,16 @@ async fn a_client_that_stops_reading_is_cancelled_after_the_stall_timeout() {
     let r = raw(s.addr, &post("/v1/chat/completions", Some("application/json"), "", &chat(4, false))).await;
     assert_eq!(r.status, 200, "{r:?}");
     while active(&s) > 0 {
-        assert!(t0.elapsed() < STALL_WAIT, "the stalled stream's session is still active after {:?}", t0.elapsed());
+        assert!(t0.elapsed() < STALL_DEADLINE, "the stalled stream's session is still active after {:?}", t0.elapsed());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // The stalled connection was closed (the client sees the end after its buffered bytes).
+    // The stalled connection was closed (the client sees the end after its buffered bytes),
+    // before its generation's end: no finish reason, no terminator.
     let mut c = c;
     let mut sink = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut sink)).await.expect("the stalled connection is closed").ok();
     assert!(!sink.is_empty());
+    let text = String::from_utf8_lossy(&sink);
+    assert!(!text.contains("[DONE]") && !text.contains("\"finish_reason\":\"length\""), "the stalled stream ran to its end instead of being cancelled");
     assert_eq!(s.state.life.in_flight(), 0);
 }

@@ -6,7 +6,8 @@
 //! Random weights never write `<think>` of their own accord, so the split of the reasoning is
 //! exercised through a generation prompt that opens it (Qwen3-2507 Thinking's template, which
 //! ends with `<|im_start|>assistant\n<think>\n`): everything the model writes is then reasoning,
-//! which must come back as `reasoning_content` / a `thinking` block and never as content. The
+//! which must come back as `reasoning_content` / a `thinking` block / a `reasoning` item and
+//! never as content. The
 //! template pass-through is checked on Qwen3's own template: `enable_thinking: false` (and
 //! Anthropic's `thinking: disabled`) adds the empty think block's four tokens to the prompt.
 
@@ -292,6 +293,35 @@ async fn reasoning_never_reaches_the_content() {
     }
     assert_eq!(t, reasoning);
     assert_eq!(names[i..], ["content_block_stop", "message_delta", "message_stop"], "{names:?}");
+
+    // Responses, whole: a reasoning item with all of it, then the message, whose text is empty.
+    let resp = |extra: Json| {
+        let mut b = json!({"input": "What is 2+2?", "temperature": 0, "max_output_tokens": 12});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let (st, v) = s.post("/v1/responses", &resp(json!({}))).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["status"], "incomplete", "{v}");
+    let out = v["output"].as_array().unwrap();
+    assert_eq!(out.len(), 2, "{v}");
+    assert_eq!((&out[0]["type"], &out[0]["content"][0]["text"]), (&json!("reasoning"), &json!(reasoning)), "{v}");
+    assert_eq!((&out[1]["type"], &out[1]["content"][0]["text"]), (&json!("message"), &json!("")), "{v}");
+    assert!(v["usage"]["output_tokens_details"]["reasoning_tokens"].as_u64().is_some_and(|n| n > 0), "{v}");
+
+    // Responses, streamed: reasoning_text deltas only, then the empty message; the final
+    // response's output is the whole one's.
+    let events = s.stream("/v1/responses", &resp(json!({"stream": true}))).await;
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(!names.contains(&"response.output_text.delta"), "{names:?}");
+    let t: String = events.iter().filter(|(n, _)| n == "response.reasoning_text.delta").map(|(_, e)| e["delta"].as_str().unwrap()).collect();
+    assert_eq!(t, reasoning);
+    let (last, end) = events.last().unwrap();
+    assert_eq!(last, "response.incomplete");
+    let items = |o: &Json| o.as_array().unwrap().iter().map(|i| (i["type"].clone(), i["content"][0]["text"].clone())).collect::<Vec<_>>();
+    assert_eq!(items(&end["response"]["output"]), items(&v["output"]), "{end}");
 
     // Under a grammar the output is the answer, not reasoning.
     let (st, v) = s.post("/v1/chat/completions", &chat(json!({"response_format": {"type": "json_object"}, "max_tokens": 24}))).await;

@@ -39,8 +39,9 @@ pub struct AttnWindowPush {
     pub head_dim: u32,
     pub rows: u32,
     pub scale: f32,
+    pub key_window: u32,
 }
-const _: () = assert!(std::mem::size_of::<AttnWindowPush>() == 20);
+const _: () = assert!(std::mem::size_of::<AttnWindowPush>() == 24);
 impl Push for AttnWindowPush {}
 
 /// A tile shape: `br` query rows a workgroup, `bc` keys a shared-memory tile.
@@ -118,7 +119,8 @@ pub fn coopmat_ok(info: &DeviceInfo, codec: KvCodec, head_dim: u32) -> bool {
 
 impl Recorder<'_> {
     /// Attention of a prefill window of `rows` rows in one dispatch: for each row r and head h,
-    /// softmax(q.k * scale) . v over keys 0..meta[r].keys of the row's region (meta[r].kv_base),
+    /// softmax(q.k * scale) . v over keys 0..meta[r].keys of the row's region (meta[r].kv_base;
+    /// only the last `p.key_window` of them when that is not 0),
     /// written to `out` exactly where [`Recorder::attention`] writes it. `p` is the decode
     /// attention's push block (`n_pieces` is not used). The tile comes from
     /// [`WindowTile::pick`] for this device.
@@ -145,7 +147,7 @@ impl Recorder<'_> {
             return Ok(());
         }
         let wg = COOPMAT_SUBGROUPS * self.gpu.info.subgroup_size;
-        let wp = AttnWindowPush { n_head: p.n_head, n_head_kv: p.n_head_kv, head_dim: hd, rows, scale: p.scale };
+        let wp = AttnWindowPush { n_head: p.n_head, n_head_kv: p.n_head_kv, head_dim: hd, rows, scale: p.scale, key_window: p.key_window };
         let t = COOPMAT_TILE;
         self.run("attn_window_cm_f16", &[wg, t.br, t.bc, hd], &[q, mk, mv, meta, out], &wp.bytes(), [p.n_head, rows.div_ceil(t.br), 1])
     }
@@ -176,7 +178,7 @@ impl Recorder<'_> {
         if rows == 0 {
             return Ok(());
         }
-        let wp = AttnWindowPush { n_head: p.n_head, n_head_kv: p.n_head_kv, head_dim: hd, rows, scale: p.scale };
+        let wp = AttnWindowPush { n_head: p.n_head, n_head_kv: p.n_head_kv, head_dim: hd, rows, scale: p.scale, key_window: p.key_window };
         self.run(&format!("attn_window_{c}"), &[tile.wg(hd), tile.br, tile.bc, hd], &[q, mk, mv, meta, out], &wp.bytes(), [p.n_head, rows.div_ceil(tile.br), 1])
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use ash::vk;
 
 use crate::device::Gpu;
+use crate::fault::Fault;
 use crate::VkError;
 
 /// Where a buffer lives.
@@ -59,6 +60,10 @@ impl Buffer {
     /// and destination.
     pub fn new(gpu: &Arc<Gpu>, size: u64, loc: Location) -> Result<Buffer, VkError> {
         let size = size.max(4).next_multiple_of(4);
+        gpu.live()?;
+        if gpu.faults.take(Fault::OutOfMemory) {
+            return Err(VkError::Vk { what: "vkAllocateMemory (injected)", result: vk::Result::ERROR_OUT_OF_DEVICE_MEMORY });
+        }
         if size > gpu.info.max_allocation && gpu.info.max_allocation > 0 {
             return Err(VkError::TooLarge(format!("a buffer of {size} bytes is past the device's allocation limit of {}", gpu.info.max_allocation)));
         }
@@ -124,6 +129,10 @@ impl Buffer {
     /// Copy `bytes` into the buffer at `offset` (mapped memory directly, else via staging).
     pub fn write(&mut self, offset: u64, bytes: &[u8]) -> Result<(), VkError> {
         self.check(offset, bytes.len())?;
+        // What a device without host-visible memory meets here: its staging allocation fails.
+        if self.gpu.faults.take(Fault::OutOfMemory) {
+            return Err(VkError::Vk { what: "vkAllocateMemory (staging, injected)", result: vk::Result::ERROR_OUT_OF_DEVICE_MEMORY });
+        }
         if let Some(p) = self.mapped {
             // SAFETY: range checked above; the mapping covers the whole buffer and the
             // device does not use it while we hold &mut self (callers wait on fences).
@@ -258,34 +267,71 @@ impl Fence {
 
     /// Submit `cmd` to `queue` (one of the device's) signalling this fence; `wait` before the
     /// next submit and before anything the command uses is touched.
+    ///
+    /// A lost device takes no more work; a submit that finds the device lost gives it up.
     pub fn submit(&self, queue: vk::Queue, cmd: vk::CommandBuffer) -> Result<(), VkError> {
+        let gpu = &self.gpu;
+        gpu.live()?;
+        if gpu.faults.take(Fault::DeviceLost) {
+            return Err(gpu.give_up(format!("vkQueueSubmit failed: {:?} (injected)", vk::Result::ERROR_DEVICE_LOST), false));
+        }
+        if gpu.faults.take(Fault::Hang) {
+            // Nothing goes to the queue, so the fence never signals: the wait meets its limit.
+            return Ok(());
+        }
         let cmds = [cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
         // SAFETY: cmd is a recorded command buffer of this device, queue one of its queues
         // (used from the home's one thread); the fence is unsignalled.
-        unsafe { self.gpu.device.queue_submit(queue, &submit, self.fence) }.map_err(|r| VkError::Vk { what: "vkQueueSubmit", result: r })
+        unsafe { gpu.device.queue_submit(queue, &submit, self.fence) }.map_err(|r| match r {
+            vk::Result::ERROR_DEVICE_LOST => gpu.give_up(format!("vkQueueSubmit failed: {r:?}"), false),
+            r => VkError::Vk { what: "vkQueueSubmit", result: r },
+        })
     }
 
     /// Wait for the submission that signals this fence, then reset it for the next use.
     /// The wait polls the fence for up to `Gpu::spin` before it blocks (a GPU's: a token
     /// step is about a millisecond, and a blocking wait's wake-up adds tens of microseconds to
     /// each; a software device's wait blocks at once).
+    ///
+    /// The wait is bounded by `Gpu::fence_timeout`: past it the device is given up as hung
+    /// (its work may still be pending, see `fault::Lost`). A device already given up for that
+    /// reason is not waited on again (each wait would take the whole limit); one lost another
+    /// way is (it answers at once, and a fault injected on a working device leaves the other
+    /// lanes' work running, which must end before anything it uses is freed).
     pub fn wait(&self) -> Result<(), VkError> {
-        let d = &self.gpu.device;
+        let gpu = &self.gpu;
+        if let Some(l) = gpu.lost().filter(|l| l.pending) {
+            return Err(VkError::Lost(l.reason.clone()));
+        }
+        let d = &gpu.device;
+        let fail = |what: &'static str, r: vk::Result| match r {
+            vk::Result::ERROR_DEVICE_LOST => gpu.give_up(format!("{what} failed: {r:?}"), false),
+            r => VkError::Vk { what, result: r },
+        };
         // A software device (lavapipe) runs on the host's cores: polling would take one of them.
-        let budget = self.gpu.spin;
+        let budget = gpu.spin;
         let started = std::time::Instant::now();
         // SAFETY (both blocks): the fence belongs to this device.
         let mut done = false;
         while !done && started.elapsed() < budget {
-            done = unsafe { d.get_fence_status(self.fence) }.map_err(|r| VkError::Vk { what: "vkGetFenceStatus", result: r })?;
+            done = unsafe { d.get_fence_status(self.fence) }.map_err(|r| fail("vkGetFenceStatus", r))?;
             std::hint::spin_loop();
         }
         unsafe {
             if !done {
-                d.wait_for_fences(&[self.fence], true, u64::MAX).map_err(|r| VkError::Vk { what: "vkWaitForFences", result: r })?;
+                let limit = gpu.fence_timeout.map(|t| t.saturating_sub(started.elapsed()));
+                let ns = limit.map_or(u64::MAX, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX));
+                match d.wait_for_fences(&[self.fence], true, ns) {
+                    Ok(()) => {}
+                    Err(vk::Result::TIMEOUT) => {
+                        let waited = gpu.fence_timeout.unwrap_or_default().as_secs_f64();
+                        return Err(gpu.give_up(format!("a submission did not finish within the fence timeout ({waited} s)"), true));
+                    }
+                    Err(r) => return Err(fail("vkWaitForFences", r)),
+                }
             }
-            d.reset_fences(&[self.fence]).map_err(|r| VkError::Vk { what: "vkResetFences", result: r })?;
+            d.reset_fences(&[self.fence]).map_err(|r| fail("vkResetFences", r))?;
         }
         Ok(())
     }

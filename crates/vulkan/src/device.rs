@@ -9,6 +9,7 @@ use std::sync::{Arc, Once};
 
 use ash::vk;
 
+use crate::fault::{FaultSwitch, Lost};
 use crate::VkError;
 
 /// A memory heap of the device.
@@ -133,6 +134,13 @@ pub struct Gpu {
     /// pipeline's compiler statistics (registers, shared memory, spills: whatever the driver
     /// reports) are logged once when it is made, to see what bounds a kernel's occupancy.
     pub exec_stats: Option<ash::khr::pipeline_executable_properties::Device>,
+    /// How long a fence wait may take before the device is given up ([`GpuOptions::fence_timeout`];
+    /// None: no limit).
+    pub fence_timeout: Option<std::time::Duration>,
+    /// Failures a test injects ([`GpuOptions::faults`]).
+    pub faults: FaultSwitch,
+    /// Set once, by the first failure that ends the device's use (see [`crate::fault`]).
+    lost: std::sync::OnceLock<Lost>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -350,11 +358,22 @@ pub struct GpuOptions {
     /// a sleeping wait wakes tens of microseconds late; longer waits (a prefill window's)
     /// sleep after it. Zero sleeps at once and spares a host core.
     pub spin: std::time::Duration,
+    /// How long one fence wait may take before the device is taken as lost (a submission that
+    /// never finishes: a hung GPU or driver). None: [`FENCE_TIMEOUT_DEFAULT`] on a hardware
+    /// device, no limit on a software one (its submissions run on the host's cores for as long
+    /// as the host's load makes them, and it does not hang as a GPU can). Zero: no limit.
+    pub fence_timeout: Option<std::time::Duration>,
+    /// Failures injected on purpose (tests); unarmed it changes nothing.
+    pub faults: FaultSwitch,
 }
+
+/// [`GpuOptions::fence_timeout`]'s default on a hardware device: far above any one
+/// submission's time, so only a device that stopped trips it.
+pub const FENCE_TIMEOUT_DEFAULT: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { device: None, queues: None, pipeline_stats: false, spin: std::time::Duration::from_micros(5000) }
+        GpuOptions { device: None, queues: None, pipeline_stats: false, spin: std::time::Duration::from_micros(5000), fence_timeout: None, faults: FaultSwitch::default() }
     }
 }
 
@@ -498,20 +517,74 @@ impl Gpu {
         READY.call_once(|| tracing::info!("device ready: {}", info.describe()));
         let exec_stats = want_stats.then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device));
         let spin = if info.kind == "cpu" { std::time::Duration::ZERO } else { opts.spin };
-        Ok(Arc::new(Gpu { _entry: entry, instance: instance.clone(), physical: pd, device, queues, queue_family: fam, pool, memory, info, spin, exec_stats }))
+        let fence_timeout = match opts.fence_timeout {
+            None if info.kind == "cpu" => None,
+            None => Some(FENCE_TIMEOUT_DEFAULT),
+            Some(t) => (!t.is_zero()).then_some(t),
+        };
+        Ok(Arc::new(Gpu {
+            _entry: entry,
+            instance: instance.clone(),
+            physical: pd,
+            device,
+            queues,
+            queue_family: fam,
+            pool,
+            memory,
+            info,
+            spin,
+            exec_stats,
+            fence_timeout,
+            faults: opts.faults.clone(),
+            lost: std::sync::OnceLock::new(),
+        }))
     }
 
     /// Block until the queue is idle.
     pub fn wait_idle(&self) -> Result<(), VkError> {
+        self.live()?;
         // SAFETY: the device is live.
         unsafe { self.device.device_wait_idle() }.map_err(vkerr("vkDeviceWaitIdle"))
+    }
+
+    /// Why the device was given up, once it has been.
+    pub fn lost(&self) -> Option<&Lost> {
+        self.lost.get()
+    }
+
+    /// Ok while the device has not been given up; else the reason, as the error.
+    pub fn live(&self) -> Result<(), VkError> {
+        match self.lost.get() {
+            Some(l) => Err(VkError::Lost(l.reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Give the device up for `reason` (`pending`: work may still run on it). The first call
+    /// decides and logs; every call returns the error that names the first reason.
+    pub fn give_up(&self, reason: String, pending: bool) -> VkError {
+        let mut first = false;
+        let l = self.lost.get_or_init(|| {
+            first = true;
+            Lost { reason, pending }
+        });
+        if first {
+            tracing::error!(device = %self.info.name, reason = %l.reason, "the Vulkan device failed; its home is down for good");
+        }
+        VkError::Lost(l.reason.clone())
     }
 }
 
 impl Drop for Gpu {
     fn drop(&mut self) {
+        // Work that may still run (a fence timed out) keeps the device: waiting for it might
+        // never end, and destroying what it uses is undefined. The process's exit frees it.
+        if self.lost.get().is_some_and(|l| l.pending) {
+            return;
+        }
         // SAFETY: every object made from this device holds an Arc<Gpu>, so all are gone by now;
-        // wait for the queue, then destroy in reverse order of creation.
+        // wait for the queue (a lost device answers at once), then destroy in reverse order of
+        // creation.
         unsafe {
             let _ = self.device.device_wait_idle();
             self.device.destroy_command_pool(self.pool, None);

@@ -3,7 +3,7 @@
 
 use ash::vk;
 use resin_gguf::GgmlType;
-use resin_model::RopeStyle;
+use resin_model::{FfnAct, RopeStyle};
 
 use crate::buffers::{barrier, transfer_barrier};
 use crate::device::{DeviceInfo, Gpu};
@@ -126,8 +126,10 @@ pub struct EmbedPush {
     /// The bound part's first row and row count (0 and all rows when not split).
     pub row_start: u32,
     pub part_rows: u32,
+    /// Each value times this (gemma's sqrt(n_embd); 1 for the others).
+    pub scale: f32,
 }
-const _: () = assert!(std::mem::size_of::<EmbedPush>() == 16);
+const _: () = assert!(std::mem::size_of::<EmbedPush>() == 20);
 impl Push for EmbedPush {}
 
 #[repr(C)]
@@ -139,7 +141,7 @@ pub struct NormPush {
 const _: () = assert!(std::mem::size_of::<NormPush>() == 8);
 impl Push for NormPush {}
 
-/// The norm's push block when it also packs: `count` = rows * n, the packed layout's size.
+/// The canonical norm's push block (`Recorder::normpack`): `count` = the packed layout's size.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct NormPackPush {
@@ -190,8 +192,10 @@ pub struct AttnPush {
     pub head_dim: u32,
     pub n_pieces: u32,
     pub scale: f32,
+    /// A sliding-window layer's keys a row: its last `key_window`, its own included (0: all).
+    pub key_window: u32,
 }
-const _: () = assert!(std::mem::size_of::<AttnPush>() == 20);
+const _: () = assert!(std::mem::size_of::<AttnPush>() == 24);
 impl Push for AttnPush {}
 
 /// What the decode attention reads and writes: the rows' queries, the layer's mirror (keys,
@@ -235,7 +239,7 @@ struct AttnRopePush {
     rope_dims: u32,
     rflags: u32,
 }
-const _: () = assert!(std::mem::size_of::<AttnRopePush>() == 36);
+const _: () = assert!(std::mem::size_of::<AttnRopePush>() == 40);
 impl Push for AttnRopePush {}
 
 /// The push block of the attention that merges its own pieces (attn.comp COMBINE).
@@ -246,7 +250,7 @@ struct AttnMergePush {
     heads: u32,
     count: u32,
 }
-const _: () = assert!(std::mem::size_of::<AttnMergePush>() == 28);
+const _: () = assert!(std::mem::size_of::<AttnMergePush>() == 32);
 impl Push for AttnMergePush {}
 
 #[repr(C)]
@@ -258,8 +262,20 @@ pub struct CombinePush {
     pub heads: u32,
     /// rows * n_head * head_dim: the packed layout's size (when it packs).
     pub count: u32,
+    /// The attention's [`AttnPush::key_window`].
+    pub key_window: u32,
 }
-const _: () = assert!(std::mem::size_of::<CombinePush>() == 16);
+const _: () = assert!(std::mem::size_of::<CombinePush>() == 20);
+
+/// The soft-capping's push block: `count` values, x <- cap * tanh(x / cap).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct SoftcapPush {
+    pub count: u32,
+    pub cap: f32,
+}
+const _: () = assert!(std::mem::size_of::<SoftcapPush>() == 8);
+impl Push for SoftcapPush {}
 impl Push for CombinePush {}
 
 /// What the decode attention's combine writes besides its f32 output: that output rounded
@@ -286,6 +302,14 @@ pub fn attn_round_heads(block: u32, head_dim: u32, n_head: u32) -> Option<u32> {
         return None;
     };
     (g <= 8 && n_head.is_multiple_of(g) && g * head_dim <= WG * 8).then_some(g)
+}
+
+/// The shader name stem of a gated FFN's activation.
+fn act_name(act: FfnAct) -> &'static str {
+    match act {
+        FfnAct::Silu => "swiglu",
+        FfnAct::GeluTanh => "geglu",
+    }
 }
 
 /// Partials a row and head of the decode attention holds (shaders/common/meta.glsl
@@ -325,6 +349,31 @@ pub fn act_block(ty: GgmlType) -> Option<u32> {
         _ => Some(256),
     }
 }
+
+/// Experts a mixture-of-experts router takes at most (shaders/ops/moe.comp MAX_EXPERTS).
+pub const MOE_MAX_EXPERTS: u32 = 256;
+/// Experts a row chooses at most (moe.comp MAX_USED).
+pub const MOE_MAX_USED: u32 = 8;
+
+/// The expert GEMV's push block: the GEMV's, then the slots a row of activations.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GemvExpertPush {
+    pub g: GemvPush,
+    pub x_div: u32,
+}
+const _: () = assert!(std::mem::size_of::<GemvExpertPush>() == 28);
+impl Push for GemvExpertPush {}
+
+/// The router's and the weighted sum's push block (shaders/ops/moe.comp).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MoePush {
+    a: u32,
+    d: u32,
+    k: u32,
+}
+impl Push for MoePush {}
 
 /// Largest head dimension the attention and rope kernels take.
 pub const MAX_HEAD_DIM: usize = 256;
@@ -460,6 +509,59 @@ impl<'a> Recorder<'a> {
         }
     }
 
+    /// The experts' GEMV (shaders/ops/gemv.comp EXPERT): for each of `slots` slots s,
+    /// y[s * y_stride + y_off + r] = W_e[r] . x[s / x_div] over the `p.rows` rows of expert
+    /// e = sel[s] of the stack `w` (experts of `p.rows` rows each, one after another), so a
+    /// slot reads its own expert's rows only. In the device's tier, one activation row a slot.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_expert(&mut self, ty: GgmlType, slots: u32, w: Bind<'_>, x: Bind<'_>, y: Bind<'_>, sel: Bind<'_>, p: GemvPush, x_div: u32) -> Result<(), VkError> {
+        let f = format_name(ty).ok_or_else(|| VkError::Unsupported(format!("no GEMV kernel for {ty}")))?;
+        if !p.cols.is_multiple_of(32) || x_div == 0 || slots > 65535 {
+            return Err(VkError::Unsupported(format!("an expert GEMV of {slots} slots over {} values a row", p.cols)));
+        }
+        if sel.range < slots as u64 * 4 {
+            return Err(VkError::OutOfRange(format!("{} bytes of expert ids for {slots} slots", sel.range)));
+        }
+        let push = GemvExpertPush { g: p, x_div }.bytes();
+        let g = |wgs: u32| {
+            let [x, y, _] = grid(wgs);
+            [x, y, slots]
+        };
+        match GemvTier::for_device(&self.gpu.info) {
+            GemvTier::Portable => self.run(&format!("gemv_x_{f}"), &[WG, 1], &[w, x, y, sel], &push, g(p.rows)),
+            GemvTier::Subgroup => {
+                let (wg, rows) = GemvTier::subgroup_shape(&self.gpu.info);
+                self.run(&format!("gemv_sg_x_{f}"), &[wg, 1, rows], &[w, x, y, sel], &push, g(p.rows.div_ceil(rows)))
+            }
+        }
+    }
+
+    /// Each of `rows` rows' chosen experts (shaders/ops/moe.comp ROUTE): the router's logits
+    /// (`router`: [n_expert][d] f32) of the row of `x` ([rows][d]), softmax, the top `k`,
+    /// renormalised; slot r * k + j (j in rank order) gets its expert id in `sel` and its
+    /// weight in `wt`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moe_route(&mut self, rows: u32, d: u32, n_expert: u32, k: u32, router: Bind<'_>, x: Bind<'_>, sel: Bind<'_>, wt: Bind<'_>) -> Result<(), VkError> {
+        if n_expert == 0 || n_expert > MOE_MAX_EXPERTS || k == 0 || k > MOE_MAX_USED || k > n_expert {
+            return Err(VkError::Unsupported(format!("routing {k} of {n_expert} experts (at most {MOE_MAX_USED} of {MOE_MAX_EXPERTS})")));
+        }
+        let slots = rows as u64 * k as u64 * 4;
+        if router.range < n_expert as u64 * d as u64 * 4 || x.range < rows as u64 * d as u64 * 4 || sel.range < slots || wt.range < slots {
+            return Err(VkError::OutOfRange(format!("router buffers for {rows} rows of {d}, {n_expert} experts, {k} a row")));
+        }
+        self.run("moe_route", &[], &[router, x, sel, wt], &MoePush { a: d, d: n_expert, k }.bytes(), grid(rows))
+    }
+
+    /// out[r] = the sum over j in rank order of wt[r * k + j] * y[r * k + j], rows of `d`
+    /// (shaders/ops/moe.comp COMBINE).
+    pub fn moe_combine(&mut self, rows: u32, d: u32, k: u32, wt: Bind<'_>, y: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
+        let count = rows * d;
+        if wt.range < (rows * k) as u64 * 4 || y.range < (count * k) as u64 * 4 || out.range < count as u64 * 4 {
+            return Err(VkError::OutOfRange(format!("expert sum buffers for {rows} rows of {d}, {k} experts a row")));
+        }
+        self.run("moe_combine", &[], &[wt, y, out], &MoePush { a: count, d, k }.bytes(), grid(count.div_ceil(64)))
+    }
+
     /// x[r] = embedding row of meta[r].token, for `rows` rows.
     pub fn embed(&mut self, ty: GgmlType, rows: u32, w: Bind<'_>, meta: Bind<'_>, x: Bind<'_>, p: EmbedPush) -> Result<(), VkError> {
         let f = format_name(ty).ok_or_else(|| VkError::Unsupported(format!("no embedding kernel for {ty}")))?;
@@ -493,22 +595,13 @@ impl<'a> Recorder<'a> {
         q256: Option<Bind<'_>>,
         p: NormPush,
     ) -> Result<(), VkError> {
-        self.norm_rounded(false, rows, [x, w, out], add, [q32, q256], p)
+        self.norm_rounded(rows, [x, w, out], add, [q32, q256], p)
     }
 
-    /// [`Recorder::rmsnorm`] that also writes `out` packed in 32-value blocks into `p32` (the
-    /// canonical product's input), bit for bit what [`Recorder::qpack`] over `out` would write
-    /// with `count` = rows * p.n, in the same dispatch.
-    #[allow(clippy::too_many_arguments)]
-    pub fn rmsnorm_p(&mut self, rows: u32, x: Bind<'_>, add: Option<Bind<'_>>, w: Bind<'_>, out: Bind<'_>, p32: Bind<'_>, p: NormPush) -> Result<(), VkError> {
-        self.norm_rounded(true, rows, [x, w, out], add, [Some(p32), None], p)
-    }
-
-    /// The norm with its output rounded (`packed` false: f32 values) or packed (true) through
-    /// the blocks of 32 and 256 asked for.
-    fn norm_rounded(&mut self, packed: bool, rows: u32, [x, w, out]: [Bind<'_>; 3], add: Option<Bind<'_>>, [q32, q256]: [Option<Bind<'_>>; 2], p: NormPush) -> Result<(), VkError> {
+    /// The norm with its output rounded through the blocks of 32 and 256 asked for.
+    fn norm_rounded(&mut self, rows: u32, [x, w, out]: [Bind<'_>; 3], add: Option<Bind<'_>>, [q32, q256]: [Option<Bind<'_>>; 2], p: NormPush) -> Result<(), VkError> {
         let base = if add.is_some() { "rmsnorm_add" } else { "rmsnorm" };
-        let name = format!("{base}_{}", if packed { "p" } else { "q" });
+        let name = format!("{base}_q");
         let a = add.unwrap_or(x);
         let mask = u32::from(q32.is_some()) | (u32::from(q256.is_some()) << 1);
         if p.n > NORM_MAX {
@@ -519,7 +612,7 @@ impl<'a> Recorder<'a> {
                 return Err(VkError::Unsupported(format!("rounding {} values a row in blocks of {b}", p.n)));
             }
         }
-        let push = if packed { NormPackPush { n: p.n, eps: p.eps, count: rows * p.n }.bytes() } else { p.bytes() };
+        let push = p.bytes();
         // An unused rounded output binds `out` (never written through that binding).
         self.run(&name, &[NORM_WG, mask], &[x, a, w, out, q32.unwrap_or(out), q256.unwrap_or(out)], &push, [rows, 1, 1])
     }
@@ -533,34 +626,41 @@ impl<'a> Recorder<'a> {
         self.run(if rmw { "grid_sync_rmw" } else { "grid_sync" }, &[], &[sync], &GridSyncPush { phases, wgs }.bytes(), [wgs, 1, 1])
     }
 
-    /// g <- silu(g) * u over `count` values.
-    pub fn swiglu(&mut self, count: u32, g: Bind<'_>, u: Bind<'_>) -> Result<(), VkError> {
-        self.run("swiglu", &[], &[g, u], &CountPush { count }.bytes(), grid(count.div_ceil(256)))
+    /// g <- act(g) * u over `count` values (silu: SwiGLU; tanh GELU: GeGLU).
+    pub fn swiglu(&mut self, act: FfnAct, count: u32, g: Bind<'_>, u: Bind<'_>) -> Result<(), VkError> {
+        self.run(act_name(act), &[], &[g, u], &CountPush { count }.bytes(), grid(count.div_ceil(256)))
     }
 
-    /// y = silu(g) * u rounded through 8-bit blocks of `block` values (32 or 256), `count`
+    /// y = act(g) * u rounded through 8-bit blocks of `block` values (32 or 256), `count`
     /// values: bit for bit [`Recorder::swiglu`] then [`Recorder::qact`], in one dispatch (g is
     /// left as it was).
-    pub fn swiglu_q(&mut self, block: u32, count: u32, g: Bind<'_>, u: Bind<'_>, y: Bind<'_>) -> Result<(), VkError> {
-        let name = match block {
-            32 => "swiglu_q32",
-            256 => "swiglu_q256",
-            _ => return Err(VkError::Unsupported(format!("activation blocks of {block}"))),
-        };
+    pub fn swiglu_q(&mut self, act: FfnAct, block: u32, count: u32, g: Bind<'_>, u: Bind<'_>, y: Bind<'_>) -> Result<(), VkError> {
+        if block != 32 && block != 256 {
+            return Err(VkError::Unsupported(format!("activation blocks of {block}")));
+        }
+        let name = format!("{}_q{block}", act_name(act));
         if !count.is_multiple_of(block) {
             return Err(VkError::Unsupported(format!("{count} activations in blocks of {block}")));
         }
-        self.run(name, &[], &[g, u, y], &CountPush { count }.bytes(), grid(count.div_ceil(2048)))
+        self.run(&name, &[], &[g, u, y], &CountPush { count }.bytes(), grid(count.div_ceil(2048)))
     }
 
-    /// silu(g) * u packed for the int8 dot GEMV (`layout.count` values into `out`): bit for bit
+    /// act(g) * u packed for the int8 dot GEMV (`layout.count` values into `out`): bit for bit
     /// [`Recorder::swiglu`] then [`Recorder::qpack`], in one dispatch (g is left as it was).
-    pub fn swiglu_p(&mut self, layout: QPack, g: Bind<'_>, u: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
-        let name = "swiglu_p32";
+    pub fn swiglu_p(&mut self, act: FfnAct, layout: QPack, g: Bind<'_>, u: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
+        let name = format!("{}_p32", act_name(act));
         if out.range < layout.bytes() {
             return Err(VkError::OutOfRange(format!("{} bytes for a packed layout of {}", out.range, layout.bytes())));
         }
-        self.run(name, &[], &[g, u, out], &CountPush { count: layout.count }.bytes(), grid(layout.count.div_ceil(2048)))
+        self.run(&name, &[], &[g, u, out], &CountPush { count: layout.count }.bytes(), grid(layout.count.div_ceil(2048)))
+    }
+
+    /// x <- cap * tanh(x / cap) over `count` values (final logit soft-capping).
+    pub fn softcap(&mut self, count: u32, cap: f32, x: Bind<'_>) -> Result<(), VkError> {
+        if !(cap > 0.0 && cap.is_finite()) {
+            return Err(VkError::Model(format!("a soft-cap of {cap}")));
+        }
+        self.run("softcap", &[], &[x], &SoftcapPush { count, cap }.bytes(), grid(count.div_ceil(256)))
     }
 
     /// Rope-and-store for `rows` rows (see shaders/ops/rope_store.comp).
@@ -655,7 +755,8 @@ impl<'a> Recorder<'a> {
                 if let Some(d) = done {
                     return merged(self, "c", 32, 1, out, d);
                 }
-                return self.run("attn_combine", &[WG], &[part, meta, out], &CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads: 1, count }.bytes(), [p.n_head, rows, 1]);
+                let cp = CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads: 1, count, key_window: p.key_window };
+                return self.run("attn_combine", &[WG], &[part, meta, out], &cp.bytes(), [p.n_head, rows, 1]);
             }
             Some(AttnRound::Rounded { block, y }) => {
                 if y.range < count as u64 * 4 {
@@ -676,7 +777,7 @@ impl<'a> Recorder<'a> {
             let form = if name == "attn_combine_p" { "cp" } else { "cq" };
             return merged(self, form, block, heads, y, d);
         }
-        let cp = CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads, count };
+        let cp = CombinePush { n_head: p.n_head, head_dim: p.head_dim, heads, count, key_window: p.key_window };
         self.run(name, &[WG, block], &[part, meta, out, y], &cp.bytes(), [p.n_head / heads, rows, 1])
     }
 

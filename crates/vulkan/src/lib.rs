@@ -12,6 +12,7 @@ pub mod attn_window;
 pub mod buffers;
 pub mod device;
 mod error;
+pub mod fault;
 pub mod gemm;
 pub mod home;
 pub mod kernels;
@@ -19,6 +20,7 @@ pub mod layout;
 pub mod mv;
 pub mod pipelines;
 
-pub use device::{probe, DeviceInfo, Gpu, GpuOptions};
+pub use device::{probe, DeviceInfo, Gpu, GpuOptions, FENCE_TIMEOUT_DEFAULT};
 pub use error::VkError;
+pub use fault::{Fault, FaultSwitch};
 pub use home::{UploadProgress, VulkanHome, VulkanOptions, WideMode};

@@ -23,7 +23,7 @@ use resin_core::canon::{Cut, BLOCK};
 use resin_gguf::GgmlType;
 
 use crate::device::DeviceInfo;
-use crate::kernels::{format_name, grid, CountPush, Push, Recorder};
+use crate::kernels::{format_name, grid, CountPush, NormPackPush, Push, Recorder};
 use crate::pipelines::Bind;
 use crate::VkError;
 
@@ -129,15 +129,6 @@ impl Push for MvPush {}
 
 /// Blocks a row [`Recorder::normpack`] takes at most (its shared memory).
 const NORMPACK_BLOCKS: usize = 512;
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct NormPackPush {
-    cols: u32,
-    eps: f32,
-    count: u32,
-}
-impl Push for NormPackPush {}
 
 /// How the integer dot products are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,8 +264,7 @@ impl MvSpec {
 /// Whether an `n`-row product over rows of `cols` values fits the device with its norm folded
 /// in (the rows quantized in shared memory) and, with `swiglu`, its SwiGLU epilogue.
 pub fn mv_fits(info: &DeviceInfo, n: u32, cols: u32, normed: bool, swiglu: bool) -> bool {
-    !(normed && n > 1)
-        && MvSpec::new(info, n, 0, cols, normed, swiglu).is_some_and(|s| s.shared_bytes() <= info.shared_memory as u64)
+    !(normed && n > 1) && MvSpec::new(info, n, 0, cols, normed, swiglu).is_some_and(|s| s.shared_bytes() <= info.shared_memory as u64)
 }
 
 impl Recorder<'_> {
@@ -296,7 +286,7 @@ impl Recorder<'_> {
         if rows * cols > layout.count || out.range < layout.bytes() || r.range < 4 * rows as u64 {
             return Err(VkError::OutOfRange(format!("{rows} rows of {cols}: {} packed values, {} bytes of r", layout.count, r.range)));
         }
-        let push = NormPackPush { cols, eps, count: layout.count };
+        let push = NormPackPush { n: cols, eps, count: layout.count };
         let name = if add.is_some() { "normpack_add" } else { "normpack" };
         self.run(name, &[cut.lanes as u32, cut.chunk_blocks as u32, cut.chunks as u32], &[x, add.unwrap_or(x), w, out, r], &push.bytes(), [rows, 1, 1])
     }

@@ -131,7 +131,7 @@ fn run_case(h: &mut Harness, what: &str, c: &Case, tiles: &[Option<WindowTile>],
         let mb = h.buf_bytes(&RowMeta::words(&s.meta));
         let qb = h.buf_f32(&s.q);
         let scale = 1.0 / (c.hd as f32).sqrt();
-        let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale };
+        let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale, key_window: 0 };
         let t0 = std::time::Instant::now();
         let (want, bar) = oracle(c, &s, scale, false);
         let t_oracle = t0.elapsed();
@@ -236,7 +236,7 @@ fn wrong_region_fails() {
     let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() };
     let (mk, mv) = (h.buf_bytes(&bytes(&s.kvals)), h.buf_bytes(&bytes(&s.vvals)));
     let qb = h.buf_f32(&s.q);
-    let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale };
+    let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale, key_window: 0 };
     let n = s.rows * s.q_dim;
     for bad in [false, true] {
         let mut meta = s.meta.clone();
@@ -284,7 +284,7 @@ fn coopmat_raw(h: &mut Harness, c: &Case, s: &Setup, meta: &[RowMeta], q: &[f32]
     let mb = h.buf_bytes(&RowMeta::words(meta));
     let qb = h.buf_f32(q);
     let scale = 1.0 / (c.hd as f32).sqrt();
-    let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale };
+    let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale, key_window: 0 };
     let n = meta.len() * s.q_dim;
     let ob = h.poisoned(n + TAIL);
     h.run(|rec| rec.attention_window_coopmat(meta.len() as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&ob).into(), p));

@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use resin_gguf::{formats, GgmlType};
+use resin_model::FfnAct;
 use resin_vulkan::buffers::{f32_bytes, Buffer, Location};
 use resin_vulkan::kernels::*;
 use resin_vulkan::pipelines::Bind;
@@ -189,8 +190,22 @@ fn embed_every_format() {
         let grb = wbytes.len() / vocab;
         let ((w0, rb), (w1, _)) = (h.weights(ty, cols, &wbytes[..20 * grb]), h.weights(ty, cols, &wbytes[20 * grb..]));
         h.run(|rec| {
-            rec.embed(ty, tokens.len() as u32, (&w0).into(), (&mbuf).into(), (&xbuf).into(), EmbedPush { cols: cols as u32, row_bytes: rb as u32, row_start: 0, part_rows: 20 })?;
-            rec.embed(ty, tokens.len() as u32, (&w1).into(), (&mbuf).into(), (&xbuf).into(), EmbedPush { cols: cols as u32, row_bytes: rb as u32, row_start: 20, part_rows: 20 })
+            rec.embed(
+                ty,
+                tokens.len() as u32,
+                (&w0).into(),
+                (&mbuf).into(),
+                (&xbuf).into(),
+                EmbedPush { cols: cols as u32, row_bytes: rb as u32, row_start: 0, part_rows: 20, scale: 1.0 },
+            )?;
+            rec.embed(
+                ty,
+                tokens.len() as u32,
+                (&w1).into(),
+                (&mbuf).into(),
+                (&xbuf).into(),
+                EmbedPush { cols: cols as u32, row_bytes: rb as u32, row_start: 20, part_rows: 20, scale: 1.0 },
+            )
         });
         let got = xbuf.read_f32(0, tokens.len() * cols).unwrap();
         let want: Vec<f64> = tokens.iter().flat_map(|&t| wq[t as usize * cols..(t as usize + 1) * cols].iter().map(|&v| v as f64)).collect();
@@ -314,51 +329,6 @@ fn rmsnorm_with_fused_rounding_equals_rmsnorm_then_qact() {
 }
 
 #[test]
-fn rmsnorm_with_fused_packing_equals_rmsnorm_then_qpack() {
-    // rmsnorm_p writes out and the canonical product's packed activations (quants, block
-    // scales, block sums over the pass's rows * n values) in one dispatch: every word must
-    // equal rmsnorm (+ fused add) followed by qpack over its output.
-    use resin_vulkan::mv::QPack;
-    let Some(mut h) = Harness::new() else { return };
-    // 9216: more chunks than the norm's 256 virtual threads.
-    for (rows, n) in [(3usize, 768usize), (2, 9216)] {
-        let count = (rows * n) as u32;
-        let mut rng = Rng(0xfa11);
-        let x0 = rng.vec(rows * n, 2.0);
-        let add = rng.vec(rows * n, 1.0);
-        let w = rng.vec(n, 1.5);
-        let p = NormPush { n: n as u32, eps: 1e-5 };
-        let (ab, wb) = (h.buf_f32(&add), h.buf_f32(&w));
-        let l = QPack::new(count).unwrap();
-        let words = l.words() as usize;
-        let rd = |b: &Buffer, n: usize| b.read_u32(0, n).unwrap();
-        for fused_add in [false, true] {
-            let (xr, outr, r32) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(words));
-            h.run(|rec| {
-                rec.rmsnorm(rows as u32, (&xr).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outr).into(), p)?;
-                rec.barrier();
-                rec.qpack(l, (&outr).into(), (&r32).into())
-            });
-            let (xf, outf, f32b) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(words));
-            h.run(|rec| rec.rmsnorm_p(rows as u32, (&xf).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outf).into(), (&f32b).into(), p));
-            let what = format!("rmsnorm_p add={fused_add}");
-            assert_eq!(rd(&xf, rows * n), rd(&xr, rows * n), "{what}: x");
-            assert_eq!(rd(&outf, rows * n), rd(&outr, rows * n), "{what}: out");
-            let (g, r) = (rd(&f32b, words), rd(&r32, words));
-            assert!(r.iter().all(|&v| v != POISON), "{what}: the reference left a word unwritten");
-            assert_eq!(g, r, "{what}: packed words");
-        }
-        // Control: packing the input instead of the norm's output gives other words.
-        let (xb, fb, pb) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(words));
-        let xr = h.buf_f32(&x0);
-        let pr = h.poisoned(words);
-        h.run(|rec| rec.rmsnorm_p(rows as u32, (&xb).into(), None, (&wb).into(), (&fb).into(), (&pb).into(), p));
-        h.run(|rec| rec.qpack(l, (&xr).into(), (&pr).into()));
-        assert_ne!(pb.read_u32(0, words).unwrap(), pr.read_u32(0, words).unwrap(), "control");
-    }
-}
-
-#[test]
 fn swiglu_matches() {
     // Bar: (32 + 4|g|) u |ref|: Vulkan's exp is within 3 + 2|x| ulp, then a division and a
     // product.
@@ -368,7 +338,7 @@ fn swiglu_matches() {
     let g = rng.vec(n, 8.0);
     let u = rng.vec(n, 2.0);
     let (gb, ub) = (h.buf_f32(&g), h.buf_f32(&u));
-    h.run(|rec| rec.swiglu(n as u32, (&gb).into(), (&ub).into()));
+    h.run(|rec| rec.swiglu(FfnAct::Silu, n as u32, (&gb).into(), (&ub).into()));
     let got = gb.read_f32(0, n).unwrap();
     let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &b)| a as f64 / (1.0 + (-(a as f64)).exp()) * b as f64).collect();
     let bar: Vec<f64> = want.iter().zip(&g).map(|(w, a)| (32.0 + 4.0 * a.abs() as f64) * U * w.abs() + 1e-30).collect();
@@ -380,8 +350,10 @@ fn swiglu_matches() {
 
 #[test]
 fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
-    // swiglu_q / swiglu_p round silu(g) * u in one dispatch: every value (word) must be
-    // bit-equal to swiglu followed by qact / qpack over its output, and g left as it was.
+    // swiglu_q / swiglu_p round act(g) * u in one dispatch: every value (word) must be
+    // bit-equal to swiglu followed by qact / qpack over its output, and g left as it was; for
+    // silu (SwiGLU) and tanh GELU (GeGLU) alike. Packed: blocks of 32 only (the canonical
+    // product's input).
     use resin_vulkan::mv::QPack;
     let Some(mut h) = Harness::new() else { return };
     // Not a multiple of a workgroup's 2048 values; one block of 256 with u = 0 (amax 0).
@@ -394,14 +366,13 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
     let ub = h.buf_f32(&u);
     let l = QPack::new(n as u32).unwrap();
     let w = l.words() as usize;
-    for block in [32u32, 256] {
-        // Packed: blocks of 32 only (the canonical product's input).
+    for (act, block) in [(FfnAct::Silu, 32u32), (FfnAct::Silu, 256), (FfnAct::GeluTanh, 32), (FfnAct::GeluTanh, 256)] {
         let pack = block == 32;
         // Reference: swiglu in place, then the rounding and the packing of its output.
         let gr = h.buf_f32(&g);
         let (rq, rp) = (h.poisoned(n), h.poisoned(w));
         h.run(|rec| {
-            rec.swiglu(n as u32, (&gr).into(), (&ub).into())?;
+            rec.swiglu(act, n as u32, (&gr).into(), (&ub).into())?;
             rec.barrier();
             rec.qact(block, n as u32, (&gr).into(), (&rq).into())?;
             if pack {
@@ -413,33 +384,81 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
         let gf = h.buf_f32(&g);
         let (fq, fp) = (h.poisoned(n), h.poisoned(w));
         h.run(|rec| {
-            rec.swiglu_q(block, n as u32, (&gf).into(), (&ub).into(), (&fq).into())?;
+            rec.swiglu_q(act, block, n as u32, (&gf).into(), (&ub).into(), (&fq).into())?;
             if pack {
-                rec.swiglu_p(l, (&gf).into(), (&ub).into(), (&fp).into())?;
+                rec.swiglu_p(act, l, (&gf).into(), (&ub).into(), (&fp).into())?;
             }
             Ok(())
         });
         let (want_q, want_p) = (bits(&rq, n), bits(&rp, w));
-        assert!(want_q.iter().all(|&v| v != POISON), "block {block}: the reference left a value unwritten");
-        assert!(!pack || want_p.iter().all(|&v| v != POISON), "block {block}: the reference left a word unwritten");
-        assert_eq!(bits(&fq, n), want_q, "block {block}: rounded values");
-        assert_eq!(bits(&fp, w), want_p, "block {block}: packed words");
-        assert_eq!(gf.read_f32(0, n).unwrap(), g, "block {block}: g was written");
+        assert!(want_q.iter().all(|&v| v != POISON), "{act:?} block {block}: the reference left a value unwritten");
+        assert!(!pack || want_p.iter().all(|&v| v != POISON), "{act:?} block {block}: the reference left a word unwritten");
+        assert_eq!(bits(&fq, n), want_q, "{act:?} block {block}: rounded values");
+        assert_eq!(bits(&fp, w), want_p, "{act:?} block {block}: packed words");
+        assert_eq!(gf.read_f32(0, n).unwrap(), g, "{act:?} block {block}: g was written");
         // Control: the same kernels with g and u swapped give other values and words.
         let (cq, cp) = (h.poisoned(n), h.poisoned(w));
         let gs = h.buf_f32(&g);
         h.run(|rec| {
-            rec.swiglu_q(block, n as u32, (&ub).into(), (&gs).into(), (&cq).into())?;
+            rec.swiglu_q(act, block, n as u32, (&ub).into(), (&gs).into(), (&cq).into())?;
             if pack {
-                rec.swiglu_p(l, (&ub).into(), (&gs).into(), (&cp).into())?;
+                rec.swiglu_p(act, l, (&ub).into(), (&gs).into(), (&cp).into())?;
             }
             Ok(())
         });
-        assert_ne!(bits(&cq, n), want_q, "block {block}: control (rounded)");
+        assert_ne!(bits(&cq, n), want_q, "{act:?} block {block}: control (rounded)");
         if pack {
-            assert_ne!(bits(&cp, w), want_p, "block {block}: control (packed)");
+            assert_ne!(bits(&cp, w), want_p, "{act:?} block {block}: control (packed)");
         }
     }
+}
+
+/// GeGLU's product: gelu_tanh(g) * u against f64, within the float error of its exp, tanh
+/// written through exp, and three products; saturation at large |g| (no NaN). Control: SiLU's
+/// product fails the bar.
+#[test]
+fn geglu_matches() {
+    let Some(mut h) = Harness::new() else { return };
+    let n = 3000usize;
+    let mut rng = Rng(11);
+    let mut g = rng.vec(n, 8.0);
+    g[0] = 200.0;
+    g[1] = -200.0;
+    let u = rng.vec(n, 2.0);
+    let (gb, ub) = (h.buf_f32(&g), h.buf_f32(&u));
+    h.run(|rec| rec.swiglu(FfnAct::GeluTanh, n as u32, (&gb).into(), (&ub).into()));
+    let got = gb.read_f32(0, n).unwrap();
+    let gelu = |x: f64| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh());
+    let want: Vec<f64> = g.iter().zip(&u).map(|(&a, &b)| gelu(a as f64) * b as f64).collect();
+    // The tanh's rounding near v = 0 lands on 0.5 x, so the bar is relative to |x u| too.
+    let bar: Vec<f64> = want.iter().zip(g.iter().zip(&u)).map(|(w, (a, b))| (64.0 + 8.0 * a.abs() as f64) * U * (w.abs() + (a * b).abs() as f64) + 1e-30).collect();
+    assert!(got.iter().all(|v| v.is_finite()), "GeGLU gave a non-finite value");
+    check("geglu", &got, &want, &bar).unwrap();
+    let silu: Vec<f64> = g.iter().zip(&u).map(|(&a, &b)| a as f64 / (1.0 + (-(a as f64)).exp()) * b as f64).collect();
+    assert!(check("control", &got, &silu, &bar).is_err());
+}
+
+/// Soft-capping: cap * tanh(x / cap) against f64, saturating at large |x|. Control: the
+/// uncapped values fail (the values reach 60, twice the cap).
+#[test]
+fn softcap_matches() {
+    let Some(mut h) = Harness::new() else { return };
+    let n = 5000usize;
+    let mut rng = Rng(12);
+    let mut x = rng.vec(n, 60.0);
+    x[0] = 1e6;
+    x[1] = -1e6;
+    let cap = 30.0f32;
+    let xb = h.buf_f32(&x);
+    h.run(|rec| rec.softcap(n as u32, cap, (&xb).into()));
+    let got = xb.read_f32(0, n).unwrap();
+    let want: Vec<f64> = x.iter().map(|&v| cap as f64 * (v as f64 / cap as f64).tanh()).collect();
+    // tanh written through exp is 1 - 2 / (exp(2v) + 1): near v = 0 the subtraction leaves a
+    // few ulps of 1, an absolute error of a few U * cap, beside the relative one.
+    let bar: Vec<f64> = want.iter().zip(&x).map(|(w, v)| (64.0 + 4.0 * (v / cap).abs() as f64) * U * (w.abs() + v.abs() as f64) + 64.0 * U * cap as f64).collect();
+    check("softcap", &got, &want, &bar).unwrap();
+    let raw: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    assert!(check("control", &got, &raw, &bar).is_err());
 }
 
 /// The argmax and the log-sum-exp of each row: ties to the lower index, NaN ignored, -inf
@@ -821,7 +840,7 @@ fn decode_attention_case(h: &mut Harness, n_head: usize, n_head_kv: usize, hd: u
             let part = h.poisoned(attn_part_len(n, n_head, hd, ATTN_SLOTS as usize));
             let ob = h.poisoned(n * q_dim);
             let done = h.buf_f32(&vec![0.0; n * n_head]);
-            let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale };
+            let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale, key_window: 0 };
             h.run(|rec| {
                 if !merge {
                     return rec.attention(
@@ -912,7 +931,7 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
         let (mk, mv) = (h.buf_bytes(&f16s(rng.vec(elems, 2.0))), h.buf_bytes(&f16s(rng.vec(elems, 2.0))));
         let meta: Vec<RowMeta> = rr.iter().map(|&(keys, reg)| RowMeta { token: 0, pos: keys as u32 - 1, kv_base: (reg * n_ctx * kv_dim) as u32, keys: keys as u32 }).collect();
         let (mb, qb) = (h.buf_bytes(&RowMeta::words(&meta)), h.buf_f32(&rng.vec(count, 1.0)));
-        let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: 4, scale: 0.125 };
+        let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: 4, scale: 0.125, key_window: 0 };
         let part = h.poisoned(attn_part_len(rows, n_head, hd, ATTN_SLOTS as usize));
         let bits = |b: &Buffer, k: usize| b.read_u32(0, k).unwrap();
         // Reference: the plain combine, then the separate rounding and packing of each block size.
@@ -1034,8 +1053,8 @@ fn activation_rounding_matches_the_cpu_blocks() {
 }
 
 /// The fixed cost of a dispatch and a barrier against a norm's: 200 of each chained by
-/// barriers in one submission (a swiglu of 64 values, a 2048-value norm with its residual add
-/// and packing, a qpack of 2048 values), timed on the host. For the per-stage profile's small
+/// barriers in one submission (a swiglu of 64 values, a 2048-value canonical norm with its
+/// residual add, a plain norm, a qpack of 2048 values), timed on the host. For the per-stage profile's small
 /// stages. `cargo test --release --test kernels -- --ignored --nocapture dispatch_floor`.
 #[test]
 #[ignore]
@@ -1045,15 +1064,15 @@ fn dispatch_floor() {
     let n = 2048usize;
     let mut rng = Rng(5);
     let (x, a, w) = (h.buf_f32(&rng.vec(n, 1.0)), h.buf_f32(&rng.vec(n, 1.0)), h.buf_f32(&rng.vec(n, 1.0)));
-    let (o, p) = (h.poisoned(n), h.poisoned(2 * n));
+    let (o, p, r) = (h.poisoned(n), h.poisoned(2 * n), h.poisoned(1));
     let g = h.buf_f32(&rng.vec(64, 1.0));
     let layout = QPack::new(n as u32).unwrap();
     let reps = 200;
     let mut time = |name: &str, f: &mut dyn FnMut(&mut resin_vulkan::kernels::Recorder<'_>) -> Result<(), resin_vulkan::VkError>| {
         eprintln!("{name}: {:.2} us a dispatch and barrier", h.time_chained(reps, f));
     };
-    time("swiglu of 64 values", &mut |rec| rec.swiglu(64, (&g).into(), (&g).into()));
-    time("rmsnorm_add_p of 2048", &mut |rec| rec.rmsnorm_p(1, (&x).into(), Some((&a).into()), (&w).into(), (&o).into(), (&p).into(), NormPush { n: n as u32, eps: 1e-5 }));
+    time("swiglu of 64 values", &mut |rec| rec.swiglu(FfnAct::Silu, 64, (&g).into(), (&g).into()));
+    time("normpack_add of 2048", &mut |rec| rec.normpack(1, n as u32, 1e-5, (&x).into(), Some((&a).into()), (&w).into(), layout, (&p).into(), (&r).into()));
     time("rmsnorm of 2048", &mut |rec| rec.rmsnorm(1, (&x).into(), None, (&w).into(), (&o).into(), NormPush { n: n as u32, eps: 1e-5 }));
     time("qpack of 2048", &mut |rec| rec.qpack(layout, (&x).into(), (&p).into()));
 }
@@ -1088,7 +1107,7 @@ fn grid_sync_floor() {
         }
     }
     let g = h.buf_f32(&vec![0.5f32; 64]);
-    eprintln!("for comparison, swiglu of 64 values: {:.2} us a dispatch and barrier", h.time_chained(phases, &mut |rec| rec.swiglu(64, (&g).into(), (&g).into())));
+    eprintln!("for comparison, swiglu of 64 values: {:.2} us a dispatch and barrier", h.time_chained(phases, &mut |rec| rec.swiglu(FfnAct::Silu, 64, (&g).into(), (&g).into())));
 }
 
 /// The merged decode attention that ropes and stores its rows' q, k and v itself (attn.comp
@@ -1134,7 +1153,7 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
             let part = h.poisoned(attn_part_len(rows, n_head, hd, ATTN_SLOTS as usize));
             let ob = h.poisoned(rows * q_dim);
             let done = h.buf_f32(&vec![0.0; rows * n_head]);
-            let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale };
+            let p = AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale, key_window: 0 };
             let binds = AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() };
             h.run(|rec| {
                 if own {

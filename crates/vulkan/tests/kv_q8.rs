@@ -241,7 +241,7 @@ fn attention_over_a_q8_mirror_matches_the_oracle_over_its_dequantized_values() {
         let (mk8, mv8) = (h.buf_bytes(&kb8), h.buf_bytes(&vb8));
         let (mk32, mv32) = (h.buf_f32(&kd), h.buf_f32(&vd));
         let scale = 1.0 / (hd as f32).sqrt();
-        let p = |pieces: u32| AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale };
+        let p = |pieces: u32| AttnPush { n_head: n_head as u32, n_head_kv: n_head_kv as u32, head_dim: hd as u32, n_pieces: pieces, scale, key_window: 0 };
         // Decode: rows (keys, region).
         let rr = [(1usize, 0usize), (300, 1), (77, 0), (129, 1), (64, 0)];
         let meta: Vec<RowMeta> = rr.iter().map(|&(keys, reg)| RowMeta { token: 0, pos: keys as u32 - 1, kv_base: (reg * n_ctx * kv_dim) as u32, keys: keys as u32 }).collect();
@@ -305,7 +305,7 @@ fn attention_over_a_q8_mirror_matches_the_oracle_over_its_dequantized_values() {
 fn q8_mirror_head_dims_not_a_multiple_of_32_are_refused() {
     let Some(mut h) = Harness::new() else { return };
     let b = h.poisoned(64);
-    let p = AttnPush { n_head: 1, n_head_kv: 1, head_dim: 48, n_pieces: 1, scale: 1.0 };
+    let p = AttnPush { n_head: 1, n_head_kv: 1, head_dim: 48, n_pieces: 1, scale: 1.0, key_window: 0 };
     let gpu = h.gpu.clone();
     let mut res = Ok(());
     resin_vulkan::buffers::submit_once(&gpu, |cmd| {

@@ -269,7 +269,9 @@ fn mv_swiglu_packs_the_ffn_product() {
         let (d_off, s_off) = (layout.d_off() as usize, layout.s_off() as usize);
         let (d1, s1) = (one_layout.d_off() as usize, one_layout.s_off() as usize);
         for (c, one) in ones.iter().enumerate() {
-            let same = one[..qw] == all[c * qw..(c + 1) * qw] && one[d1..d1 + nbk] == all[d_off + c * nbk..d_off + (c + 1) * nbk] && one[s1..s1 + nbk] == all[s_off + c * nbk..s_off + (c + 1) * nbk];
+            let same = one[..qw] == all[c * qw..(c + 1) * qw]
+                && one[d1..d1 + nbk] == all[d_off + c * nbk..d_off + (c + 1) * nbk]
+                && one[s1..s1 + nbk] == all[s_off + c * nbk..s_off + (c + 1) * nbk];
             assert!(same, "{ty} row {c}: normpack and an 8-row product differ from the row folded alone");
         }
         for c in 0..8 {
@@ -377,9 +379,16 @@ fn mv_speed() {
         return;
     }
     let reps = 100u32;
-    for (ty, rows, cols) in
-        [(GgmlType::Q8_0, 32768usize, 4096usize), (GgmlType::Q8_0, 8192, 2048), (GgmlType::Q8_0, 2048, 8192), (GgmlType::Q4_K, 32768, 8192), (GgmlType::Q6_K, 32768, 8192), (GgmlType::Q4_K, 8192, 3072), (GgmlType::Q4_K, 3072, 8192), (GgmlType::Q6_K, 3072, 8192)]
-    {
+    for (ty, rows, cols) in [
+        (GgmlType::Q8_0, 32768usize, 4096usize),
+        (GgmlType::Q8_0, 8192, 2048),
+        (GgmlType::Q8_0, 2048, 8192),
+        (GgmlType::Q4_K, 32768, 8192),
+        (GgmlType::Q6_K, 32768, 8192),
+        (GgmlType::Q4_K, 8192, 3072),
+        (GgmlType::Q4_K, 3072, 8192),
+        (GgmlType::Q6_K, 3072, 8192),
+    ] {
         let bb = ty.block_bytes();
         let gguf_row = cols / ty.block_len() * bb;
         let mut rng = Rng(9);

@@ -5,6 +5,11 @@
 //! - two sessions' prompts in one window give the logits each gives alone, and one window
 //!   fewer runs;
 //! - a 1..8-row continuation through the token command (the peel) equals the window chain's.
+//!
+//! Their subject is the home's machinery, not the model's depth: they run on SmolLM2 cut to
+//! its first four blocks (real weights and vocabulary, an eighth of the layers' work on
+//! lavapipe). Against the CPU home they compare logits within a bar, each with a control;
+//! greedy ids equal to the CPU home's over whole models are tests/parity.rs's.
 
 mod common;
 
@@ -18,9 +23,11 @@ use resin_model::Tokenizer;
 use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
 
 const MODEL: &str = "smollm2-135m";
+/// Blocks of MODEL the tests run on.
+const BLOCKS: usize = 4;
 
 fn model() -> Model {
-    common::model(MODEL)
+    common::model_cut(MODEL, BLOCKS)
 }
 
 fn vulkan(m: &Model, n_ctx: usize, regions: usize) -> Option<(VulkanHome, Arc<Counters>)> {
@@ -60,6 +67,12 @@ fn counting(tok: &Tokenizer, n: usize) -> Vec<u32> {
 /// (crates/cpu/tests/reference.rs). The bar is 6e-2; the greedy id must agree as well.
 const CPU_BAR: f64 = 6e-2;
 
+/// Relative L2 bar of a wide or N-row step's logits against the CPU home's after short
+/// prompts: the token command (groups of 8 rows) sat up to 7e-2 from the CPU home's AVX-512
+/// kernels on the whole model, 0.111 from its AVX2 ones (8-bit activation roundings flipping
+/// in another summation order); wide logits are a few 1e-2 from it the same way.
+const WIDE_BAR: f64 = 0.1;
+
 #[test]
 fn a_600_token_prompt_runs_as_two_windows_then_decodes_as_the_cpu_home() {
     let m = model();
@@ -78,18 +91,16 @@ fn a_600_token_prompt_runs_as_two_windows_then_decodes_as_the_cpu_home() {
     let mut c2 = cpu(&m, 1024, 1);
     let lo = c2.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &prompt[..599] }]).unwrap();
     assert!(rel_l2(lv.row(0), lo.row(0)) >= CPU_BAR, "control: another prompt's logits must fail the bar");
-    // Then 8 greedy steps on each home: the same ids.
-    let (mut tv, mut tc) = (argmax(lv.row(0)), argmax(lc.row(0)));
-    let (mut ids_v, mut ids_c) = (vec![tv], vec![tc]);
+    // Then 8 steps on each home, both fed the CPU home's greedy ids: each step's logits
+    // within the bar.
+    let mut token = argmax(lc.row(0));
     for i in 0..8u32 {
-        let pos = 600 + i;
-        tv = argmax(vk.step_logits(&[Row { region: RegionId(0), token: tv, pos }]).unwrap().row(0));
-        tc = argmax(c.step_logits(&[Row { region: RegionId(0), token: tc, pos }]).unwrap().row(0));
-        ids_v.push(tv);
-        ids_c.push(tc);
+        let row = [Row { region: RegionId(0), token, pos: 600 + i }];
+        let (sv, sc) = (vk.step_logits(&row).unwrap(), c.step_logits(&row).unwrap());
+        let e = rel_l2(sv.row(0), sc.row(0));
+        assert!(e < CPU_BAR, "step {i} after 600 tokens: relative L2 {e} against the CPU home");
+        token = argmax(sc.row(0));
     }
-    eprintln!("after 600 tokens: vulkan {ids_v:?} cpu {ids_c:?}");
-    assert_eq!(ids_v, ids_c);
 }
 
 #[test]
@@ -125,14 +136,16 @@ fn two_sessions_in_one_window_equal_each_alone_and_save_a_window() {
         let e = rel_l2(both.row(i), lc.row(i));
         eprintln!("segment {i}: relative L2 {e:.2e} against the CPU home");
         assert!(e < CPU_BAR, "segment {i}: {e} against the CPU home");
-        assert_eq!(argmax(both.row(i)), argmax(lc.row(i)), "segment {i}: greedy id");
     }
-    // Then one 2-row step continues both sessions from their own positions.
-    let rows = [Row { region: RegionId(0), token: argmax(both.row(0)), pos: 200 }, Row { region: RegionId(1), token: argmax(both.row(1)), pos: 250 }];
+    // Then one 2-row step continues both sessions from their own positions (a row against the
+    // other session's CPU logits is the control).
+    let rows = [Row { region: RegionId(0), token: argmax(lc.row(0)), pos: 200 }, Row { region: RegionId(1), token: argmax(lc.row(1)), pos: 250 }];
     let sv = together.step_logits(&rows).unwrap();
     let sc = c.step_logits(&rows).unwrap();
     for i in 0..2 {
-        assert_eq!(argmax(sv.row(i)), argmax(sc.row(i)), "step after the segmented window, row {i}");
+        let e = rel_l2(sv.row(i), sc.row(i));
+        assert!(e < CPU_BAR, "step after the segmented window, row {i}: {e} against the CPU home");
+        assert!(rel_l2(sv.row(i), sc.row(1 - i)) >= CPU_BAR, "control: row {i} against the other session's");
     }
 }
 
@@ -233,7 +246,6 @@ fn a_region_saved_to_host_and_loaded_into_another_continues_the_same() {
     let e = rel_l2(a.row(0), lc.row(0));
     eprintln!("CPU step on the Vulkan snapshot: relative L2 {e:.2e}");
     assert!(e < SNAPSHOT_BAR, "the CPU home on the Vulkan home's snapshot: {e}");
-    assert_eq!(argmax(a.row(0)), argmax(lc.row(0)));
     let lz = c.step_logits(&[row(1)]).unwrap();
     let control = rel_l2(a.row(0), lz.row(0));
     eprintln!("control, the CPU home without the snapshot: relative L2 {control:.2e}");
@@ -374,7 +386,8 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     // with named rows) of 3 N-row commands each, no wide pass.
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!((count(&counters.grouped_steps), count(&counters.nrow_steps), count(&counters.wide_steps)), (4, 12, 0));
-    // Ten rows of one region (a continuation): one pass, the CPU home's greedy ids.
+    // Ten rows of one region (a continuation): one pass, each row within the bar of the CPU
+    // home's (the next row's, another token, is the control).
     let tail = counting(&m.tok, 20);
     let cont: Vec<Row> = (0..10).map(|k| Row { region: RegionId(0), token: tail[10 + k], pos: (lens[0] + 1 + k) as u32 }).collect();
     let one = vk.step_logits(&cont).unwrap();
@@ -382,14 +395,18 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     c.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &prompt[..lens[0] + 1] }]).unwrap();
     let lc = c.step_logits(&cont).unwrap();
     for k in 0..10 {
-        assert_eq!(argmax(one.row(k)), argmax(lc.row(k)), "continuation row {k}: greedy id");
+        let e = rel_l2(one.row(k), lc.row(k));
+        assert!(e < WIDE_BAR, "continuation row {k}: relative L2 {e} against the CPU home");
+        if k < 9 {
+            assert!(rel_l2(one.row(k), lc.row(k + 1)) >= WIDE_BAR, "control: row {k} against row {}", k + 1);
+        }
     }
     assert_eq!(count(&counters.wide_steps), 1, "rows sharing a region take one wide pass");
 }
 
 /// `WideMode::Fast` (`--wide-steps fast`): a step under FAST_GEMM_MIN_ROWS rows runs in lanes
 /// (a grouped step, each row its N-row command's bits: equal to the row alone), one from there
-/// as one GEMM pass (a wide step); the greedy ids of both are the CPU home's.
+/// as one GEMM pass (a wide step), each row within the bar of the CPU home's.
 #[test]
 fn fast_wide_steps_take_lanes_below_forty_rows_and_one_pass_from_there() {
     const N: usize = resin_vulkan::home::FAST_GEMM_MIN_ROWS;
@@ -412,13 +429,14 @@ fn fast_wide_steps_take_lanes_below_forty_rows_and_one_pass_from_there() {
         assert!(bits_equal(few.row(i), alone.row(0)), "row {i} of 12: a lane's row differs from the row alone");
     }
     // 40 rows: one pass (a wide step, no group).
-    let ids = vk.step_ids(&rows).unwrap();
+    let wide = vk.step_logits(&rows).unwrap();
     assert_eq!((count(&counters.grouped_steps), count(&counters.wide_steps)), (1, 1));
-    for (i, &id) in ids.iter().enumerate() {
-        assert_eq!(id, argmax(lc.row(i)), "row {i}: greedy id against the CPU home");
+    for i in 0..N {
+        let e = rel_l2(wide.row(i), lc.row(i));
+        assert!(e < WIDE_BAR, "row {i}: relative L2 {e} against the CPU home");
     }
-    // Control: the rows' ids are not all one token (different contexts).
-    assert!(ids.iter().any(|&t| t != ids[0]));
+    // Control: a row against another row's CPU logits fails the bar.
+    assert!(rel_l2(wide.row(0), lc.row(1)) >= WIDE_BAR);
 }
 
 /// A wide step (more than NROW_MAX rows, one pass through the window's matrix kernels and the
@@ -441,13 +459,8 @@ fn a_wide_step_matches_the_cpu_home_and_each_row_is_independent_of_the_others() 
     let wide = vk.step_logits(&rows).unwrap();
     let lc = c.step_logits(&rows).unwrap();
     assert_eq!(wide.rows(), N);
-    // Bar: after these short prompts the token command itself (groups of 8 rows) sits up to
-    // 7e-2 from the CPU home on some rows with its AVX-512 kernels, 0.111 with its AVX2 ones
-    // (an AMD EPYC: 8-bit activation roundings flipping in another summation order; wide
-    // logits are a few 1e-2 from it the same way). So: each row's greedy id equal, each row
-    // within WIDE_BAR or, where the token command's own row is farther, 1.5 times that, and
-    // the median row within CPU_BAR.
-    const WIDE_BAR: f64 = 0.1;
+    // Each row within WIDE_BAR or, where the token command's own row is farther, 1.5 times
+    // that, and the median row within CPU_BAR.
     let mut by8 = Vec::new();
     for g in rows.chunks(8) {
         let l = vk.step_logits(g).unwrap();
@@ -458,7 +471,6 @@ fn a_wide_step_matches_the_cpu_home_and_each_row_is_independent_of_the_others() 
         let (e, e8) = (rel_l2(wide.row(i), lc.row(i)), rel_l2(alone8, lc.row(i)));
         eprintln!("row {i}: relative L2 against the CPU home: wide {e:.2e}, token command {e8:.2e}");
         assert!(e < WIDE_BAR.max(1.5 * e8), "wide row {i}: relative L2 {e} against the CPU home (the token command's {e8})");
-        assert_eq!(argmax(wide.row(i)), argmax(lc.row(i)), "wide row {i}: greedy id");
         errs.push(e);
     }
     errs.sort_by(f64::total_cmp);

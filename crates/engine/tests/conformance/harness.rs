@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 
 use resin_core::{Counters, Home, HomeSpec, KvCodec, Logits, Need, RegionId, Row, Segment, StepOut};
 use resin_cpu::{CpuHome, CpuOptions};
@@ -23,10 +23,12 @@ pub enum Kind {
 
 /// Positions per region of the suite's homes.
 pub const N_CTX: usize = 256;
+/// Blocks of SmolLM2-135M the suite runs on.
+const BLOCKS: usize = 4;
 /// Tokens each stream generates (greedy, no stop ids: every run has this length).
 pub const TOKENS: usize = 8;
 
-/// One scenario's homes: its kind, the model (SmolLM2-135M) and, for the Vulkan home, the
+/// One scenario's homes: its kind, the model (SmolLM2-135M's first BLOCKS blocks) and, for the Vulkan home, the
 /// scenario's device. The homes a scenario builds on the device take turns: one is dropped
 /// before the next is built (two homes' threads would submit to the same queue), which
 /// `home` checks.
@@ -58,7 +60,7 @@ impl Suite {
                 }
             },
         };
-        let path = resin_hub::ensure("smollm2-135m", false).expect("fetching SmolLM2-135M");
+        let path = resin_hub::ensure_first_blocks("smollm2-135m", BLOCKS, false).expect("fetching and cutting SmolLM2-135M");
         let file = Arc::new(GgufFile::open(path).unwrap());
         let cfg = ModelConfig::from_gguf(&file).unwrap();
         let tok = Arc::new(Tokenizer::from_gguf(&file).unwrap());
@@ -187,6 +189,64 @@ impl Home for Capped {
     }
     fn step(&mut self, rows: &[Row], needs: &[Need]) -> resin_core::Result<StepOut> {
         resin_core::check_step(&self.spec, rows, needs)?;
+        self.home.step(rows, needs)
+    }
+    fn counters(&self) -> &Arc<Counters> {
+        self.home.counters()
+    }
+    fn save_region(&mut self, region: RegionId, rows: usize) -> resin_core::Result<Vec<u8>> {
+        self.home.save_region(region, rows)
+    }
+    fn load_region(&mut self, region: RegionId, rows: usize, snapshot: &[u8]) -> resin_core::Result<()> {
+        self.home.load_region(region, rows, snapshot)
+    }
+}
+
+/// A home whose first call waits until the test opens the gate: requests submitted while it
+/// waits are all in the engine's queue at its next tick (they arrive together). It logs the
+/// engine's calls: ("prefill", segments) and ("step", rows).
+pub struct Gated {
+    home: Box<dyn Home>,
+    gate: Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>,
+    calls: Arc<Mutex<Vec<(&'static str, usize)>>>,
+}
+
+/// What `Gated::new` gives the test: the home, a receiver told when the first call has come
+/// in, the sender that opens the gate, and the log of calls.
+pub type GatedParts = (Gated, mpsc::Receiver<()>, mpsc::Sender<()>, Arc<Mutex<Vec<(&'static str, usize)>>>);
+
+impl Gated {
+    pub fn new(home: Box<dyn Home>) -> GatedParts {
+        let (entered_tx, entered_rx) = mpsc::channel();
+        let (open_tx, open_rx) = mpsc::channel();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        (Gated { home, gate: Some((entered_tx, open_rx)), calls: calls.clone() }, entered_rx, open_tx, calls)
+    }
+
+    fn log(&self, call: &'static str, n: usize) {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).push((call, n));
+    }
+
+    fn wait(&mut self) {
+        if let Some((entered, open)) = self.gate.take() {
+            entered.send(()).expect("the test waits for the first call");
+            open.recv().expect("the test opens the gate");
+        }
+    }
+}
+
+impl Home for Gated {
+    fn spec(&self) -> &HomeSpec {
+        self.home.spec()
+    }
+    fn prefill(&mut self, segments: &[Segment<'_>]) -> resin_core::Result<Logits> {
+        self.wait();
+        self.log("prefill", segments.len());
+        self.home.prefill(segments)
+    }
+    fn step(&mut self, rows: &[Row], needs: &[Need]) -> resin_core::Result<StepOut> {
+        self.wait();
+        self.log("step", rows.len());
         self.home.step(rows, needs)
     }
     fn counters(&self) -> &Arc<Counters> {

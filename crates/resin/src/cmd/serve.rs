@@ -63,6 +63,10 @@ pub struct ServeArgs {
     /// full) before the connection is closed and the generation cancelled (0: no limit).
     #[arg(long, default_value_t = 60.0, env = "RESIN_STALL_TIMEOUT")]
     pub stall_timeout: f64,
+    /// Responses the Responses API keeps for `previous_response_id` and `GET /v1/responses/{id}`
+    /// (the oldest is dropped past it; 0 keeps none).
+    #[arg(long, default_value_t = 256, env = "RESIN_MAX_STORED_RESPONSES")]
+    pub max_stored_responses: usize,
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
@@ -96,6 +100,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         cors_origins: args.cors_origins,
         shutdown_grace,
         stall_timeout,
+        max_stored_responses: args.max_stored_responses,
         ..ServerConfig::default()
     };
     let model = ModelInfo { id, tokenizer: loaded.tokenizer, template: loaded.template };

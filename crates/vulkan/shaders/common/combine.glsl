@@ -44,7 +44,8 @@ void combine(uint r, uint grp, uint t) {
     uint hd = p.head_dim;
     uint h0 = grp * p.heads;
     uint keys = meta[r * META_WORDS + META_KEYS];
-    uint npc = (keys + attn_piece_keys(keys) - 1u) / attn_piece_keys(keys);
+    uint kspan = keys - attn_first_key(keys, p.key_window);
+    uint npc = (kspan + attn_piece_keys(kspan) - 1u) / attn_piece_keys(kspan);
     uint first0 = (r * p.n_head + h0) * ATTN_SLOTS;
     for (uint e = t; e < p.heads * ATTN_SLOTS; e += WG) {
         uint i = e % ATTN_SLOTS;

@@ -16,4 +16,10 @@
 uint attn_piece_keys(uint keys) {
     return ATTN_CHUNK * ((keys + ATTN_CHUNK * ATTN_SLOTS - 1u) / (ATTN_CHUNK * ATTN_SLOTS));
 }
+
+// The first key a row of `keys` keys attends to: on a sliding-window layer (gemma3) only its
+// last `key_window` keys, its own included (0: every key). Its keys are then first..keys.
+uint attn_first_key(uint keys, uint key_window) {
+    return key_window == 0u || keys <= key_window ? 0u : keys - key_window;
+}
 #endif

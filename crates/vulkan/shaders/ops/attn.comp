@@ -1,5 +1,6 @@
-// Decode attention, split over keys: a row's keys 0..keys(row) of its region are cut into
-// pieces of attn_piece_keys(keys) keys (meta.glsl: at least one chunk, at most ATTN_SLOTS
+// Decode attention, split over keys: a row's keys first..keys(row) of its region (first 0, or
+// the start of its sliding window: meta.glsl attn_first_key) are cut into pieces of
+// attn_piece_keys(keys - first) keys (meta.glsl: at least one chunk, at most ATTN_SLOTS
 // pieces, from the key count alone), so a piece beyond the keys costs nothing and a row's
 // result is the same whatever rows and n_pieces the command has. Workgroup (head, slot, row)
 // takes pieces slot, slot + n_pieces, ... and writes each one's partial: the running max m,
@@ -80,6 +81,7 @@ layout(push_constant) uniform Push {
     uint head_dim;
     uint n_pieces;
     float scale;
+    uint key_window;   // a sliding-window layer's keys a row (0: all)
 #ifdef COMBINE
     uint heads;   // heads a merge (1 without QACT)
     uint count;   // values of the pass (rows * n_head * head_dim): the packed layout's offsets
@@ -234,9 +236,10 @@ void main() {
     uint kv_dim = p.n_head_kv * hd;
     uint g = h / (p.n_head / p.n_head_kv);
     uint keys = meta[r * META_WORDS + META_KEYS];
+    uint first = attn_first_key(keys, p.key_window);
     uint base = meta[r * META_WORDS + META_KV_BASE] + g * hd;
-    uint per = attn_piece_keys(keys);
-    uint npc = (keys + per - 1u) / per;
+    uint per = attn_piece_keys(keys - first);
+    uint npc = (keys - first + per - 1u) / per;
     // The whole workgroup leaves together, before any barrier.
     if (slot >= npc) return;
 
@@ -327,7 +330,7 @@ void main() {
 #endif
 
     for (uint pc = slot; pc < npc; pc += p.n_pieces) {
-        uint k0 = pc * per;
+        uint k0 = first + pc * per;
         uint k1 = min(k0 + per, keys);
         float m = -1.0 / 0.0;
         float l = 0.0;

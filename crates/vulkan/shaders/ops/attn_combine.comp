@@ -21,6 +21,7 @@ layout(push_constant) uniform Push {
     uint head_dim;
     uint heads;   // heads a workgroup (1 without QACT)
     uint count;   // values of the pass (rows * n_head * head_dim): the packed layout's offsets
+    uint key_window;   // a sliding-window layer's keys a row (0: all), as the attention's
 } p;
 
 #include "meta.glsl"

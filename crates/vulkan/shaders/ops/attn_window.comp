@@ -2,10 +2,11 @@
 // walks the keys in tiles of BC, each K and V tile loaded into shared memory once and used by
 // every row of the tile; online softmax per row (running max m, sum l, f32 accumulators), the
 // causal mask by each row's key count (meta keys: row r attends to keys 0..keys(r) of its
-// region). Rows of one tile may lie in different regions (a segment boundary inside the tile):
-// the tile takes its distinct kv_base values one after another ("groups"), each group walking
-// the keys of its region up to its rows' largest key count, the other rows masked. Output as
-// attn + attn_combine write it: out[(r * n_head + h) * head_dim + d].
+// region, or on a sliding-window layer only its last key_window of them: seen()). Rows of one
+// tile may lie in different regions (a segment boundary inside the tile): the tile takes its
+// distinct kv_base values one after another ("groups"), each group walking the keys of its
+// region from its rows' smallest first key up to their largest key count, the other rows
+// masked. Output as attn + attn_combine write it: out[(r * n_head + h) * head_dim + d].
 // Specialization: 0 = workgroup size (128 or 256), 1 = BR, 2 = BC, 3 = HD (= head_dim, even).
 //
 // COOPMAT (f16 mirror, GL_KHR_cooperative_matrix, vulkan1.3): the scores Q K^T and the sums
@@ -49,6 +50,7 @@ layout(push_constant) uniform Push {
     uint head_dim;   // == HD
     uint rows;       // rows of the window
     float scale;
+    uint key_window;   // a sliding-window layer's keys a row (0: all)
 } p;
 
 #include "meta.glsl"
@@ -86,6 +88,7 @@ shared uint rstate[BR];     // 0 pending, 1 in the current group, 2 done (or no 
 shared uint gany;
 shared uint gbase;
 shared uint gkeys;
+shared uint gfirst;   // the group's rows' smallest first key
 shared float pmx[WG];       // the parallel softmax's partial maxima ...
 shared float pss[WG];       // ... and partial sums: WG / BR threads a row
 
@@ -132,11 +135,17 @@ void load_rows(uint r0, uint t) {
     }
 }
 
+// Whether row rr of the tile attends to key j: its group's, causal, within its window.
+bool seen(uint rr, uint j) {
+    return rstate[rr] == 1u && j < rkeys[rr] && j >= attn_first_key(rkeys[rr], p.key_window);
+}
+
 // The next group: the pending rows sharing the first pending row's region (gbase, gkeys:
-// its rows' largest key count). False when no row is pending. Every thread calls it.
+// its rows' largest key count, gfirst: their smallest first key). False when no row is
+// pending. Every thread calls it.
 bool next_group(uint t) {
     if (t == 0u) {
-        uint any = 0u, b = 0u, km = 0u;
+        uint any = 0u, b = 0u, km = 0u, kf = 0xFFFFFFFFu;
         for (uint i = 0u; i < BR; i++) {
             if (rstate[i] != 0u) continue;
             if (any == 0u) {
@@ -146,11 +155,13 @@ bool next_group(uint t) {
             if (rbase[i] == b) {
                 rstate[i] = 1u;
                 km = max(km, rkeys[i]);
+                kf = min(kf, attn_first_key(rkeys[i], p.key_window));
             }
         }
         gany = any;
         gbase = b;
         gkeys = km;
+        gfirst = kf;
     }
     barrier();
     return gany != 0u;
@@ -230,7 +241,7 @@ void main() {
         uint base = gbase + g * HD;
         uint kmax = gkeys;
 
-        for (uint c0 = 0u; c0 < kmax; c0 += BC) {
+        for (uint c0 = gfirst / BC * BC; c0 < kmax; c0 += BC) {
             LOAD_TILE(mk)
             barrier();
             if (WG % BC == 0u && (BR * BC) % WG == 0u && BR * BC <= MAXS * WG) {
@@ -250,13 +261,13 @@ void main() {
                 for (uint j = 0u; j < MAXS; j++) {
                     if (j * WG >= BR * BC) break;
                     uint rr = t / BC + j * rs;
-                    sp[rr * BC + c] = rstate[rr] == 1u && c0 + c < rkeys[rr] ? dots[j] * p.scale : -1.0 / 0.0;
+                    sp[rr * BC + c] = seen(rr, c0 + c) ? dots[j] * p.scale : -1.0 / 0.0;
                 }
             } else {
                 for (uint i = t; i < BR * BC; i += WG) {
                     uint rr = i / BC, c = i - rr * BC;
                     float s = -1.0 / 0.0;
-                    if (rstate[rr] == 1u && c0 + c < rkeys[rr]) {
+                    if (seen(rr, c0 + c)) {
                         float dot = 0.0;
                         for (uint d = 0u; d < HD; d++) dot += qs[rr * QS + d] * kv[c * QS + d];
                         s = dot * p.scale;
@@ -371,7 +382,7 @@ void main() {
     while (next_group(t)) {
         uint base = gbase + g * HD;
         uint kmax = gkeys;
-        for (uint c0 = 0u; c0 < kmax; c0 += BC) {
+        for (uint c0 = gfirst / BC * BC; c0 < kmax; c0 += BC) {
             LOAD_TILE_H(mk)
             barrier();
             // Scores: 16x16 tiles of rows x keys, a subgroup each in turn.
@@ -389,7 +400,7 @@ void main() {
             }
             barrier();
             LOAD_TILE_H(mv)
-#define SCORE(rr, c) (rstate[rr] == 1u && c0 + (c) < rkeys[rr] ? sf[(rr) * BC + (c)] * p.scale : -1.0 / 0.0)
+#define SCORE(rr, c) (seen(rr, c0 + (c)) ? sf[(rr) * BC + (c)] * p.scale : -1.0 / 0.0)
 #define PUT_W(rr, c, w) ph[(rr) * BCP + (c)] = float16_t(w)
             SOFTMAX_TILE(t)
 #undef SCORE

@@ -1,4 +1,5 @@
-// x[r] = row `token(r)` of the embedding matrix (a GGUF block format), one workgroup a row.
+// x[r] = row `token(r)` of the embedding matrix (a GGUF block format) times `scale` (gemma:
+// sqrt(n_embd); else 1), one workgroup a row.
 // A matrix past the device's storage range is bound in parts: this dispatch holds rows
 // row_start .. row_start + part_rows and writes only the rows whose token falls there.
 #version 450
@@ -16,6 +17,7 @@ layout(push_constant) uniform Push {
     uint row_bytes;
     uint row_start;
     uint part_rows;
+    float scale;
 } p;
 
 #define ROW_COLS p.cols   // formats.glsl: the device's Q8_0 rows hold their scales after the quants
@@ -30,6 +32,9 @@ void main() {
     float v[32];
     for (uint u = gl_LocalInvocationID.x; u < p.cols / 32u; u += WG) {
         load_unit(row_off, u, v);
-        for (uint l = 0u; l < 32u; l++) x[r * p.cols + u * 32u + l] = v[l];
+        for (uint l = 0u; l < 32u; l++) {
+            precise float s = v[l] * p.scale;
+            x[r * p.cols + u * 32u + l] = s;
+        }
     }
 }

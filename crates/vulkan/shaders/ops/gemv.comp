@@ -10,6 +10,10 @@
 //   bytes; each lane sums its products in a fixed order, then subgroupAdd. Subgroups
 //   beyond RPW (a device running narrower subgroups than it reports) take rows in turn.
 // (Formats with an int8 canonical product take mv.comp in the token command instead.)
+// EXPERT (with FORM_ONE, portable and subgroup tiers): the weights are a mixture-of-experts
+// stack of experts of `rows` rows each; workgroup z is slot s, which reads expert sel[s]'s rows
+// only, activation row s / x_div and writes output row s (y_stride apart). A slot's sum runs
+// in the same order whatever slots share the dispatch.
 // In all, each column's sum runs in the same order whatever NCOLS is, so an N-row result
 // equals the row run alone.
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
@@ -37,6 +41,9 @@ layout(constant_id = 2) const uint RPW = 4;
 layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
+#ifdef EXPERT
+layout(std430, set = 0, binding = 3) readonly buffer Sel { uint sel[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -45,10 +52,23 @@ layout(push_constant) uniform Push {
     uint x_stride;
     uint y_stride;
     uint y_off;
+#ifdef EXPERT
+    uint x_div;  // slots a row of activations (k for gate/up, 1 for down)
+#endif
 } p;
 
 #define ROW_COLS p.cols   // formats.glsl: the device's Q8_0 rows hold their scales after the quants
 #include "formats.glsl"
+
+#ifdef EXPERT
+#define EROW(row) (sel[gl_WorkGroupID.z] * p.rows + (row))
+#define XAT(o) (gl_WorkGroupID.z / p.x_div * p.x_stride + (o))
+#define YAT(o) (gl_WorkGroupID.z * p.y_stride + (o))
+#else
+#define EROW(row) (row)
+#define XAT(o) (o)
+#define YAT(o) (o)
+#endif
 
 #ifdef TIER_SG
 void main() {
@@ -61,13 +81,13 @@ void main() {
     for (uint k = gl_SubgroupID; k < RPW; k += gl_NumSubgroups) {
         uint row = wg * RPW + k;
         if (row >= p.rows) break;
-        uint row_off = row * p.row_bytes;
+        uint row_off = EROW(row) * p.row_bytes;
         precise float acc[NMAX];
         for (uint c = 0u; c < NMAX; c++) acc[c] = 0.0;
         for (uint g = lane; g < groups; g += gl_SubgroupSize) {
             load8(row_off, g, v);
             for (uint c = 0u; c < NCOLS; c++) {
-                uint xo = c * p.x_stride + g * 8u;
+                uint xo = XAT(c * p.x_stride + g * 8u);
                 precise float s = 0.0;
                 for (uint l = 0u; l < 8u; l++) s += v[l] * x[xo + l];
                 acc[c] += s;
@@ -75,7 +95,7 @@ void main() {
         }
         for (uint c = 0u; c < NCOLS; c++) {
             float t = subgroupAdd(acc[c]);
-            if (lane == 0u) y[c * p.y_stride + p.y_off + row] = t;
+            if (lane == 0u) y[YAT(c * p.y_stride + p.y_off + row)] = t;
         }
     }
 }
@@ -89,12 +109,12 @@ void main() {
     precise float acc[NMAX];
     for (uint c = 0u; c < NMAX; c++) acc[c] = 0.0;
     uint units = p.cols / 32u;
-    uint row_off = row * p.row_bytes;
+    uint row_off = EROW(row) * p.row_bytes;
     float v[32];
     for (uint u = t; u < units; u += WG) {
         load_unit(row_off, u, v);
         for (uint c = 0u; c < NCOLS; c++) {
-            uint xo = c * p.x_stride + u * 32u;
+            uint xo = XAT(c * p.x_stride + u * 32u);
             precise float s = 0.0;
             for (uint l = 0u; l < 32u; l++) s += v[l] * x[xo + l];
             acc[c] += s;
@@ -112,7 +132,7 @@ void main() {
         barrier();
     }
     if (t == 0u) {
-        for (uint c = 0u; c < NCOLS; c++) y[c * p.y_stride + p.y_off + row] = red[c * WG];
+        for (uint c = 0u; c < NCOLS; c++) y[YAT(c * p.y_stride + p.y_off + row)] = red[c * WG];
     }
 }
 #endif

@@ -20,7 +20,7 @@ layout(std430, set = 0, binding = 3) writeonly buffer P { uint pk[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer R { float rs[]; };
 
 layout(push_constant) uniform Push {
-    uint cols;    // values a row, a multiple of 32
+    uint cols;    // values a row, a multiple of 32 (NormPackPush::n)
     float eps;
     uint count;   // values of the packed layout (rows * cols)
 } p;

@@ -13,8 +13,11 @@
 //   quants of each SUMG values (int32; SUMG = 32 for QBLOCK 32, 16 for QBLOCK 256).
 // float(q) * d of the packed form is qact's output bit for bit.
 // SWIGLU: the values rounded are silu(g) * u of two inputs (swiglu.comp's arithmetic, bit for
-// bit), so the FFN's product needs no dispatch and barrier of its own before the down matrix.
+// bit), so the FFN's product needs no dispatch and barrier of its own before the down matrix;
+// with GELU too, gelu_tanh(g) * u (swiglu.comp GELU's).
 #version 450
+#extension GL_GOOGLE_include_directive : require
+#include "act.glsl"
 
 #define CH 8u
 #define WGQ 256u
@@ -62,7 +65,11 @@ void main() {
         for (uint i = 0u; i < CH; i++) {
 #ifdef SWIGLU
             float a = i < 4u ? ga[i] : gb[i - 4u];
+#ifdef GELU
+            precise float v = gelu_tanh(a) * (i < 4u ? ua[i] : ub[i - 4u]);
+#else
             precise float v = a / (1.0 + exp(-a)) * (i < 4u ? ua[i] : ub[i - 4u]);
+#endif
 #else
             float v = i < 4u ? xa[i] : xb[i - 4u];
 #endif

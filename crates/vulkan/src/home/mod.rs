@@ -61,11 +61,12 @@ use crate::pipelines::Pipelines;
 use crate::VkError;
 
 pub struct VulkanHome {
-    // Field order is drop order: commands and pipelines before the buffers, the device last.
-    lanes: Vec<Lane>,
-    pipes: Pipelines,
+    // Dropped by hand (see `Drop`): the commands, the pipelines, then the buffers; the device
+    // last, when its last holder goes.
+    lanes: std::mem::ManuallyDrop<Vec<Lane>>,
+    pipes: std::mem::ManuallyDrop<Pipelines>,
     wide: WideMode,
-    weights: Weights,
+    weights: std::mem::ManuallyDrop<Weights>,
     cfg: ModelConfig,
     plan: Plan,
     spec: HomeSpec,
@@ -110,10 +111,10 @@ impl VulkanHome {
             plan.scratch >> 20
         );
         Ok(VulkanHome {
-            lanes: vec![Lane { commands: std::collections::HashMap::new(), fence: Fence::new(&gpu)?, scratch }],
-            pipes: Pipelines::new(&gpu),
+            lanes: std::mem::ManuallyDrop::new(vec![Lane { commands: std::collections::HashMap::new(), fence: Fence::new(&gpu)?, scratch }]),
+            pipes: std::mem::ManuallyDrop::new(Pipelines::new(&gpu)),
             wide: opts.wide,
-            weights,
+            weights: std::mem::ManuallyDrop::new(weights),
             cfg,
             plan,
             spec,
@@ -171,6 +172,28 @@ impl VulkanHome {
         let keep = [PF_WINDOW as u32 - 1];
         drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true, top: false, listed: false }, None)?);
         Ok(t0.elapsed())
+    }
+}
+
+impl Drop for VulkanHome {
+    /// In order: the commands, the pipelines, the buffers. Unless work may still run on the
+    /// device (a fence timed out, `fault::Lost::pending`): then everything it could use is
+    /// left in place (with the device, which they hold), as freeing it under a running
+    /// submission is undefined and waiting for one might never end.
+    fn drop(&mut self) {
+        if self.gpu.lost().is_some_and(|l| l.pending) {
+            tracing::warn!("vulkan home: a submission may still run on the failed device; its memory is kept until the process exits");
+            return;
+        }
+        // SAFETY: nothing may be in flight when the buffers go (every submit is waited on, but
+        // be sure; a lost device answers at once). Each field is dropped once, here, and not
+        // used after.
+        unsafe {
+            let _ = self.gpu.device.device_wait_idle();
+            std::mem::ManuallyDrop::drop(&mut self.lanes);
+            std::mem::ManuallyDrop::drop(&mut self.pipes);
+            std::mem::ManuallyDrop::drop(&mut self.weights);
+        }
     }
 }
 
@@ -319,11 +342,13 @@ impl Profile for VulkanHome {
     fn stage_weight_bytes(&self) -> Vec<(&'static str, u64)> {
         let b = |m: &Mat| (m.rows * m.row_bytes) as u64;
         let sum = |f: &dyn Fn(&Layer) -> u64| self.weights.layers.iter().map(f).sum::<u64>();
+        let (used, all) = self.cfg.moe.map_or((1, 1), |m| (m.n_expert_used as u64, m.n_expert as u64));
         vec![
             ("qkv", sum(&|l| b(&l.q) + b(&l.k) + b(&l.v))),
             ("attn_out", sum(&|l| b(&l.attn_out))),
-            ("gate_up", sum(&|l| b(&l.gate) + b(&l.up))),
-            ("down", sum(&|l| b(&l.down))),
+            // A mixture-of-experts row reads its chosen experts' share of the stacks.
+            ("gate_up", sum(&|l| b(&l.gate) + b(&l.up)) * used / all),
+            ("down", sum(&|l| b(&l.down)) * used / all),
             ("classifier", b(self.weights.output.as_ref().unwrap_or(&self.weights.embd))),
         ]
     }
@@ -333,12 +358,5 @@ impl Profile for VulkanHome {
     /// engine's), timed on the device, the faster of two runs.
     fn copy_bandwidth(&mut self) -> resin_core::Result<Option<f64>> {
         self.shader_copy_bandwidth().map_err(HomeError::from)
-    }
-}
-
-impl Drop for VulkanHome {
-    fn drop(&mut self) {
-        // Nothing may be in flight when the buffers go (submit_wait waits, but be sure).
-        let _ = self.gpu.wait_idle();
     }
 }

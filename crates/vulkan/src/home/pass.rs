@@ -1,10 +1,11 @@
-//! One pass, the GPU twin of `resin_cpu`'s forward pass: embed, every layer (norm and
-//! Q/K/V, rope-and-store, attention, attention output, norm and gate/up, SwiGLU, down), the
-//! final norm and classifier, the argmax and what the step reads back; recorded into a
-//! command buffer, top to bottom.
+//! One pass, the GPU twin of `resin_cpu`'s forward pass: embed (scaled, for gemma), every
+//! layer (norm and Q/K/V, rope-and-store, attention over all keys or a sliding window,
+//! attention output and its post-norm (gemma3), norm and gate/up, SwiGLU or GeGLU, down and
+//! its post-norm), the final norm and classifier (soft-capped where the model says), the
+//! argmax and what the step reads back; recorded into a command buffer, top to bottom.
 
 use resin_core::{Counters, KvCodec, NROW_MAX};
-use resin_model::ModelConfig;
+use resin_model::{FfnAct, ModelConfig};
 
 use crate::buffers::Buffer;
 use crate::kernels::*;
@@ -86,18 +87,18 @@ pub(super) fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s:
     Ok(())
 }
 
-/// gate <- silu(gate) * up as the input of `down`, then a barrier. Where `down` reads packed
+/// gate <- act(gate) * up as the input of `down`, then a barrier. Where `down` reads packed
 /// or rounded activations, one dispatch writes them straight from gate and up (what swiglu
 /// then `prep` would write; gate itself keeps the gate projection, which nothing reads after).
-pub(super) fn swiglu_for(rec: &mut Recorder<'_>, n: usize, down: &Mat, s: &Scratch) -> Result<(), VkError> {
+pub(super) fn swiglu_for(rec: &mut Recorder<'_>, act: FfnAct, n: usize, down: &Mat, s: &Scratch) -> Result<(), VkError> {
     let count = (n * down.cols) as u32;
     let (g, u) = ((&s.gate).into(), (&s.up).into());
     if canon(down, n, s) {
-        rec.swiglu_p(packed(n, down.cols)?, g, u, (&s.xp32).into())?;
+        rec.swiglu_p(act, packed(n, down.cols)?, g, u, (&s.xp32).into())?;
     } else if let Some((block, y)) = [(32u32, &s.xq32), (256, &s.xq256)].into_iter().find(|&(b, _)| rounds(down, b, s)) {
-        rec.swiglu_q(block, count, g, u, y.into())?;
+        rec.swiglu_q(act, block, count, g, u, y.into())?;
     } else {
-        rec.swiglu(count, g, u)?;
+        rec.swiglu(act, count, g, u)?;
     }
     rec.barrier();
     Ok(())
@@ -117,11 +118,6 @@ pub(super) fn attn_round<'a>(attn_out: &Mat, n: usize, cfg: &ModelConfig, s: &'a
 /// of it (what `prep` would write after it); then a barrier.
 pub(super) fn norm_for(rec: &mut Recorder<'_>, rows: usize, r: &Resid<'_>, w: &Buffer, ms: &[&Mat], s: &Scratch, p: NormPush) -> Result<(), VkError> {
     let (x, add, out) = (r.x, r.add.map(Bind::from), &s.xn);
-    if ms.iter().all(|m| canon(m, rows, s)) {
-        rec.rmsnorm_p(rows as u32, x.into(), add, w.into(), out.into(), (&s.xp32).into(), p)?;
-        rec.barrier();
-        return Ok(());
-    }
     if ms.iter().any(|m| canon(m, rows, s)) {
         // Mixed: norm, then pack and round what each matrix reads (prep).
         rec.rmsnorm(rows as u32, x.into(), add, w.into(), out.into(), p)?;
@@ -175,6 +171,7 @@ fn canon_norm(rec: &Recorder<'_>, n: usize, r: &Resid<'_>, ms: &[&Mat], s: &Scra
 
 /// The canonical products' input of n rows of `r`: `Normed` to fold, or `normpack` now (then
 /// a barrier, the norm's label marked) and `NormPacked`. The sum is then all of `r.x`.
+#[allow(clippy::too_many_arguments)]
 fn canon_input<'a>(
     rec: &mut Recorder<'_>,
     how: CanonNorm,
@@ -250,7 +247,10 @@ pub(super) fn ffn_in<'a>(
     let (cfg, s) = (ctx.cfg, ctx.s);
     let pair = ly.gate.pair_with(&ly.up);
     let how = canon_norm(rec, n, r, &[&ly.gate, &ly.up], s, true);
-    if let (Some((w, up_off)), true, Some(how), true) = (pair, canon(&ly.down, n, s), how, mv_fits(&rec.gpu.info, n as u32, ly.gate.cols as u32, how == Some(CanonNorm::Fold), true)) {
+    let silu = cfg.ffn_act == FfnAct::Silu;
+    if let (Some((w, up_off)), true, true, Some(how), true) =
+        (pair, silu, canon(&ly.down, n, s), how, mv_fits(&rec.gpu.info, n as u32, ly.gate.cols as u32, how == Some(CanonNorm::Fold), true))
+    {
         let input = canon_input(rec, how, n, r, &norm, ly.gate.cols, s, clock)?;
         let out = MvOut::SwiGlu { up_off, out: (&s.xp32).into(), layout: packed(n, ly.down.cols)? };
         rec.mv(Mv { ty: ly.gate.ty, n: n as u32, w, input, out, shape: shape(&ly.gate, &ly.gate.parts[0], cfg.n_ff) })?;
@@ -263,16 +263,27 @@ pub(super) fn ffn_in<'a>(
     norm_mm(rec, n, r, norm, &gate_up, s, clock)?;
     rec.barrier();
     mark(clock, rec.cmd, "gate_up", layer);
-    swiglu_for(rec, n, &ly.down, s)?;
+    swiglu_for(rec, cfg.ffn_act, n, &ly.down, s)?;
     mark(clock, rec.cmd, "swiglu", layer);
     Ok(())
 }
 
 /// r.x += M x for a matrix that ends a sub-block (attention output, down), x as `prep` (or a
-/// fused stage) left it: the canonical product adds in its epilogue; else the product goes
-/// to `y` and the next norm adds it (r.add). The caller puts the barrier after it.
-pub(super) fn resid_mm<'a>(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, r: &mut Resid<'a>, y: &'a Buffer, s: &Scratch) -> Result<(), VkError> {
-    if canon(m, n, s) {
+/// fused stage) left it: the canonical product adds in its epilogue; else (or with gemma3's
+/// post-norm `post`) the product goes to `y` and the next norm adds it, or its norm written to
+/// `spare` (r.add). The caller puts the barrier after it.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn resid_mm<'a>(
+    rec: &mut Recorder<'_>,
+    n: usize,
+    m: &Mat,
+    x: &Buffer,
+    r: &mut Resid<'a>,
+    (y, post, spare): (&'a Buffer, Option<&Buffer>, &'a Buffer),
+    p: NormPush,
+    s: &Scratch,
+) -> Result<(), VkError> {
+    if canon(m, n, s) && post.is_none() {
         for part in &m.parts {
             let input = MvIn::Packed { x: (&s.xp32).into(), layout: packed(n, m.cols)? };
             rec.mv(Mv { ty: m.ty, n: n as u32, w: part.bind(), input, out: MvOut::Add(r.x.into()), shape: shape(m, part, m.rows) })?;
@@ -280,7 +291,10 @@ pub(super) fn resid_mm<'a>(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer
         return Ok(());
     }
     mm(rec, n, m, x, (y, m.rows), s, 0)?;
-    r.add = Some(y);
+    if post.is_some() {
+        rec.barrier();
+    }
+    r.add = Some(post_norm(rec, n, y, post, spare, p)?);
     Ok(())
 }
 
@@ -356,14 +370,14 @@ pub(super) struct PassCtx<'a> {
 /// `decode_attention_pieces` each time it runs).
 pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &PassCtx<'_>, mut clock: Option<&mut StageClock<'_>>) -> Result<u32, VkError> {
     let PassCtx { cfg, codec, w, s, counters } = *ctx;
-    let Weights { layers, embd, output, output_norm, rope } = w;
+    let Weights { layers, embd, output, output_norm, .. } = w;
     let output = output.as_ref();
     let cmd = rec.cmd;
     let n = shape.n;
     let (d, nr) = (cfg.n_embd, n as u32);
     let norm = NormPush { n: d as u32, eps: cfg.rms_eps };
     for part in &embd.parts {
-        let p = EmbedPush { cols: d as u32, row_bytes: embd.row_bytes as u32, row_start: part.r0 as u32, part_rows: part.rows as u32 };
+        let p = EmbedPush { cols: d as u32, row_bytes: embd.row_bytes as u32, row_start: part.r0 as u32, part_rows: part.rows as u32, scale: cfg.embd_scale };
         rec.embed(embd.ty, nr, part.bind(), (&s.meta).into(), (&s.x).into(), p)?;
     }
     rec.barrier();
@@ -371,8 +385,15 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     let style = cfg.arch.rope_style();
     let flags = if cfg.qkv_bias { ROPE_BIAS } else { 0 } | if cfg.qk_norm { ROPE_QK_NORM } else { 0 };
     let rp = RopePush { n_head: cfg.n_head as u32, n_head_kv: cfg.n_head_kv as u32, head_dim: cfg.head_dim as u32, rope_dims: cfg.rope_dims as u32, flags, eps: cfg.rms_eps };
-    let ap =
-        AttnPush { n_head: cfg.n_head as u32, n_head_kv: cfg.n_head_kv as u32, head_dim: cfg.head_dim as u32, n_pieces: attn_pieces(n), scale: 1.0 / (cfg.head_dim as f32).sqrt() };
+    let attn_push = |l: usize| AttnPush {
+        n_head: cfg.n_head as u32,
+        n_head_kv: cfg.n_head_kv as u32,
+        head_dim: cfg.head_dim as u32,
+        n_pieces: attn_pieces(n),
+        scale: cfg.attn_scale,
+        key_window: cfg.layer_window(l).map_or(0, |w| w.min(u32::MAX as usize) as u32),
+    };
+    let n_pieces = attn_pieces(n);
     // The one-row token command's attention ropes and stores (the same bits as the rope_store
     // dispatch). The kernel serves any rows of regions of their own (a peel's rows share
     // one), but it pays at one row only (docs/lessons.md).
@@ -382,6 +403,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     let out = output.unwrap_or(embd);
     for (l, ly) in layers.iter().enumerate() {
         let last = l + 1 == layers.len();
+        let (ap, rope) = (attn_push(l), w.rope_for(cfg, l));
         // q, k, v of norm(x) * attn_norm (x += down of the previous layer first, where its
         // product did not add it)
         let qkv = [(&ly.q, &s.q, cfg.q_dim()), (&ly.k, &s.k, cfg.kv_dim()), (&ly.v, &s.v, cfg.kv_dim())];
@@ -397,7 +419,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
         if last && shape.narrow.is_some_and(|k| k.is_empty()) {
             // A window landing no logits: its last layer only stores K/V.
             Counters::add(&counters.prefill_rows_narrowed, n as u64);
-            return Ok(ap.n_pieces);
+            return Ok(n_pieces);
         }
         let mut rounded = false;
         if shape.narrow.is_some() && n >= WINDOW_ATTN_MIN_ROWS {
@@ -446,19 +468,31 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
         if !rounded {
             prep(rec, m, att, &[&ly.attn_out], s)?;
         }
-        // x += o, then the FFN's input: gate and up of norm(x) * ffn_norm, SwiGLU
-        resid_mm(rec, m, &ly.attn_out, att, &mut r, &s.o, s)?;
+        // x += o (gemma3: its norm, into `down`, which holds nothing until this layer's FFN)
+        resid_mm(rec, m, &ly.attn_out, att, &mut r, (&s.o, ly.attn_post_norm.as_ref(), &s.down), norm, s)?;
         rec.barrier();
         mark(&mut clock, cmd, "attn_out", l);
-        ffn_in(rec, m, &mut r, Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l }, ly, ctx, &mut clock)?;
-        // x += down
-        resid_mm(rec, m, &ly.down, &s.gate, &mut r, &s.down, s)?;
-        rec.barrier();
-        mark(&mut clock, cmd, "down", l);
+        let fnorm = Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l };
+        if let Some(router) = &ly.router {
+            moe_ffn(rec, m, &mut r, ly, router, cfg, s, fnorm, &mut clock)?;
+            // x += down (its sum in `down`)
+            r.add = Some(post_norm(rec, m, &s.down, ly.ffn_post_norm.as_ref(), &s.o, norm)?);
+        } else {
+            // then the FFN's input: gate and up of norm(x) * ffn_norm, its activation
+            ffn_in(rec, m, &mut r, fnorm, ly, ctx, &mut clock)?;
+            // x += down (gemma3: its norm, into `o`, which the FFN's norm has added already)
+            resid_mm(rec, m, &ly.down, &s.gate, &mut r, (&s.down, ly.ffn_post_norm.as_ref(), &s.o), norm, s)?;
+            rec.barrier();
+            mark(&mut clock, cmd, "down", l);
+        }
     }
     let mr = m as u32;
     // the classifier of norm(x (+= down)) * output_norm (the sum is not read after)
     norm_mm(rec, m, &mut r, Norm { w: output_norm, p: norm, label: "output_norm", layer: 0 }, &[(out, &s.logits, cfg.vocab)], s, &mut clock)?;
+    if let Some(cap) = cfg.logit_softcap {
+        rec.barrier();
+        rec.softcap((m * cfg.vocab) as u32, cap, (&s.logits).into())?;
+    }
     rec.transfer_barrier(); // the logits are copied to the host below
     mark(&mut clock, cmd, "classifier", 0);
     rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.part).into(), (&s.ids).into())?;
@@ -491,5 +525,95 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
             &[],
         )
     };
-    Ok(ap.n_pieces)
+    Ok(n_pieces)
+}
+
+/// The residual's next addend: `y` itself, or (gemma3's post-norms) rmsnorm(y) * w written to
+/// `spare` (a buffer of the pass's rows that nothing reads until it is written again), then a
+/// barrier.
+fn post_norm<'a>(rec: &mut Recorder<'_>, rows: usize, y: &'a Buffer, w: Option<&Buffer>, spare: &'a Buffer, p: NormPush) -> Result<&'a Buffer, VkError> {
+    let Some(w) = w else { return Ok(y) };
+    rec.rmsnorm(rows as u32, y.into(), None, w.into(), spare.into(), p)?;
+    rec.barrier();
+    Ok(spare)
+}
+
+/// The 8-bit activation rounding the GEMV of `m` reads (as `mm` picks it), or None for f32.
+fn rounding(m: &Mat, s: &Scratch) -> Option<u32> {
+    act_block(m.ty).filter(|&b| s.q8 && m.cols.is_multiple_of(b as usize))
+}
+
+/// A mixture-of-experts FFN of `n` rows, its output into `s.down` (what the next norm adds):
+/// norm(x) * ffn_norm (rounded for the experts' gate and up), each row's experts and weights
+/// from the router (`moe_route`), each slot's gate and up from its own expert's rows only,
+/// SwiGLU, each slot's down, and the weighted sum of a row's slots in rank order. Every step
+/// computes a row (a slot) from that row alone, so rows stepped together equal each alone.
+/// Then a barrier.
+#[allow(clippy::too_many_arguments)]
+fn moe_ffn(
+    rec: &mut Recorder<'_>,
+    n: usize,
+    r: &mut Resid<'_>,
+    ly: &Layer,
+    router: &Buffer,
+    cfg: &ModelConfig,
+    s: &Scratch,
+    norm: Norm<'_>,
+    clock: &mut Option<&mut StageClock<'_>>,
+) -> Result<(), VkError> {
+    let moe = cfg.moe.ok_or_else(|| VkError::Model("a router on a model without experts".into()))?;
+    let (d, ff, k) = (cfg.n_embd, cfg.n_ff, moe.n_expert_used);
+    let slots = n * k;
+    let (gate, up, down) = (&ly.gate, &ly.up, &ly.down);
+    let blocks = [gate, up].map(|m| rounding(m, s));
+    let q32 = blocks.contains(&Some(32)).then(|| Bind::from(&s.xq32));
+    let q256 = blocks.contains(&Some(256)).then(|| Bind::from(&s.xq256));
+    let add = r.add.map(Bind::from);
+    if q32.is_some() || q256.is_some() {
+        rec.rmsnorm_q(n as u32, r.x.into(), add, norm.w.into(), (&s.xn).into(), q32, q256, norm.p)?;
+    } else {
+        rec.rmsnorm(n as u32, r.x.into(), add, norm.w.into(), (&s.xn).into(), norm.p)?;
+    }
+    r.add = None;
+    rec.barrier();
+    mark(clock, rec.cmd, norm.label, norm.layer);
+    rec.moe_route(n as u32, d as u32, moe.n_expert as u32, k as u32, router.into(), (&s.xn).into(), (&s.moe_sel).into(), (&s.moe_wt).into())?;
+    rec.barrier();
+    mark(clock, rec.cmd, "router", norm.layer);
+    let input = |m: &Mat| match rounding(m, s) {
+        Some(32) => &s.xq32,
+        Some(256) => &s.xq256,
+        _ => &s.xn,
+    };
+    let expert_mm = |rec: &mut Recorder<'_>, m: &Mat, x: &Buffer, x_stride: usize, x_div: usize, y: &Buffer, y_stride: usize| -> Result<(), VkError> {
+        let [part] = m.parts.as_slice() else {
+            return Err(VkError::Model("a stack of experts in more than one part".into()));
+        };
+        let per = part.rows / moe.n_expert;
+        let p = GemvPush { rows: per as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: x_stride as u32, y_stride: y_stride as u32, y_off: 0 };
+        rec.gemv_expert(m.ty, slots as u32, part.bind(), x.into(), y.into(), (&s.moe_sel).into(), p, x_div as u32)
+    };
+    expert_mm(rec, gate, input(gate), d, k, &s.moe_gate, ff)?;
+    expert_mm(rec, up, input(up), d, k, &s.moe_up, ff)?;
+    rec.barrier();
+    mark(clock, rec.cmd, "gate_up", norm.layer);
+    let count = (slots * ff) as u32;
+    let act_in = match rounding(down, s) {
+        Some(block) => {
+            rec.swiglu_q(cfg.ffn_act, block, count, (&s.moe_gate).into(), (&s.moe_up).into(), (&s.moe_act).into())?;
+            &s.moe_act
+        }
+        None => {
+            rec.swiglu(cfg.ffn_act, count, (&s.moe_gate).into(), (&s.moe_up).into())?;
+            &s.moe_gate
+        }
+    };
+    rec.barrier();
+    mark(clock, rec.cmd, "swiglu", norm.layer);
+    expert_mm(rec, down, act_in, ff, 1, &s.moe_down, d)?;
+    rec.barrier();
+    mark(clock, rec.cmd, "down", norm.layer);
+    rec.moe_combine(n as u32, d as u32, k as u32, (&s.moe_wt).into(), (&s.moe_down).into(), (&s.down).into())?;
+    rec.barrier();
+    Ok(())
 }

@@ -63,7 +63,7 @@ const _: () = assert!((WINDOW_ATTN_MIN_ROWS - 1) * ATTN_SLOTS as usize <= PF_WIN
 /// table aside (what `Scratch::new` allocates).
 pub(super) fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: usize, rows: usize) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
-    let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS;
+    let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS + moe_slot_words(cfg);
     let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
     let (sp, sd) = if rows > NROW_MAX { split_slot_bytes(info, cfg) } else { (0, 0) };
     let out = out
@@ -73,6 +73,17 @@ pub(super) fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig,
         + 2 * out_rows * TOPK_MAX as usize
         + crate::kernels::rows_copy_words(out_rows as u32) as usize;
     ((rows * per_row + out + attn_part_floats(cfg, out_rows)) * 4) as u64
+}
+
+/// Experts a row of a mixture-of-experts model runs (0 for a dense model).
+pub(super) fn moe_used(cfg: &ModelConfig) -> usize {
+    cfg.moe.map_or(0, |m| m.n_expert_used)
+}
+
+/// Words a row of the mixture-of-experts scratch (`Scratch::moe_*`): each of its slots' gate,
+/// up, activation and down rows, expert id and weight.
+pub(super) fn moe_slot_words(cfg: &ModelConfig) -> usize {
+    moe_used(cfg) * (3 * cfg.n_ff + cfg.n_embd + 2)
 }
 
 /// Key pairs of each of the top-k's scratch lists for `out_rows` rows.
@@ -98,6 +109,20 @@ pub(super) fn decline(counters: &Counters, reason: String) -> VkError {
 
 /// Decide what goes where, before uploading anything; decline what this home does not serve.
 pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOptions, counters: &Counters) -> Result<Plan, VkError> {
+    if let Some(m) = cfg.moe {
+        if m.n_expert > MOE_MAX_EXPERTS as usize || m.n_expert_used > MOE_MAX_USED as usize {
+            return Err(decline(
+                counters,
+                format!("vulkan: mixture-of-experts models of {} experts, {} a row (kernels take up to {MOE_MAX_EXPERTS}, {MOE_MAX_USED} a row)", m.n_expert, m.n_expert_used),
+            ));
+        }
+        for l in 0..cfg.n_layer {
+            let t = tensor(f, &LayerNames::new(l).gate_inp)?;
+            if t.rows_cols() != (m.n_expert, cfg.n_embd) {
+                return Err(decline(counters, format!("vulkan: a router of {:?} (rows, cols)", t.rows_cols())));
+            }
+        }
+    }
     if cfg.head_dim > MAX_HEAD_DIM || !cfg.head_dim.is_multiple_of(2) {
         return Err(decline(counters, format!("vulkan: head dimension {} (kernels take even sizes up to {MAX_HEAD_DIM})", cfg.head_dim)));
     }
@@ -110,7 +135,12 @@ pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOpti
     }
     for l in 0..cfg.n_layer {
         let n = LayerNames::new(l);
-        names.extend([n.q, n.k, n.v, n.attn_out, n.gate, n.up, n.down]);
+        names.extend([n.q, n.k, n.v, n.attn_out]);
+        if cfg.moe.is_some() {
+            names.extend([n.gate_exps, n.up_exps, n.down_exps]);
+        } else {
+            names.extend([n.gate, n.up, n.down]);
+        }
     }
     let mut weights = 0u64;
     for name in &names {
@@ -126,7 +156,12 @@ pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOpti
         if row_bytes as u64 > gpu.info.max_storage_range || !row_bytes.is_multiple_of(2) {
             return Err(decline(counters, format!("vulkan: {name} rows of {row_bytes} bytes")));
         }
-        weights += (rows * crate::layout::device_row_bytes(t.ty, cols, row_bytes)) as u64;
+        let dev_bytes = (rows * crate::layout::device_row_bytes(t.ty, cols, row_bytes)) as u64;
+        if t.dims.len() > 2 && (dev_bytes > gpu.info.max_storage_range || dev_bytes > u32::MAX as u64) {
+            // The expert GEMV addresses a stack's bytes in one binding with 32-bit offsets.
+            return Err(decline(counters, format!("vulkan: {name}'s {dev_bytes} bytes of experts are past one storage binding")));
+        }
+        weights += dev_bytes;
     }
     // Bytes of one position of one layer's side in the codec (q8_0: 34 a block of 32).
     let side_row = opts.codec.bytes_for(cfg.kv_dim()) as u64;
@@ -134,7 +169,8 @@ pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOpti
     let out_rows = NROW_MAX.max(opts.regions);
     // The first lane's scratch holds a window; the other lanes' (wide steps in lanes) N rows.
     let lanes = extra_lanes(opts.wide, opts.regions) as u64 * scratch_bytes(&gpu.info, cfg, NROW_MAX, NROW_MAX);
-    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW) + lanes + (n_ctx * cfg.rope_dims * 4) as u64 };
+    let tables = cfg.rope_bases().len();
+    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW) + lanes + (tables * n_ctx * cfg.rope_dims * 4) as u64 };
     let part_bytes = attn_part_floats(cfg, out_rows) as u64 * 4;
     let widest = (PF_WINDOW * cfg.n_ff.max(cfg.n_embd).max(cfg.q_dim()) * 4) as u64;
     if part_bytes.max(widest).max((out_rows * cfg.vocab * 4) as u64) > gpu.info.max_storage_range {

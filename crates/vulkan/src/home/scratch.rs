@@ -60,6 +60,15 @@ pub(super) struct Scratch {
     /// which a SwiGLU epilogue writes while its product reads these), and each row's r.
     pub(super) xpn: Buffer,
     pub(super) rs: Buffer,
+    /// The mixture-of-experts FFN's slots (row r's j-th expert is slot r * k + j): gate and up
+    /// rows, the activation rows `down` reads, down rows, expert ids, weights (a word each for
+    /// a dense model).
+    pub(super) moe_gate: Buffer,
+    pub(super) moe_up: Buffer,
+    pub(super) moe_act: Buffer,
+    pub(super) moe_down: Buffer,
+    pub(super) moe_sel: Buffer,
+    pub(super) moe_wt: Buffer,
     /// Whether `prep` rounds activations (VulkanOptions::q8_activations).
     pub(super) q8: bool,
     /// Whether token passes take the canonical product (q8 activations on a device that runs it).
@@ -126,6 +135,12 @@ impl Scratch {
             xp32: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
             xpn: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
             rs: dev(NROW_MAX)?,
+            moe_gate: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
+            moe_up: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
+            moe_act: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
+            moe_down: dev((r * moe_used(cfg) * cfg.n_embd).max(1))?,
+            moe_sel: dev((r * moe_used(cfg)).max(1))?,
+            moe_wt: dev((r * moe_used(cfg)).max(1))?,
             q8,
             dot: q8 && crate::mv::mv_ok(&gpu.info),
             done: {

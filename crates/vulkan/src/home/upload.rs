@@ -59,9 +59,16 @@ pub(super) struct Layer {
     pub(super) qk_norm: Buffer,
     pub(super) attn_out: Mat,
     pub(super) ffn_norm: Buffer,
+    /// gemma3's norms of the attention output and of the FFN output.
+    pub(super) attn_post_norm: Option<Buffer>,
+    pub(super) ffn_post_norm: Option<Buffer>,
+    /// The FFN's matrices; of a mixture-of-experts layer, the stacked experts (each expert's
+    /// `rows / n_expert` rows one after another, in one part: see plan.rs).
     pub(super) gate: Mat,
     pub(super) up: Mat,
     pub(super) down: Mat,
+    /// A mixture-of-experts layer's router, [n_expert][n_embd] as f32.
+    pub(super) router: Option<Buffer>,
     pub(super) mk: Buffer,
     pub(super) mv: Buffer,
 }
@@ -163,6 +170,18 @@ pub(super) struct Weights {
     pub(super) output_norm: Buffer,
     /// The rope table of `plan.n_ctx` positions.
     pub(super) rope: Buffer,
+    /// The sliding-window layers' table (gemma3), when their base differs from the model's.
+    pub(super) rope_local: Option<Buffer>,
+}
+
+impl Weights {
+    /// The rope table layer `l` reads.
+    pub(super) fn rope_for(&self, cfg: &ModelConfig, l: usize) -> &Buffer {
+        match (&self.rope_local, cfg.layer_window(l)) {
+            (Some(local), Some(_)) => local,
+            _ => &self.rope,
+        }
+    }
 }
 
 /// Upload the model as `plan` says, each layer's K/V mirror with it, reporting progress to
@@ -192,12 +211,25 @@ pub(super) fn upload(gpu: &Arc<Gpu>, f: &GgufFile, cfg: &ModelConfig, plan: &Pla
             progress((m.rows * m.row_bytes) as u64);
             Ok(m)
         };
-        let (q, k, v, attn_out, down) = (mat(&n.q)?, mat(&n.k)?, mat(&n.v)?, mat(&n.attn_out)?, mat(&n.down)?);
-        let (gate, up) = upload_gate_up(gpu, f, &n.gate, &n.up)?;
-        progress(((gate.rows * gate.row_bytes) + (up.rows * up.row_bytes)) as u64);
+        let (q, k, v, attn_out) = (mat(&n.q)?, mat(&n.k)?, mat(&n.v)?, mat(&n.attn_out)?);
+        let (gate, up, down) = if cfg.moe.is_some() {
+            (mat(&n.gate_exps)?, mat(&n.up_exps)?, mat(&n.down_exps)?)
+        } else {
+            let down = mat(&n.down)?;
+            let (gate, up) = upload_gate_up(gpu, f, &n.gate, &n.up)?;
+            progress(((gate.rows * gate.row_bytes) + (up.rows * up.row_bytes)) as u64);
+            (gate, up, down)
+        };
         let bias = if cfg.qkv_bias { [vector(f, &n.q_bias)?, vector(f, &n.k_bias)?, vector(f, &n.v_bias)?].concat() } else { vec![0.0] };
         let qk_norm = if cfg.qk_norm { [vector(f, &n.q_norm)?, vector(f, &n.k_norm)?].concat() } else { vec![0.0] };
         let dev = |v: &[f32]| Buffer::with_data(gpu, &f32_bytes(v), Location::Device);
+        let post = |name: &str| -> Result<Option<Buffer>, VkError> {
+            if cfg.post_norms {
+                Ok(Some(dev(&vector(f, name)?)?))
+            } else {
+                Ok(None)
+            }
+        };
         layers.push(Layer {
             attn_norm: dev(&vector(f, &n.attn_norm)?)?,
             q,
@@ -207,9 +239,12 @@ pub(super) fn upload(gpu: &Arc<Gpu>, f: &GgufFile, cfg: &ModelConfig, plan: &Pla
             qk_norm: dev(&qk_norm)?,
             attn_out,
             ffn_norm: dev(&vector(f, &n.ffn_norm)?)?,
+            attn_post_norm: post(&n.attn_post_norm)?,
+            ffn_post_norm: post(&n.ffn_post_norm)?,
             gate,
             up,
             down,
+            router: cfg.moe.map(|_| dev(&vector(f, &n.gate_inp)?)).transpose()?,
             mk: Buffer::new(gpu, mirror_bytes, Location::Device)?,
             mv: Buffer::new(gpu, mirror_bytes, Location::Device)?,
         });
@@ -218,6 +253,8 @@ pub(super) fn upload(gpu: &Arc<Gpu>, f: &GgufFile, cfg: &ModelConfig, plan: &Pla
     progress((embd.rows * embd.row_bytes) as u64);
     let output = if cfg.tied_output { None } else { Some(upload_mat(gpu, f, resin_model::OUTPUT)?) };
     let output_norm = Buffer::with_data(gpu, &f32_bytes(&vector(f, resin_model::OUTPUT_NORM)?), Location::Device)?;
-    let rope = Buffer::with_data(gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, cfg.rope_base)), Location::Device)?;
-    Ok(Weights { layers, embd, output, output_norm, rope })
+    let table = |base: f32| Buffer::with_data(gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, base)), Location::Device);
+    let rope = table(cfg.rope_base)?;
+    let rope_local = cfg.rope_bases().get(1).map(|&base| table(base)).transpose()?;
+    Ok(Weights { layers, embd, output, output_norm, rope, rope_local })
 }

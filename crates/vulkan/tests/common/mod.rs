@@ -32,7 +32,22 @@ pub fn model(name: &str) -> Model {
         Some(p) => std::path::PathBuf::from(p),
         None => resin_hub::ensure(name, false).unwrap_or_else(|e| panic!("fetching {name}: {e}")),
     };
-    let file = Arc::new(GgufFile::open(&path).unwrap());
+    open(&path)
+}
+
+/// A registry model cut to its first `blocks` transformer blocks (`RESIN_TEST_GGUF` stands in
+/// as for [`model`]): for tests of the home's machinery (windows, rows together and alone,
+/// snapshots), whose subject does not need the whole depth, at a fraction of lavapipe's time.
+pub fn model_cut(name: &str, blocks: usize) -> Model {
+    let path = match std::env::var_os("RESIN_TEST_GGUF") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => resin_hub::ensure_first_blocks(name, blocks, false).unwrap_or_else(|e| panic!("cutting {name} to {blocks} blocks: {e}")),
+    };
+    open(&path)
+}
+
+fn open(path: &std::path::Path) -> Model {
+    let file = Arc::new(GgufFile::open(path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let tok = Arc::new(Tokenizer::from_gguf(&file).unwrap());
     Model { file, cfg, tok }
