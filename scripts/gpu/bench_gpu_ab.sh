@@ -27,7 +27,7 @@ import json, sys
 d = json.load(open('/tmp/r.json')); p = d.get('profile') or {}
 keys = ['pp_tps', 'tg_tps', 'tg_greedy_tps', 'decode_tps', 'full_width_decode_tps', 'ttft_p50_s']
 print(sys.argv[1], *[(k, round(d[k], 3)) for k in keys if d.get(k) is not None],
-      *[(k, round(p[k]['total_us']), [(a, round(b)) for a, b in p[k]['ops_us'][:6]]) for k in ['window', 'step', 'step_nrow', 'step_wide'] if p.get(k)])
+      *[(k, round(p[k]['total_us']), [(o[0], round(o[1])) + ((round(o[2]),) if len(o) > 2 and o[2] else ()) for o in p[k]['ops_us'][:7]]) for k in ['window', 'step', 'step_nrow', 'step_wide'] if p.get(k)])
 " "$1" || echo "$1: no result"; }
 R=/tmp/ab-runs; rm -rf $R; mkdir -p $R
 for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do

@@ -7,7 +7,7 @@ use resin_model::{FfnAct, RopeStyle};
 
 use crate::buffers::{barrier, transfer_barrier};
 use crate::device::{DeviceInfo, Gpu};
-use crate::gemv_dot::QPack;
+use crate::mv::QPack;
 use crate::pipelines::{Bind, Descriptors, Pipelines};
 use crate::VkError;
 use resin_core::KvCodec;
@@ -141,7 +141,7 @@ pub struct NormPush {
 const _: () = assert!(std::mem::size_of::<NormPush>() == 8);
 impl Push for NormPush {}
 
-/// The norm's push block when it also packs: `count` = rows * n, the packed layout's size.
+/// The canonical norm's push block (`Recorder::normpack`): `count` = the packed layout's size.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct NormPackPush {
@@ -595,32 +595,13 @@ impl<'a> Recorder<'a> {
         q256: Option<Bind<'_>>,
         p: NormPush,
     ) -> Result<(), VkError> {
-        self.norm_rounded(false, rows, [x, w, out], add, [q32, q256], p)
+        self.norm_rounded(rows, [x, w, out], add, [q32, q256], p)
     }
 
-    /// [`Recorder::rmsnorm`] that also writes `out` packed for the int8 dot GEMV (blocks of 32
-    /// into `p32`, of 256 into `p256`, each when Some), bit for bit what [`Recorder::qpack`]
-    /// over `out` would write with `count` = rows * p.n, in the same dispatch.
-    #[allow(clippy::too_many_arguments)]
-    pub fn rmsnorm_p(
-        &mut self,
-        rows: u32,
-        x: Bind<'_>,
-        add: Option<Bind<'_>>,
-        w: Bind<'_>,
-        out: Bind<'_>,
-        p32: Option<Bind<'_>>,
-        p256: Option<Bind<'_>>,
-        p: NormPush,
-    ) -> Result<(), VkError> {
-        self.norm_rounded(true, rows, [x, w, out], add, [p32, p256], p)
-    }
-
-    /// The norm with its output rounded (`packed` false: f32 values) or packed (true) through
-    /// the blocks of 32 and 256 asked for.
-    fn norm_rounded(&mut self, packed: bool, rows: u32, [x, w, out]: [Bind<'_>; 3], add: Option<Bind<'_>>, [q32, q256]: [Option<Bind<'_>>; 2], p: NormPush) -> Result<(), VkError> {
+    /// The norm with its output rounded through the blocks of 32 and 256 asked for.
+    fn norm_rounded(&mut self, rows: u32, [x, w, out]: [Bind<'_>; 3], add: Option<Bind<'_>>, [q32, q256]: [Option<Bind<'_>>; 2], p: NormPush) -> Result<(), VkError> {
         let base = if add.is_some() { "rmsnorm_add" } else { "rmsnorm" };
-        let name = format!("{base}_{}", if packed { "p" } else { "q" });
+        let name = format!("{base}_q");
         let a = add.unwrap_or(x);
         let mask = u32::from(q32.is_some()) | (u32::from(q256.is_some()) << 1);
         if p.n > NORM_MAX {
@@ -631,7 +612,7 @@ impl<'a> Recorder<'a> {
                 return Err(VkError::Unsupported(format!("rounding {} values a row in blocks of {b}", p.n)));
             }
         }
-        let push = if packed { NormPackPush { n: p.n, eps: p.eps, count: rows * p.n }.bytes() } else { p.bytes() };
+        let push = p.bytes();
         // An unused rounded output binds `out` (never written through that binding).
         self.run(&name, &[NORM_WG, mask], &[x, a, w, out, q32.unwrap_or(out), q256.unwrap_or(out)], &push, [rows, 1, 1])
     }
@@ -667,7 +648,7 @@ impl<'a> Recorder<'a> {
     /// act(g) * u packed for the int8 dot GEMV (`layout.count` values into `out`): bit for bit
     /// [`Recorder::swiglu`] then [`Recorder::qpack`], in one dispatch (g is left as it was).
     pub fn swiglu_p(&mut self, act: FfnAct, layout: QPack, g: Bind<'_>, u: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
-        let name = format!("{}_p{}", act_name(act), if layout.block == 32 { 32 } else { 256 });
+        let name = format!("{}_p32", act_name(act));
         if out.range < layout.bytes() {
             return Err(VkError::OutOfRange(format!("{} bytes for a packed layout of {}", out.range, layout.bytes())));
         }
@@ -787,7 +768,7 @@ impl<'a> Recorder<'a> {
                 if layout.count != count || y.range < layout.bytes() {
                     return Err(VkError::OutOfRange(format!("a packed layout of {} values in {} bytes for {count} attention outputs", layout.count, y.range)));
                 }
-                ("attn_combine_p", layout.block, y)
+                ("attn_combine_p", 32, y)
             }
         };
         let heads = attn_round_heads(block, p.head_dim, p.n_head)

@@ -14,10 +14,10 @@ pub mod device;
 mod error;
 pub mod fault;
 pub mod gemm;
-pub mod gemv_dot;
 pub mod home;
 pub mod kernels;
 pub mod layout;
+pub mod mv;
 pub mod pipelines;
 
 pub use device::{probe, DeviceInfo, Gpu, GpuOptions, FENCE_TIMEOUT_DEFAULT};

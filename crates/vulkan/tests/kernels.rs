@@ -329,65 +329,6 @@ fn rmsnorm_with_fused_rounding_equals_rmsnorm_then_qact() {
 }
 
 #[test]
-fn rmsnorm_with_fused_packing_equals_rmsnorm_then_qpack() {
-    // rmsnorm_p writes out and the int8 dot GEMV's packed activations (quants, block scales,
-    // group sums over the pass's rows * n values) in one dispatch: every word must equal
-    // rmsnorm (+ fused add) followed by qpack32 / qpack256 over its output.
-    use resin_vulkan::gemv_dot::QPack;
-    let Some(mut h) = Harness::new() else { return };
-    // 9216: more chunks than the norm's 256 virtual threads.
-    for (rows, n) in [(3usize, 768usize), (2, 9216)] {
-        let count = (rows * n) as u32;
-        let mut rng = Rng(0xfa11);
-        let x0 = rng.vec(rows * n, 2.0);
-        let add = rng.vec(rows * n, 1.0);
-        let w = rng.vec(n, 1.5);
-        let p = NormPush { n: n as u32, eps: 1e-5 };
-        let (ab, wb) = (h.buf_f32(&add), h.buf_f32(&w));
-        let (l32, l256) = (QPack::new(32, count).unwrap(), QPack::new(256, count).unwrap());
-        for fused_add in [false, true] {
-            for (m32, m256) in [(true, true), (true, false), (false, true)] {
-                let (xr, outr) = (h.buf_f32(&x0), h.poisoned(rows * n));
-                let (r32, r256) = (h.poisoned(l32.words() as usize), h.poisoned(l256.words() as usize));
-                h.run(|rec| {
-                    rec.rmsnorm(rows as u32, (&xr).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outr).into(), p)?;
-                    rec.barrier();
-                    rec.qpack(l32, (&outr).into(), (&r32).into())?;
-                    rec.qpack(l256, (&outr).into(), (&r256).into())
-                });
-                let (xf, outf) = (h.buf_f32(&x0), h.poisoned(rows * n));
-                let (f32b, f256b) = (h.poisoned(l32.words() as usize), h.poisoned(l256.words() as usize));
-                h.run(|rec| {
-                    let p32 = m32.then(|| (&f32b).into());
-                    let p256 = m256.then(|| (&f256b).into());
-                    rec.rmsnorm_p(rows as u32, (&xf).into(), fused_add.then(|| (&ab).into()), (&wb).into(), (&outf).into(), p32, p256, p)
-                });
-                let what = format!("rmsnorm_p add={fused_add} p32={m32} p256={m256}");
-                let rd = |b: &Buffer, n: usize| b.read_u32(0, n).unwrap();
-                assert_eq!(rd(&xf, rows * n), rd(&xr, rows * n), "{what}: x");
-                assert_eq!(rd(&outf, rows * n), rd(&outr, rows * n), "{what}: out");
-                for (on, got, want, l) in [(m32, &f32b, &r32, l32), (m256, &f256b, &r256, l256)] {
-                    let (g, r) = (rd(got, l.words() as usize), rd(want, l.words() as usize));
-                    if on {
-                        assert!(r.iter().all(|&v| v != POISON), "{what}: the reference left a word unwritten");
-                        assert_eq!(g, r, "{what}: packed words");
-                    } else {
-                        assert!(g.iter().all(|&v| v == POISON), "{what}: an unasked packing was written");
-                    }
-                }
-            }
-        }
-        // Control: packing the input instead of the norm's output gives other words.
-        let (xb, fb, pb) = (h.buf_f32(&x0), h.poisoned(rows * n), h.poisoned(l32.words() as usize));
-        let xr = h.buf_f32(&x0);
-        let pr = h.poisoned(l32.words() as usize);
-        h.run(|rec| rec.rmsnorm_p(rows as u32, (&xb).into(), None, (&wb).into(), (&fb).into(), Some((&pb).into()), None, p));
-        h.run(|rec| rec.qpack(l32, (&xr).into(), (&pr).into()));
-        assert_ne!(pb.read_u32(0, l32.words() as usize).unwrap(), pr.read_u32(0, l32.words() as usize).unwrap(), "control");
-    }
-}
-
-#[test]
 fn swiglu_matches() {
     // Bar: (32 + 4|g|) u |ref|: Vulkan's exp is within 3 + 2|x| ulp, then a division and a
     // product.
@@ -411,8 +352,9 @@ fn swiglu_matches() {
 fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
     // swiglu_q / swiglu_p round act(g) * u in one dispatch: every value (word) must be
     // bit-equal to swiglu followed by qact / qpack over its output, and g left as it was; for
-    // silu (SwiGLU) and tanh GELU (GeGLU) alike.
-    use resin_vulkan::gemv_dot::QPack;
+    // silu (SwiGLU) and tanh GELU (GeGLU) alike. Packed: blocks of 32 only (the canonical
+    // product's input).
+    use resin_vulkan::mv::QPack;
     let Some(mut h) = Harness::new() else { return };
     // Not a multiple of a workgroup's 2048 values; one block of 256 with u = 0 (amax 0).
     let n = 3 * 1536usize;
@@ -422,9 +364,10 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
     u[512..768].iter_mut().for_each(|v| *v = 0.0);
     let bits = |b: &Buffer, k: usize| b.read_u32(0, k).unwrap();
     let ub = h.buf_f32(&u);
+    let l = QPack::new(n as u32).unwrap();
+    let w = l.words() as usize;
     for (act, block) in [(FfnAct::Silu, 32u32), (FfnAct::Silu, 256), (FfnAct::GeluTanh, 32), (FfnAct::GeluTanh, 256)] {
-        let l = QPack::new(block, n as u32).unwrap();
-        let w = l.words() as usize;
+        let pack = block == 32;
         // Reference: swiglu in place, then the rounding and the packing of its output.
         let gr = h.buf_f32(&g);
         let (rq, rp) = (h.poisoned(n), h.poisoned(w));
@@ -432,17 +375,24 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
             rec.swiglu(act, n as u32, (&gr).into(), (&ub).into())?;
             rec.barrier();
             rec.qact(block, n as u32, (&gr).into(), (&rq).into())?;
-            rec.qpack(l, (&gr).into(), (&rp).into())
+            if pack {
+                rec.qpack(l, (&gr).into(), (&rp).into())?;
+            }
+            Ok(())
         });
         // Fused.
         let gf = h.buf_f32(&g);
         let (fq, fp) = (h.poisoned(n), h.poisoned(w));
         h.run(|rec| {
             rec.swiglu_q(act, block, n as u32, (&gf).into(), (&ub).into(), (&fq).into())?;
-            rec.swiglu_p(act, l, (&gf).into(), (&ub).into(), (&fp).into())
+            if pack {
+                rec.swiglu_p(act, l, (&gf).into(), (&ub).into(), (&fp).into())?;
+            }
+            Ok(())
         });
         let (want_q, want_p) = (bits(&rq, n), bits(&rp, w));
-        assert!(want_q.iter().chain(&want_p).all(|&v| v != POISON), "{act:?} block {block}: the reference left a value unwritten");
+        assert!(want_q.iter().all(|&v| v != POISON), "{act:?} block {block}: the reference left a value unwritten");
+        assert!(!pack || want_p.iter().all(|&v| v != POISON), "{act:?} block {block}: the reference left a word unwritten");
         assert_eq!(bits(&fq, n), want_q, "{act:?} block {block}: rounded values");
         assert_eq!(bits(&fp, w), want_p, "{act:?} block {block}: packed words");
         assert_eq!(gf.read_f32(0, n).unwrap(), g, "{act:?} block {block}: g was written");
@@ -451,10 +401,15 @@ fn swiglu_with_fused_rounding_equals_swiglu_then_qact_and_qpack() {
         let gs = h.buf_f32(&g);
         h.run(|rec| {
             rec.swiglu_q(act, block, n as u32, (&ub).into(), (&gs).into(), (&cq).into())?;
-            rec.swiglu_p(act, l, (&ub).into(), (&gs).into(), (&cp).into())
+            if pack {
+                rec.swiglu_p(act, l, (&ub).into(), (&gs).into(), (&cp).into())?;
+            }
+            Ok(())
         });
         assert_ne!(bits(&cq, n), want_q, "{act:?} block {block}: control (rounded)");
-        assert_ne!(bits(&cp, w), want_p, "{act:?} block {block}: control (packed)");
+        if pack {
+            assert_ne!(bits(&cp, w), want_p, "{act:?} block {block}: control (packed)");
+        }
     }
 }
 
@@ -961,7 +916,7 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
     // attention_round's combine writes its output and that output rounded (f32) or packed for
     // the next matrix: every value and word must equal attention, then qact / qpack over its
     // output. Blocks of 32 within a head, and of 256 over 4, 2 or 1 heads.
-    use resin_vulkan::gemv_dot::QPack;
+    use resin_vulkan::mv::QPack;
     let Some(mut h) = Harness::new() else { return };
     let codec = resin_core::KvCodec::F16;
     let n_ctx = 200usize;
@@ -989,15 +944,21 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
             let what = format!("hd {hd} x {n_head} heads, block {block}");
             let heads = attn_round_heads(block, hd as u32, n_head as u32).unwrap();
             assert_eq!(heads, (block / hd as u32).max(1), "{what}: heads a workgroup");
-            let l = QPack::new(block, count as u32).unwrap();
+            // Packed: blocks of 32 only (the canonical product's input).
+            let pack = block == 32;
+            let l = QPack::new(count as u32).unwrap();
             let w = l.words() as usize;
             let (rq, rp) = (h.poisoned(count), h.poisoned(w));
             h.run(|rec| {
                 rec.qact(block, count as u32, (&outr).into(), (&rq).into())?;
-                rec.qpack(l, (&outr).into(), (&rp).into())
+                if pack {
+                    rec.qpack(l, (&outr).into(), (&rp).into())?;
+                }
+                Ok(())
             });
             let (want_q, want_p) = (bits(&rq, count), bits(&rp, w));
-            assert!(want_q.iter().chain(&want_p).all(|&v| v != POISON), "{what}: the reference left a value unwritten");
+            assert!(want_q.iter().all(|&v| v != POISON), "{what}: the reference left a value unwritten");
+            assert!(!pack || want_p.iter().all(|&v| v != POISON), "{what}: the reference left a word unwritten");
             // Fused: rounded f32, then packed; by a combine dispatch, then merged in the
             // attention's last workgroup of a head group.
             for merge in [false, true] {
@@ -1016,6 +977,9 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
                         None,
                         p,
                     )?;
+                    if !pack {
+                        return Ok(());
+                    }
                     rec.barrier();
                     let round = Some(AttnRound::Packed { layout: l, out: (&fp).into() });
                     rec.attention_round(
@@ -1029,9 +993,11 @@ fn decode_attention_with_fused_rounding_equals_attention_then_qact_and_qpack() {
                     )
                 });
                 assert_eq!(bits(&oq, count), want_out, "{what}: output (rounding form)");
-                assert_eq!(bits(&op, count), want_out, "{what}: output (packing form)");
                 assert_eq!(bits(&fq, count), want_q, "{what}: rounded values");
-                assert_eq!(bits(&fp, w), want_p, "{what}: packed words");
+                if pack {
+                    assert_eq!(bits(&op, count), want_out, "{what}: output (packing form)");
+                    assert_eq!(bits(&fp, w), want_p, "{what}: packed words");
+                }
                 assert!(bits(&done, rows * n_head).iter().all(|&c| c == 0), "{what}: the merge counters are left at zero");
             }
             // Control: the other block size's rounding of the same output differs.
@@ -1087,28 +1053,26 @@ fn activation_rounding_matches_the_cpu_blocks() {
 }
 
 /// The fixed cost of a dispatch and a barrier against a norm's: 200 of each chained by
-/// barriers in one submission (a swiglu of 64 values, a 2048-value norm with its residual add
-/// and packing, a qpack of 2048 values), timed on the host. For the per-stage profile's small
+/// barriers in one submission (a swiglu of 64 values, a 2048-value canonical norm with its
+/// residual add, a plain norm, a qpack of 2048 values), timed on the host. For the per-stage profile's small
 /// stages. `cargo test --release --test kernels -- --ignored --nocapture dispatch_floor`.
 #[test]
 #[ignore]
 fn dispatch_floor() {
-    use resin_vulkan::gemv_dot::QPack;
+    use resin_vulkan::mv::QPack;
     let Some(mut h) = Harness::new() else { return };
     let n = 2048usize;
     let mut rng = Rng(5);
     let (x, a, w) = (h.buf_f32(&rng.vec(n, 1.0)), h.buf_f32(&rng.vec(n, 1.0)), h.buf_f32(&rng.vec(n, 1.0)));
-    let (o, p) = (h.poisoned(n), h.poisoned(2 * n));
+    let (o, p, r) = (h.poisoned(n), h.poisoned(2 * n), h.poisoned(1));
     let g = h.buf_f32(&rng.vec(64, 1.0));
-    let layout = QPack::new(32, n as u32).unwrap();
+    let layout = QPack::new(n as u32).unwrap();
     let reps = 200;
     let mut time = |name: &str, f: &mut dyn FnMut(&mut resin_vulkan::kernels::Recorder<'_>) -> Result<(), resin_vulkan::VkError>| {
         eprintln!("{name}: {:.2} us a dispatch and barrier", h.time_chained(reps, f));
     };
     time("swiglu of 64 values", &mut |rec| rec.swiglu(FfnAct::Silu, 64, (&g).into(), (&g).into()));
-    time("rmsnorm_add_p of 2048", &mut |rec| {
-        rec.rmsnorm_p(1, (&x).into(), Some((&a).into()), (&w).into(), (&o).into(), Some((&p).into()), None, NormPush { n: n as u32, eps: 1e-5 })
-    });
+    time("normpack_add of 2048", &mut |rec| rec.normpack(1, n as u32, 1e-5, (&x).into(), Some((&a).into()), (&w).into(), layout, (&p).into(), (&r).into()));
     time("rmsnorm of 2048", &mut |rec| rec.rmsnorm(1, (&x).into(), None, (&w).into(), (&o).into(), NormPush { n: n as u32, eps: 1e-5 }));
     time("qpack of 2048", &mut |rec| rec.qpack(layout, (&x).into(), (&p).into()));
 }

@@ -232,9 +232,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let (pp_tps, tg_tps) = (median(pps.clone()), median(tgs.clone()));
     let tg_greedy_tps = Some(median(greedy));
     let spec = home.spec().clone();
-    let (shape, shape_nrow) = match home.profiler() {
-        Some(p) => (p.step_shape(1)?, p.step_shape(resin_core::NROW_MAX)?),
-        None => (None, None),
+    let shape = match home.profiler() {
+        Some(p) => p.step_shape(1)?,
+        None => None,
     };
     let mut copy_gb_s = None;
     let profile = if let (true, Some(home)) = (args.profile, home.profiler()) {
@@ -277,9 +277,6 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         "step_stages": shape.map(|s| s.stages),
         "step_dispatches": shape.map(|s| s.dispatches),
         "step_barriers": shape.map(|s| s.barriers),
-        "step_stages_nrow": shape_nrow.map(|s| s.stages),
-        "step_dispatches_nrow": shape_nrow.map(|s| s.dispatches),
-        "step_barriers_nrow": shape_nrow.map(|s| s.barriers),
         "profile": profile,
     });
     let mut text = String::new();
@@ -306,8 +303,6 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             args.reps
         ) + &shape.map_or(String::new(), |s| {
             format!("\none-row token command: {} dependent stages, {} dispatches, {} barriers ({} layers)", s.stages, s.dispatches, s.barriers, loaded.cfg.n_layer)
-        }) + &shape_nrow.map_or(String::new(), |s| {
-            format!("\n{}-row token command: {} dependent stages, {} dispatches, {} barriers", resin_core::NROW_MAX, s.stages, s.dispatches, s.barriers)
         }) + &if depth > 0 { format!("\nat depth {depth}") } else { String::new() }),
     );
     Ok(())

@@ -1,25 +1,16 @@
-// The int8 dot GEMV's side of the block formats (gemv.comp TIER_DOT). Each format defines
-//   XBLOCK (values a d_x: 32 or 256), XSUMG (values an int sum: 32 or 16),
+// The canonical matrix product's side of the block formats (mv.comp; docs/canonical-order.md
+// section 2). Each format defines
 //   void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi)
-// the weight quants of 32-value unit u as int8, 4 a word (value 4j+k in byte k of qw[j]),
-// with the unit's float (wf) and integer (wi) parameters, and
+// the weight quants of 32-value block u as int8, 4 a word (value 4j+k in byte k of qw[j]),
+// with the block's float (wf) and integer (wi) parameters, and
 //   float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x)
-// the unit's contribution against its packed activations (x_unit: xp, d_off, s_off, of
-// qact.comp QPACK). The integer sums are exact; the float part follows the CPU home's
-// pair_tile / k_tile: (d_w * d_x) * float(isum) (+ (m_w * d_x) * float(sum_x) for Q4_1);
-// K-quants (d_x * d) * float(sc * isum) - (d_x * dmin) * float(mn * sum_x).
-// Quants stored unsigned (0..15, 0..31, 0..63) are valid signed int8 too; their offset
-// (8, 16, 32) is taken off with the activation sums: sum (q - o) a = dot(q, a) - o * sum a.
+// f_b, the block's contribution against the activation block x (int8 quants, d, the sum of
+// its quants): an exact integer dot product, then the format's float expression of the
+// spec's table, each product rounded apart (`precise`). Quants stored unsigned (0..15, 0..31)
+// are valid signed int8 too; Q4_0 / Q5_0 take their offset (8, 16) off with the activation
+// sum: sum (q - o) a = dot(q, a) - o * sum a. Q6_K's quants are made signed in the bytes.
 #ifndef RESIN_DOTFMT_GLSL
 #define RESIN_DOTFMT_GLSL
-
-#if defined(FMT_Q8_0) || defined(FMT_Q4_0) || defined(FMT_Q4_1) || defined(FMT_Q5_0)
-#define XBLOCK 32u
-#define XSUMG 32u
-#else
-#define XBLOCK 256u
-#define XSUMG 16u
-#endif
 
 #ifdef DOT_HW
 // OpSDot (4450) with PackedVectorFormat4x8Bit (0): capabilities DotProductInput4x8BitPacked
@@ -35,28 +26,13 @@ int dot4(uint a, uint b) {
 }
 #endif
 
-// The packed activations of one 32-value unit: its quant words, its block's d and the int
-// sums of its values (s0: the first XSUMG, s1: the next 16 where XSUMG is 16). Loaded once
-// and dotted with the weight rows a subgroup takes together.
+// One activation block: its quant words, d and the sum of its quants.
 struct XUnit {
     uint q[8];
     float d;
-    int s0;
-    int s1;
+    int s;
 };
-XUnit x_unit(uint xo) {
-    XUnit x;
-    // Two 16-byte loads (xo is a multiple of 32 values): a lane's unit in 2 requests, not 8.
-    uvec4 a = xp4[xo >> 4];
-    uvec4 b = xp4[(xo >> 4) + 1u];
-    x.q[0] = a.x; x.q[1] = a.y; x.q[2] = a.z; x.q[3] = a.w;
-    x.q[4] = b.x; x.q[5] = b.y; x.q[6] = b.z; x.q[7] = b.w;
-    x.d = uintBitsToFloat(xp[p.d_off + xo / XBLOCK]);
-    x.s0 = int(xp[p.s_off + xo / XSUMG]);
-    x.s1 = XSUMG == 16u ? int(xp[p.s_off + xo / XSUMG + 1u]) : 0;
-    return x;
-}
-// The unit's activation quant words lo .. lo + n dotted with qw[lo .. lo + n).
+// The block's activation quant words lo .. lo + n dotted with qw[lo .. lo + n).
 int dot_words(uint qw[8], XUnit x, uint lo, uint n) {
     int s = 0;
     for (uint j = lo; j < lo + n; j++) s += dot4(qw[j], x.q[j]);
@@ -107,15 +83,15 @@ float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
     float dx = x.d;
     int isum = dot_words(qw, x, 0u, 8u);
 #if defined(FMT_Q4_0)
-    isum -= 8 * x.s0;
+    isum -= 8 * x.s;
 #elif defined(FMT_Q5_0)
-    isum -= 16 * x.s0;
+    isum -= 16 * x.s;
 #endif
     precise float dd = wf.x * dx;
     precise float t = dd * float(isum);
 #if defined(FMT_Q4_1)
     precise float md = wf.y * dx;
-    precise float tm = md * float(x.s0);
+    precise float tm = md * float(x.s);
     t = t + tm;
 #endif
     return t;
@@ -127,9 +103,15 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
     uint s = u & 7u;
     uint pair = s >> 1;
     uint shift = (s & 1u) * 4u;
-    wf = vec2(rd_f16(b), rd_f16(b + 2u));
-    uint sc, mn;
-    scale_min_k4(b, s, sc, mn);
+    // The block's 16-byte head (d, dmin, the 12 scale bytes) in one aligned load, and
+    // ggml's get_scale_min_k4 on its words without a branch.
+    uvec4 hd = WDATA4[b >> 4];
+    wf = unpackHalf2x16(hd.x);
+    uint sh = (s & 3u) * 8u;
+    uint a = (hd.y >> sh) & 0xFFu, m8 = (hd.z >> sh) & 0xFFu, c8 = (hd.w >> sh) & 0xFFu;
+    bool lo4 = s < 4u;
+    uint sc = lo4 ? a & 63u : (c8 & 0xFu) | ((a >> 6) << 4);
+    uint mn = lo4 ? m8 & 63u : (c8 >> 4) | ((m8 >> 6) << 4);
     wi = ivec2(int(sc), int(mn));
     // The unit's 32 quant bytes (and Q5_K's 32 high-bit bytes) are 16-byte aligned (blocks of
     // 144 / 176 bytes, rows of whole blocks): two 16-byte loads each.
@@ -151,7 +133,7 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
 float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
     float dx = x.d;
     int isum = wi.x * dot_words(qw, x, 0u, 8u);
-    int msum = wi.y * (x.s0 + x.s1);
+    int msum = wi.y * x.s;
     precise float a = dx * wf.x;
     precise float b = dx * wf.y;
     precise float ta = a * float(isum);
@@ -160,7 +142,7 @@ float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
     return t;
 }
 #elif defined(FMT_Q6_K)
-// Quants 0..63 (real quant + 32); wi = the two signed scales of the unit's 16-value halves.
+// Signed quants (-32..31); wi = the two signed scales of the block's 16-value halves.
 void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
     // The device's Q6_K rows (formats.glsl): quants in aligned 16-byte loads, d after them.
     uint b = q6_block(row_off, u);
@@ -179,20 +161,21 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
     for (uint j = 0u; j < 8u; j++) {
         uint lo = (wl[j] >> lshift) & 0x0F0F0F0Fu;
         uint hi = ((wh[j] >> (2u * g)) & 0x03030303u) << 4;
-        qw[j] = lo | hi;
+        // Each byte v in 0..63 becomes v - 32 as int8, with no borrow between bytes.
+        qw[j] = (((lo | hi) | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
     }
 }
 float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
     float dx = x.d;
-    int i0 = dot_words(qw, x, 0u, 4u) - 32 * x.s0;
-    int i1 = dot_words(qw, x, 4u, 4u) - 32 * x.s1;
+    int i0 = dot_words(qw, x, 0u, 4u);
+    int i1 = dot_words(qw, x, 4u, 4u);
     int isum = wi.x * i0 + wi.y * i1;
     precise float a = dx * wf.x;
     precise float t = a * float(isum);
     return t;
 }
 #else
-#error "the int8 dot GEMV has no kernel for this format"
+#error "the canonical product has no expression for this format"
 #endif
 
 #endif

@@ -2,14 +2,13 @@
 // a row):
 //   nx[r] += nadd[r] (written back, FUSE_ADD), nout[r] = nx[r] / rms(nx[r]) * nw
 // and with QACT its rounding through 8-bit blocks (qact.comp's arithmetic, bit for bit) to
-// nq32 / nq256 (blocks of 32 when QMASK & 1, of 256 when QMASK & 2), or with QPACK packed
-// as qact.comp QPACK's layout over the pass's `count` values into np32 / np256.
+// nq32 / nq256 (blocks of 32 when QMASK & 1, of 256 when QMASK & 2).
 // Thread v takes chunks of CH values v, v + NVT, ... (at most MAXC of them: n <= 16384,
 // checked on the host), sums their squares in order, then a tree over the NVT sums. Each
 // thread holds its chunks' values in registers from the one load to the last use, so the
 // row is read once (the passes after the sum of squares read no memory but the weights).
 // The includer declares the buffers, WG (== NVT), QMASK and the shared arrays red[NVT],
-// pm[MAXCH] and (QPACK) ps[MAXCH].
+// pm[MAXCH].
 #ifndef RESIN_NORM_GLSL
 #define RESIN_NORM_GLSL
 #define CH 8u
@@ -17,7 +16,7 @@
 #define MAXC 8u
 #define MAXCH 2048u   // MAXC * NVT chunks a row
 
-void norm_row(uint r, uint t, uint n, float eps, uint count) {
+void norm_row(uint r, uint t, uint n, float eps) {
     uint base = r * n;
     uint nch = (n + CH - 1u) / CH;
     float xv[MAXC][CH];
@@ -111,25 +110,6 @@ void norm_row(uint r, uint t, uint n, float eps, uint count) {
             for (uint j = c0; j < c0 + per; j++) amax = max(amax, pm[j]);
             float d = amax / 127.0;
             float id = amax > 0.0 ? 127.0 / amax : 0.0;
-#ifdef QPACK
-            uint wd[2] = uint[2](0u, 0u);
-            int qsum = 0;
-            for (uint i = 0u; i < CH; i++) {
-                precise float q = roundEven(xv[k][i] * id);
-                int qi = int(q);
-                qsum += qi;
-                wd[i >> 2] |= (uint(qi) & 0xFFu) << ((i & 3u) * 8u);
-            }
-            uint g = base + c * CH;   // the chunk's first value in the pass (a multiple of 8)
-            if (b == 0u) {
-                np32_2[g >> 3] = uvec2(wd[0], wd[1]);
-                if (c == c0) np32[(count >> 2) + g / qb] = floatBitsToUint(d);
-            } else {
-                np256_2[g >> 3] = uvec2(wd[0], wd[1]);
-                if (c == c0) np256[(count >> 2) + g / qb] = floatBitsToUint(d);
-            }
-            ps[c] = qsum;
-#else
             float qv[CH];
             for (uint i = 0u; i < CH; i++) {
                 precise float q = roundEven(xv[k][i] * id);
@@ -146,25 +126,7 @@ void norm_row(uint r, uint t, uint n, float eps, uint count) {
                 nq256_4[q4] = lo;
                 nq256_4[q4 + 1u] = hi;
             }
-#endif
         }
-#ifdef QPACK
-        // The int sum of each group of sumg values (32 for blocks of 32, 16 for 256).
-        barrier();
-        uint sumg = qb == 256u ? 16u : 32u;
-        uint gper = sumg / CH;
-        for (uint k = 0u; k < MAXC; k++) {
-            uint c = t + k * NVT;
-            if (c >= nch) break;
-            if (c % gper != 0u) continue;
-            int sum = 0;
-            for (uint j = c; j < c + gper; j++) sum += ps[j];
-            uint g = base + c * CH;
-            uint at = (count >> 2) + count / qb + g / sumg;
-            if (b == 0u) np32[at] = uint(sum); else np256[at] = uint(sum);
-        }
-        barrier();
-#endif
     }
 #endif
 }

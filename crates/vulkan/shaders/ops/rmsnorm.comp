@@ -1,8 +1,8 @@
 // RMS norm of each row, one workgroup a row (common/norm.glsl), with the residual add fused
 // in front (FUSE_ADD): x[r] += add[r] (written back), out[r] = x[r] / rms(x[r]) * w.
 // QACT: also write out rounded through 8-bit blocks (qact.comp's arithmetic, bit for bit) to
-// q32 (blocks of 32, when QMASK & 1) and q256 (blocks of 256, when QMASK & 2), or with QPACK
-// packed for the int8 dot GEMV, so the rounding needs no dispatch and barrier of its own.
+// q32 (blocks of 32, when QMASK & 1) and q256 (blocks of 256, when QMASK & 2), so the
+// rounding needs no dispatch and barrier of its own.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 
@@ -11,19 +11,10 @@ layout(constant_id = 0) const uint WG = 256;
 
 #ifdef QACT
 layout(constant_id = 1) const uint QMASK = 3;
-#ifdef QPACK
-// Packed for the int8 dot GEMV (qact.comp QPACK's layout over the pass's `count` values).
-layout(std430, set = 0, binding = 4) writeonly buffer P32 { uvec2 np32_2[]; };
-layout(std430, set = 0, binding = 5) writeonly buffer P256 { uvec2 np256_2[]; };
-layout(std430, set = 0, binding = 4) writeonly buffer P32w { uint np32[]; };
-layout(std430, set = 0, binding = 5) writeonly buffer P256w { uint np256[]; };
-shared int ps[2048];
-#else
 layout(std430, set = 0, binding = 4) writeonly buffer Q32 { float nq32[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer Q256 { float nq256[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer Q32v { vec4 nq32_4[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer Q256v { vec4 nq256_4[]; };
-#endif
 shared float pm[2048];
 #endif
 layout(std430, set = 0, binding = 0) buffer X { float nx[]; };
@@ -41,9 +32,6 @@ layout(std430, set = 0, binding = 3) writeonly buffer Out4 { vec4 nout4[]; };
 layout(push_constant) uniform Push {
     uint n;
     float eps;
-#ifdef QPACK
-    uint count;   // values of the whole pass (rows * n): the packed layout's offsets
-#endif
 } p;
 
 shared float red[256];
@@ -51,10 +39,5 @@ shared float red[256];
 #include "norm.glsl"
 
 void main() {
-#ifdef QPACK
-    uint count = p.count;
-#else
-    uint count = 0u;
-#endif
-    norm_row(gl_WorkGroupID.x, gl_LocalInvocationID.x, p.n, p.eps, count);
+    norm_row(gl_WorkGroupID.x, gl_LocalInvocationID.x, p.n, p.eps);
 }

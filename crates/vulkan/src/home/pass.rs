@@ -8,8 +8,8 @@ use resin_core::{Counters, KvCodec, NROW_MAX};
 use resin_model::{FfnAct, ModelConfig};
 
 use crate::buffers::Buffer;
-use crate::gemv_dot::{dot_format, QPack};
 use crate::kernels::*;
+use crate::mv::{mv_fits, mv_format, Mv, MvIn, MvOut, MvShape, QPack};
 use crate::pipelines::Bind;
 use crate::VkError;
 
@@ -49,57 +49,54 @@ pub(super) fn attn_pieces(rows: usize) -> u32 {
 /// pieces a workgroup).
 pub(super) const ATTN_SPREAD: usize = 256;
 
-/// The activation block of `m` when an `n`-row pass runs it through the int8 dot GEMV.
-pub(super) fn dot_block(m: &Mat, n: usize, s: &Scratch) -> Option<u32> {
-    if !s.dot || n > NROW_MAX || dot_format(m.ty).is_none() {
-        return None;
-    }
-    act_block(m.ty).filter(|&b| m.cols.is_multiple_of(b as usize))
+/// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp): a token
+/// command's matrices of the formats it reads, on a device that runs it.
+pub(super) fn canon(m: &Mat, n: usize, s: &Scratch) -> bool {
+    s.dot && n <= NROW_MAX && mv_format(m.ty).is_some() && m.cols.is_multiple_of(32)
 }
 
-/// Which 8-bit activation roundings (blocks of 32, of 256) the matrices `ms` read.
-pub(super) fn act_blocks(ms: &[&Mat], s: &Scratch) -> [bool; 2] {
-    let want = |block: u32| s.q8 && ms.iter().any(|m| act_block(m.ty) == Some(block) && m.cols % block as usize == 0);
-    [want(32), want(256)]
+/// Whether `m`, outside the canonical product, reads its input rounded through 8-bit blocks
+/// of `block` values (the CPU home's integer dot products see these same values).
+fn rounds(m: &Mat, block: u32, s: &Scratch) -> bool {
+    s.q8 && act_block(m.ty) == Some(block) && m.cols.is_multiple_of(block as usize)
 }
 
-/// Round the input of the matrices `ms` through the 8-bit blocks their formats read (once a
-/// block size), then a barrier. The CPU home's integer dot products see these same values.
+/// The layout of `n` packed rows of `cols` values.
+fn packed(n: usize, cols: usize) -> Result<QPack, VkError> {
+    QPack::new((n * cols) as u32)
+}
+
+/// Put the input `x` of the matrices `ms` the way each reads it (packed for the canonical
+/// product, rounded through its blocks for the others; once a kind), then a barrier.
 pub(super) fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s: &Scratch) -> Result<(), VkError> {
     let cols = ms[0].cols;
-    let blocks = act_blocks(ms, s);
-    for (want, block, y, xp) in [(blocks[0], 32u32, &s.xq32, &s.xp32), (blocks[1], 256, &s.xq256, &s.xp256)] {
-        if !want {
-            continue;
-        }
-        // Packed for the dot GEMV where it reads them, rounded as f32 for the others.
-        if ms.iter().any(|m| dot_block(m, n, s) == Some(block)) {
-            rec.qpack(QPack::new(block, (n * cols) as u32)?, x.into(), xp.into())?;
-        }
-        if ms.iter().any(|m| act_block(m.ty) == Some(block) && dot_block(m, n, s).is_none()) {
+    let mut any = false;
+    if ms.iter().any(|m| canon(m, n, s)) {
+        rec.qpack(packed(n, cols)?, x.into(), (&s.xp32).into())?;
+        any = true;
+    }
+    for (block, y) in [(32u32, &s.xq32), (256, &s.xq256)] {
+        if ms.iter().any(|m| !canon(m, n, s) && rounds(m, block, s)) {
             rec.qact(block, (n * cols) as u32, x.into(), y.into())?;
+            any = true;
         }
     }
-    if blocks.iter().any(|&b| b) {
+    if any {
         rec.barrier();
     }
     Ok(())
 }
 
-/// gate <- silu(gate) * up as the input of `down`, then a barrier. Where `down` reads rounded or
-/// packed activations, one dispatch writes them straight from gate and up (what swiglu then
-/// `prep` would write; gate itself keeps the gate projection, which nothing reads after).
+/// gate <- act(gate) * up as the input of `down`, then a barrier. Where `down` reads packed
+/// or rounded activations, one dispatch writes them straight from gate and up (what swiglu
+/// then `prep` would write; gate itself keeps the gate projection, which nothing reads after).
 pub(super) fn swiglu_for(rec: &mut Recorder<'_>, act: FfnAct, n: usize, down: &Mat, s: &Scratch) -> Result<(), VkError> {
     let count = (n * down.cols) as u32;
     let (g, u) = ((&s.gate).into(), (&s.up).into());
-    let [b32, b256] = act_blocks(&[down], s);
-    if b32 || b256 {
-        let (block, xq, xp) = if b32 { (32, &s.xq32, &s.xp32) } else { (256, &s.xq256, &s.xp256) };
-        if dot_block(down, n, s) == Some(block) {
-            rec.swiglu_p(act, QPack::new(block, count)?, g, u, xp.into())?;
-        } else {
-            rec.swiglu_q(act, block, count, g, u, xq.into())?;
-        }
+    if canon(down, n, s) {
+        rec.swiglu_p(act, packed(n, down.cols)?, g, u, (&s.xp32).into())?;
+    } else if let Some((block, y)) = [(32u32, &s.xq32), (256, &s.xq256)].into_iter().find(|&(b, _)| rounds(down, b, s)) {
+        rec.swiglu_q(act, block, count, g, u, y.into())?;
     } else {
         rec.swiglu(act, count, g, u)?;
     }
@@ -107,44 +104,27 @@ pub(super) fn swiglu_for(rec: &mut Recorder<'_>, act: FfnAct, n: usize, down: &M
     Ok(())
 }
 
-/// The rounding of the decode attention's output for `attn_out` (n rows) that its combine can
-/// write itself (what `prep` would write after it), or None where `prep` must.
+/// What the decode attention's combine can write for `attn_out` (n rows) itself (what `prep`
+/// would write after it), or None where `prep` must.
 pub(super) fn attn_round<'a>(attn_out: &Mat, n: usize, cfg: &ModelConfig, s: &'a Scratch) -> Result<Option<AttnRound<'a>>, VkError> {
-    let [b32, b256] = act_blocks(&[attn_out], s);
-    if !(b32 || b256) {
-        return Ok(None);
+    let heads_ok = |block| attn_round_heads(block, cfg.head_dim as u32, cfg.n_head as u32).is_some();
+    if canon(attn_out, n, s) {
+        return Ok(heads_ok(32).then_some(AttnRound::Packed { layout: packed(n, attn_out.cols)?, out: (&s.xp32).into() }));
     }
-    let (block, xq, xp) = if b32 { (32, &s.xq32, &s.xp32) } else { (256, &s.xq256, &s.xp256) };
-    if attn_round_heads(block, cfg.head_dim as u32, cfg.n_head as u32).is_none() {
-        return Ok(None);
-    }
-    Ok(Some(if dot_block(attn_out, n, s) == Some(block) {
-        AttnRound::Packed { layout: QPack::new(block, (n * attn_out.cols) as u32)?, out: xp.into() }
-    } else {
-        AttnRound::Rounded { block, y: xq.into() }
-    }))
+    Ok([(32u32, &s.xq32), (256, &s.xq256)].into_iter().find(|&(b, _)| rounds(attn_out, b, s) && heads_ok(b)).map(|(block, y)| AttnRound::Rounded { block, y: y.into() }))
 }
 
-/// s.xn = rmsnorm(r.x (+= r.add)) * w, and in the same dispatch its rounding through the 8-bit
-/// blocks the matrices `ms` read (what `prep` would do after it); then a barrier.
+/// s.xn = rmsnorm(r.x (+= r.add)) * w, and in the same dispatch what the matrices `ms` read
+/// of it (what `prep` would write after it); then a barrier.
 pub(super) fn norm_for(rec: &mut Recorder<'_>, rows: usize, r: &Resid<'_>, w: &Buffer, ms: &[&Mat], s: &Scratch, p: NormPush) -> Result<(), VkError> {
-    let [b32, b256] = act_blocks(ms, s);
     let (x, add, out) = (r.x, r.add.map(Bind::from), &s.xn);
-    let dots: Vec<Option<u32>> = ms.iter().map(|m| dot_block(m, rows, s)).collect();
-    if dots.iter().all(|d| d.is_some()) {
-        // Every matrix takes the dot GEMV: norm and pack in one dispatch.
-        let p32 = dots.contains(&Some(32)).then(|| Bind::from(&s.xp32));
-        let p256 = dots.contains(&Some(256)).then(|| Bind::from(&s.xp256));
-        rec.rmsnorm_p(rows as u32, x.into(), add, w.into(), out.into(), p32, p256, p)?;
-        rec.barrier();
-        return Ok(());
-    }
-    if dots.iter().any(|d| d.is_some()) {
+    if ms.iter().any(|m| canon(m, rows, s)) {
         // Mixed: norm, then pack and round what each matrix reads (prep).
         rec.rmsnorm(rows as u32, x.into(), add, w.into(), out.into(), p)?;
         rec.barrier();
         return prep(rec, rows, out, ms, s);
     }
+    let (b32, b256) = (ms.iter().any(|m| rounds(m, 32, s)), ms.iter().any(|m| rounds(m, 256, s)));
     if b32 || b256 {
         let q32 = b32.then(|| Bind::from(&s.xq32));
         let q256 = b256.then(|| Bind::from(&s.xq256));
@@ -157,7 +137,7 @@ pub(super) fn norm_for(rec: &mut Recorder<'_>, rows: usize, r: &Resid<'_>, w: &B
 }
 
 /// Where a pass's residual sum lives, and what is still to be added to it (the output of
-/// attn_out or down: the norm that reads the sum next adds it).
+/// attn_out or down outside the canonical product: the norm that reads the sum next adds it).
 pub(super) struct Resid<'a> {
     pub(super) x: &'a Buffer,
     pub(super) add: Option<&'a Buffer>,
@@ -171,20 +151,72 @@ pub(super) struct Norm<'a> {
     pub(super) layer: usize,
 }
 
-/// y = M (rmsnorm(x + add) * w) for each (M, y, y's row stride) of `ms`, n rows: the norm
-/// dispatch (the add in place, rounded or packed for the matrices: `norm_for`, which marks
-/// the norm's label after its barrier), then the GEMVs; the caller puts the barrier after
-/// them. The sum is then all of `r.x`.
-pub(super) fn norm_mm(
+/// How the canonical products `ms` (n rows) read their normed input, where every one takes
+/// the canonical product (else None: `norm_for`'s rounding).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CanonNorm {
+    /// Folded into each product's prologue: one row, the sum whole (nothing left to add), the
+    /// row in the product's shared memory.
+    Fold,
+    /// `normpack` ahead of the products (the same bits).
+    Pack,
+}
+
+fn canon_norm(rec: &Recorder<'_>, n: usize, r: &Resid<'_>, ms: &[&Mat], s: &Scratch, swiglu: bool) -> Option<CanonNorm> {
+    if !ms.iter().all(|m| canon(m, n, s)) {
+        return None;
+    }
+    Some(if n == 1 && r.add.is_none() && mv_fits(&rec.gpu.info, 1, ms[0].cols as u32, true, swiglu) { CanonNorm::Fold } else { CanonNorm::Pack })
+}
+
+/// The canonical products' input of n rows of `r`: `Normed` to fold, or `normpack` now (then
+/// a barrier, the norm's label marked) and `NormPacked`. The sum is then all of `r.x`.
+#[allow(clippy::too_many_arguments)]
+fn canon_input<'a>(
+    rec: &mut Recorder<'_>,
+    how: CanonNorm,
+    n: usize,
+    r: &mut Resid<'a>,
+    norm: &Norm<'a>,
+    cols: usize,
+    s: &'a Scratch,
+    clock: &mut Option<&mut StageClock<'_>>,
+) -> Result<MvIn<'a>, VkError> {
+    if how == CanonNorm::Fold {
+        return Ok(MvIn::Normed { x: r.x.into(), w: norm.w.into(), eps: norm.p.eps });
+    }
+    let layout = packed(n, cols)?;
+    rec.normpack(n as u32, cols as u32, norm.p.eps, r.x.into(), r.add.map(Bind::from), norm.w.into(), layout, (&s.xpn).into(), (&s.rs).into())?;
+    rec.barrier();
+    r.add = None;
+    mark(clock, rec.cmd, norm.label, norm.layer);
+    Ok(MvIn::NormPacked { x: (&s.xpn).into(), layout, r: (&s.rs).into() })
+}
+
+/// y = M (rmsnorm(x + add) * w) for each (M, y, y's row stride) of `ms`, n rows: canonical
+/// products read the norm as `canon_input` gives it; else the norm dispatch (the add in
+/// place, packed or rounded for the matrices: `norm_for`, which marks the norm's label after
+/// its barrier), then the products; the caller puts the barrier after them. The sum is then
+/// all of `r.x`.
+pub(super) fn norm_mm<'a>(
     rec: &mut Recorder<'_>,
     n: usize,
-    r: &mut Resid<'_>,
-    norm: Norm<'_>,
+    r: &mut Resid<'a>,
+    norm: Norm<'a>,
     ms: &[(&Mat, &Buffer, usize)],
-    s: &Scratch,
+    s: &'a Scratch,
     clock: &mut Option<&mut StageClock<'_>>,
 ) -> Result<(), VkError> {
     let mats: Vec<&Mat> = ms.iter().map(|(m, _, _)| *m).collect();
+    if let Some(how) = canon_norm(rec, n, r, &mats, s, false) {
+        let input = canon_input(rec, how, n, r, &norm, mats[0].cols, s, clock)?;
+        for &(m, y, stride) in ms {
+            for part in &m.parts {
+                rec.mv(Mv { ty: m.ty, n: n as u32, w: part.bind(), input, out: MvOut::Store(y.into()), shape: shape(m, part, stride) })?;
+            }
+        }
+        return Ok(());
+    }
     norm_for(rec, n, r, norm.w, &mats, s, norm.p)?;
     r.add = None;
     mark(clock, rec.cmd, norm.label, norm.layer);
@@ -194,30 +226,105 @@ pub(super) fn norm_mm(
     Ok(())
 }
 
-/// y[c][..] = M x[c] for the n rows, one dispatch per part; quantized formats read the
-/// rounded activations `prep` (or a norm or swiglu fused with it) wrote. Up to NROW_MAX rows
-/// take the GEMV (one-row or N-row form); more (a prefill window) the GEMM.
+/// The product's rows of part `part` of `m`, its output rows `y_stride` apart.
+fn shape(m: &Mat, part: &Part, y_stride: usize) -> MvShape {
+    MvShape { rows: part.rows as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: part.r0 as u32 }
+}
+
+/// The FFN input of n rows: gate and up of norm(x) * ffn_norm, SwiGLU, packed or rounded for
+/// `down`; then a barrier. Where gate and up share a buffer and every matrix takes the
+/// canonical product, one product with SwiGLU in its epilogue (its norm folded at one row,
+/// `normpack` ahead of it for more), else `norm_mm` (marking `gate_up`) and `swiglu_for`.
+pub(super) fn ffn_in<'a>(
+    rec: &mut Recorder<'_>,
+    n: usize,
+    r: &mut Resid<'a>,
+    norm: Norm<'a>,
+    ly: &Layer,
+    ctx: &PassCtx<'a>,
+    clock: &mut Option<&mut StageClock<'_>>,
+) -> Result<(), VkError> {
+    let (cfg, s) = (ctx.cfg, ctx.s);
+    let pair = ly.gate.pair_with(&ly.up);
+    let how = canon_norm(rec, n, r, &[&ly.gate, &ly.up], s, true);
+    let silu = cfg.ffn_act == FfnAct::Silu;
+    if let (Some((w, up_off)), true, true, Some(how), true) =
+        (pair, silu, canon(&ly.down, n, s), how, mv_fits(&rec.gpu.info, n as u32, ly.gate.cols as u32, how == Some(CanonNorm::Fold), true))
+    {
+        let input = canon_input(rec, how, n, r, &norm, ly.gate.cols, s, clock)?;
+        let out = MvOut::SwiGlu { up_off, out: (&s.xp32).into(), layout: packed(n, ly.down.cols)? };
+        rec.mv(Mv { ty: ly.gate.ty, n: n as u32, w, input, out, shape: shape(&ly.gate, &ly.gate.parts[0], cfg.n_ff) })?;
+        rec.barrier();
+        mark(clock, rec.cmd, "gate_up", norm.layer);
+        return Ok(());
+    }
+    let layer = norm.layer;
+    let gate_up = [(&ly.gate, &s.gate, cfg.n_ff), (&ly.up, &s.up, cfg.n_ff)];
+    norm_mm(rec, n, r, norm, &gate_up, s, clock)?;
+    rec.barrier();
+    mark(clock, rec.cmd, "gate_up", layer);
+    swiglu_for(rec, cfg.ffn_act, n, &ly.down, s)?;
+    mark(clock, rec.cmd, "swiglu", layer);
+    Ok(())
+}
+
+/// r.x += M x for a matrix that ends a sub-block (attention output, down), x as `prep` (or a
+/// fused stage) left it: the canonical product adds in its epilogue; else (or with gemma3's
+/// post-norm `post`) the product goes to `y` and the next norm adds it, or its norm written to
+/// `spare` (r.add). The caller puts the barrier after it.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn resid_mm<'a>(
+    rec: &mut Recorder<'_>,
+    n: usize,
+    m: &Mat,
+    x: &Buffer,
+    r: &mut Resid<'a>,
+    (y, post, spare): (&'a Buffer, Option<&Buffer>, &'a Buffer),
+    p: NormPush,
+    s: &Scratch,
+) -> Result<(), VkError> {
+    if canon(m, n, s) && post.is_none() {
+        for part in &m.parts {
+            let input = MvIn::Packed { x: (&s.xp32).into(), layout: packed(n, m.cols)? };
+            rec.mv(Mv { ty: m.ty, n: n as u32, w: part.bind(), input, out: MvOut::Add(r.x.into()), shape: shape(m, part, m.rows) })?;
+        }
+        return Ok(());
+    }
+    mm(rec, n, m, x, (y, m.rows), s, 0)?;
+    if post.is_some() {
+        rec.barrier();
+    }
+    r.add = Some(post_norm(rec, n, y, post, spare, p)?);
+    Ok(())
+}
+
+/// y[c][..] = M x[c] for the n rows, one dispatch per part; the canonical product reads the
+/// packed activations `prep` (or a norm or swiglu fused with it) wrote, the other quantized
+/// formats the rounded ones. Up to NROW_MAX rows take the canonical product or the GEMV
+/// (one-row or N-row form); more (a prefill window) the GEMM.
 /// `slot`: which of the split-K scratch slots a GEMM takes (matrices recorded with no barrier
 /// between them, as q, k and v, take different ones).
 pub(super) fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, (y, y_stride): (&Buffer, usize), s: &Scratch, slot: usize) -> Result<(), VkError> {
-    let xin = match act_block(m.ty).filter(|_| s.q8) {
-        Some(32) if m.cols.is_multiple_of(32) => &s.xq32,
-        Some(256) if m.cols.is_multiple_of(256) => &s.xq256,
-        _ => x,
+    let xin = if rounds(m, 32, s) {
+        &s.xq32
+    } else if rounds(m, 256, s) {
+        &s.xq256
+    } else {
+        x
     };
-    for (i, (buf, r0, nr)) in m.parts.iter().enumerate() {
-        let p = GemvPush { rows: *nr as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: *r0 as u32 };
-        if let Some(block) = dot_block(m, n, s) {
-            let xp = if block == 32 { &s.xp32 } else { &s.xp256 };
-            rec.gemv_dot(m.ty, n as u32, buf.into(), xp.into(), y.into(), p, QPack::new(block, (n * m.cols) as u32)?)?;
+    for (i, part) in m.parts.iter().enumerate() {
+        let p = GemvPush { rows: part.rows as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: part.r0 as u32 };
+        if canon(m, n, s) {
+            let input = MvIn::Packed { x: (&s.xp32).into(), layout: packed(n, m.cols)? };
+            rec.mv(Mv { ty: m.ty, n: n as u32, w: part.bind(), input, out: MvOut::Store(y.into()), shape: shape(m, part, y_stride) })?;
         } else if n <= NROW_MAX {
-            rec.gemv(m.ty, n as u32, buf.into(), xin.into(), y.into(), p)?;
+            rec.gemv(m.ty, n as u32, part.bind(), xin.into(), y.into(), p)?;
         } else {
             let split = s.split_part > 0 && crate::gemm::gemm_split(p.rows, p.cols).1 > 1;
             if split && i > 0 {
                 rec.barrier(); // the parts of one matrix share its split-K slot
             }
-            rec.gemm(m.ty, n as u32, buf.into(), xin.into(), y.into(), p, split.then(|| s.split_slot(slot)).transpose()?)?;
+            rec.gemm(m.ty, n as u32, part.bind(), xin.into(), y.into(), p, split.then(|| s.split_slot(slot)).transpose()?)?;
         }
     }
     Ok(())
@@ -269,9 +376,9 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     let n = shape.n;
     let (d, nr) = (cfg.n_embd, n as u32);
     let norm = NormPush { n: d as u32, eps: cfg.rms_eps };
-    for (buf, r0, rows) in &embd.parts {
-        let p = EmbedPush { cols: d as u32, row_bytes: embd.row_bytes as u32, row_start: *r0 as u32, part_rows: *rows as u32, scale: cfg.embd_scale };
-        rec.embed(embd.ty, nr, buf.into(), (&s.meta).into(), (&s.x).into(), p)?;
+    for part in &embd.parts {
+        let p = EmbedPush { cols: d as u32, row_bytes: embd.row_bytes as u32, row_start: part.r0 as u32, part_rows: part.rows as u32, scale: cfg.embd_scale };
+        rec.embed(embd.ty, nr, part.bind(), (&s.meta).into(), (&s.x).into(), p)?;
     }
     rec.barrier();
     mark(&mut clock, cmd, "embed", 0);
@@ -297,7 +404,8 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     for (l, ly) in layers.iter().enumerate() {
         let last = l + 1 == layers.len();
         let (ap, rope) = (attn_push(l), w.rope_for(cfg, l));
-        // x += down (the previous layer's FFN), then q, k, v of norm(x) * attn_norm
+        // q, k, v of norm(x) * attn_norm (x += down of the previous layer first, where its
+        // product did not add it)
         let qkv = [(&ly.q, &s.q, cfg.q_dim()), (&ly.k, &s.k, cfg.kv_dim()), (&ly.v, &s.v, cfg.kv_dim())];
         norm_mm(rec, n, &mut r, Norm { w: &ly.attn_norm, p: norm, label: "attn_norm", layer: l }, &qkv, s, &mut clock)?;
         rec.barrier();
@@ -360,30 +468,26 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
         if !rounded {
             prep(rec, m, att, &[&ly.attn_out], s)?;
         }
-        mm(rec, m, &ly.attn_out, att, (&s.o, d), s, 0)?;
+        // x += o (gemma3: its norm, into `down`, which holds nothing until this layer's FFN)
+        resid_mm(rec, m, &ly.attn_out, att, &mut r, (&s.o, ly.attn_post_norm.as_ref(), &s.down), norm, s)?;
         rec.barrier();
         mark(&mut clock, cmd, "attn_out", l);
-        // x += o (gemma3: its norm, into `down`, which holds nothing until this layer's FFN)
-        r.add = Some(post_norm(rec, m, &s.o, ly.attn_post_norm.as_ref(), &s.down, norm)?);
+        let fnorm = Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l };
         if let Some(router) = &ly.router {
-            moe_ffn(rec, m, &mut r, ly, router, cfg, s, Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l }, &mut clock)?;
+            moe_ffn(rec, m, &mut r, ly, router, cfg, s, fnorm, &mut clock)?;
+            // x += down (its sum in `down`)
+            r.add = Some(post_norm(rec, m, &s.down, ly.ffn_post_norm.as_ref(), &s.o, norm)?);
         } else {
-            // then gate and up of norm(x) * ffn_norm
-            let gate_up = [(&ly.gate, &s.gate, cfg.n_ff), (&ly.up, &s.up, cfg.n_ff)];
-            norm_mm(rec, m, &mut r, Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l }, &gate_up, s, &mut clock)?;
-            rec.barrier();
-            mark(&mut clock, cmd, "gate_up", l);
-            swiglu_for(rec, cfg.ffn_act, m, &ly.down, s)?;
-            mark(&mut clock, cmd, "swiglu", l);
-            mm(rec, m, &ly.down, &s.gate, (&s.down, d), s, 0)?;
+            // then the FFN's input: gate and up of norm(x) * ffn_norm, its activation
+            ffn_in(rec, m, &mut r, fnorm, ly, ctx, &mut clock)?;
+            // x += down (gemma3: its norm, into `o`, which the FFN's norm has added already)
+            resid_mm(rec, m, &ly.down, &s.gate, &mut r, (&s.down, ly.ffn_post_norm.as_ref(), &s.o), norm, s)?;
             rec.barrier();
             mark(&mut clock, cmd, "down", l);
         }
-        // x += down (gemma3: its norm, into `o`, which the FFN's norm has added already)
-        r.add = Some(post_norm(rec, m, &s.down, ly.ffn_post_norm.as_ref(), &s.o, norm)?);
     }
     let mr = m as u32;
-    // x += down, then the classifier of norm(x) * output_norm (the sum is not read after)
+    // the classifier of norm(x (+= down)) * output_norm (the sum is not read after)
     norm_mm(rec, m, &mut r, Norm { w: output_norm, p: norm, label: "output_norm", layer: 0 }, &[(out, &s.logits, cfg.vocab)], s, &mut clock)?;
     if let Some(cap) = cfg.logit_softcap {
         rec.barrier();
@@ -482,12 +586,12 @@ fn moe_ffn(
         _ => &s.xn,
     };
     let expert_mm = |rec: &mut Recorder<'_>, m: &Mat, x: &Buffer, x_stride: usize, x_div: usize, y: &Buffer, y_stride: usize| -> Result<(), VkError> {
-        let [(buf, 0, rows)] = m.parts.as_slice() else {
+        let [part] = m.parts.as_slice() else {
             return Err(VkError::Model("a stack of experts in more than one part".into()));
         };
-        let per = rows / moe.n_expert;
+        let per = part.rows / moe.n_expert;
         let p = GemvPush { rows: per as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: x_stride as u32, y_stride: y_stride as u32, y_off: 0 };
-        rec.gemv_expert(m.ty, slots as u32, buf.into(), x.into(), y.into(), (&s.moe_sel).into(), p, x_div as u32)
+        rec.gemv_expert(m.ty, slots as u32, part.bind(), x.into(), y.into(), (&s.moe_sel).into(), p, x_div as u32)
     };
     expert_mm(rec, gate, input(gate), d, k, &s.moe_gate, ff)?;
     expert_mm(rec, up, input(up), d, k, &s.moe_up, ff)?;

@@ -8,8 +8,8 @@ use resin_model::ModelConfig;
 
 use crate::buffers::{Buffer, Location};
 use crate::device::Gpu;
-use crate::gemv_dot::QPack;
 use crate::kernels::*;
+use crate::mv::QPack;
 use crate::pipelines::Bind;
 use crate::VkError;
 
@@ -53,9 +53,13 @@ pub(super) struct Scratch {
     /// Activations rounded through 8-bit blocks of 32 and 256 values (see `act_block`).
     pub(super) xq32: Buffer,
     pub(super) xq256: Buffer,
-    /// Token passes' activations packed as int8 blocks for the dot GEMV (see gemv_dot.rs).
+    /// Token passes' activations packed in 32-value int8 blocks for the canonical product
+    /// (see mv.rs).
     pub(super) xp32: Buffer,
-    pub(super) xp256: Buffer,
+    /// A token command's canonical norm (`normpack`): u = x * w packed (apart from `xp32`,
+    /// which a SwiGLU epilogue writes while its product reads these), and each row's r.
+    pub(super) xpn: Buffer,
+    pub(super) rs: Buffer,
     /// The mixture-of-experts FFN's slots (row r's j-th expert is slot r * k + j): gate and up
     /// rows, the activation rows `down` reads, down rows, expert ids, weights (a word each for
     /// a dense model).
@@ -67,7 +71,7 @@ pub(super) struct Scratch {
     pub(super) moe_wt: Buffer,
     /// Whether `prep` rounds activations (VulkanOptions::q8_activations).
     pub(super) q8: bool,
-    /// Whether token passes take the int8 dot GEMV (q8 activations on a device that runs it).
+    /// Whether token passes take the canonical product (q8 activations on a device that runs it).
     pub(super) dot: bool,
     /// The words the decode attention's workgroups of a head group count themselves in, so
     /// that the last to finish merges the pieces (zero between dispatches).
@@ -128,8 +132,9 @@ impl Scratch {
             rows_list: host(crate::kernels::rows_copy_words(out_rows as u32) as usize)?,
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
-            xp32: Buffer::new(gpu, packed_bytes(cfg, 32), Location::Device)?,
-            xp256: Buffer::new(gpu, packed_bytes(cfg, 256), Location::Device)?,
+            xp32: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
+            xpn: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
+            rs: dev(NROW_MAX)?,
             moe_gate: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
             moe_up: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
             moe_act: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
@@ -137,7 +142,7 @@ impl Scratch {
             moe_sel: dev((r * moe_used(cfg)).max(1))?,
             moe_wt: dev((r * moe_used(cfg)).max(1))?,
             q8,
-            dot: q8 && crate::gemv_dot::dot_ok(&gpu.info),
+            dot: q8 && crate::mv::mv_ok(&gpu.info),
             done: {
                 let mut b = dev(WINDOW_ATTN_MIN_ROWS.max(HomeSpec::wide_rows(out_rows)) * cfg.n_head)?;
                 b.fill_u32(0)?;
@@ -155,9 +160,9 @@ impl Scratch {
     }
 }
 
-/// Bytes of the packed activations of NROW_MAX rows of the widest input, blocks of `block`.
-pub(super) fn packed_bytes(cfg: &ModelConfig, block: u32) -> u64 {
+/// Bytes of the packed activations of NROW_MAX rows of the widest input.
+pub(super) fn packed_bytes(cfg: &ModelConfig) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
-    let count = (NROW_MAX * widest.next_multiple_of(block as usize)) as u32;
-    QPack::new(block, count).map(|q| q.bytes()).unwrap_or(4)
+    let count = (NROW_MAX * widest.next_multiple_of(32)) as u32;
+    QPack::new(count).map(|q| q.bytes()).unwrap_or(4)
 }

@@ -8,6 +8,7 @@ use resin_model::{LayerNames, ModelConfig};
 
 use crate::buffers::{f32_bytes, Buffer, Location};
 use crate::device::Gpu;
+use crate::pipelines::Bind;
 use crate::VkError;
 
 use super::{Plan, VulkanOptions};
@@ -18,8 +19,33 @@ pub(super) struct Mat {
     pub(super) rows: usize,
     pub(super) cols: usize,
     pub(super) row_bytes: usize,
-    /// (buffer, first row, rows)
-    pub(super) parts: Vec<(Buffer, usize, usize)>,
+    pub(super) parts: Vec<Part>,
+}
+
+/// Rows `r0 .. r0 + rows` of a matrix, `offset` bytes into a buffer (which a gate matrix
+/// shares with its up matrix).
+pub(super) struct Part {
+    pub(super) buf: Arc<Buffer>,
+    pub(super) offset: u64,
+    pub(super) r0: usize,
+    pub(super) rows: usize,
+    pub(super) bytes: u64,
+}
+
+impl Part {
+    pub(super) fn bind(&self) -> Bind<'_> {
+        Bind { buf: &self.buf, offset: self.offset, range: self.bytes }
+    }
+}
+
+impl Mat {
+    /// Where gate (self) and `up` lie in one buffer, up right after gate: that buffer's range
+    /// of both and the byte offset of up's rows in it (the SwiGLU product reads both).
+    pub(super) fn pair_with<'a>(&'a self, up: &Mat) -> Option<(Bind<'a>, u32)> {
+        let ([g], [u]) = (&self.parts[..], &up.parts[..]) else { return None };
+        let same = Arc::ptr_eq(&g.buf, &u.buf) && self.ty == up.ty && self.rows == up.rows && self.cols == up.cols && u.offset == g.offset + g.bytes;
+        same.then(|| (Bind { buf: &g.buf, offset: g.offset, range: g.bytes + u.bytes }, g.bytes as u32))
+    }
 }
 
 pub(super) struct Layer {
@@ -58,33 +84,67 @@ pub(super) fn vector(f: &GgufFile, name: &str) -> Result<Vec<f32>, VkError> {
     Ok(v)
 }
 
+/// Write rows `r0 .. r0 + nr` of tensor `t` into `b` from byte `at`, in the device layout.
+fn write_rows(b: &mut Buffer, at: u64, f: &GgufFile, t: &resin_gguf::TensorInfo, r0: usize, nr: usize) -> Result<(), VkError> {
+    let (rows, cols) = t.rows_cols();
+    let data = f.tensor_data(t);
+    let src_row = data.len() / rows.max(1);
+    let row_bytes = crate::layout::device_row_bytes(t.ty, cols, src_row);
+    // Rows rearranged and written this many at a time (one 64 MiB staging copy each).
+    let chunk = ((64usize << 20) / row_bytes.max(1)).max(1);
+    let mut c0 = 0;
+    while c0 < nr {
+        let cn = chunk.min(nr - c0);
+        let src = &data[(r0 + c0) * src_row..(r0 + c0 + cn) * src_row];
+        b.write(at + (c0 * row_bytes) as u64, &crate::layout::device_rows(t.ty, cols, src))?;
+        c0 += cn;
+    }
+    Ok(())
+}
+
+fn device_row_bytes(f: &GgufFile, t: &resin_gguf::TensorInfo) -> usize {
+    let (rows, cols) = t.rows_cols();
+    crate::layout::device_row_bytes(t.ty, cols, f.tensor_data(t).len() / rows.max(1))
+}
+
 /// Upload a matrix in parts of whole rows that each fit the device's storage range, its rows
 /// in the device layout (`layout`).
 pub(super) fn upload_mat(gpu: &Arc<Gpu>, f: &GgufFile, name: &str) -> Result<Mat, VkError> {
     let t = tensor(f, name)?;
     let (rows, cols) = t.rows_cols();
-    let data = f.tensor_data(t);
-    let src_row = data.len() / rows.max(1);
-    let row_bytes = crate::layout::device_row_bytes(t.ty, cols, src_row);
+    let row_bytes = device_row_bytes(f, t);
     let per = (gpu.info.max_storage_range as usize / row_bytes.max(1)).max(1);
-    // Rows rearranged and written this many at a time (one 64 MiB staging copy each).
-    let chunk = ((64usize << 20) / row_bytes.max(1)).max(1);
     let mut parts = Vec::new();
     let mut r0 = 0;
     while r0 < rows {
         let nr = per.min(rows - r0);
-        let mut b = Buffer::new(gpu, (nr * row_bytes) as u64, Location::Device)?;
-        let mut c0 = 0;
-        while c0 < nr {
-            let cn = chunk.min(nr - c0);
-            let src = &data[(r0 + c0) * src_row..(r0 + c0 + cn) * src_row];
-            b.write((c0 * row_bytes) as u64, &crate::layout::device_rows(t.ty, cols, src))?;
-            c0 += cn;
-        }
-        parts.push((b, r0, nr));
+        let bytes = (nr * row_bytes) as u64;
+        let mut b = Buffer::new(gpu, bytes, Location::Device)?;
+        write_rows(&mut b, 0, f, t, r0, nr)?;
+        parts.push(Part { buf: Arc::new(b), offset: 0, r0, rows: nr, bytes });
         r0 += nr;
     }
     Ok(Mat { ty: t.ty, rows, cols, row_bytes, parts })
+}
+
+/// Upload the gate and up matrices: in one buffer, up's rows right after gate's (what the
+/// SwiGLU product reads), where they have one format and shape and both fit one binding;
+/// else each on its own.
+pub(super) fn upload_gate_up(gpu: &Arc<Gpu>, f: &GgufFile, gate: &str, up: &str) -> Result<(Mat, Mat), VkError> {
+    let (tg, tu) = (tensor(f, gate)?, tensor(f, up)?);
+    let (rows, cols) = tg.rows_cols();
+    let row_bytes = device_row_bytes(f, tg);
+    let bytes = (rows * row_bytes) as u64;
+    let one = tg.ty == tu.ty && tg.rows_cols() == tu.rows_cols() && 2 * bytes <= gpu.info.max_storage_range && bytes.is_multiple_of(gpu.info.storage_align.max(16));
+    if !one {
+        return Ok((upload_mat(gpu, f, gate)?, upload_mat(gpu, f, up)?));
+    }
+    let mut b = Buffer::new(gpu, 2 * bytes, Location::Device)?;
+    write_rows(&mut b, 0, f, tg, 0, rows)?;
+    write_rows(&mut b, bytes, f, tu, 0, rows)?;
+    let buf = Arc::new(b);
+    let mat = |ty, offset| Mat { ty, rows, cols, row_bytes, parts: vec![Part { buf: buf.clone(), offset, r0: 0, rows, bytes }] };
+    Ok((mat(tg.ty, 0), mat(tu.ty, bytes)))
 }
 
 /// The CPU home's rope table: cos and sin of pos * base^(-2i/dims), in f64, cast to f32.
@@ -152,7 +212,14 @@ pub(super) fn upload(gpu: &Arc<Gpu>, f: &GgufFile, cfg: &ModelConfig, plan: &Pla
             Ok(m)
         };
         let (q, k, v, attn_out) = (mat(&n.q)?, mat(&n.k)?, mat(&n.v)?, mat(&n.attn_out)?);
-        let (gate, up, down) = if cfg.moe.is_some() { (mat(&n.gate_exps)?, mat(&n.up_exps)?, mat(&n.down_exps)?) } else { (mat(&n.gate)?, mat(&n.up)?, mat(&n.down)?) };
+        let (gate, up, down) = if cfg.moe.is_some() {
+            (mat(&n.gate_exps)?, mat(&n.up_exps)?, mat(&n.down_exps)?)
+        } else {
+            let down = mat(&n.down)?;
+            let (gate, up) = upload_gate_up(gpu, f, &n.gate, &n.up)?;
+            progress(((gate.rows * gate.row_bytes) + (up.rows * up.row_bytes)) as u64);
+            (gate, up, down)
+        };
         let bias = if cfg.qkv_bias { [vector(f, &n.q_bias)?, vector(f, &n.k_bias)?, vector(f, &n.v_bias)?].concat() } else { vec![0.0] };
         let qk_norm = if cfg.qk_norm { [vector(f, &n.q_norm)?, vector(f, &n.k_norm)?].concat() } else { vec![0.0] };
         let dev = |v: &[f32]| Buffer::with_data(gpu, &f32_bytes(v), Location::Device);

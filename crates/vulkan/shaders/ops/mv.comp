@@ -1,0 +1,307 @@
+// y = W x in the canonical order (docs/canonical-order.md) for NCOLS activation rows at once:
+// the token command's matrix product, with the stage's norm folded into its prologue and its
+// residual add or SwiGLU in its epilogue (src/mv.rs).
+// A row of W is cut into NCH chunks of CB blocks of 32 values (resin_core::canon::Cut: fixed
+// by the row length alone). A subgroup takes NV weight rows at once (one row, or a gate row
+// and its up row) and walks their blocks in passes of S (the subgroup size): lane l takes
+// block p * S + l of pass p, so a subgroup's loads are neighbouring bytes, and computes its
+// f_b (dotfmt.glsl: an exact integer dot of the weight quants with the activation quants, then
+// the format's float expression). Each chunk's blocks are then added left to right by one
+// lane, from the pass's terms in shared memory; the chunk partials go to shared memory, and lane 0 adds them by the pairwise tree and runs the
+// epilogue. No float operation's order depends on NCOLS, the tile, S or which lane loaded a
+// block, so a row's result is the same bits in every form and on every device.
+// Input (specialization constant XIN):
+// - 0: activations packed in 32-value int8 blocks (qact.comp QPACK 32, or what the attention
+//   combine or a SwiGLU epilogue wrote): binding 1, block scales at xd_off, sums at xs_off.
+// - 1: f32 rows (binding 1) with the RMS norm folded: each workgroup quantizes u = x * w_norm
+//   (binding 2) of its NCOLS rows into shared memory (the quants of u do not depend on the
+//   row's scale) and sums the squares of x block by block, chunk by chunk and by the tree;
+//   r = 1 / sqrt(ss / K + eps) scales the finished product. A workgroup takes TP passes of
+//   rows to share that work. The one-row form only: N rows quantized in every workgroup
+//   cost more than a dispatch of their own (XIN 2).
+// - 2: as 0, the packs of u = x * w_norm that normpack.comp wrote (the same bits as XIN 1's
+//   prologue: common/canon_norm.glsl), with each row's r at binding 2.
+// Output (specialization constant OUT), row i of column c at c * y_stride + y_off + i:
+// - 0: y = (r *) y' stored (binding 3).
+// - 1: y = y' + y (the residual sum, binding 3).
+// - 2: SwiGLU: weight rows i and up_off + i (the gate and up matrices, one binding) are taken
+//   together, h = silu(g) * u, and each 32 rows of h are packed as the next matrix's input
+//   (QPACK 32 at binding 4: quants, d at pd_off, sums at ps_off).
+// Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
+// constant, 1..8). DOT_HW: the integer dot products by OpSDot (dotfmt.glsl).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#ifdef DOT_HW
+#extension GL_EXT_spirv_intrinsics : require
+#endif
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 64;
+layout(constant_id = 1) const uint NCOLS_SC = 1;
+layout(constant_id = 2) const uint LPOW = 8;    // NCH rounded up to a power of two (the tree's width)
+layout(constant_id = 3) const uint CB = 8;      // blocks a chunk
+layout(constant_id = 4) const uint NCH = 8;     // chunks a row
+layout(constant_id = 5) const uint XIN = 0;
+layout(constant_id = 6) const uint OUT = 0;
+layout(constant_id = 7) const uint XQW = 1;     // shared words of the quantized rows (XIN 1)
+layout(constant_id = 8) const uint XBW = 1;     // shared blocks of the quantized rows (XIN 1)
+layout(constant_id = 9) const uint NSG = 4;     // subgroups a workgroup (WG / S)
+layout(constant_id = 10) const uint TP = 1;     // passes of NSG subgroups' rows a workgroup takes
+layout(constant_id = 11) const uint NVS = 1;    // weight rows a subgroup takes (1, or 2: OUT 2's gate and up)
+layout(constant_id = 12) const uint PARTW = 1;  // shared floats of the chunk partials: NSG * 2 * NCOLS * LPOW
+layout(constant_id = 13) const uint HVW = 1;    // shared floats of OUT 2's tile: NCOLS * HMAX
+layout(constant_id = 14) const uint FSW = 1;    // shared floats of a pass's block terms: NSG * NVS * NCOLS * S
+#ifdef FORM_ONE
+#define NCOLS 1u
+#else
+#define NCOLS NCOLS_SC
+#endif
+#define NMAX 8u
+#define HMAX 64u   // rows of a SwiGLU tile at most
+
+layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
+layout(std430, set = 0, binding = 0) readonly buffer Wt4 { uvec4 WDATA4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer X { uint xp[]; };
+layout(std430, set = 0, binding = 1) readonly buffer X4 { uvec4 xp4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer XF4 { vec4 xf4[]; };
+layout(std430, set = 0, binding = 2) readonly buffer NW4 { vec4 nw4[]; };
+layout(std430, set = 0, binding = 2) readonly buffer NR { float nr[]; };
+layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
+
+layout(push_constant) uniform Push {
+    uint rows;
+    uint cols;
+    uint row_bytes;
+    uint x_stride;   // values between activation rows
+    uint y_stride;   // values between output rows
+    uint y_off;
+    uint xd_off;     // XIN 0: word offsets of the block scales and sums in binding 1
+    uint xs_off;
+    float eps;       // XIN 1
+    uint up_off;     // OUT 2: byte offset of the up matrix's rows in binding 0
+    uint pd_off;     // OUT 2: word offsets of the packed output's scales and sums
+    uint ps_off;
+} p;
+
+#define HAVE_WDATA4
+#define ROW_COLS p.cols   // formats.glsl: the device's Q8_0 / Q6_K rows hold their scales after the quants
+#include "formats.glsl"
+#include "dotfmt.glsl"
+#include "canon_norm.glsl"
+
+shared uint xq[XQW];      // XIN 1: [column][block][8 words] quants of u
+shared float xdv[XBW];    // XIN 1: [column][block] d
+shared int xsv[XBW];      // XIN 1: [column][block] sum of the quants
+shared float xss[XBW];    // XIN 1: [column][block] sum of the squares of x
+shared float xcs[NMAX * 32u];   // XIN 1: [column][chunk] the chunks' sums of squares
+shared float rr[NMAX];    // XIN 1: r of each column
+shared float part[PARTW];   // [subgroup][weight row][column][chunk] chunk partials
+shared float hv[HVW];       // OUT 2: [column][tile row] h
+shared float fs[FSW];       // [subgroup][weight row][column][lane] a pass's block terms
+
+XUnit x_block(uint c, uint b) {
+    XUnit x;
+    if (XIN == 1u) {
+        uint nb = p.cols / 32u;
+        uint o = (c * nb + b) * 8u;
+        for (uint j = 0u; j < 8u; j++) x.q[j] = xq[o + j];
+        x.d = xdv[c * nb + b];
+        x.s = xsv[c * nb + b];
+    } else {
+        uint v = c * p.x_stride + b * 32u;   // value index, a multiple of 32
+        uvec4 a = xp4[v >> 4], e = xp4[(v >> 4) + 1u];
+        x.q = uint[8](a.x, a.y, a.z, a.w, e.x, e.y, e.z, e.w);
+        x.d = uintBitsToFloat(xp[p.xd_off + v / 32u]);
+        x.s = int(xp[p.xs_off + v / 32u]);
+    }
+    return x;
+}
+
+// Quantize u = x * w_norm of the NCOLS rows into shared memory and find each row's r: a
+// thread a block, then a thread a chunk, then a thread a row's tree.
+void prologue(uint t) {
+    uint nb = p.cols / 32u;
+    for (uint e = t; e < NCOLS * nb; e += WG) {
+        uint c = e / nb;
+        uint b = e % nb;
+        uint xo = (c * p.x_stride + b * 32u) / 4u;
+        vec4 xv[8], wv[8];
+        for (uint j = 0u; j < 8u; j++) {
+            xv[j] = xf4[xo + j];
+            wv[j] = nw4[b * 8u + j];
+        }
+        UBlock ub = canon_ublock(xv, wv);
+        for (uint j = 0u; j < 8u; j++) xq[e * 8u + j] = ub.q[j];
+        xdv[e] = ub.d;
+        xsv[e] = ub.s;
+        xss[e] = ub.ss;
+    }
+    barrier();
+    for (uint e = t; e < NCOLS * LPOW; e += WG) {
+        uint c = e / LPOW;
+        uint l = e % LPOW;
+        precise float a = 0.0;
+        for (uint j = 0u; j < CB; j++) {
+            uint b = l * CB + j;
+            if (l < NCH && b < nb) a = a + xss[c * nb + b];
+        }
+        xcs[c * 32u + l] = a;
+    }
+    barrier();
+    if (t < NCOLS) {
+        float v[32];
+        for (uint i = 0u; i < LPOW; i++) v[i] = xcs[t * 32u + i];
+        rr[t] = canon_r(v, LPOW, p.cols, p.eps);
+    }
+    barrier();
+}
+
+void main() {
+    uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint t = gl_LocalInvocationIndex;
+    uint S = gl_SubgroupSize;
+    uint lane = gl_SubgroupInvocationID;
+    uint nb = p.cols / 32u;
+    uint passes = (nb + S - 1u) / S;
+    // Output rows a subgroup: NVS rows, or one (OUT 2: its gate and up rows).
+    uint outs = OUT == 2u ? 1u : NVS;
+    uint tile = TP * NSG * outs;
+    if (XIN == 1u) prologue(t);
+    for (uint tp = 0u; tp < TP; tp++) {
+        for (uint sg = gl_SubgroupID; sg < NSG; sg += gl_NumSubgroups) {
+            uint out0 = wg * tile + (tp * NSG + sg) * outs;
+            uint roff[2];
+            bool live[2];
+            for (uint k = 0u; k < NVS; k++) {
+                uint row = OUT == 2u ? out0 : out0 + k;
+                live[k] = row < p.rows;
+                roff[k] = (OUT == 2u ? k * p.up_off : 0u) + row * p.row_bytes;
+            }
+            precise float acc[2][NMAX];   // a chunk longer than a pass: its running sum
+            for (uint k = 0u; k < 2u; k++)
+                for (uint c = 0u; c < NMAX; c++) acc[k][c] = 0.0;
+            for (uint ps = 0u; ps < passes; ps++) {
+                uint b = ps * S + lane;
+                float f[2][NMAX];
+                for (uint k = 0u; k < 2u; k++)
+                    for (uint c = 0u; c < NMAX; c++) f[k][c] = 0.0;
+                if (b < nb) {
+                    uint qw[2][8];
+                    vec2 wf[2];
+                    ivec2 wi[2];
+                    for (uint k = 0u; k < NVS; k++)
+                        if (live[k]) dot_load(roff[k], b, qw[k], wf[k], wi[k]);
+                    for (uint c = 0u; c < NCOLS; c++) {
+                        XUnit x = x_block(c, b);
+                        for (uint k = 0u; k < NVS; k++)
+                            if (live[k]) f[k][c] = dot_term(qw[k], wf[k], wi[k], x);
+                    }
+                }
+                // Each chunk's blocks left to right from +0.0 (blocks past the row add +0.0,
+                // which leaves a sum that is never -0.0 as it was). The pass's block terms go
+                // through shared memory and one lane adds each chunk's (a shuffle a term would
+                // cost every lane every column's whole chunk).
+                uint fo = sg * NVS * NCOLS;   // this subgroup's first [weight row][column]
+                for (uint k = 0u; k < NVS; k++)
+                    for (uint c = 0u; c < NCOLS; c++) fs[(fo + k * NCOLS + c) * S + lane] = f[k][c];
+                subgroupMemoryBarrierShared();
+                subgroupBarrier();
+                if (CB <= S) {
+                    uint per = S / CB;   // chunks a pass
+                    for (uint e = lane; e < NVS * NCOLS * per; e += S) {
+                        uint kc = e / per;
+                        uint j = e % per;
+                        uint ch = ps * per + j;
+                        precise float a = 0.0;
+                        for (uint i = 0u; i < CB; i++) a = a + fs[(fo + kc) * S + j * CB + i];
+                        if (ch < NCH) part[((sg * 2u + kc / NCOLS) * NCOLS + kc % NCOLS) * LPOW + ch] = a;
+                    }
+                } else {
+                    // A chunk spans CB / S passes: lane k * NCOLS + c (and every S-th after
+                    // it) keeps the running sums of weight row k and column c.
+                    uint done = (ps + 1u) * S;
+                    bool ends = done % CB == 0u || ps + 1u == passes;
+                    uint ch = ps * S / CB;
+                    for (uint e = lane; e < NVS * NCOLS; e += S) {
+                        uint k = e / NCOLS;
+                        uint c = e % NCOLS;
+                        for (uint j = 0u; j < S; j++) acc[k][c] = acc[k][c] + fs[(fo + e) * S + j];
+                        if (ends) {
+                            if (ch < NCH) part[((sg * 2u + k) * NCOLS + c) * LPOW + ch] = acc[k][c];
+                            acc[k][c] = 0.0;
+                        }
+                    }
+                }
+                subgroupMemoryBarrierShared();
+                subgroupBarrier();   // fs is read before the next pass writes it
+            }
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            // The pairwise tree over the chunk partials (+0.0 past the last chunk) and the
+            // epilogue: lane c takes column c.
+            for (uint c = lane; c < NCOLS; c += S) {
+                float y2[2];
+                for (uint k = 0u; k < NVS; k++) {
+                    float v[32];
+                    for (uint i = 0u; i < LPOW; i++) v[i] = i < NCH ? part[((sg * 2u + k) * NCOLS + c) * LPOW + i] : 0.0;
+                    for (uint dd = 1u; dd < LPOW; dd <<= 1)
+                        for (uint i = 0u; i < LPOW; i += 2u * dd) {
+                            precise float a = v[i] + v[i + dd];
+                            v[i] = a;
+                        }
+                    y2[k] = v[0];
+                }
+                for (uint k = 0u; k < outs; k++) {
+                    uint row = out0 + k;
+                    if (row >= p.rows) break;
+                    precise float g = y2[k];
+                    float r = XIN == 1u ? rr[c] : XIN == 2u ? nr[c] : 1.0;
+                    if (XIN != 0u) g = r * g;
+                    uint yi = c * p.y_stride + p.y_off + row;
+                    if (OUT == 0u) {
+                        y[yi] = g;
+                    } else if (OUT == 1u) {
+                        precise float s = g + y[yi];
+                        y[yi] = s;
+                    } else {
+                        precise float u = y2[1];
+                        if (XIN != 0u) u = r * u;
+                        precise float h = g / (1.0 + exp(-g)) * u;
+                        hv[c * HMAX + (row - wg * tile)] = h;
+                    }
+                }
+            }
+            subgroupBarrier();   // part is read before the subgroup's next rows write it
+        }
+    }
+    if (OUT != 2u) return;
+    // Pack each 32 rows of h a column (as qact.comp QPACK 32 would).
+    barrier();
+    uint blocks = tile / 32u;
+    for (uint e = t; e < NCOLS * blocks; e += WG) {
+        uint c = e / blocks;
+        uint k = e % blocks;
+        uint i0 = wg * tile + k * 32u;
+        if (i0 >= p.rows) continue;
+        float amax = 0.0;
+        for (uint i = 0u; i < 32u; i++) amax = max(amax, abs(hv[c * HMAX + k * 32u + i]));
+        float d = amax / 127.0;
+        float id = amax > 0.0 ? 127.0 / amax : 0.0;
+        uint vo = c * p.y_stride + p.y_off + i0;   // value index, a multiple of 32
+        int s = 0;
+        for (uint j = 0u; j < 8u; j++) {
+            uint w = 0u;
+            for (uint q4 = 0u; q4 < 4u; q4++) {
+                precise float qf = roundEven(hv[c * HMAX + k * 32u + 4u * j + q4] * id);
+                int q = int(qf);
+                s += q;
+                w |= (uint(q) & 0xFFu) << (8u * q4);
+            }
+            pk[vo / 4u + j] = w;
+        }
+        pk[p.pd_off + vo / 32u] = floatBitsToUint(d);
+        pk[p.ps_off + vo / 32u] = uint(s);
+    }
+}

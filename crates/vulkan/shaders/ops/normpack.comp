@@ -1,0 +1,73 @@
+// The RMS norm of N rows in the canonical order, ahead of their products (mv.comp XIN 2):
+// one workgroup a row writes u = x * w_norm in 32-value int8 blocks (the packed layout of
+// src/mv.rs over `count` values) and r = 1 / rms(x) to rs[row], the bits mv.comp's folded
+// prologue finds for that row (common/canon_norm.glsl). FUSE_ADD: x += add first, written
+// back. A thread takes blocks t, t + 256, ...; the chunks' sums of squares and the tree follow.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint LPOW = 8;   // chunks rounded up to a power of two
+layout(constant_id = 1) const uint CB = 8;     // blocks a chunk
+layout(constant_id = 2) const uint NCH = 8;    // chunks a row
+#define NT 256u
+#define MAXB 512u   // blocks a row at most (16384 values)
+
+layout(std430, set = 0, binding = 0) buffer X4 { vec4 x4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer Add4 { vec4 add4[]; };
+layout(std430, set = 0, binding = 2) readonly buffer W4 { vec4 w4[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer P { uint pk[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer R { float rs[]; };
+
+layout(push_constant) uniform Push {
+    uint cols;    // values a row, a multiple of 32 (NormPackPush::n)
+    float eps;
+    uint count;   // values of the packed layout (rows * cols)
+} p;
+
+#include "canon_norm.glsl"
+
+shared float bss[MAXB];
+shared float css[32];
+
+void main() {
+    uint row = gl_WorkGroupID.x;
+    uint t = gl_LocalInvocationID.x;
+    uint nb = p.cols / 32u;
+    uint d_off = p.count / 4u;
+    uint s_off = d_off + p.count / 32u;
+    for (uint b = t; b < nb; b += NT) {
+        uint v = row * p.cols + b * 32u;   // value index, a multiple of 32
+        vec4 xv[8], wv[8];
+        for (uint j = 0u; j < 8u; j++) {
+            vec4 a = x4[v / 4u + j];
+#ifdef FUSE_ADD
+            precise vec4 sum = a + add4[v / 4u + j];
+            x4[v / 4u + j] = sum;
+            a = sum;
+#endif
+            xv[j] = a;
+            wv[j] = w4[b * 8u + j];
+        }
+        UBlock ub = canon_ublock(xv, wv);
+        for (uint j = 0u; j < 8u; j++) pk[v / 4u + j] = ub.q[j];
+        pk[d_off + v / 32u] = floatBitsToUint(ub.d);
+        pk[s_off + v / 32u] = uint(ub.s);
+        bss[b] = ub.ss;
+    }
+    barrier();
+    if (t < LPOW) {
+        precise float a = 0.0;
+        for (uint j = 0u; j < CB; j++) {
+            uint b = t * CB + j;
+            if (t < NCH && b < nb) a = a + bss[b];
+        }
+        css[t] = a;
+    }
+    barrier();
+    if (t == 0u) {
+        float v[32];
+        for (uint i = 0u; i < LPOW; i++) v[i] = css[i];
+        rs[row] = canon_r(v, LPOW, p.cols, p.eps);
+    }
+}

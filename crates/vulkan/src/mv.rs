@@ -1,0 +1,388 @@
+//! The canonical matrix product of the token command (`shaders/ops/mv.comp`, the formats'
+//! side in `shaders/common/dotfmt.glsl`; docs/canonical-order.md): 1..=8 activation rows
+//! quantized in 32-value int8 blocks, exact integer dot products with the weight quants, each
+//! block's float expression, chunks of blocks fixed by the row length summed left to right
+//! and the chunks by a pairwise tree. A stage's residual add or SwiGLU runs in its epilogue
+//! ([`MvOut`]); its RMS norm folds into the prologue at one row ([`MvIn::Normed`], so a
+//! one-row layer is five dependent stages) and runs ahead of N rows ([`Recorder::normpack`],
+//! [`MvIn::NormPacked`]: the same bits). A row's result does not depend on how many rows
+//! share the pass.
+//!
+//! Packed activations ([`QPack`]) of `count` values (n rows of `cols` values, row c starting
+//! at value c * cols) in one buffer of 32-bit words:
+//!
+//! | words | what |
+//! | --- | --- |
+//! | `[0, count/4)` | the quants q (int8), value 4i+k in byte k of word i |
+//! | `[d_off, d_off + count/32)`, `d_off = count/4` | d of each 32-value block (f32), amax/127 |
+//! | `[s_off, s_off + count/32)`, `s_off = d_off + count/32` | the sum of each block's quants (i32) |
+//!
+//! `float(q) * d` is [`Recorder::qact`]'s 32-block output bit for bit.
+
+use resin_core::canon::{Cut, BLOCK};
+use resin_gguf::GgmlType;
+
+use crate::device::DeviceInfo;
+use crate::kernels::{format_name, grid, CountPush, NormPackPush, Push, Recorder};
+use crate::pipelines::Bind;
+use crate::VkError;
+
+/// The layout of `count` activations packed in 32-value blocks (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QPack {
+    pub count: u32,
+}
+
+impl QPack {
+    /// The layout for `count` values, a positive multiple of 32.
+    pub fn new(count: u32) -> Result<QPack, VkError> {
+        if count == 0 || !count.is_multiple_of(BLOCK as u32) {
+            return Err(VkError::Unsupported(format!("{count} packed activations in blocks of {BLOCK}")));
+        }
+        Ok(QPack { count })
+    }
+    /// Word offset of the block scales.
+    pub fn d_off(&self) -> u32 {
+        self.count / 4
+    }
+    /// Word offset of the block sums.
+    pub fn s_off(&self) -> u32 {
+        self.d_off() + self.count / BLOCK as u32
+    }
+    /// Words of the whole layout.
+    pub fn words(&self) -> u32 {
+        self.s_off() + self.count / BLOCK as u32
+    }
+    /// Bytes of the whole layout (the buffer to allocate).
+    pub fn bytes(&self) -> u64 {
+        self.words() as u64 * 4
+    }
+}
+
+/// What a product reads: packed activations, or f32 rows whose RMS norm it folds in.
+#[derive(Clone, Copy)]
+pub enum MvIn<'a> {
+    /// Rows packed as `layout` says, row c at value c * x_stride.
+    Packed { x: Bind<'a>, layout: QPack },
+    /// One f32 row, normed by the weights `w` with `eps`: the product is W (rmsnorm(x) * w),
+    /// the norm folded into its prologue. One row only: N rows quantized again in every
+    /// workgroup cost more than [`Recorder::normpack`] ahead of the product.
+    Normed { x: Bind<'a>, w: Bind<'a>, eps: f32 },
+    /// What [`Recorder::normpack`] wrote: u = x * w packed as `layout` says, and each row's
+    /// r = 1 / rms(x) in `r`; the product is r W u, the bits `Normed` gives that row.
+    NormPacked { x: Bind<'a>, layout: QPack, r: Bind<'a> },
+}
+
+/// What a product writes; row i of column c at value c * y_stride + y_off + i.
+#[derive(Clone, Copy)]
+pub enum MvOut<'a> {
+    /// y = W x.
+    Store(Bind<'a>),
+    /// y += W x (the residual sum).
+    Add(Bind<'a>),
+    /// The bound weights hold the gate matrix's rows and, `up_off` bytes on, the up matrix's:
+    /// silu(gate x) * (up x), packed as `layout` for the next matrix.
+    SwiGlu { up_off: u32, out: Bind<'a>, layout: QPack },
+}
+
+/// The rows of a product: `rows` weight rows of `cols` values (`row_bytes` each), activation
+/// rows `x_stride` values apart, output rows `y_stride` apart from `y_off`.
+#[derive(Debug, Clone, Copy)]
+pub struct MvShape {
+    pub rows: u32,
+    pub cols: u32,
+    pub row_bytes: u32,
+    pub x_stride: u32,
+    pub y_stride: u32,
+    pub y_off: u32,
+}
+
+/// One product: `n` (1..=8) activation rows through the weights `w` of format `ty`.
+#[derive(Clone, Copy)]
+pub struct Mv<'a> {
+    pub ty: GgmlType,
+    pub n: u32,
+    pub w: Bind<'a>,
+    pub input: MvIn<'a>,
+    pub out: MvOut<'a>,
+    pub shape: MvShape,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MvPush {
+    rows: u32,
+    cols: u32,
+    row_bytes: u32,
+    x_stride: u32,
+    y_stride: u32,
+    y_off: u32,
+    xd_off: u32,
+    xs_off: u32,
+    eps: f32,
+    up_off: u32,
+    pd_off: u32,
+    ps_off: u32,
+}
+const _: () = assert!(std::mem::size_of::<MvPush>() == 48);
+impl Push for MvPush {}
+
+/// Blocks a row [`Recorder::normpack`] takes at most (its shared memory).
+const NORMPACK_BLOCKS: usize = 512;
+
+/// How the integer dot products are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DotTier {
+    /// bitfieldExtract multiply-adds (`mv_<fmt>`): any device.
+    Emulated,
+    /// OpSDot on packed 4x8-bit vectors (`mvx_<fmt>`): needs the integer dot product feature
+    /// (`DeviceInfo::int_dot`).
+    Hardware,
+}
+
+impl DotTier {
+    /// `Hardware` where the device accelerates 4x8-bit packed signed dot products, else
+    /// `Emulated` (the same integer results either way).
+    pub fn for_device(info: &DeviceInfo) -> DotTier {
+        if info.int_dot && info.int_dot_accel {
+            DotTier::Hardware
+        } else {
+            DotTier::Emulated
+        }
+    }
+}
+
+/// The shader suffix of a format the canonical product reads (the spec's table).
+pub fn mv_format(ty: GgmlType) -> Option<&'static str> {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | Q4_1 | Q5_0 | Q8_0 | Q4_K | Q5_K | Q6_K => format_name(ty),
+        _ => None,
+    }
+}
+
+/// Whether the device runs the canonical product at all (subgroup IDs, a power-of-two
+/// subgroup size).
+pub fn mv_ok(info: &DeviceInfo) -> bool {
+    info.subgroup_size.is_power_of_two() && NSG * info.subgroup_size <= info.max_workgroup_invocations
+}
+
+/// Subgroups a workgroup of the product (a subgroup takes one or two rows at a time).
+const NSG: u32 = 4;
+/// Rows of SwiGLU packed a workgroup (a 32-value block of the next matrix's input).
+const SWIGLU_TILE: u32 = 32;
+
+/// The subgroups a workgroup may have, most first: NSG, or for SwiGLU as many of its tile's
+/// rows as the device lets one workgroup take at once (so that many subgroups are at work on
+/// a matrix of few tiles), fewer where their shared memory would not fit.
+fn mv_subgroups(info: &DeviceInfo, swiglu: bool) -> Vec<u32> {
+    if !swiglu {
+        return vec![NSG];
+    }
+    let most = (info.max_workgroup_invocations / info.subgroup_size.max(1)).max(1);
+    (1..=SWIGLU_TILE).rev().filter(|&g| g <= most && SWIGLU_TILE.is_multiple_of(g)).collect()
+}
+
+/// The specialization constants after the workgroup size and the row count (mv.comp).
+struct MvSpec {
+    lanes: u32,
+    chunk_blocks: u32,
+    chunks: u32,
+    xin: u32,
+    out: u32,
+    xq_words: u32,
+    x_blocks: u32,
+    /// Passes of NSG subgroups' rows a workgroup takes.
+    passes: u32,
+    /// Weight rows a subgroup takes at once.
+    rows_sg: u32,
+    /// Shared floats of the chunk partials, of the SwiGLU tile and of a pass's block terms.
+    part: u32,
+    hv: u32,
+    fs: u32,
+    /// Subgroups a workgroup.
+    subgroups: u32,
+}
+
+impl MvSpec {
+    /// The form for `n` rows of a `rows` x `cols` matrix: the most subgroups a workgroup
+    /// whose shared memory fits the device (else the fewest, which the caller refuses).
+    fn new(info: &DeviceInfo, n: u32, rows: u32, cols: u32, normed: bool, swiglu: bool) -> Option<MvSpec> {
+        let mut spec = None;
+        for subgroups in mv_subgroups(info, swiglu) {
+            let s = MvSpec::with(info, n, rows, cols, normed, swiglu, subgroups)?;
+            let fits = s.shared_bytes() <= info.shared_memory as u64;
+            spec = Some(s);
+            if fits {
+                break;
+            }
+        }
+        spec
+    }
+
+    fn with(info: &DeviceInfo, n: u32, rows: u32, cols: u32, normed: bool, swiglu: bool, subgroups: u32) -> Option<MvSpec> {
+        let cut = Cut::of(cols as usize)?;
+        // Two rows a subgroup share each activation block's loads where there are several
+        // activation rows; SwiGLU's two are the gate row and its up row.
+        let rows_sg = if swiglu || n > 1 { 2 } else { 1 };
+        let outs = if swiglu { 1 } else { rows_sg };
+        // SwiGLU packs 32 rows a workgroup; the folded norm's prologue is shared by the
+        // workgroup's rows, so it takes more of them where the matrix has many.
+        let passes = if swiglu {
+            SWIGLU_TILE / subgroups
+        } else if normed {
+            (rows / (NSG * outs * 264)).clamp(1, 16)
+        } else {
+            1
+        };
+        Some(MvSpec {
+            lanes: cut.lanes as u32,
+            chunk_blocks: cut.chunk_blocks as u32,
+            chunks: cut.chunks as u32,
+            xin: normed as u32,
+            out: 0,
+            xq_words: if normed { n * cols / 4 } else { 1 },
+            x_blocks: if normed { n * cut.blocks as u32 } else { 1 },
+            passes,
+            rows_sg,
+            part: subgroups * 2 * n * cut.lanes as u32,
+            hv: if swiglu { n * 64 } else { 1 },
+            fs: subgroups * rows_sg * n * info.subgroup_size,
+            subgroups,
+        })
+    }
+    /// Output rows a workgroup.
+    fn tile(&self) -> u32 {
+        self.passes * self.subgroups * if self.out == 2 { 1 } else { self.rows_sg }
+    }
+    /// Bytes of shared memory the kernel declares (mv.comp).
+    fn shared_bytes(&self) -> u64 {
+        4 * (self.xq_words as u64 + 3 * self.x_blocks as u64 + self.part as u64 + self.hv as u64 + self.fs as u64 + 8 * 33)
+    }
+}
+
+/// Whether an `n`-row product over rows of `cols` values fits the device with its norm folded
+/// in (the rows quantized in shared memory) and, with `swiglu`, its SwiGLU epilogue.
+pub fn mv_fits(info: &DeviceInfo, n: u32, cols: u32, normed: bool, swiglu: bool) -> bool {
+    !(normed && n > 1) && MvSpec::new(info, n, 0, cols, normed, swiglu).is_some_and(|s| s.shared_bytes() <= info.shared_memory as u64)
+}
+
+impl Recorder<'_> {
+    /// Pack `layout.count` activations of `x` (f32) into `out` (at least `layout.bytes()`).
+    pub fn qpack(&mut self, layout: QPack, x: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
+        if out.range < layout.bytes() {
+            return Err(VkError::OutOfRange(format!("{} bytes for a packed layout of {}", out.range, layout.bytes())));
+        }
+        // A workgroup packs 2048 values (whole blocks).
+        self.run("qpack32", &[], &[x, out], &CountPush { count: layout.count }.bytes(), grid(layout.count.div_ceil(2048)))
+    }
+
+    /// The RMS norm of `rows` rows of `cols` values in the canonical order, for products that
+    /// read [`MvIn::NormPacked`]: x += add first where given (written back), then u = x * w
+    /// packed as `layout` into `out` and each row's r into `r` (`shaders/ops/normpack.comp`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn normpack(&mut self, rows: u32, cols: u32, eps: f32, x: Bind<'_>, add: Option<Bind<'_>>, w: Bind<'_>, layout: QPack, out: Bind<'_>, r: Bind<'_>) -> Result<(), VkError> {
+        let cut = Cut::of(cols as usize).filter(|c| c.blocks <= NORMPACK_BLOCKS).ok_or_else(|| VkError::Unsupported(format!("a canonical norm of rows of {cols} values")))?;
+        if rows * cols > layout.count || out.range < layout.bytes() || r.range < 4 * rows as u64 {
+            return Err(VkError::OutOfRange(format!("{rows} rows of {cols}: {} packed values, {} bytes of r", layout.count, r.range)));
+        }
+        let push = NormPackPush { n: cols, eps, count: layout.count };
+        let name = if add.is_some() { "normpack_add" } else { "normpack" };
+        self.run(name, &[cut.lanes as u32, cut.chunk_blocks as u32, cut.chunks as u32], &[x, add.unwrap_or(x), w, out, r], &push.bytes(), [rows, 1, 1])
+    }
+
+    /// The product `m` in the device's [`DotTier`].
+    pub fn mv(&mut self, m: Mv<'_>) -> Result<(), VkError> {
+        let tier = DotTier::for_device(&self.gpu.info);
+        self.mv_tier(tier, m)
+    }
+
+    /// [`Recorder::mv`] with a chosen way of taking the integer dot products.
+    pub fn mv_tier(&mut self, tier: DotTier, m: Mv<'_>) -> Result<(), VkError> {
+        let Mv { ty, n, w, input, out, shape: s } = m;
+        let f = mv_format(ty).ok_or_else(|| VkError::Unsupported(format!("no canonical product for {ty}")))?;
+        let info = &self.gpu.info;
+        if !mv_ok(info) {
+            return Err(VkError::Unsupported(format!("the canonical product needs subgroup shuffles (device: {} lanes, [{}])", info.subgroup_size, info.subgroup_ops.join(" "))));
+        }
+        if tier == DotTier::Hardware && !info.int_dot {
+            return Err(VkError::Unsupported("OpSDot needs the integer dot product feature".into()));
+        }
+        let bad = |what: String| Err(VkError::Unsupported(format!("a canonical product of {n} rows over {} x {}: {what}", s.rows, s.cols)));
+        if !(1..=8).contains(&n) {
+            return bad("1 to 8 rows".into());
+        }
+        if !s.x_stride.is_multiple_of(32) || s.x_stride < s.cols {
+            return bad(format!("activation rows {} values apart", s.x_stride));
+        }
+        let normed = matches!(input, MvIn::Normed { .. });
+        if normed && n > 1 {
+            return bad("a folded norm of one row".into());
+        }
+        let swiglu = matches!(out, MvOut::SwiGlu { .. });
+        let Some(mut spec) = MvSpec::new(info, n, s.rows, s.cols, normed, swiglu) else {
+            return bad("rows of whole 32-value blocks".into());
+        };
+        if spec.shared_bytes() > info.shared_memory as u64 {
+            return bad(format!("{} bytes of shared memory (the device has {})", spec.shared_bytes(), info.shared_memory));
+        }
+        let (x, nw, eps, xd_off, xs_off) = match input {
+            MvIn::Packed { x, layout } => {
+                if (n - 1) * s.x_stride + s.cols > layout.count {
+                    return bad(format!("{} packed values", layout.count));
+                }
+                (x, x, 0.0, layout.d_off(), layout.s_off())
+            }
+            MvIn::NormPacked { x, layout, r } => {
+                if (n - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * n as u64 {
+                    return bad(format!("{} packed values, {} bytes of r", layout.count, r.range));
+                }
+                spec.xin = 2;
+                (x, r, 0.0, layout.d_off(), layout.s_off())
+            }
+            MvIn::Normed { x, w, eps } => (x, w, eps, 0, 0),
+        };
+        let (y, pk, up_off, pd_off, ps_off) = match out {
+            MvOut::Store(y) => (y, y, 0, 0, 0),
+            MvOut::Add(y) => {
+                spec.out = 1;
+                (y, y, 0, 0, 0)
+            }
+            MvOut::SwiGlu { up_off, out, layout } => {
+                spec.out = 2;
+                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (n - 1) * s.y_stride + s.y_off + s.rows > layout.count {
+                    return bad(format!("a SwiGLU packed in 32-row blocks from row {} at stride {} ({} values)", s.y_off, s.y_stride, layout.count));
+                }
+                if out.range < layout.bytes() || !up_off.is_multiple_of(16) {
+                    return bad(format!("{} bytes for the packed output, the up rows {up_off} bytes on", out.range));
+                }
+                (out, out, up_off, layout.d_off(), layout.s_off())
+            }
+        };
+        let push =
+            MvPush { rows: s.rows, cols: s.cols, row_bytes: s.row_bytes, x_stride: s.x_stride, y_stride: s.y_stride, y_off: s.y_off, xd_off, xs_off, eps, up_off, pd_off, ps_off };
+        let form = if n == 1 { "" } else { "_nrow" };
+        let hw = match tier {
+            DotTier::Emulated => "",
+            DotTier::Hardware => "x",
+        };
+        let consts = [
+            spec.subgroups * info.subgroup_size,
+            n,
+            spec.lanes,
+            spec.chunk_blocks,
+            spec.chunks,
+            spec.xin,
+            spec.out,
+            spec.xq_words,
+            spec.x_blocks,
+            spec.subgroups,
+            spec.passes,
+            spec.rows_sg,
+            spec.part,
+            spec.hv,
+            spec.fs,
+        ];
+        self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), grid(s.rows.div_ceil(spec.tile())))
+    }
+}

@@ -1,0 +1,483 @@
+//! The canonical matrix product (src/mv.rs) against the scalar reference of
+//! docs/canonical-order.md (`resin_cpu::kernels::canon`): packed activations, every format's
+//! product bit for bit for any row count, the residual and folded-norm forms, the SwiGLU
+//! epilogue's packed output; both ways of taking the integer dot products.
+
+mod common;
+
+use common::*;
+use resin_core::canon::Cut;
+use resin_cpu::kernels::canon::{canon_dot, canon_rms_scale, canon_sumsq, CanonActs};
+use resin_gguf::{formats, GgmlType};
+use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
+use resin_vulkan::mv::{mv_fits, mv_ok, DotTier, Mv, MvIn, MvOut, MvShape, QPack};
+
+fn poisoned_words(h: &Harness, words: usize) -> Buffer {
+    let mut b = Buffer::new(&h.gpu, (words * 4) as u64, Location::Device).unwrap();
+    b.fill_u32(POISON).unwrap();
+    b
+}
+
+/// Rows of activations packed on the host, as QPack lays them out.
+fn pack_host(rows: &[CanonActs]) -> Vec<u32> {
+    let count: usize = rows.iter().map(|a| a.q.len()).sum();
+    let l = QPack::new(count as u32).unwrap();
+    let mut w = vec![0u32; l.words() as usize];
+    let (q, d, s): (Vec<i8>, Vec<f32>, Vec<i32>) =
+        (rows.iter().flat_map(|a| a.q.clone()).collect(), rows.iter().flat_map(|a| a.d.clone()).collect(), rows.iter().flat_map(|a| a.s.clone()).collect());
+    for (i, v) in q.iter().enumerate() {
+        w[i / 4] |= (*v as u8 as u32) << (8 * (i % 4));
+    }
+    for (b, (dv, sv)) in d.iter().zip(&s).enumerate() {
+        w[l.d_off() as usize + b] = dv.to_bits();
+        w[l.s_off() as usize + b] = *sv as u32;
+    }
+    w
+}
+
+fn tiers(h: &Harness) -> Vec<DotTier> {
+    if h.gpu.info.int_dot {
+        vec![DotTier::Emulated, DotTier::Hardware]
+    } else {
+        eprintln!("SKIP: the OpSDot variant (device without the integer dot product feature)");
+        vec![DotTier::Emulated]
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn packed_activations_follow_the_reference() {
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0xd07);
+    let n = 3 * 2048 + 512; // several workgroups, the last one partial
+    let mut x = rng.vec(n, 3.0);
+    x[64..96].iter_mut().for_each(|v| *v = 0.0); // an all-zero block
+    x[300] = 1e-30;
+    let l = QPack::new(n as u32).unwrap();
+    let (xb, yr, pk) = (h.buf_f32(&x), h.poisoned(n), poisoned_words(&h, l.words() as usize));
+    h.run(|rec| {
+        rec.qact(32, n as u32, (&xb).into(), (&yr).into())?;
+        rec.qpack(l, (&xb).into(), (&pk).into())
+    });
+    let got = pk.read_u32(0, l.words() as usize).unwrap();
+    let want = pack_host(&[CanonActs::quantize(&x)]);
+    // Bit for bit where the device divides as IEEE does (lavapipe); elsewhere a quant may
+    // round the other way and d move by an ULP, in a few blocks.
+    let exact = h.gpu.info.kind == "cpu";
+    let differing = (0..n / 32).filter(|b| got[b * 8..b * 8 + 8] != want[b * 8..b * 8 + 8] || got[l.d_off() as usize + b] != want[l.d_off() as usize + b]).count();
+    assert!(if exact { got == want } else { differing * 4 <= n / 32 }, "qpack32 differs from the reference's quantization in {differing} blocks");
+    // qact's f32 rounding is q * d of the same blocks (int8 has no -0: a negative value that
+    // rounds to 0 is -0 there).
+    let yr = yr.read_f32(0, n).unwrap();
+    for (i, y) in yr.iter().enumerate() {
+        let (q, d) = (((got[i / 4] >> (8 * (i % 4))) & 0xFF) as u8 as i8, f32::from_bits(got[l.d_off() as usize + i / 32]));
+        let v = q as f32 * d;
+        assert!(v.to_bits() == y.to_bits() || (q == 0 && *y == 0.0), "qact32[{i}]: the packed value is not qact's");
+    }
+    // Control: one quant moved by one step differs.
+    let mut bad = want.clone();
+    bad[3] ^= 1;
+    assert!(bad != got);
+    assert!(QPack::new(48).is_err() && QPack::new(0).is_err());
+    assert_eq!((l.d_off(), l.s_off()), (n as u32 / 4, n as u32 / 4 + n as u32 / 32));
+}
+
+/// One format's product: `n` in 1..=8 rows of packed activations against the reference bit
+/// for bit (outputs poisoned first, nothing written past the rows), the residual form, the
+/// folded norm, and a control that sums the same blocks left to right and must differ.
+fn mv_format(ty: GgmlType) {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        eprintln!("SKIP: the canonical product needs subgroup shuffles");
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    let mut rng = Rng(0x3a1 + ty.block_bytes() as u64);
+    let mut control_differs = false;
+    // 576: 3 chunks (4 lanes); 2048: 8; 8192: 32 (past lavapipe's 8-lane subgroups: the tree
+    // through shared memory). Row counts off any tile.
+    // 16384: chunks of 16 blocks, longer than a pass of lavapipe's 8 lanes.
+    let shapes: &[(usize, usize)] = if ty.block_len() == 256 { &[(40, 768), (40, 2048), (20, 8192), (6, 16384)] } else { &[(40, 576), (40, 2048), (20, 8192), (6, 16384)] };
+    for &(rows, cols) in shapes {
+        let cut = Cut::of(cols).unwrap();
+        let wbytes = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
+        let rb = wbytes.len() / rows;
+        let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
+        let xs = rng.vec(8 * cols, 2.0);
+        let acts: Vec<CanonActs> = (0..8).map(|c| CanonActs::quantize(&xs[c * cols..(c + 1) * cols])).collect();
+        let want: Vec<f32> = (0..8).flat_map(|c| (0..rows).map(|r| canon_dot(ty, &wbytes[r * rb..(r + 1) * rb], &acts[c], &cut)).collect::<Vec<_>>()).collect();
+        let pk = h.buf_bytes(&u32_bytes(&pack_host(&acts)));
+        let layout = QPack::new((8 * cols) as u32).unwrap();
+        let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+        for tier in tiers(&h) {
+            let what = format!("mv {tier:?} {ty} {rows}x{cols}");
+            for n in [1usize, 3, 8] {
+                let y = h.poisoned(8 * rows);
+                let input = MvIn::Packed { x: (&pk).into(), layout };
+                h.run(|rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+                let got = y.read_f32(0, 8 * rows).unwrap();
+                assert!(bits(&got[..n * rows]) == bits(&want[..n * rows]), "{what} n={n}: not the reference's bits");
+                assert!(got[n * rows..].iter().all(|v| v.to_bits() == POISON), "{what} n={n}: wrote past its rows");
+            }
+            // y += W x onto a sum already there.
+            let y0 = rng.vec(8 * rows, 5.0);
+            let y = h.buf_f32(&y0);
+            let input = MvIn::Packed { x: (&pk).into(), layout };
+            h.run(|rec| rec.mv_tier(tier, Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Add((&y).into()), shape }));
+            let got = y.read_f32(0, 8 * rows).unwrap();
+            let sum: Vec<f32> = want.iter().zip(&y0).map(|(a, b)| a + b).collect();
+            assert!(bits(&got) == bits(&sum), "{what}: the residual form is not y' + y");
+        }
+        // Control: the same blocks summed left to right over the whole row differ somewhere.
+        for c in 0..8 {
+            for r in 0..rows {
+                let seq: f32 = (0..cut.blocks).fold(0.0, |s, b| s + resin_cpu::kernels::canon::canon_block(ty, &wbytes[r * rb..(r + 1) * rb], b, &acts[c]));
+                control_differs |= seq.to_bits() != want[c * rows + r].to_bits();
+            }
+        }
+        // The canonical norm: u = x * w_norm quantized, r from the canonical sum of squares;
+        // folded into one-row products, and by normpack ahead of an 8-row product, which must
+        // give each row the same bits.
+        if !mv_fits(&h.gpu.info, 1, cols as u32, true, false) {
+            eprintln!("mv {ty} {rows}x{cols}: no folded norm on this device (shared memory)");
+            continue;
+        }
+        let nw = rng.vec(cols, 1.0);
+        let eps = 1e-5f32;
+        let nwb = h.buf_f32(&nw);
+        let mut folded = Vec::new();
+        for c in 0..8 {
+            let xb = h.buf_f32(&xs[c * cols..(c + 1) * cols]);
+            let y = h.poisoned(rows);
+            let input = MvIn::Normed { x: (&xb).into(), w: (&nwb).into(), eps };
+            h.run(|rec| rec.mv(Mv { ty, n: 1, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+            folded.extend(y.read_f32(0, rows).unwrap());
+        }
+        let y = h.poisoned(8 * rows);
+        let xb = h.buf_f32(&xs);
+        let (pk, rsb) = (poisoned_words(&h, layout.words() as usize), h.poisoned(8));
+        h.run(|rec| {
+            rec.normpack(8, cols as u32, eps, (&xb).into(), None, (&nwb).into(), layout, (&pk).into(), (&rsb).into())?;
+            rec.barrier();
+            let input = MvIn::NormPacked { x: (&pk).into(), layout, r: (&rsb).into() };
+            rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape })
+        });
+        let packed = y.read_f32(0, 8 * rows).unwrap();
+        assert!(bits(&packed) == bits(&folded), "{ty} {rows}x{cols}: normpack and an 8-row product differ from the rows folded one at a time");
+        let mut wq = vec![0f32; rows * cols];
+        formats::dequantize(ty, &wbytes, &mut wq).unwrap();
+        let mut worst = 0f64;
+        for c in 0..8 {
+            let x = &xs[c * cols..(c + 1) * cols];
+            let u: Vec<f32> = x.iter().zip(&nw).map(|(a, b)| a * b).collect();
+            let a = CanonActs::quantize(&u);
+            let r = canon_rms_scale(canon_sumsq(x, &cut), cols, eps);
+            for row in 0..rows {
+                let want = r * canon_dot(ty, &wbytes[row * rb..(row + 1) * rb], &a, &cut);
+                let got = folded[c * rows + row];
+                // The quantization's and r's divisions and sqrt are each device's own (a few
+                // ULP: a quant may round the other way): within 1e-4 of sum |w u| r.
+                let scale: f64 = wq[row * cols..(row + 1) * cols].iter().zip(&u).map(|(w, u)| (w * u).abs() as f64).sum::<f64>() * r as f64;
+                let err = (got - want).abs() as f64 / scale.max(1e-30);
+                worst = worst.max(err);
+                assert!(err < 1e-4, "{ty} {rows}x{cols} normed row {c}.{row}: {got} vs {want}");
+            }
+        }
+        eprintln!("mv {ty} {rows}x{cols}: folded norm within {worst:.1e} of the reference");
+    }
+    assert!(control_differs, "{ty}: a left-to-right sum must differ from the canonical one somewhere");
+    eprintln!("mv {ty}: {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+#[test]
+fn mv_q8_0() {
+    mv_format(GgmlType::Q8_0);
+}
+#[test]
+fn mv_q4_k() {
+    mv_format(GgmlType::Q4_K);
+}
+#[test]
+fn mv_q6_k() {
+    mv_format(GgmlType::Q6_K);
+}
+#[test]
+fn mv_q4_0() {
+    mv_format(GgmlType::Q4_0);
+}
+#[test]
+fn mv_q5_k() {
+    mv_format(GgmlType::Q5_K);
+}
+#[test]
+fn mv_q4_1() {
+    mv_format(GgmlType::Q4_1);
+}
+#[test]
+fn mv_q5_0() {
+    mv_format(GgmlType::Q5_0);
+}
+
+/// The SwiGLU epilogue: gate and up rows in one buffer, silu(g) * u packed for the next
+/// matrix, against the reference (the exp is each home's: quants within one step); the
+/// N-row pass equals one row bit for bit.
+#[test]
+fn mv_swiglu_packs_the_ffn_product() {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        return;
+    }
+    let mut rng = Rng(0x5e1);
+    for (ty, rows, cols) in [(GgmlType::Q8_0, 64usize, 576usize), (GgmlType::Q4_K, 96, 1024)] {
+        assert!(mv_fits(&h.gpu.info, 1, cols as u32, true, true) && mv_fits(&h.gpu.info, 8, cols as u32, false, true), "{ty} {rows}x{cols}: the test's shape must fit the device");
+        let cut = Cut::of(cols).unwrap();
+        let gate = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
+        let up = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
+        let rb = gate.len() / rows;
+        let (wbuf, row_bytes) = h.weights(ty, cols, &[gate.clone(), up.clone()].concat());
+        let xs = rng.vec(8 * cols, 2.0);
+        let nw = rng.vec(cols, 1.0);
+        let (xb, nwb) = (h.buf_f32(&xs), h.buf_f32(&nw));
+        let layout = QPack::new((8 * rows) as u32).unwrap();
+        let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+        let up_off = (rows * row_bytes) as u32;
+        // Each row folded alone, then the 8 rows by normpack and one product.
+        let one_layout = QPack::new(rows as u32).unwrap();
+        let mut ones = Vec::new();
+        for c in 0..8 {
+            let xc = h.buf_f32(&xs[c * cols..(c + 1) * cols]);
+            let out = poisoned_words(&h, one_layout.words() as usize);
+            let input = MvIn::Normed { x: (&xc).into(), w: (&nwb).into(), eps: 1e-5 };
+            let o = MvOut::SwiGlu { up_off, out: (&out).into(), layout: one_layout };
+            h.run(|rec| rec.mv(Mv { ty, n: 1, w: (&wbuf).into(), input, out: o, shape }));
+            ones.push(out.read_u32(0, one_layout.words() as usize).unwrap());
+        }
+        let xl = QPack::new((8 * cols) as u32).unwrap();
+        let (pk, rsb) = (poisoned_words(&h, xl.words() as usize), h.poisoned(8));
+        let out = poisoned_words(&h, layout.words() as usize);
+        h.run(|rec| {
+            rec.normpack(8, cols as u32, 1e-5, (&xb).into(), None, (&nwb).into(), xl, (&pk).into(), (&rsb).into())?;
+            rec.barrier();
+            let input = MvIn::NormPacked { x: (&pk).into(), layout: xl, r: (&rsb).into() };
+            rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::SwiGlu { up_off, out: (&out).into(), layout }, shape })
+        });
+        let all = out.read_u32(0, layout.words() as usize).unwrap();
+        let (qw, nbk) = (rows / 4, rows / 32);
+        let (d_off, s_off) = (layout.d_off() as usize, layout.s_off() as usize);
+        let (d1, s1) = (one_layout.d_off() as usize, one_layout.s_off() as usize);
+        for (c, one) in ones.iter().enumerate() {
+            let same = one[..qw] == all[c * qw..(c + 1) * qw]
+                && one[d1..d1 + nbk] == all[d_off + c * nbk..d_off + (c + 1) * nbk]
+                && one[s1..s1 + nbk] == all[s_off + c * nbk..s_off + (c + 1) * nbk];
+            assert!(same, "{ty} row {c}: normpack and an 8-row product differ from the row folded alone");
+        }
+        for c in 0..8 {
+            let x = &xs[c * cols..(c + 1) * cols];
+            let u: Vec<f32> = x.iter().zip(&nw).map(|(a, b)| a * b).collect();
+            let a = CanonActs::quantize(&u);
+            let r = canon_rms_scale(canon_sumsq(x, &cut), cols, 1e-5);
+            let hv: Vec<f32> = (0..rows)
+                .map(|i| {
+                    let g = r * canon_dot(ty, &gate[i * rb..(i + 1) * rb], &a, &cut);
+                    let u = r * canon_dot(ty, &up[i * rb..(i + 1) * rb], &a, &cut);
+                    g / (1.0 + (-g).exp()) * u
+                })
+                .collect();
+            let want = CanonActs::quantize(&hv);
+            for b in 0..rows / 32 {
+                let d = f32::from_bits(all[d_off + c * rows / 32 + b]);
+                assert!((d - want.d[b]).abs() <= 1e-5 * want.d[b].abs(), "{ty} col {c} block {b}: d {d} vs {}", want.d[b]);
+                let mut s = 0i32;
+                for i in 0..32 {
+                    let v = c * rows + b * 32 + i;
+                    let q = ((all[v / 4] >> (8 * (v % 4))) & 0xFF) as u8 as i8 as i32;
+                    s += q;
+                    assert!((q - want.q[b * 32 + i] as i32).abs() <= 1, "{ty} col {c} value {}: q {q} vs {}", b * 32 + i, want.q[b * 32 + i]);
+                }
+                assert_eq!(all[s_off + c * rows / 32 + b] as i32, s, "{ty} col {c} block {b}: the sum of the quants");
+            }
+        }
+    }
+}
+
+/// normpack with the residual add: x += add written back, then the packs and r of the sum,
+/// the bits normpack gives that sum without the add.
+#[test]
+fn normpack_adds_the_residual_first() {
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0x7a2);
+    let (rows, cols) = (3usize, 2048usize);
+    let (x, add, nw) = (rng.vec(rows * cols, 2.0), rng.vec(rows * cols, 2.0), rng.vec(cols, 1.0));
+    let sum: Vec<f32> = x.iter().zip(&add).map(|(a, b)| a + b).collect();
+    let layout = QPack::new((rows * cols) as u32).unwrap();
+    let nwb = h.buf_f32(&nw);
+    let mut runs = Vec::new();
+    for fused in [true, false] {
+        let xb = h.buf_f32(if fused { &x } else { &sum });
+        let ab = h.buf_f32(&add);
+        let (pk, rsb) = (poisoned_words(&h, layout.words() as usize), h.poisoned(rows));
+        h.run(|rec| rec.normpack(rows as u32, cols as u32, 1e-5, (&xb).into(), fused.then(|| (&ab).into()), (&nwb).into(), layout, (&pk).into(), (&rsb).into()));
+        assert!(bits(&xb.read_f32(0, rows * cols).unwrap()) == bits(&sum), "fused {fused}: x is not x + add");
+        runs.push((pk.read_u32(0, layout.words() as usize).unwrap(), bits(&rsb.read_f32(0, rows).unwrap())));
+    }
+    assert!(runs[0] == runs[1], "normpack with the add differs from normpack of the sum");
+    // The packs are the reference's quantization of u = x * w (d and the quants within the
+    // device's division; r within a few ULP).
+    let want: Vec<CanonActs> = (0..rows).map(|c| CanonActs::quantize(&sum[c * cols..(c + 1) * cols].iter().zip(&nw).map(|(a, b)| a * b).collect::<Vec<f32>>())).collect();
+    let host = pack_host(&want);
+    let differ = runs[0].0.iter().zip(&host).filter(|(a, b)| a != b).count();
+    assert!(differ <= runs[0].0.len() / 100, "{differ} of {} packed words differ from the reference", host.len());
+    for c in 0..rows {
+        let r = canon_rms_scale(canon_sumsq(&sum[c * cols..(c + 1) * cols], &Cut::of(cols).unwrap()), cols, 1e-5);
+        let got = f32::from_bits(runs[0].1[c]);
+        assert!((got - r).abs() <= 4.0 * f32::EPSILON * r, "row {c}: r {got} vs {r}");
+    }
+}
+
+#[test]
+fn mv_refusals() {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        return;
+    }
+    let w = h.buf_bytes(&[0u8; 1024]);
+    let x = h.buf_bytes(&[0u8; 4096]);
+    let y = h.poisoned(64);
+    let l = QPack::new(512).unwrap();
+    let shape = MvShape { rows: 1, cols: 256, row_bytes: 144, x_stride: 256, y_stride: 1, y_off: 0 };
+    let packed = MvIn::Packed { x: (&x).into(), layout: l };
+    let gpu = h.gpu.clone();
+    let mut errs = Vec::new();
+    resin_vulkan::buffers::submit_once(&gpu, |cmd| {
+        let mut rec = resin_vulkan::kernels::Recorder::new(&gpu, &mut h.pipes, &mut h.desc, cmd);
+        let mv = |ty, n, input, out, shape| Mv { ty, n, w: (&w).into(), input, out, shape };
+        let store = MvOut::Store((&y).into());
+        // F16 has no canonical product; 9 rows; more rows than packed; rows of 48 values; a
+        // SwiGLU of 1 row (not whole 32-row blocks).
+        errs.push(rec.mv(mv(GgmlType::F16, 1, packed, store, shape)).is_err());
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 9, packed, store, shape)).is_err());
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 3, packed, store, shape)).is_err());
+        errs.push(rec.mv(mv(GgmlType::Q8_0, 1, packed, store, MvShape { cols: 48, x_stride: 64, ..shape })).is_err());
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 1, packed, MvOut::SwiGlu { up_off: 144, out: (&x).into(), layout: l }, shape)).is_err());
+        // A folded norm of 3 rows (one row only: N rows take normpack).
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 3, MvIn::Normed { x: (&x).into(), w: (&x).into(), eps: 1e-5 }, store, shape)).is_err());
+    })
+    .unwrap();
+    assert!(errs.iter().all(|e| *e), "{errs:?}");
+}
+
+/// Wall time of 100 one-row products over matrices larger than the H200's L2 (random bytes:
+/// timing only), each as GB/s of weights. `cargo test --release --test mv -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn mv_speed() {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        return;
+    }
+    let reps = 100u32;
+    for (ty, rows, cols) in [
+        (GgmlType::Q8_0, 32768usize, 4096usize),
+        (GgmlType::Q8_0, 8192, 2048),
+        (GgmlType::Q8_0, 2048, 8192),
+        (GgmlType::Q4_K, 32768, 8192),
+        (GgmlType::Q6_K, 32768, 8192),
+        (GgmlType::Q4_K, 8192, 3072),
+        (GgmlType::Q4_K, 3072, 8192),
+        (GgmlType::Q6_K, 3072, 8192),
+    ] {
+        let bb = ty.block_bytes();
+        let gguf_row = cols / ty.block_len() * bb;
+        let mut rng = Rng(9);
+        let mut wbytes: Vec<u8> = (0..rows * gguf_row / 8).flat_map(|_| rng.next_u64().to_le_bytes()).collect();
+        wbytes.iter_mut().skip(1).step_by(2).for_each(|b| *b &= 0x3B);
+        let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
+        for n in [1u32, 8] {
+            let acts: Vec<CanonActs> = (0..n).map(|_| CanonActs::quantize(&rng.vec(cols, 1.0))).collect();
+            let pk = h.buf_bytes(&u32_bytes(&pack_host(&acts)));
+            let layout = QPack::new(n * cols as u32).unwrap();
+            let y = h.poisoned(n as usize * rows);
+            let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+            let input = MvIn::Packed { x: (&pk).into(), layout };
+            let us = h.time_chained(reps, &mut |rec| rec.mv(Mv { ty, n, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+            let gbs = (rows * row_bytes) as f64 / us / 1e3;
+            eprintln!("mv {ty} {rows}x{cols} n={n}: {us:.1} us, {gbs:.0} GB/s");
+            if cols <= 4096 && mv_fits(&h.gpu.info, n, cols as u32, true, false) {
+                let (xb, nwb) = (h.buf_f32(&rng.vec(n as usize * cols, 1.0)), h.buf_f32(&rng.vec(cols, 1.0)));
+                let input = MvIn::Normed { x: (&xb).into(), w: (&nwb).into(), eps: 1e-5 };
+                let us = h.time_chained(reps, &mut |rec| rec.mv(Mv { ty, n, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+                eprintln!("mv {ty} {rows}x{cols} n={n} normed: {us:.1} us, {:.0} GB/s", (rows * row_bytes) as f64 / us / 1e3);
+            }
+        }
+    }
+}
+
+/// Where a one-row folded norm and normpack part: the products of the same rows folded
+/// (`Normed`, one row), normpacked one row at a time and normpacked eight at once, and
+/// normpack's r and packs against the host reference. Prints what differs; fails on any.
+#[test]
+fn fold_and_normpack_agree() {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        return;
+    }
+    let mut rng = Rng(0x9b3);
+    let mut bad = Vec::new();
+    for (ty, rows, cols) in [(GgmlType::Q8_0, 64usize, 2048usize), (GgmlType::Q4_K, 64, 3072)] {
+        let wbytes = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
+        let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
+        let xs = rng.vec(8 * cols, 2.0);
+        let nw = rng.vec(cols, 1.0);
+        let nwb = h.buf_f32(&nw);
+        let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+        let l1 = QPack::new(cols as u32).unwrap();
+        let (mut fold, mut np1, mut rs1, mut pk1) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for c in 0..8 {
+            let xc = h.buf_f32(&xs[c * cols..(c + 1) * cols]);
+            let (y, y2) = (h.poisoned(rows), h.poisoned(rows));
+            let (pk, rsb) = (poisoned_words(&h, l1.words() as usize), h.poisoned(1));
+            h.run(|rec| {
+                rec.mv(Mv { ty, n: 1, w: (&wbuf).into(), input: MvIn::Normed { x: (&xc).into(), w: (&nwb).into(), eps: 1e-5 }, out: MvOut::Store((&y).into()), shape })?;
+                rec.normpack(1, cols as u32, 1e-5, (&xc).into(), None, (&nwb).into(), l1, (&pk).into(), (&rsb).into())?;
+                rec.barrier();
+                rec.mv(Mv { ty, n: 1, w: (&wbuf).into(), input: MvIn::NormPacked { x: (&pk).into(), layout: l1, r: (&rsb).into() }, out: MvOut::Store((&y2).into()), shape })
+            });
+            fold.extend(bits(&y.read_f32(0, rows).unwrap()));
+            np1.extend(bits(&y2.read_f32(0, rows).unwrap()));
+            rs1.push(rsb.read_f32(0, 1).unwrap()[0]);
+            pk1.push(pk.read_u32(0, l1.words() as usize).unwrap());
+        }
+        let l8 = QPack::new((8 * cols) as u32).unwrap();
+        let xb = h.buf_f32(&xs);
+        let (y, pk, rsb) = (h.poisoned(8 * rows), poisoned_words(&h, l8.words() as usize), h.poisoned(8));
+        h.run(|rec| {
+            rec.normpack(8, cols as u32, 1e-5, (&xb).into(), None, (&nwb).into(), l8, (&pk).into(), (&rsb).into())?;
+            rec.barrier();
+            rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input: MvIn::NormPacked { x: (&pk).into(), layout: l8, r: (&rsb).into() }, out: MvOut::Store((&y).into()), shape })
+        });
+        let np8 = bits(&y.read_f32(0, 8 * rows).unwrap());
+        let cut = Cut::of(cols).unwrap();
+        for c in 0..8 {
+            let x = &xs[c * cols..(c + 1) * cols];
+            let r_host = canon_rms_scale(canon_sumsq(x, &cut), cols, 1e-5);
+            let u: Vec<f32> = x.iter().zip(&nw).map(|(a, b)| a * b).collect();
+            let host = pack_host(&[CanonActs::quantize(&u)]);
+            let pk_diff = pk1[c].iter().zip(&host).filter(|(a, b)| a != b).count();
+            let seg = |v: &[u32]| v[c * rows..(c + 1) * rows].to_vec();
+            let line = format!(
+                "{ty} row {c}: fold/np1 {} np1/np8 {} r dev-host {} ulp, packs differing from host {pk_diff}",
+                seg(&fold) == seg(&np1),
+                seg(&np1) == seg(&np8),
+                rs1[c].to_bits() as i64 - r_host.to_bits() as i64
+            );
+            eprintln!("{line}");
+            if seg(&fold) != seg(&np1) || seg(&np1) != seg(&np8) {
+                bad.push(line);
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
