@@ -814,6 +814,47 @@ def responses_previous_id_reuses_the_stored_prefix(ctx):
 
 
 @test
+def responses_input_items(ctx):
+    # The items a stored response was made from, as OpenAI lists them: its chain's earlier
+    # input and output, then its own input, each with an id; newest first unless order="asc".
+    c = ctx.client
+    first = c.responses.create(model=ctx.model, instructions=TERSE, input="Name three colors.", temperature=0, max_output_tokens=8)
+    page = c.responses.input_items.list(first.id)
+    assert page.object == "list" and page.has_more is False, page
+    [item] = page.data
+    assert item.type == "message" and item.role == "user" and item.content[0].type == "input_text" and item.content[0].text == "Name three colors.", item
+    assert item.id and page.first_id == page.last_id == item.id, page
+    more = [{"role": "user", "content": "Name three more."}, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Only one word each."}], "id": "msg_client"}]
+    second = c.responses.create(model=ctx.model, instructions=TERSE, input=more, previous_response_id=first.id, temperature=0, max_output_tokens=8)
+    asc = c.responses.input_items.list(second.id, order="asc")
+    ids = [i.id for i in asc.data]
+    assert len(ids) == 4 and len(set(ids)) == 4 and ids[0] == item.id and ids[1] == first.output[0].id and ids[3] == "msg_client", (ids, first.output)
+    assert [i.type for i in asc.data] == ["message"] * 4 and [i.role for i in asc.data] == ["user", "assistant", "user", "user"], asc.data
+    assert asc.data[1].content[0].text == first.output_text and asc.data[2].content[0].text == "Name three more.", asc.data
+    desc = c.responses.input_items.list(second.id)
+    assert [i.id for i in desc.data] == ids[::-1] and desc.first_id == ids[3] and desc.last_id == ids[0], desc
+    # A page at a time: limit and the cursor; the SDK's auto-pagination follows has_more.
+    p1 = c.responses.input_items.list(second.id, order="asc", limit=3)
+    assert [i.id for i in p1.data] == ids[:3] and p1.has_more is True and p1.last_id == ids[2], p1
+    p2 = c.responses.input_items.list(second.id, order="asc", limit=3, after=p1.last_id)
+    assert [i.id for i in p2.data] == ids[3:] and p2.has_more is False, p2
+    assert [i.id for i in c.responses.input_items.list(second.id, limit=1)] == ids[::-1]
+    assert [i.id for i in c.responses.input_items.list(second.id, order="asc", limit=2)] == ids
+    # The first response's listing is unchanged by its continuation.
+    assert [i.id for i in c.responses.input_items.list(first.id).data] == [item.id]
+    # Bad queries are 400s naming the parameter; a response not held is a 404.
+    for kw, param in [({"limit": 0}, "limit"), ({"limit": 101}, "limit"), ({"after": "msg_nosuch"}, "after"), ({"extra_query": {"order": "sideways"}}, "order")]:
+        err = expect_status(400, lambda: c.responses.input_items.list(second.id, **kw))
+        assert err["param"] == param and err["type"] == "invalid_request_error", (kw, err)
+    err = expect_status(404, lambda: c.responses.input_items.list("resp_doesnotexist"))
+    assert "resp_doesnotexist" in err["message"], err
+    unstored = c.responses.create(model=ctx.model, input="Say hi.", temperature=0, max_output_tokens=2, store=False)
+    expect_status(404, lambda: c.responses.input_items.list(unstored.id))
+    c.responses.delete(second.id)
+    expect_status(404, lambda: c.responses.input_items.list(second.id))
+
+
+@test
 def responses_not_held_is_404(ctx):
     c = ctx.client
     kw = dict(model=ctx.model, input="Say hi.", temperature=0, max_output_tokens=2)
@@ -843,6 +884,8 @@ def responses_store_drops_the_oldest(ctx):
     kw = dict(model=ctx.model, input="Say hi.", temperature=0, max_output_tokens=1)
     ids = [c.responses.create(**kw).id for _ in range(ctx.max_stored + 1)]
     expect_status(404, lambda: c.responses.retrieve(ids[0]))
+    expect_status(404, lambda: c.responses.input_items.list(ids[0]))
+    assert len(c.responses.input_items.list(ids[1]).data) == 1
     expect_status(404, lambda: c.responses.create(**kw, previous_response_id=ids[0]))
     for i in ids[1:]:
         assert c.responses.retrieve(i).id == i, i

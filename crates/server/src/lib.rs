@@ -3,7 +3,7 @@
 //! Endpoints: `POST /v1/chat/completions` (streaming and not, tools, logprobs),
 //! `POST /v1/completions`, `GET /v1/models`, Anthropic's `POST /v1/messages` and
 //! `POST /v1/messages/count_tokens`, OpenAI's Responses API (`POST /v1/responses`, `GET` and
-//! `DELETE /v1/responses/{id}`), `GET /health`, `GET /metrics` (Prometheus text).
+//! `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`), `GET /health`, `GET /metrics` (Prometheus text).
 //!
 //! One file per concern: [`openai`] the request types and their checks, [`anthropic`] the
 //! Messages API translated onto the chat pipeline, [`responses`] the Responses API on the same
@@ -175,6 +175,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses", post(responses::create))
         .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
+        .route("/v1/responses/{id}/input_items", get(responses::list_input_items))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()
         .merge(v1)
