@@ -8,12 +8,15 @@ URL (default $RESIN_URL or http://127.0.0.1:8080) serves SmolLM2-135M; the api-k
 when the server was started with --api-key (pass the same key here, or $RESIN_API_KEY).
 --max-stored N is the server's --max-stored-responses (the Responses store's bound test runs
 with it). --tools-url (or $RESIN_TOOLS_URL) serves Qwen2.5-Coder-0.5B for the tool-call round trip;
-without it those tests are skipped. Uses the official `openai` and `anthropic` packages
+--thinking-url (or $RESIN_THINKING_URL) serves the synthetic Qwen3 that writes its own
+`<think>` (crates/server/tests/common/qwen3.rs) for the reasoning and signed-thinking tests;
+without them those tests are skipped. Uses the official `openai` and `anthropic` packages
 (pip install openai anthropic).
 Prints one line a test and 'N passed, N failed' at the end; exits 1 on a failure.
 """
 
 import argparse
+import base64
 import json
 import math
 import os
@@ -45,7 +48,8 @@ def test(fn):
 
 
 class Ctx:
-    def __init__(self, url, key, tools_url, max_body, max_stored=None):
+    def __init__(self, url, key, tools_url, max_body, max_stored=None, thinking_url=None):
+        self.thinking_url = thinking_url.rstrip("/") if thinking_url else None
         self.max_body = max_body
         self.max_stored = max_stored
         self.url = url.rstrip("/")
@@ -1027,16 +1031,100 @@ def responses_function_call_round_trip(ctx):
     assert answers[0] == answers[1], answers
 
 
+# What the synthetic Qwen3 thinker writes after Qwen3's generation prompt (common/qwen3.rs).
+THINKER_REASONING = "The user wants four."
+THINKER_ANSWER = "Four!"
+
+
+def thinker(ctx):
+    """The OpenAI and Anthropic clients on the thinker's server, and its model id."""
+    client = ctx.client.with_options(base_url=ctx.thinking_url + "/v1", api_key="none")
+    return client, ctx.anthropic.with_options(base_url=ctx.thinking_url, api_key="none"), client.models.list().data[0].id
+
+
+@test
+def reasoning_the_model_writes(ctx):
+    # The thinker opens <think> itself: its reasoning is reasoning_content (chat) and a
+    # reasoning item (Responses), streamed and not, and never the answer's text.
+    if not ctx.thinking_url:
+        return "skip: no --thinking-url (a server on the synthetic Qwen3 thinker)"
+    client, _, model = thinker(ctx)
+    msgs = [{"role": "user", "content": "What is 2+2?"}]
+    r = client.chat.completions.create(model=model, messages=msgs, temperature=0, max_tokens=32)
+    m = r.choices[0].message
+    assert (m.model_extra.get("reasoning_content"), m.content, r.choices[0].finish_reason) == (THINKER_REASONING, THINKER_ANSWER, "stop"), r
+    reasoning, content = "", ""
+    for ch in client.chat.completions.create(model=model, messages=msgs, temperature=0, max_tokens=32, stream=True):
+        if ch.choices:
+            d = ch.choices[0].delta
+            reasoning += (d.model_extra or {}).get("reasoning_content") or ""
+            content += d.content or ""
+    assert (reasoning, content) == (THINKER_REASONING, THINKER_ANSWER), (reasoning, content)
+    kw = dict(model=model, input="What is 2+2?", temperature=0, max_output_tokens=32)
+    whole = client.responses.create(**kw)
+    types, _, final = responses_stream(client, **kw)
+    for resp in (whole, final):
+        assert [o.type for o in resp.output] == ["reasoning", "message"] and resp.status == "completed", resp.output
+        assert resp.output[0].content[0].text == THINKER_REASONING and resp.output_text == THINKER_ANSWER, resp.output
+    assert "response.reasoning_text.delta" in types and types.index("response.reasoning_text.delta") < types.index("response.output_text.delta"), types
+
+
+@test
+def anthropic_thinking_is_signed(ctx):
+    # Anthropic's thinking blocks carry a signature (streamed as a signature_delta that the
+    # SDK accumulates), and a conversation that sends them back is accepted. (At Anthropic's
+    # default temperature 1: the thinker's margin makes its sampled output its greedy one.)
+    if not ctx.thinking_url:
+        return "skip: no --thinking-url (a server on the synthetic Qwen3 thinker)"
+    _, client, model = thinker(ctx)
+    kw = dict(model=model, max_tokens=32, messages=[{"role": "user", "content": "What is 2+2?"}], thinking={"type": "enabled", "budget_tokens": 1024})
+    m = client.messages.create(**kw)
+    assert [b.type for b in m.content] == ["thinking", "text"] and m.stop_reason == "end_turn", m
+    think = m.content[0]
+    assert think.thinking == THINKER_REASONING and m.content[1].text == THINKER_ANSWER, m
+    assert len(base64.b64decode(think.signature, validate=True)) == 32, think.signature
+    with client.messages.stream(**kw) as s:
+        events = list(s)
+        final = s.get_final_message()
+    deltas = [e.delta.type for e in events if e.type == "content_block_delta"]
+    assert deltas.count("signature_delta") == 1 and deltas[deltas.index("signature_delta") - 1] == "thinking_delta", deltas
+    assert "thinking" in [e.type for e in events] and "signature" in [e.type for e in events], [e.type for e in events]
+    assert final.content[0].type == "thinking" and final.content[0].thinking == think.thinking and final.content[0].signature == think.signature, final
+    assert final.content[1].text == THINKER_ANSWER and final.stop_reason == "end_turn", final
+    # The SDK's own blocks sent back, then another question: accepted.
+    again = client.messages.create(**{**kw, "messages": kw["messages"] + [{"role": "assistant", "content": final.content}, {"role": "user", "content": "And 3+3?"}]})
+    assert again.stop_reason == "end_turn", again
+
+    # In a tool loop the signed reasoning reaches the prompt; altered or redacted, it is
+    # accepted and left out.
+    def tool_loop(blocks):
+        return [
+            {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": blocks + [{"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 2, "b": 2}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "4"}]},
+        ]
+
+    signed = [{"type": "thinking", "thinking": think.thinking, "signature": think.signature}]
+    altered = [{"type": "thinking", "thinking": "The user wants five.", "signature": think.signature}]
+    redacted = [{"type": "redacted_thinking", "data": "b3BhcXVl"}]
+    counts = [client.messages.count_tokens(model=model, messages=tool_loop(b)).input_tokens for b in (signed, altered, redacted, [])]
+    assert counts[0] > counts[3] and counts[1] == counts[2] == counts[3], counts
+    for b in (signed, altered, redacted):
+        r = client.messages.create(model=model, max_tokens=8, messages=tool_loop(b))
+        assert r.stop_reason in ("end_turn", "max_tokens"), r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("url", nargs="?", default=os.environ.get("RESIN_URL", "http://127.0.0.1:8080"))
     ap.add_argument("--api-key", default=os.environ.get("RESIN_API_KEY"))
     ap.add_argument("--tools-url", default=os.environ.get("RESIN_TOOLS_URL"))
+    ap.add_argument("--thinking-url", default=os.environ.get("RESIN_THINKING_URL"), help="a server on the synthetic Qwen3 thinker")
     ap.add_argument("--max-body", type=int, default=int(os.environ.get("RESIN_MAX_BODY", 4 << 20)), help="the server's body limit in bytes")
     ap.add_argument("--max-stored", type=int, default=None, help="the server's --max-stored-responses (for the store's bound)")
     ap.add_argument("-k", help="run only tests whose name contains this")
     a = ap.parse_args()
-    ctx = Ctx(a.url, a.api_key, a.tools_url, a.max_body, a.max_stored)
+    ctx = Ctx(a.url, a.api_key, a.tools_url, a.max_body, a.max_stored, a.thinking_url)
     tests = [f for f in globals().values() if getattr(f, "is_test", False) and (not a.k or a.k in f.__name__)]
     for t in tests:
         try:

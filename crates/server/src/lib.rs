@@ -127,6 +127,8 @@ pub struct Inner {
     pub life: Lifecycle,
     /// The Responses API's stored responses.
     pub responses: responses::ResponseStore,
+    /// This process's key for Anthropic thinking signatures (random, made at start).
+    pub thinking_key: [u8; 32],
 }
 
 impl std::ops::Deref for AppState {
@@ -152,6 +154,7 @@ impl AppState {
             grammar: OnceLock::new(),
             life: Lifecycle::default(),
             responses,
+            thinking_key: rand::random(),
         }))
     }
 
@@ -199,7 +202,7 @@ pub async fn serve(engine: Engine, model: ModelInfo, cfg: ServerConfig, shutdown
 }
 
 /// Compares in time that depends only on the lengths.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
