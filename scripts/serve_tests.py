@@ -8,12 +8,15 @@ URL (default $RESIN_URL or http://127.0.0.1:8080) serves SmolLM2-135M; the api-k
 when the server was started with --api-key (pass the same key here, or $RESIN_API_KEY).
 --max-stored N is the server's --max-stored-responses (the Responses store's bound test runs
 with it). --tools-url (or $RESIN_TOOLS_URL) serves Qwen2.5-Coder-0.5B for the tool-call round trip;
-without it those tests are skipped. Uses the official `openai` and `anthropic` packages
+--thinking-url (or $RESIN_THINKING_URL) serves the synthetic Qwen3 that writes its own
+`<think>` (crates/server/tests/common/qwen3.rs) for the reasoning and signed-thinking tests;
+without them those tests are skipped. Uses the official `openai` and `anthropic` packages
 (pip install openai anthropic).
 Prints one line a test and 'N passed, N failed' at the end; exits 1 on a failure.
 """
 
 import argparse
+import base64
 import json
 import math
 import os
@@ -45,7 +48,8 @@ def test(fn):
 
 
 class Ctx:
-    def __init__(self, url, key, tools_url, max_body, max_stored=None):
+    def __init__(self, url, key, tools_url, max_body, max_stored=None, thinking_url=None):
+        self.thinking_url = thinking_url.rstrip("/") if thinking_url else None
         self.max_body = max_body
         self.max_stored = max_stored
         self.url = url.rstrip("/")
@@ -344,8 +348,13 @@ ORDER_SCHEMA = {
 }
 
 
-def schema_format(schema, name="order", strict=True):
-    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": strict}}
+def schema_format(schema, name="order", strict=None):
+    """response_format for `schema`; strict None leaves the field out (JSON Schema's meaning:
+    ORDER_SCHEMA has optional members, which OpenAI's strict mode does not allow)."""
+    js = {"name": name, "schema": schema}
+    if strict is not None:
+        js["strict"] = strict
+    return {"type": "json_schema", "json_schema": js}
 
 
 @test
@@ -384,13 +393,64 @@ def structured_output_on_completions(ctx):
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}, "population": {"type": "integer"}}, "required": ["city", "population"]}
     for seed in range(3):
         r = ctx.client.completions.create(
-            model=ctx.model, prompt="The largest city of France:", max_tokens=100, temperature=1.0, seed=seed, extra_body={"response_format": schema_format(schema, "city")}
+            model=ctx.model, prompt="The largest city of France:", max_tokens=100, temperature=1.0, seed=seed, extra_body={"response_format": schema_format(schema, "city", strict=True)}
         )
         c = r.choices[0]
         if c.finish_reason == "length":
             continue
         assert c.finish_reason == "stop", r
         jsonschema.validate(json.loads(c.text), schema)
+
+
+# ORDER_SCHEMA as OpenAI's strict mode has it: every member required (the optional ones
+# nullable), every object closed.
+STRICT_ORDER_SCHEMA = json.loads(json.dumps(ORDER_SCHEMA))
+STRICT_ORDER_SCHEMA["properties"]["customer"]["properties"]["age"]["type"] = ["integer", "null"]
+STRICT_ORDER_SCHEMA["properties"]["customer"]["required"] = ["name", "tier", "age"]
+STRICT_ORDER_SCHEMA["required"] = ["customer", "items", "paid", "note"]
+
+
+@test
+def structured_output_strict_mode(ctx):
+    # strict: true is OpenAI's strict mode: a schema it accepts validates as before ...
+    msgs = [{"role": "user", "content": "Make up an order for a customer as JSON."}]
+    done = 0
+    for seed, temp in [(0, 0.0), (1, 0.8), (2, 1.2)]:
+        r = ctx.client.chat.completions.create(
+            model=ctx.model, messages=msgs, response_format=schema_format(STRICT_ORDER_SCHEMA, strict=True), temperature=temp, seed=seed, max_tokens=400
+        )
+        if r.choices[0].finish_reason == "length":
+            continue
+        jsonschema.validate(json.loads(r.choices[0].message.content), STRICT_ORDER_SCHEMA)
+        done += 1
+    assert done >= 1, "no strict answer finished within max_tokens"
+    # ... an object that says nothing of additionalProperties takes no other member (SmolLM2
+    # adds "age" to a cat where JSON Schema allows it) ...
+    cat = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}}, "required": ["name"]}
+    ask = [{"role": "user", "content": "Describe a cat as a JSON object with many fields."}]
+    open_ = ctx.client.chat.completions.create(model=ctx.model, messages=ask, response_format=schema_format(cat, "cat"), temperature=0, max_tokens=40)
+    assert '"age":' in open_.choices[0].message.content, open_
+    for seed, temp in [(0, 0.0), (1, 0.8), (2, 1.0), (3, 1.2)]:
+        r = ctx.client.chat.completions.create(model=ctx.model, messages=ask, response_format=schema_format(cat, "cat", strict=True), temperature=temp, seed=seed, max_tokens=40)
+        c = r.choices[0]
+        assert c.finish_reason == "stop" and list(json.loads(c.message.content)) == ["name"], r
+    # ... and a schema strict mode refuses is a 400 naming the rule and where, on every route;
+    # the same schema without strict is JSON Schema's and is served.
+    for schema, needle in [
+        (ORDER_SCHEMA, "'required' must list every key in 'properties'; missing 'note'"),
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": True}, "'additionalProperties' must be false"),
+        ({"type": "object", "properties": {"tags": {"type": "object"}}, "required": ["tags"]}, "in context (properties, tags), an object must declare its 'properties'"),
+    ]:
+        err = expect_status(400, lambda: ctx.client.chat.completions.create(model=ctx.model, messages=msgs, response_format=schema_format(schema, "x", strict=True), max_tokens=4))
+        assert err["param"] == "response_format" and needle in err["message"] and "'x'" in err["message"], err
+        st, _, body = raw(ctx.url + "/v1/completions", "POST", {"prompt": "a", "max_tokens": 4, "response_format": schema_format(schema, "x", strict=True)}, auth(ctx))
+        assert st == 400 and needle in body["error"]["message"], body
+        text = {"format": {"type": "json_schema", "name": "x", "schema": schema, "strict": True}}
+        err = expect_status(400, lambda: ctx.client.responses.create(model=ctx.model, input="hi", text=text, max_output_tokens=4))
+        assert err["param"] == "text.format" and needle in err["message"], err
+        for strict in (None, False):
+            r = ctx.client.chat.completions.create(model=ctx.model, messages=msgs, response_format=schema_format(schema, "x", strict=strict), max_tokens=4)
+            assert r.choices[0].finish_reason in ("stop", "length"), r
 
 
 @test
@@ -814,6 +874,47 @@ def responses_previous_id_reuses_the_stored_prefix(ctx):
 
 
 @test
+def responses_input_items(ctx):
+    # The items a stored response was made from, as OpenAI lists them: its chain's earlier
+    # input and output, then its own input, each with an id; newest first unless order="asc".
+    c = ctx.client
+    first = c.responses.create(model=ctx.model, instructions=TERSE, input="Name three colors.", temperature=0, max_output_tokens=8)
+    page = c.responses.input_items.list(first.id)
+    assert page.object == "list" and page.has_more is False, page
+    [item] = page.data
+    assert item.type == "message" and item.role == "user" and item.content[0].type == "input_text" and item.content[0].text == "Name three colors.", item
+    assert item.id and page.first_id == page.last_id == item.id, page
+    more = [{"role": "user", "content": "Name three more."}, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Only one word each."}], "id": "msg_client"}]
+    second = c.responses.create(model=ctx.model, instructions=TERSE, input=more, previous_response_id=first.id, temperature=0, max_output_tokens=8)
+    asc = c.responses.input_items.list(second.id, order="asc")
+    ids = [i.id for i in asc.data]
+    assert len(ids) == 4 and len(set(ids)) == 4 and ids[0] == item.id and ids[1] == first.output[0].id and ids[3] == "msg_client", (ids, first.output)
+    assert [i.type for i in asc.data] == ["message"] * 4 and [i.role for i in asc.data] == ["user", "assistant", "user", "user"], asc.data
+    assert asc.data[1].content[0].text == first.output_text and asc.data[2].content[0].text == "Name three more.", asc.data
+    desc = c.responses.input_items.list(second.id)
+    assert [i.id for i in desc.data] == ids[::-1] and desc.first_id == ids[3] and desc.last_id == ids[0], desc
+    # A page at a time: limit and the cursor; the SDK's auto-pagination follows has_more.
+    p1 = c.responses.input_items.list(second.id, order="asc", limit=3)
+    assert [i.id for i in p1.data] == ids[:3] and p1.has_more is True and p1.last_id == ids[2], p1
+    p2 = c.responses.input_items.list(second.id, order="asc", limit=3, after=p1.last_id)
+    assert [i.id for i in p2.data] == ids[3:] and p2.has_more is False, p2
+    assert [i.id for i in c.responses.input_items.list(second.id, limit=1)] == ids[::-1]
+    assert [i.id for i in c.responses.input_items.list(second.id, order="asc", limit=2)] == ids
+    # The first response's listing is unchanged by its continuation.
+    assert [i.id for i in c.responses.input_items.list(first.id).data] == [item.id]
+    # Bad queries are 400s naming the parameter; a response not held is a 404.
+    for kw, param in [({"limit": 0}, "limit"), ({"limit": 101}, "limit"), ({"after": "msg_nosuch"}, "after"), ({"extra_query": {"order": "sideways"}}, "order")]:
+        err = expect_status(400, lambda: c.responses.input_items.list(second.id, **kw))
+        assert err["param"] == param and err["type"] == "invalid_request_error", (kw, err)
+    err = expect_status(404, lambda: c.responses.input_items.list("resp_doesnotexist"))
+    assert "resp_doesnotexist" in err["message"], err
+    unstored = c.responses.create(model=ctx.model, input="Say hi.", temperature=0, max_output_tokens=2, store=False)
+    expect_status(404, lambda: c.responses.input_items.list(unstored.id))
+    c.responses.delete(second.id)
+    expect_status(404, lambda: c.responses.input_items.list(second.id))
+
+
+@test
 def responses_not_held_is_404(ctx):
     c = ctx.client
     kw = dict(model=ctx.model, input="Say hi.", temperature=0, max_output_tokens=2)
@@ -843,6 +944,8 @@ def responses_store_drops_the_oldest(ctx):
     kw = dict(model=ctx.model, input="Say hi.", temperature=0, max_output_tokens=1)
     ids = [c.responses.create(**kw).id for _ in range(ctx.max_stored + 1)]
     expect_status(404, lambda: c.responses.retrieve(ids[0]))
+    expect_status(404, lambda: c.responses.input_items.list(ids[0]))
+    assert len(c.responses.input_items.list(ids[1]).data) == 1
     expect_status(404, lambda: c.responses.create(**kw, previous_response_id=ids[0]))
     for i in ids[1:]:
         assert c.responses.retrieve(i).id == i, i
@@ -851,7 +954,7 @@ def responses_store_drops_the_oldest(ctx):
 @test
 def responses_structured_output(ctx):
     c = ctx.client
-    fmt = {"format": {"type": "json_schema", "name": "order", "schema": ORDER_SCHEMA, "strict": True}}
+    fmt = {"format": {"type": "json_schema", "name": "order", "schema": ORDER_SCHEMA, "strict": False}}
     done = 0
     for seed, temp in [(0, 0.0), (1, 0.7), (2, 1.0), (3, 1.3)]:
         r = c.responses.create(model=ctx.model, input="Make up an order for a customer as JSON.", text=fmt, temperature=temp, max_output_tokens=400, extra_body={"seed": seed})
@@ -928,16 +1031,100 @@ def responses_function_call_round_trip(ctx):
     assert answers[0] == answers[1], answers
 
 
+# What the synthetic Qwen3 thinker writes after Qwen3's generation prompt (common/qwen3.rs).
+THINKER_REASONING = "The user wants four."
+THINKER_ANSWER = "Four!"
+
+
+def thinker(ctx):
+    """The OpenAI and Anthropic clients on the thinker's server, and its model id."""
+    client = ctx.client.with_options(base_url=ctx.thinking_url + "/v1", api_key="none")
+    return client, ctx.anthropic.with_options(base_url=ctx.thinking_url, api_key="none"), client.models.list().data[0].id
+
+
+@test
+def reasoning_the_model_writes(ctx):
+    # The thinker opens <think> itself: its reasoning is reasoning_content (chat) and a
+    # reasoning item (Responses), streamed and not, and never the answer's text.
+    if not ctx.thinking_url:
+        return "skip: no --thinking-url (a server on the synthetic Qwen3 thinker)"
+    client, _, model = thinker(ctx)
+    msgs = [{"role": "user", "content": "What is 2+2?"}]
+    r = client.chat.completions.create(model=model, messages=msgs, temperature=0, max_tokens=32)
+    m = r.choices[0].message
+    assert (m.model_extra.get("reasoning_content"), m.content, r.choices[0].finish_reason) == (THINKER_REASONING, THINKER_ANSWER, "stop"), r
+    reasoning, content = "", ""
+    for ch in client.chat.completions.create(model=model, messages=msgs, temperature=0, max_tokens=32, stream=True):
+        if ch.choices:
+            d = ch.choices[0].delta
+            reasoning += (d.model_extra or {}).get("reasoning_content") or ""
+            content += d.content or ""
+    assert (reasoning, content) == (THINKER_REASONING, THINKER_ANSWER), (reasoning, content)
+    kw = dict(model=model, input="What is 2+2?", temperature=0, max_output_tokens=32)
+    whole = client.responses.create(**kw)
+    types, _, final = responses_stream(client, **kw)
+    for resp in (whole, final):
+        assert [o.type for o in resp.output] == ["reasoning", "message"] and resp.status == "completed", resp.output
+        assert resp.output[0].content[0].text == THINKER_REASONING and resp.output_text == THINKER_ANSWER, resp.output
+    assert "response.reasoning_text.delta" in types and types.index("response.reasoning_text.delta") < types.index("response.output_text.delta"), types
+
+
+@test
+def anthropic_thinking_is_signed(ctx):
+    # Anthropic's thinking blocks carry a signature (streamed as a signature_delta that the
+    # SDK accumulates), and a conversation that sends them back is accepted. (At Anthropic's
+    # default temperature 1: the thinker's margin makes its sampled output its greedy one.)
+    if not ctx.thinking_url:
+        return "skip: no --thinking-url (a server on the synthetic Qwen3 thinker)"
+    _, client, model = thinker(ctx)
+    kw = dict(model=model, max_tokens=32, messages=[{"role": "user", "content": "What is 2+2?"}], thinking={"type": "enabled", "budget_tokens": 1024})
+    m = client.messages.create(**kw)
+    assert [b.type for b in m.content] == ["thinking", "text"] and m.stop_reason == "end_turn", m
+    think = m.content[0]
+    assert think.thinking == THINKER_REASONING and m.content[1].text == THINKER_ANSWER, m
+    assert len(base64.b64decode(think.signature, validate=True)) == 32, think.signature
+    with client.messages.stream(**kw) as s:
+        events = list(s)
+        final = s.get_final_message()
+    deltas = [e.delta.type for e in events if e.type == "content_block_delta"]
+    assert deltas.count("signature_delta") == 1 and deltas[deltas.index("signature_delta") - 1] == "thinking_delta", deltas
+    assert "thinking" in [e.type for e in events] and "signature" in [e.type for e in events], [e.type for e in events]
+    assert final.content[0].type == "thinking" and final.content[0].thinking == think.thinking and final.content[0].signature == think.signature, final
+    assert final.content[1].text == THINKER_ANSWER and final.stop_reason == "end_turn", final
+    # The SDK's own blocks sent back, then another question: accepted.
+    again = client.messages.create(**{**kw, "messages": kw["messages"] + [{"role": "assistant", "content": final.content}, {"role": "user", "content": "And 3+3?"}]})
+    assert again.stop_reason == "end_turn", again
+
+    # In a tool loop the signed reasoning reaches the prompt; altered or redacted, it is
+    # accepted and left out.
+    def tool_loop(blocks):
+        return [
+            {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": blocks + [{"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 2, "b": 2}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "4"}]},
+        ]
+
+    signed = [{"type": "thinking", "thinking": think.thinking, "signature": think.signature}]
+    altered = [{"type": "thinking", "thinking": "The user wants five.", "signature": think.signature}]
+    redacted = [{"type": "redacted_thinking", "data": "b3BhcXVl"}]
+    counts = [client.messages.count_tokens(model=model, messages=tool_loop(b)).input_tokens for b in (signed, altered, redacted, [])]
+    assert counts[0] > counts[3] and counts[1] == counts[2] == counts[3], counts
+    for b in (signed, altered, redacted):
+        r = client.messages.create(model=model, max_tokens=8, messages=tool_loop(b))
+        assert r.stop_reason in ("end_turn", "max_tokens"), r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("url", nargs="?", default=os.environ.get("RESIN_URL", "http://127.0.0.1:8080"))
     ap.add_argument("--api-key", default=os.environ.get("RESIN_API_KEY"))
     ap.add_argument("--tools-url", default=os.environ.get("RESIN_TOOLS_URL"))
+    ap.add_argument("--thinking-url", default=os.environ.get("RESIN_THINKING_URL"), help="a server on the synthetic Qwen3 thinker")
     ap.add_argument("--max-body", type=int, default=int(os.environ.get("RESIN_MAX_BODY", 4 << 20)), help="the server's body limit in bytes")
     ap.add_argument("--max-stored", type=int, default=None, help="the server's --max-stored-responses (for the store's bound)")
     ap.add_argument("-k", help="run only tests whose name contains this")
     a = ap.parse_args()
-    ctx = Ctx(a.url, a.api_key, a.tools_url, a.max_body, a.max_stored)
+    ctx = Ctx(a.url, a.api_key, a.tools_url, a.max_body, a.max_stored, a.thinking_url)
     tests = [f for f in globals().values() if getattr(f, "is_test", False) and (not a.k or a.k in f.__name__)]
     for t in tests:
         try:

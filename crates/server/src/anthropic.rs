@@ -6,6 +6,14 @@
 //! the reasoning of a template that thinks, `text`, `tool_use`), `stop_reason`, `usage`, the SSE events (message_start, content_block_start /
 //! delta / stop, message_delta, message_stop), and errors as
 //! `{"type": "error", "error": {"type", "message"}}` on every path under /v1/messages.
+//!
+//! Thinking blocks are signed as Anthropic's are: `signature` is base64 of an HMAC-SHA256 of
+//! the thinking text under a key the process makes at start (streamed as a `signature_delta`
+//! that closes the block). A thinking block sent back in an assistant turn reaches the template
+//! as that turn's `reasoning_content` when its signature verifies: the model's own reasoning,
+//! unaltered. One that does not (edited, signed by another server or by an earlier run of this
+//! one, or unsigned) is accepted and left out of the prompt, as `redacted_thinking` blocks are:
+//! a conversation carried over a restart goes on, without its old reasoning.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -16,9 +24,12 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use resin_engine::{Finish, FinishReason, GenEvent};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
 use crate::generate::{event_stream, next_event, random_id, shutdown_error, EventSource, Gen, Kind, Output, TokenClock};
@@ -87,6 +98,41 @@ pub(crate) async fn reshape_error(resp: Response) -> Response {
     r
 }
 
+/// HMAC-SHA256 (RFC 2104) of the concatenation of `parts`.
+fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    let mut k = [0u8; 64];
+    if key.len() > 64 {
+        k[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = Sha256::new();
+    inner.update(k.map(|b| b ^ 0x36));
+    for p in parts {
+        inner.update(p);
+    }
+    let mut outer = Sha256::new();
+    outer.update(k.map(|b| b ^ 0x5c));
+    outer.update(inner.finalize());
+    outer.finalize().into()
+}
+
+/// What a signature covers besides the text (so it signs nothing else this server might).
+const SIGNED_AS: &[u8] = b"resin anthropic thinking v1\0";
+
+/// The signature of a thinking block's text under `key`.
+pub fn sign_thinking(key: &[u8], thinking: &str) -> String {
+    BASE64.encode(hmac_sha256(key, &[SIGNED_AS, thinking.as_bytes()]))
+}
+
+/// Whether `signature` is `key`'s for `thinking`.
+pub fn verify_thinking(key: &[u8], thinking: &str, signature: &str) -> bool {
+    match BASE64.decode(signature) {
+        Ok(sig) => crate::constant_time_eq(&sig, &hmac_sha256(key, &[SIGNED_AS, thinking.as_bytes()])),
+        Err(_) => false,
+    }
+}
+
 /// The request body of /v1/messages (and, without `max_tokens`, of count_tokens). Unknown
 /// fields (`metadata`, `anthropic-beta` extras) are ignored.
 #[derive(Debug, Deserialize)]
@@ -138,9 +184,10 @@ fn text_of(v: &Value, what: &str) -> Result<String, ApiError> {
 
 /// Anthropic's turns as the server's chat messages: the system prompt first; a user turn's
 /// `tool_result` blocks as tool messages (in order, before its text); an assistant turn's
-/// `tool_use` blocks as its tool calls, its `thinking` blocks as its `reasoning_content`
-/// (which a template that thinks may render; `redacted_thinking` is dropped).
-fn translate_messages(system: Option<&Value>, messages: &[Value]) -> Result<Vec<Value>, ApiError> {
+/// `tool_use` blocks as its tool calls, its `thinking` blocks whose signature verifies under
+/// `key` as its `reasoning_content` (which a template that thinks may render; other thinking
+/// blocks and `redacted_thinking` are accepted and dropped).
+fn translate_messages(system: Option<&Value>, messages: &[Value], key: &[u8]) -> Result<Vec<Value>, ApiError> {
     let mut out = Vec::new();
     if let Some(sys) = system {
         let s = text_of(sys, "system")?;
@@ -171,7 +218,14 @@ fn translate_messages(system: Option<&Value>, messages: &[Value]) -> Result<Vec<
             let kind = b.get("type").and_then(Value::as_str).ok_or_else(|| invalid(format!("{bat}.type: a block type is required.")))?;
             match (role, kind) {
                 (_, "text") => texts.push(b.get("text").and_then(Value::as_str).ok_or_else(|| invalid(format!("{bat}.text: a string is required.")))?.to_string()),
-                ("assistant", "thinking") => thoughts.extend(b.get("thinking").and_then(Value::as_str).map(str::to_string)),
+                ("assistant", "thinking") => {
+                    let text = b.get("thinking").and_then(Value::as_str).ok_or_else(|| invalid(format!("{bat}.thinking: a string is required.")))?;
+                    if verify_thinking(key, text, b.get("signature").and_then(Value::as_str).unwrap_or("")) {
+                        thoughts.push(text.to_string());
+                    } else {
+                        tracing::info!(block = %bat, "a thinking block whose signature this server cannot verify is left out of the prompt");
+                    }
+                }
                 (_, "thinking" | "redacted_thinking") => {}
                 ("assistant", "tool_use") => {
                     let id = b.get("id").and_then(Value::as_str).ok_or_else(|| invalid(format!("{bat}.id: a string is required.")))?;
@@ -271,11 +325,12 @@ fn translate_thinking(t: &Value) -> Result<Value, ApiError> {
 
 /// The Messages request as the server's chat request. `need_max_tokens`: /v1/messages
 /// requires it; count_tokens does not take it.
-fn translate(r: MessagesRequest, need_max_tokens: bool) -> Result<ChatRequest, ApiError> {
+/// `key`: the key thinking blocks sent back are verified with.
+fn translate(r: MessagesRequest, need_max_tokens: bool, key: &[u8]) -> Result<ChatRequest, ApiError> {
     if need_max_tokens && r.max_tokens.is_none() {
         return Err(invalid("max_tokens: Field required."));
     }
-    let messages = translate_messages(r.system.as_ref(), &r.messages)?;
+    let messages = translate_messages(r.system.as_ref(), &r.messages, key)?;
     let tools = r.tools.as_deref().map(translate_tools).transpose()?;
     let tool_choice = r.tool_choice.as_ref().map(translate_tool_choice).transpose()?;
     let format = r.output_format.as_ref().or_else(|| r.output_config.as_ref().and_then(|c| c.get("format"))).filter(|f| !f.is_null());
@@ -312,7 +367,7 @@ fn parse_messages(state: &AppState, body: Result<Bytes, BytesRejection>) -> Resu
 /// `POST /v1/messages`.
 pub async fn messages(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
     let t0 = Instant::now();
-    let gen = parse_messages(&state, body).and_then(|r| translate(r, true)).and_then(|req| {
+    let gen = parse_messages(&state, body).and_then(|r| translate(r, true, &state.thinking_key)).and_then(|req| {
         let job = prepare_chat(&state, &req)?;
         let stream = job.plan.stream;
         Ok((submit_chat(&state, job, Kind::Chat, "/v1/messages", t0)?, stream))
@@ -326,7 +381,7 @@ pub async fn messages(State(state): State<AppState>, body: Result<Bytes, BytesRe
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as /v1/messages would render it.
 pub async fn count_tokens(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    let n = parse_messages(&state, body).and_then(|r| translate(r, false)).and_then(|req| Ok(prepare_chat(&state, &req)?.ids.len()));
+    let n = parse_messages(&state, body).and_then(|r| translate(r, false, &state.thinking_key)).and_then(|req| Ok(prepare_chat(&state, &req)?.ids.len()));
     match n {
         Ok(n) => Json(json!({"input_tokens": n})).into_response(),
         Err(e) => error_response(&e),
@@ -364,8 +419,8 @@ async fn collect(mut gen: Gen) -> Response {
     let Output { reasoning, content, calls } = gen.split_output(text);
     let mut blocks = Vec::new();
     if let Some(r) = reasoning.filter(|r| !r.is_empty()) {
-        // Anthropic signs its thinking; this server has no signature to give.
-        blocks.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+        let signature = sign_thinking(&gen.state.thinking_key, &r);
+        blocks.push(json!({"type": "thinking", "thinking": r, "signature": signature}));
     }
     if !content.is_empty() {
         blocks.push(json!({"type": "text", "text": content}));
@@ -407,7 +462,7 @@ fn stream(gen: Gen) -> Response {
     let mut pending = VecDeque::new();
     pending.push_back(event("message_start", &start));
     pending.push_back(event("ping", &json!({"type": "ping"})));
-    event_stream(AnthSse { gen, pending, open: None, blocks: 0, done: false, finished: None, clock: TokenClock { last: None, tokens: 0 } })
+    event_stream(AnthSse { gen, pending, open: None, blocks: 0, thinking: String::new(), done: false, finished: None, clock: TokenClock { last: None, tokens: 0 } })
 }
 
 impl EventSource for AnthSse {
@@ -423,6 +478,8 @@ struct AnthSse {
     open: Option<BlockKind>,
     /// Content blocks started so far.
     blocks: usize,
+    /// The open thinking block's text so far (signed when it closes).
+    thinking: String,
     done: bool,
     finished: Option<&'static str>,
     clock: TokenClock,
@@ -464,14 +521,21 @@ impl AnthSse {
             self.open = Some(kind);
         }
         let i = self.blocks - 1;
+        if kind == BlockKind::Thinking {
+            self.thinking.push_str(&t);
+        }
         self.pending.push_back(event("content_block_delta", &json!({"type": "content_block_delta", "index": i, "delta": {"type": delta, (name): t}})));
     }
 
-    /// Stop the open block, if one is.
+    /// Stop the open block, if one is; a thinking block's last delta is its signature.
     fn close(&mut self) {
-        if self.open.take().is_some() {
-            self.pending.push_back(event("content_block_stop", &json!({"type": "content_block_stop", "index": self.blocks - 1})));
+        let Some(kind) = self.open.take() else { return };
+        let i = self.blocks - 1;
+        if kind == BlockKind::Thinking {
+            let signature = sign_thinking(&self.gen.state.thinking_key, &std::mem::take(&mut self.thinking));
+            self.pending.push_back(event("content_block_delta", &json!({"type": "content_block_delta", "index": i, "delta": {"type": "signature_delta", "signature": signature}})));
         }
+        self.pending.push_back(event("content_block_stop", &json!({"type": "content_block_stop", "index": i})));
     }
 
     fn fail(&mut self, e: &ApiError) {
@@ -551,6 +615,8 @@ impl Drop for AnthSse {
 mod tests {
     use super::*;
 
+    const KEY: &[u8] = b"a test key";
+
     #[test]
     fn turns_translate_into_chat_messages() {
         let m = translate_messages(
@@ -566,6 +632,7 @@ mod tests {
                     {"type": "text", "text": "thanks"}
                 ]}),
             ],
+            KEY,
         )
         .unwrap();
         assert_eq!(m[0], json!({"role": "system", "content": "be brief"}));
@@ -575,18 +642,53 @@ mod tests {
         assert_eq!(m[4], json!({"role": "user", "content": "thanks"}));
         assert_eq!(m.len(), 5);
         // A turn of tool results alone adds no user message.
-        let m = translate_messages(None, &[json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x", "is_error": true}]})]).unwrap();
+        let m = translate_messages(None, &[json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x", "is_error": true}]})], KEY).unwrap();
         assert_eq!(m, vec![json!({"role": "tool", "tool_call_id": "t", "content": "Error: x"})]);
-        // An assistant turn's thinking becomes its reasoning_content.
-        let m = translate_messages(
-            None,
-            &[json!({"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": "s"}, {"type": "redacted_thinking", "data": "x"}, {"type": "text", "text": "4"}]})],
-        )
-        .unwrap();
-        assert_eq!(m, vec![json!({"role": "assistant", "content": "4", "reasoning_content": "hmm"})]);
-        assert!(translate_messages(None, &[]).is_err());
-        assert!(translate_messages(None, &[json!({"role": "system", "content": "x"})]).is_err());
-        assert!(translate_messages(None, &[json!({"role": "user", "content": [{"type": "image", "source": {}}]})]).is_err());
+        assert!(translate_messages(None, &[], KEY).is_err());
+        assert!(translate_messages(None, &[json!({"role": "system", "content": "x"})], KEY).is_err());
+        assert!(translate_messages(None, &[json!({"role": "user", "content": [{"type": "image", "source": {}}]})], KEY).is_err());
+    }
+
+    #[test]
+    fn signed_thinking_comes_back_as_reasoning() {
+        let turn = |thinking: &str, signature: &str| {
+            let content = json!([{"type": "thinking", "thinking": thinking, "signature": signature}, {"type": "redacted_thinking", "data": "x"}, {"type": "text", "text": "4"}]);
+            translate_messages(
+                None,
+                &[
+                    json!({"role": "user", "content": [{"type": "thinking", "thinking": "?", "signature": ""}, {"type": "text", "text": "hi"}]}),
+                    json!({"role": "assistant", "content": content}),
+                ],
+                KEY,
+            )
+        };
+        let sig = sign_thinking(KEY, "hmm");
+        // Signed here: the assistant turn's reasoning_content; redacted thinking and a user
+        // turn's thinking are accepted and dropped.
+        let m = turn("hmm", &sig).unwrap();
+        assert_eq!(m, vec![json!({"role": "user", "content": "hi"}), json!({"role": "assistant", "content": "4", "reasoning_content": "hmm"})]);
+        // Altered, unsigned, signed under another key, or not base64: accepted, left out.
+        let other = sign_thinking(b"another key", "hmm");
+        for (t, s) in [("hmm!", sig.as_str()), ("hmm", ""), ("hmm", other.as_str()), ("hmm", "%%%"), ("hmm", &sig[..sig.len() - 4])] {
+            assert_eq!(turn(t, s).unwrap()[1], json!({"role": "assistant", "content": "4"}), "{t:?} {s:?}");
+        }
+        let e = translate_messages(None, &[json!({"role": "assistant", "content": [{"type": "thinking", "signature": "x"}]})], KEY).unwrap_err();
+        assert!(e.message.contains("messages.0.content.0.thinking"), "{e:?}");
+    }
+
+    #[test]
+    fn signatures_are_hmac_sha256() {
+        // RFC 4231, test case 2.
+        let mac = hmac_sha256(b"Jefe", &[b"what do ya want ", b"for nothing?"]);
+        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        // Test case 6: a key longer than the block is hashed first.
+        let mac = hmac_sha256(&[0xaa; 131], &[b"Test Using Larger Than Block-Size Key - Hash Key First"]);
+        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+        let s = sign_thinking(KEY, "x");
+        assert_eq!(BASE64.decode(&s).unwrap().len(), 32);
+        assert!(verify_thinking(KEY, "x", &s) && !verify_thinking(KEY, "y", &s) && !verify_thinking(b"k2", "x", &s));
     }
 
     #[test]
@@ -604,7 +706,7 @@ mod tests {
     fn thinking_maps_to_enable_thinking() {
         let req = |t: Value| {
             let r: MessagesRequest = serde_json::from_value(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "thinking": t})).unwrap();
-            translate(r, true)
+            translate(r, true, KEY)
         };
         assert_eq!(req(json!({"type": "disabled"})).unwrap().chat_template_kwargs, Some(json!({"enable_thinking": false})));
         assert_eq!(req(json!({"type": "enabled", "budget_tokens": 1024})).unwrap().chat_template_kwargs, Some(json!({"enable_thinking": true})));

@@ -173,6 +173,99 @@ fn close_objects(s: &mut Value, depth: usize) {
     }
 }
 
+/// OpenAI's strict mode (`json_schema.strict: true`), resin's reading of it: every object takes
+/// only the members it declares and must name them all in `required`, so what the output holds
+/// is fixed by the schema. An object that says nothing of `additionalProperties` gets `false`
+/// (the grammar then allows no other member; OpenAI would refuse such a schema, resin reads the
+/// omission as the only value strict mode allows); one whose `additionalProperties` is anything
+/// else, one with `patternProperties`, one that declares no `properties` (and is not closed
+/// explicitly: a free-form object) and one whose `required` misses a declared property are
+/// refused, the message naming the rule and where it is broken (`name`: the schema's name).
+/// OpenAI's other limits (the root an object, nesting depth, property counts, the keyword
+/// subset) are not imposed: llguidance enforces more than OpenAI accepts, and what it cannot
+/// enforce is refused by name anyway. Returns the schema with those objects closed.
+pub fn strict_schema(schema: &Value, name: &str) -> Result<Value, String> {
+    let mut s = schema.clone();
+    let mut path = Vec::new();
+    strict_walk(&mut s, &mut path).map_err(|e| format!("Invalid schema for response_format '{name}' (strict: true): {e}"))?;
+    Ok(s)
+}
+
+/// The rules of [`strict_schema`] on `s` (at `path`) and every schema inside it.
+fn strict_walk(s: &mut Value, path: &mut Vec<String>) -> Result<(), String> {
+    let Some(o) = s.as_object_mut() else { return Ok(()) };
+    if path.len() > 128 {
+        return Err("the schema nests too deeply".into());
+    }
+    let at = |path: &[String]| if path.is_empty() { "at the root".to_string() } else { format!("in context ({})", path.join(", ")) };
+    let is_object = match o.get("type") {
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+        _ => o.contains_key("properties"),
+    };
+    if is_object {
+        if o.contains_key("patternProperties") {
+            return Err(format!(
+                "{}, 'patternProperties' is not allowed: strict mode's objects take only the members they declare in 'properties'. Send strict: false for it.",
+                at(path)
+            ));
+        }
+        match o.get("additionalProperties") {
+            None if o.contains_key("properties") => {
+                o.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            None => {
+                return Err(format!(
+                "{}, an object must declare its 'properties' (with 'additionalProperties': false); a free-form object is not allowed in strict mode. Send strict: false for it.",
+                at(path)
+            ))
+            }
+            Some(Value::Bool(false)) => {}
+            Some(_) => {
+                return Err(format!(
+                    "{}, 'additionalProperties' must be false: strict mode's objects take only the members they declare. Send strict: false to allow others.",
+                    at(path)
+                ))
+            }
+        }
+        let declared: Vec<String> = o.get("properties").and_then(Value::as_object).map(|p| p.keys().cloned().collect()).unwrap_or_default();
+        let required: Vec<&str> = o.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        let missing: Vec<String> = declared.iter().filter(|k| !required.contains(&k.as_str())).map(|k| format!("'{k}'")).collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "{}, 'required' must list every key in 'properties'; missing {}. Make an optional member nullable (e.g. {{\"type\": [\"string\", \"null\"]}}) and list it, or send strict: false.",
+                at(path),
+                missing.join(", ")
+            ));
+        }
+    }
+    for (k, v) in o.iter_mut() {
+        match (k.as_str(), v) {
+            ("properties" | "$defs" | "definitions" | "dependentSchemas", Value::Object(m)) => {
+                for (name, sub) in m.iter_mut() {
+                    path.extend([k.clone(), name.clone()]);
+                    strict_walk(sub, path)?;
+                    path.truncate(path.len() - 2);
+                }
+            }
+            ("items" | "additionalItems" | "contains" | "not" | "if" | "then" | "else" | "propertyNames", v @ Value::Object(_)) => {
+                path.push(k.clone());
+                strict_walk(v, path)?;
+                path.pop();
+            }
+            ("items" | "prefixItems" | "anyOf" | "oneOf" | "allOf", Value::Array(a)) => {
+                for (i, sub) in a.iter_mut().enumerate() {
+                    path.extend([k.clone(), i.to_string()]);
+                    strict_walk(sub, path)?;
+                    path.truncate(path.len() - 2);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// `schema` with resin's JSON layout (unless it brings its own `x-guidance`); `lenient`:
 /// features llguidance does not implement are ignored instead of refused.
 fn with_options(schema: &Value, lenient: bool) -> Value {
@@ -490,6 +583,52 @@ mod tests {
         let mut free = json!({"type": "object"});
         close_objects(&mut free, 0);
         assert_eq!(free, json!({"type": "object"}));
+    }
+
+    #[test]
+    fn strict_mode_closes_objects_and_names_its_rules() {
+        let order = json!({"type": "object", "properties": {
+                "customer": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": ["integer", "null"]}}, "required": ["name", "age"]},
+                "items": {"type": "array", "items": {"$ref": "#/$defs/item"}}},
+            "required": ["customer", "items"],
+            "$defs": {"item": {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"], "additionalProperties": false}}});
+        let s = strict_schema(&order, "order").unwrap();
+        assert_eq!(s["additionalProperties"], false);
+        assert_eq!(s["properties"]["customer"]["additionalProperties"], false);
+        assert_eq!(s["$defs"]["item"], order["$defs"]["item"]);
+        // What it refuses, named with where.
+        let refused = |schema: Value, needle: &str, context: &str| {
+            let e = strict_schema(&schema, "x").unwrap_err();
+            assert!(e.contains(needle) && e.contains(context) && e.contains("'x'") && e.contains("strict: false"), "{e}");
+        };
+        let mut partial = order.clone();
+        partial["properties"]["customer"]["required"] = json!(["name"]);
+        refused(partial, "missing 'age'", "in context (properties, customer)");
+        refused(json!({"type": "object", "properties": {"a": {}, "b": {}}}), "missing 'a', 'b'", "at the root");
+        refused(json!({"type": "object", "properties": {"a": {}}, "required": ["a"], "additionalProperties": true}), "'additionalProperties' must be false", "at the root");
+        refused(json!({"type": "array", "items": {"type": "object"}}), "free-form object", "in context (items)");
+        refused(json!({"anyOf": [{"type": "object", "properties": {}, "patternProperties": {"^x": {}}}]}), "patternProperties", "in context (anyOf, 0)");
+        refused(json!({"$defs": {"d": {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "string"}}}}), "must be false", "($defs, d)");
+        // Closed explicitly, empty, or no object at all: fine.
+        assert!(strict_schema(&json!({"type": "object", "additionalProperties": false}), "x").is_ok());
+        assert!(strict_schema(&json!({"type": "object", "properties": {}}), "x").is_ok());
+        assert!(strict_schema(&json!({"type": "array", "items": {"enum": [1, 2]}}), "x").is_ok());
+        assert!(strict_schema(&json!(true), "x").is_ok());
+    }
+
+    /// Under strict mode an object whose schema omits `additionalProperties` gets no member
+    /// it does not declare; without, random walks write others.
+    #[test]
+    fn strict_walks_write_only_declared_members() {
+        let (env, v) = env();
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 6}}, "required": ["city"]});
+        let strict = strict_schema(&schema, "x").unwrap();
+        let keys = |t: &String| parse(t).as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        for t in walks(&v, &|| env.json_schema(&strict).unwrap(), 200, 5) {
+            assert_eq!(keys(&t), ["city"], "{t}");
+        }
+        let open = walks(&v, &|| env.json_schema(&schema).unwrap(), 200, 5);
+        assert!(open.iter().any(|t| keys(t).len() > 1), "no walk of the open schema wrote another member");
     }
 
     #[test]

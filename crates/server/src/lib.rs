@@ -3,7 +3,7 @@
 //! Endpoints: `POST /v1/chat/completions` (streaming and not, tools, logprobs),
 //! `POST /v1/completions`, `GET /v1/models`, Anthropic's `POST /v1/messages` and
 //! `POST /v1/messages/count_tokens`, OpenAI's Responses API (`POST /v1/responses`, `GET` and
-//! `DELETE /v1/responses/{id}`), `GET /health`, `GET /metrics` (Prometheus text).
+//! `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`), `GET /health`, `GET /metrics` (Prometheus text).
 //!
 //! One file per concern: [`openai`] the request types and their checks, [`anthropic`] the
 //! Messages API translated onto the chat pipeline, [`responses`] the Responses API on the same
@@ -127,6 +127,8 @@ pub struct Inner {
     pub life: Lifecycle,
     /// The Responses API's stored responses.
     pub responses: responses::ResponseStore,
+    /// This process's key for Anthropic thinking signatures (random, made at start).
+    pub thinking_key: [u8; 32],
 }
 
 impl std::ops::Deref for AppState {
@@ -152,6 +154,7 @@ impl AppState {
             grammar: OnceLock::new(),
             life: Lifecycle::default(),
             responses,
+            thinking_key: rand::random(),
         }))
     }
 
@@ -175,6 +178,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses", post(responses::create))
         .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
+        .route("/v1/responses/{id}/input_items", get(responses::list_input_items))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()
         .merge(v1)
@@ -198,7 +202,7 @@ pub async fn serve(engine: Engine, model: ModelInfo, cfg: ServerConfig, shutdown
 }
 
 /// Compares in time that depends only on the lengths.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -230,7 +230,10 @@ impl CommonRequest {
 /// The JSON schema `response_format` asks the output to follow: None for free text (absent,
 /// null or `{"type": "text"}`); `{"type": "object"}` for `json_object` (or its `schema`,
 /// llama.cpp's extension); `json_schema.schema` for `json_schema` (any JSON value where it
-/// has none). `strict` is accepted either way: the schema is always enforced.
+/// has none). With `strict: true` the schema follows OpenAI's strict mode (see
+/// [`crate::grammar::strict_schema`]: objects closed, every property required, a 400 naming the
+/// rule a schema breaks); otherwise it means what JSON Schema says (members not declared are
+/// allowed unless `additionalProperties` says otherwise, properties not `required` are optional).
 pub fn response_schema(v: Option<&Value>) -> Result<Option<Value>, ApiError> {
     let bad = |m: &str| Err(ApiError::invalid(m.to_string()).param("response_format"));
     let Some(v) = v.filter(|v| !v.is_null()) else {
@@ -249,10 +252,19 @@ pub fn response_schema(v: Option<&Value>) -> Result<Option<Value>, ApiError> {
         "json_object" => schema_of(v.get("schema"), serde_json::json!({"type": "object"})),
         "json_schema" => match v.get("json_schema") {
             Some(js @ Value::Object(_)) => {
-                if js.get("strict").is_some_and(|s| !s.is_boolean() && !s.is_null()) {
-                    return bad("response_format.json_schema.strict must be a boolean.");
+                let strict = match js.get("strict") {
+                    None | Some(Value::Null) => false,
+                    Some(Value::Bool(b)) => *b,
+                    Some(_) => return bad("response_format.json_schema.strict must be a boolean."),
+                };
+                let schema = schema_of(js.get("schema"), serde_json::json!({}))?;
+                match schema {
+                    Some(s) if strict => {
+                        let name = js.get("name").and_then(Value::as_str).unwrap_or("");
+                        crate::grammar::strict_schema(&s, name).map(Some).or_else(|e| bad(&e))
+                    }
+                    s => Ok(s),
                 }
-                schema_of(js.get("schema"), serde_json::json!({}))
             }
             _ => bad("response_format of type \"json_schema\" needs a 'json_schema' object ({\"name\", \"schema\", \"strict\"})."),
         },
@@ -299,8 +311,16 @@ mod tests {
         assert_eq!(f("null").unwrap(), None);
         assert_eq!(f(r#"{"type": "text"}"#).unwrap(), None);
         assert_eq!(f(r#"{"type": "json_object"}"#).unwrap(), Some(serde_json::json!({"type": "object"})));
-        let s = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}});
-        assert_eq!(f(&format!(r#"{{"type": "json_schema", "json_schema": {{"name": "x", "schema": {s}, "strict": true}}}}"#)).unwrap(), Some(s.clone()));
+        let s = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]});
+        let js = |strict: &str| format!(r#"{{"type": "json_schema", "json_schema": {{"name": "x", "schema": {s}{strict}}}}}"#);
+        // Strict: the object is closed; otherwise the schema means what JSON Schema says.
+        let mut closed = s.clone();
+        closed["additionalProperties"] = serde_json::json!(false);
+        assert_eq!(f(&js(r#", "strict": true"#)).unwrap(), Some(closed));
+        assert_eq!(f(&js(r#", "strict": false"#)).unwrap(), Some(s.clone()));
+        assert_eq!(f(&js("")).unwrap(), Some(s.clone()));
+        let e = f(r#"{"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": {"type": "object", "properties": {"a": {}}}}}"#).unwrap_err();
+        assert!(e.param.as_deref() == Some("response_format") && e.message.contains("missing 'a'"), "{e:?}");
         assert_eq!(f(&format!(r#"{{"type": "json_object", "schema": {s}}}"#)).unwrap(), Some(s));
         assert_eq!(f(r#"{"type": "json_schema", "json_schema": {"name": "x"}}"#).unwrap(), Some(serde_json::json!({})));
         for bad in [

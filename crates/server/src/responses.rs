@@ -1,4 +1,5 @@
-//! OpenAI's Responses API (`POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`).
+//! OpenAI's Responses API (`POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`,
+//! `GET /v1/responses/{id}/input_items`).
 //!
 //! A request is translated into the server's chat request (its `input` items into chat
 //! messages, its flat function tools into chat tools, `text.format` into `response_format`)
@@ -15,14 +16,17 @@
 //! front, so a continuation with the same instructions renders a prompt that starts with the
 //! stored one's, and the engine reuses the K/V rows of that prefix as it does for any
 //! conversation. The store keeps a bounded number of responses and drops the oldest first.
+//! Every stored item has an `id` (the server makes one for an input item sent without), so
+//! `input_items` can list a response's input (the chain's earlier items, then its own) a page at
+//! a time, with OpenAI's cursor (`after`, `limit`, `order`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use resin_engine::{Finish, FinishReason, GenEvent};
@@ -44,6 +48,9 @@ type Item = Arc<Value>;
 struct Stored {
     response: Value,
     conversation: Vec<Item>,
+    /// How many of `conversation`'s items were the response's input (its predecessor's
+    /// conversation and the request's items; the rest are its output).
+    inputs: usize,
 }
 
 /// The stored responses, at most `max` of them; the oldest is dropped first.
@@ -90,6 +97,11 @@ impl ResponseStore {
 
     fn response(&self, id: &str) -> Option<Value> {
         self.lock().map.get(id).map(|s| s.response.clone())
+    }
+
+    /// The items a stored response was generated from, oldest first.
+    fn input_items(&self, id: &str) -> Option<Vec<Item>> {
+        self.lock().map.get(id).map(|s| s.conversation[..s.inputs.min(s.conversation.len())].to_vec())
     }
 
     fn remove(&self, id: &str) -> bool {
@@ -211,6 +223,35 @@ fn input_items(input: Option<&Value>) -> Result<Vec<Value>, ApiError> {
         Some(Value::Array(items)) => Ok(items.clone()),
         Some(_) => Err(invalid("input must be a string or an array of input items.", "input")),
     }
+}
+
+/// An input item as it is stored and listed (`GET /v1/responses/{id}/input_items`): with an
+/// `id` (made where the client sent none) and, for a message, the API's full item shape (its
+/// `type`, `status`, and its text as one content part). Its meaning is unchanged: it renders
+/// the same prompt. Anything that is not an object is left for [`items_to_messages`] to refuse.
+fn recorded(item: Value) -> Value {
+    let Value::Object(mut o) = item else { return item };
+    let kind = o.get("type").and_then(Value::as_str).unwrap_or("message").to_string();
+    if kind == "message" {
+        o.insert("type".into(), json!("message"));
+        if let Some(Value::String(text)) = o.get("content") {
+            let part = if o.get("role").and_then(Value::as_str) == Some("assistant") { text_part(text) } else { json!({"type": "input_text", "text": text}) };
+            o.insert("content".into(), json!([part]));
+        }
+        o.entry("status").or_insert_with(|| json!("completed"));
+    }
+    let has_id = matches!(o.get("id"), Some(Value::String(i)) if !i.is_empty());
+    if !has_id {
+        let prefix = match kind.as_str() {
+            "message" => "msg_",
+            "function_call" => "fc_",
+            "function_call_output" => "fco_",
+            "reasoning" => "rs_",
+            _ => "item_",
+        };
+        o.insert("id".into(), json!(random_id(prefix)));
+    }
+    Value::Object(o)
 }
 
 /// A conversation's items (`at(i)` names item `i` in errors) as the server's chat messages:
@@ -436,8 +477,9 @@ impl Ctx {
             return;
         }
         let mut conversation = self.conversation.clone();
+        let inputs = conversation.len();
         conversation.extend(output.iter().cloned().map(Arc::new));
-        state.responses.insert(self.id.clone(), Stored { response: response.clone(), conversation });
+        state.responses.insert(self.id.clone(), Stored { response: response.clone(), conversation, inputs });
     }
 
     /// The calls the request allows: all, the first (`parallel_tool_calls: false`), or
@@ -487,7 +529,7 @@ fn translate(state: &AppState, r: ResponsesRequest) -> Result<(ChatRequest, Ctx)
     if input.is_empty() && held == 0 {
         return Err(invalid("input: at least one input item (or a string) is required.", "input"));
     }
-    conversation.extend(input.into_iter().map(Arc::new));
+    conversation.extend(input.into_iter().map(recorded).map(Arc::new));
     let mut messages = Vec::new();
     if let Some(i) = r.instructions.as_deref().filter(|i| !i.is_empty()) {
         messages.push(json!({"role": "system", "content": i}));
@@ -575,6 +617,76 @@ pub async fn retrieve(State(state): State<AppState>, Path(id): Path<String>) -> 
     match state.responses.response(&id) {
         Some(r) => Json(r).into_response(),
         None => no_such_response(&id).into_response(),
+    }
+}
+
+/// The query of `GET /v1/responses/{id}/input_items`, checked: (limit, ascending, after, before).
+fn list_query(pairs: &[(String, String)]) -> Result<(usize, bool, Option<String>, Option<String>), ApiError> {
+    let (mut limit, mut asc, mut after, mut before) = (20, false, None, None);
+    for (k, v) in pairs {
+        match k.as_str() {
+            "limit" => {
+                limit = v.parse::<usize>().ok().filter(|n| (1..=100).contains(n)).ok_or_else(|| invalid(format!("limit must be an integer from 1 to 100 (got {v:?})."), "limit"))?
+            }
+            "order" => {
+                asc = match v.as_str() {
+                    "asc" => true,
+                    "desc" => false,
+                    _ => return Err(invalid(format!("order must be \"asc\" or \"desc\" (got {v:?})."), "order")),
+                }
+            }
+            "after" => after = Some(v.clone()),
+            "before" => before = Some(v.clone()),
+            "include" | "include[]" if v != "reasoning.encrypted_content" => {
+                return Err(invalid(format!("include {v:?} is not supported (this server has no built-in tools and no log-probabilities on /v1/responses)."), "include"))
+            }
+            // Other keys are ignored, as unknown body fields are.
+            _ => {}
+        }
+    }
+    if after.is_some() && before.is_some() {
+        return Err(invalid("Send either after or before, not both.", "before"));
+    }
+    Ok((limit, asc, after, before))
+}
+
+/// `GET /v1/responses/{id}/input_items`: the items a stored response was generated from (its
+/// predecessors' input and output, then its own input), as OpenAI's list object, `desc`
+/// (newest first) unless `order=asc`, a page of `limit` (default 20, at most 100) after (or
+/// before) the item `after` (`before`) names.
+pub async fn list_input_items(State(state): State<AppState>, Path(id): Path<String>, query: Result<Query<Vec<(String, String)>>, QueryRejection>) -> Response {
+    let page = || -> Result<Value, ApiError> {
+        let Query(pairs) = query.map_err(|e| ApiError::invalid(format!("The query string cannot be read: {e}")))?;
+        let (limit, asc, after, before) = list_query(&pairs)?;
+        let mut items = state.responses.input_items(&id).ok_or_else(|| no_such_response(&id))?;
+        if !asc {
+            items.reverse();
+        }
+        let item_id = |i: &Item| i.get("id").and_then(Value::as_str).map(str::to_string);
+        let find = |cursor: &str, param: &str| {
+            items.iter().position(|i| item_id(i).as_deref() == Some(cursor)).ok_or_else(|| invalid(format!("No input item with id '{cursor}' in response '{id}'."), param))
+        };
+        let (start, end) = match (&after, &before) {
+            (Some(a), _) => {
+                let s = find(a, "after")? + 1;
+                (s, (s + limit).min(items.len()))
+            }
+            (_, Some(b)) => {
+                let e = find(b, "before")?;
+                (e.saturating_sub(limit), e)
+            }
+            _ => (0, limit.min(items.len())),
+        };
+        // More in the direction of the paging: past the page's end (after), before its start (before).
+        let has_more = if before.is_some() { start > 0 } else { end < items.len() };
+        let data: Vec<Value> = items[start..end].iter().map(|i| (**i).clone()).collect();
+        let first = data.first().and_then(|i| i.get("id").cloned()).unwrap_or(Value::Null);
+        let last = data.last().and_then(|i| i.get("id").cloned()).unwrap_or(Value::Null);
+        Ok(json!({"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": has_more}))
+    };
+    match page() {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -986,9 +1098,40 @@ mod tests {
     }
 
     #[test]
+    fn input_items_are_recorded_with_ids() {
+        let r = recorded(json!({"role": "user", "content": "hi"}));
+        assert_eq!(r["type"], "message");
+        assert_eq!(r["status"], "completed");
+        assert_eq!(r["content"], json!([{"type": "input_text", "text": "hi"}]));
+        assert!(r["id"].as_str().is_some_and(|i| i.starts_with("msg_")), "{r}");
+        let a = recorded(json!({"type": "message", "role": "assistant", "content": "ok", "id": "msg_mine"}));
+        assert_eq!((&a["id"], &a["content"][0]["type"]), (&json!("msg_mine"), &json!("output_text")));
+        let o = recorded(json!({"type": "function_call_output", "call_id": "c", "output": "sunny"}));
+        assert!(o["id"].as_str().is_some_and(|i| i.starts_with("fco_")) && o.get("status").is_none(), "{o}");
+        // Recording changes nothing of what the item renders; non-objects pass to be refused.
+        let items = |v: Vec<Value>| v.into_iter().map(Arc::new).collect::<Vec<_>>();
+        let plain = vec![json!({"role": "user", "content": "hi"}), json!({"role": "assistant", "content": "yo"})];
+        let rec: Vec<Value> = plain.iter().cloned().map(recorded).collect();
+        let at = |i: usize| format!("input[{i}]");
+        assert_eq!(items_to_messages(&items(plain), &at).unwrap(), items_to_messages(&items(rec), &at).unwrap());
+        assert_eq!(recorded(json!(3)), json!(3));
+    }
+
+    #[test]
+    fn list_queries_are_checked() {
+        let q = |pairs: &[(&str, &str)]| list_query(&pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>()).map_err(|e| e.param.unwrap_or_default());
+        assert_eq!(q(&[]), Ok((20, false, None, None)));
+        assert_eq!(q(&[("limit", "100"), ("order", "asc"), ("after", "msg_1"), ("include", "reasoning.encrypted_content")]), Ok((100, true, Some("msg_1".into()), None)));
+        for (k, v) in [("limit", "0"), ("limit", "101"), ("limit", "x"), ("order", "up"), ("include", "file_search_call.results")] {
+            assert_eq!(q(&[(k, v)]), Err(k.to_string()), "{k}={v}");
+        }
+        assert_eq!(q(&[("after", "a"), ("before", "b")]), Err("before".into()));
+    }
+
+    #[test]
     fn the_store_drops_the_oldest() {
         let s = ResponseStore::new(2);
-        let put = |id: &str| s.insert(id.into(), Stored { response: json!({"id": id}), conversation: Vec::new() });
+        let put = |id: &str| s.insert(id.into(), Stored { response: json!({"id": id}), conversation: Vec::new(), inputs: 0 });
         put("a");
         put("b");
         put("c");
@@ -999,7 +1142,7 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert!(s.response("c").is_none());
         let none = ResponseStore::new(0);
-        none.insert("x".into(), Stored { response: json!({}), conversation: Vec::new() });
+        none.insert("x".into(), Stored { response: json!({}), conversation: Vec::new(), inputs: 0 });
         assert!(none.is_empty());
     }
 

@@ -1,132 +1,48 @@
-//! Reasoning output end to end, over real HTTP, on a small synthetic Qwen3 model: the qwen3
-//! architecture with random weights, Qwen3's vocabulary (Qwen2.5's, fetched with the registry's
+//! Reasoning output end to end, over real HTTP, on small synthetic Qwen3 models (common/qwen3.rs):
+//! the qwen3 architecture, Qwen3's vocabulary (Qwen2.5's, fetched with the registry's
 //! Qwen2.5-Coder-0.5B, plus the four tokens Qwen3 added: `<tool_response>`, `</tool_response>`,
 //! `<think>`, `</think>`) and Qwen3's real chat template (testdata/templates/qwen3.jinja).
 //!
-//! Random weights never write `<think>` of their own accord, so the split of the reasoning is
+//! With random weights the model never writes `<think>` of its own accord: there the split is
 //! exercised through a generation prompt that opens it (Qwen3-2507 Thinking's template, which
-//! ends with `<|im_start|>assistant\n<think>\n`): everything the model writes is then reasoning,
+//! ends with `<|im_start|>assistant\n<think>\n`), so everything the model writes is reasoning,
 //! which must come back as `reasoning_content` / a `thinking` block / a `reasoning` item and
-//! never as content. The
-//! template pass-through is checked on Qwen3's own template: `enable_thinking: false` (and
-//! Anthropic's `thinking: disabled`) adds the empty think block's four tokens to the prompt.
+//! never as content, and the template pass-through is checked on Qwen3's own template:
+//! `enable_thinking: false` (and Anthropic's `thinking: disabled`) adds the empty think block's
+//! four tokens to the prompt. The thinker's weights make it write
+//! `<think>The user wants four.</think>\n\nFour!` itself on Qwen3's own template: its reasoning
+//! must be split off on every route, streamed and not, Anthropic's thinking block signed, and
+//! the signed block sent back must reach the prompt (an altered one must not).
 
 mod common;
+#[path = "common/qwen3.rs"]
+mod qwen3;
 
 use std::sync::{Arc, OnceLock};
 
+use qwen3::{qwen3_file, Weights, QWEN3_TEMPLATE};
 use resin_core::{Counters, KvCodec};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_engine::{Engine, EngineConfig};
-use resin_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+use resin_gguf::GgufFile;
 use resin_model::{ChatTemplate, ModelConfig, Tokenizer};
 use resin_server::{AppState, ModelInfo, ServerConfig};
 use serde_json::{json, Value as Json};
 
-const QWEN3_TEMPLATE: &str = include_str!("../../../testdata/templates/qwen3.jinja");
 /// Qwen3's generation prompt block, and Qwen3-2507 Thinking's, which opens the reasoning.
 const HYBRID_PROMPT: &str =
     "    {{- '<|im_start|>assistant\\n' }}\n    {%- if enable_thinking is defined and enable_thinking is false %}\n        {{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- endif %}";
 const THINKING_PROMPT: &str = "    {{- '<|im_start|>assistant\\n<think>\\n' }}";
 
-const D: usize = 64;
-const H: usize = 4;
-const HKV: usize = 2;
-const HD: usize = 16;
-const FF: usize = 128;
-const L: usize = 2;
-
-/// The synthetic Qwen3 file's bytes (about 40 MB), made once per test binary.
-fn model_bytes() -> Vec<u8> {
-    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
-    BYTES
-        .get_or_init(|| {
-            let qwen = resin_hub::ensure("qwen2.5-coder-0.5b", false).unwrap_or_else(|e| panic!("fetching Qwen2.5-Coder-0.5B for its vocabulary: {e}"));
-            let vocab = GgufFile::open(&qwen).expect("opening Qwen2.5-Coder");
-            let mut g = GgufWriter::new();
-            let u = |v: usize| Value::U32(v as u32);
-            g.set("general.architecture", Value::String("qwen3".into()));
-            g.set("general.name", Value::String("synthetic-qwen3-tiny".into()));
-            g.set("qwen3.block_count", u(L));
-            g.set("qwen3.embedding_length", u(D));
-            g.set("qwen3.attention.head_count", u(H));
-            g.set("qwen3.attention.head_count_kv", u(HKV));
-            g.set("qwen3.attention.key_length", u(HD));
-            g.set("qwen3.attention.value_length", u(HD));
-            g.set("qwen3.feed_forward_length", u(FF));
-            g.set("qwen3.context_length", u(4096));
-            g.set("qwen3.rope.freq_base", Value::F32(1_000_000.0));
-            g.set("qwen3.attention.layer_norm_rms_epsilon", Value::F32(1e-6));
-            let mut n_vocab = 0;
-            for (k, v) in vocab.metadata() {
-                if !k.starts_with("tokenizer.") {
-                    continue;
-                }
-                let v = match (k.as_str(), v) {
-                    ("tokenizer.ggml.tokens", Value::Array(t, items)) => {
-                        let mut items = items.clone();
-                        for (id, text) in [(151665, "<tool_response>"), (151666, "</tool_response>"), (151667, "<think>"), (151668, "</think>")] {
-                            items[id] = Value::String(text.into());
-                        }
-                        n_vocab = items.len();
-                        Value::Array(*t, items)
-                    }
-                    ("tokenizer.ggml.token_type", Value::Array(t, items)) => {
-                        let mut items = items.clone();
-                        // User-defined, as in Qwen3's GGUFs.
-                        items[151665..=151668].fill(Value::I32(4));
-                        Value::Array(*t, items)
-                    }
-                    ("tokenizer.chat_template", _) => Value::String(QWEN3_TEMPLATE.into()),
-                    _ => v.clone(),
-                };
-                g.set(k.clone(), v);
-            }
-            assert_eq!(n_vocab, 151936);
-            let mut seed = 0x5eed_0f31_u64;
-            let mut rnd = |n: usize, scale: f32, base: f32| -> Vec<u8> {
-                (0..n)
-                    .flat_map(|_| {
-                        seed ^= seed << 13;
-                        seed ^= seed >> 7;
-                        seed ^= seed << 17;
-                        (base + ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale).to_le_bytes()
-                    })
-                    .collect()
-            };
-            let mut tensors: Vec<(String, Vec<u64>, Vec<u8>)> = Vec::new();
-            let mut mat = |name: String, rows: usize, cols: usize, scale: f32, t: &mut Vec<(String, Vec<u64>, Vec<u8>)>| {
-                let b = rnd(rows * cols, scale, 0.0);
-                t.push((name, vec![cols as u64, rows as u64], b));
-            };
-            mat("token_embd.weight".into(), n_vocab, D, 1.0, &mut tensors);
-            for l in 0..L {
-                mat(format!("blk.{l}.attn_q.weight"), H * HD, D, 0.3, &mut tensors);
-                mat(format!("blk.{l}.attn_k.weight"), HKV * HD, D, 0.3, &mut tensors);
-                mat(format!("blk.{l}.attn_v.weight"), HKV * HD, D, 0.3, &mut tensors);
-                mat(format!("blk.{l}.attn_output.weight"), D, H * HD, 0.2, &mut tensors);
-                mat(format!("blk.{l}.ffn_gate.weight"), FF, D, 0.3, &mut tensors);
-                mat(format!("blk.{l}.ffn_up.weight"), FF, D, 0.3, &mut tensors);
-                mat(format!("blk.{l}.ffn_down.weight"), D, FF, 0.2, &mut tensors);
-            }
-            let mut vecs = vec![("output_norm.weight".to_string(), D)];
-            for l in 0..L {
-                vecs.push((format!("blk.{l}.attn_norm.weight"), D));
-                vecs.push((format!("blk.{l}.ffn_norm.weight"), D));
-                vecs.push((format!("blk.{l}.attn_q_norm.weight"), HD));
-                vecs.push((format!("blk.{l}.attn_k_norm.weight"), HD));
-            }
-            for (name, n) in vecs {
-                let b = rnd(n, 0.2, 1.0);
-                tensors.push((name, vec![n as u64], b));
-            }
-            for (name, dims, _) in &tensors {
-                g.add_tensor(name.clone(), dims, GgmlType::F32).unwrap();
-            }
-            let refs: Vec<&[u8]> = tensors.iter().map(|t| t.2.as_slice()).collect();
-            g.write_all_to_vec(&refs).unwrap()
-        })
-        .clone()
+/// The synthetic Qwen3 files' bytes, made once per test binary.
+fn model_bytes(weights: Weights) -> Vec<u8> {
+    static RANDOM: OnceLock<Vec<u8>> = OnceLock::new();
+    static THINKER: OnceLock<Vec<u8>> = OnceLock::new();
+    let cell = match weights {
+        Weights::Random => &RANDOM,
+        Weights::Thinker => &THINKER,
+    };
+    cell.get_or_init(|| qwen3_file(weights)).clone()
 }
 
 struct Server {
@@ -137,7 +53,11 @@ struct Server {
 /// A server on the synthetic model; `template`: the chat template to serve it with (None: the
 /// file's own, Qwen3's).
 fn start(template: Option<&str>) -> Server {
-    let file = Arc::new(GgufFile::from_bytes(model_bytes()).expect("reading the model"));
+    start_with(Weights::Random, template)
+}
+
+fn start_with(weights: Weights, template: Option<&str>) -> Server {
+    let file = Arc::new(GgufFile::from_bytes(model_bytes(weights)).expect("reading the model"));
     let cfg = ModelConfig::from_gguf(&file).expect("model config");
     let tokenizer = Arc::new(Tokenizer::from_gguf(&file).expect("tokenizer"));
     let from_file = ChatTemplate::from_gguf(&file).expect("chat template").expect("the file has a template");
@@ -195,6 +115,20 @@ fn messages(extra: Json) -> Json {
         b[k] = v.clone();
     }
     b
+}
+
+/// The thinking block's deltas from `events[i]` on (block `index`): its text, its signature
+/// (the one signature_delta, which must come last) and the index of the event after them.
+fn thinking_deltas(events: &[(String, Json)], mut i: usize, index: usize) -> (String, String, usize) {
+    let mut t = String::new();
+    while events[i].0 == "content_block_delta" && events[i].1["delta"]["type"] == "thinking_delta" {
+        assert_eq!(events[i].1["index"], index);
+        t += events[i].1["delta"]["thinking"].as_str().unwrap();
+        i += 1;
+    }
+    let d = &events[i].1;
+    assert_eq!((&events[i].0[..], &d["index"], &d["delta"]["type"]), ("content_block_delta", &json!(index), &json!("signature_delta")), "{d}");
+    (t, d["delta"]["signature"].as_str().unwrap().to_string(), i + 1)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,23 +209,19 @@ async fn reasoning_never_reaches_the_content() {
     // Anthropic, whole: one thinking block, no text.
     let (st, v) = s.post("/v1/messages", &messages(json!({}))).await;
     assert_eq!(st, 200, "{v}");
-    assert_eq!(v["content"], json!([{"type": "thinking", "thinking": reasoning, "signature": ""}]), "{v}");
+    let signature = v["content"][0]["signature"].as_str().unwrap_or_default().to_string();
+    assert_eq!(signature.len(), 44, "a base64 HMAC-SHA256: {v}");
+    assert_eq!(v["content"], json!([{"type": "thinking", "thinking": reasoning, "signature": signature}]), "{v}");
     assert_eq!(v["stop_reason"], "max_tokens", "{v}");
 
-    // Anthropic, streamed: content_block_start (thinking), thinking_delta..., content_block_stop.
+    // Anthropic, streamed: content_block_start (thinking), thinking_delta..., the signature,
+    // content_block_stop.
     let events = s.stream("/v1/messages", &messages(json!({"stream": true}))).await;
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names[..3], ["message_start", "ping", "content_block_start"], "{names:?}");
     assert_eq!(events[2].1["content_block"], json!({"type": "thinking", "thinking": "", "signature": ""}));
-    let mut t = String::new();
-    let mut i = 3;
-    while names[i] == "content_block_delta" {
-        assert_eq!(events[i].1["index"], 0);
-        assert_eq!(events[i].1["delta"]["type"], "thinking_delta");
-        t += events[i].1["delta"]["thinking"].as_str().unwrap();
-        i += 1;
-    }
-    assert_eq!(t, reasoning);
+    let (t, sig, i) = thinking_deltas(&events, 3, 0);
+    assert_eq!((t, sig), (reasoning.clone(), signature));
     assert_eq!(names[i..], ["content_block_stop", "message_delta", "message_stop"], "{names:?}");
 
     // Responses, whole: a reasoning item with all of it, then the message, whose text is empty.
@@ -329,4 +259,123 @@ async fn reasoning_never_reaches_the_content() {
     let m = &v["choices"][0]["message"];
     assert!(m["reasoning_content"].is_null(), "{v}");
     assert!(m["content"].as_str().is_some_and(|c| c.starts_with('{')), "{v}");
+}
+
+/// The thinker (see common/qwen3.rs) writes `<think>...</think>` itself, through the whole
+/// generation path (prefill, decode, sampling, detokenizing, streaming), on Qwen3's own
+/// template: the reasoning it generates is split off on every route, streamed and not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_models_own_thinking_is_split_off() {
+    use qwen3::{THINKER_ANSWER as ANSWER, THINKER_REASONING as REASONING};
+    let s = start_with(Weights::Thinker, None);
+    let ask = |extra: Json| {
+        let mut b = chat(json!({"max_tokens": 32}));
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+
+    // The model's raw output, through completions on the rendered prompt: it opens the tag itself.
+    let (st, raw) = s.post("/v1/completions", &json!({"prompt": "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n", "temperature": 0, "max_tokens": 32})).await;
+    assert_eq!(st, 200, "{raw}");
+    assert_eq!(raw["choices"][0]["text"], qwen3::THINKER_OUTPUT, "{raw}");
+    let generated = raw["usage"]["completion_tokens"].clone();
+
+    // Chat, whole: greedy and sampled, the reasoning apart from the answer.
+    for extra in [json!({}), json!({"temperature": 1.0, "seed": 7})] {
+        let (st, v) = s.post("/v1/chat/completions", &ask(extra)).await;
+        assert_eq!(st, 200, "{v}");
+        let m = &v["choices"][0]["message"];
+        assert_eq!((&m["reasoning_content"], &m["content"]), (&json!(REASONING), &json!(ANSWER)), "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+        assert_eq!(v["usage"]["completion_tokens"], generated, "{v}");
+    }
+    // Streamed: the same, every reasoning delta before the first content delta.
+    let events = s.stream("/v1/chat/completions", &ask(json!({"stream": true}))).await;
+    let (mut r, mut c) = (String::new(), String::new());
+    for (_, e) in events.iter().filter(|(_, e)| e != "[DONE]") {
+        let d = &e["choices"][0]["delta"];
+        let piece = d["reasoning_content"].as_str().unwrap_or("");
+        assert!(piece.is_empty() || c.is_empty(), "reasoning after the answer began: {e}");
+        r += piece;
+        c += d["content"].as_str().unwrap_or("");
+    }
+    assert_eq!((r.as_str(), c.as_str()), (REASONING, ANSWER));
+    // Thinking off: the template's empty think block, the answer alone.
+    let (st, v) = s.post("/v1/chat/completions", &ask(json!({"chat_template_kwargs": {"enable_thinking": false}}))).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!((&v["choices"][0]["message"]["reasoning_content"], &v["choices"][0]["message"]["content"]), (&Json::Null, &json!(ANSWER)), "{v}");
+
+    // Anthropic, whole: a signed thinking block, then the text.
+    let (st, v) = s.post("/v1/messages", &messages(json!({"max_tokens": 32}))).await;
+    assert_eq!(st, 200, "{v}");
+    let signature = v["content"][0]["signature"].as_str().unwrap_or_default().to_string();
+    assert_eq!(signature.len(), 44, "{v}");
+    assert_eq!(v["content"], json!([{"type": "thinking", "thinking": REASONING, "signature": signature}, {"type": "text", "text": ANSWER}]), "{v}");
+    assert_eq!(v["stop_reason"], "end_turn", "{v}");
+    // Streamed: the thinking block (its signature last), then the text block.
+    let events = s.stream("/v1/messages", &messages(json!({"max_tokens": 32, "stream": true}))).await;
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names[..3], ["message_start", "ping", "content_block_start"], "{names:?}");
+    let (t, sig, mut i) = thinking_deltas(&events, 3, 0);
+    assert_eq!((t.as_str(), sig.as_str()), (REASONING, signature.as_str()));
+    assert_eq!((names[i], &events[i].1["index"]), ("content_block_stop", &json!(0)));
+    assert_eq!(events[i + 1].1["content_block"], json!({"type": "text", "text": ""}));
+    i += 2;
+    let mut text = String::new();
+    while names[i] == "content_block_delta" {
+        assert_eq!((&events[i].1["index"], &events[i].1["delta"]["type"]), (&json!(1), &json!("text_delta")));
+        text += events[i].1["delta"]["text"].as_str().unwrap();
+        i += 1;
+    }
+    assert_eq!(text, ANSWER);
+    assert_eq!(names[i..], ["content_block_stop", "message_delta", "message_stop"], "{names:?}");
+    assert_eq!(events[i + 1].1["delta"]["stop_reason"], "end_turn");
+
+    // The signed block sent back in a tool loop reaches the template (Qwen3 renders the
+    // reasoning of the assistant turns after the last user query); altered, it is accepted
+    // and left out, as an unsigned one is.
+    let loop_with = |thinking: &str, signature: &str| {
+        json!({"model": "qwen3-tiny", "max_tokens": 32, "temperature": 0, "messages": [
+            {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": thinking, "signature": signature},
+                {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 2, "b": 2}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "4"}]}]})
+    };
+    let count = |b: Json| {
+        let s = &s;
+        async move {
+            let mut b = b;
+            b.as_object_mut().unwrap().remove("max_tokens");
+            let (st, v) = s.post("/v1/messages/count_tokens", &b).await;
+            assert_eq!(st, 200, "{v}");
+            v["input_tokens"].as_u64().unwrap()
+        }
+    };
+    let signed = count(loop_with(REASONING, &signature)).await;
+    let altered = count(loop_with("The user wants five.", &signature)).await;
+    let unsigned = count(loop_with(REASONING, "")).await;
+    // The signed one adds "<think>\n" + the reasoning (5 tokens) + "\n</think>\n\n".
+    assert!(signed > unsigned + 5 && altered == unsigned, "signed {signed}, altered {altered}, unsigned {unsigned}");
+    for sig in [signature.as_str(), "", "not base64!"] {
+        let (st, v) = s.post("/v1/messages", &loop_with(REASONING, sig)).await;
+        assert_eq!(st, 200, "{v}");
+    }
+
+    // Responses, whole and streamed: a reasoning item, then the message.
+    let resp = json!({"input": "What is 2+2?", "temperature": 0, "max_output_tokens": 32});
+    let (st, v) = s.post("/v1/responses", &resp).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["status"], "completed", "{v}");
+    let items = |o: &Json| o.as_array().unwrap().iter().map(|i| (i["type"].clone(), i["content"][0]["text"].clone())).collect::<Vec<_>>();
+    assert_eq!(items(&v["output"]), [(json!("reasoning"), json!(REASONING)), (json!("message"), json!(ANSWER))], "{v}");
+    let mut streamed = resp.clone();
+    streamed["stream"] = json!(true);
+    let events = s.stream("/v1/responses", &streamed).await;
+    let deltas = |kind: &str| events.iter().filter(|(n, _)| n == kind).map(|(_, e)| e["delta"].as_str().unwrap()).collect::<String>();
+    assert_eq!((deltas("response.reasoning_text.delta").as_str(), deltas("response.output_text.delta").as_str()), (REASONING, ANSWER));
+    let (last, end) = events.last().unwrap();
+    assert_eq!(last, "response.completed");
+    assert_eq!(items(&end["response"]["output"]), items(&v["output"]), "{end}");
 }
