@@ -222,8 +222,8 @@ fn mv_q5_0() {
 }
 
 /// The SwiGLU epilogue: gate and up rows in one buffer, silu(g) * u packed for the next
-/// matrix, against the reference (the exp is each home's: quants within one step); the
-/// N-row pass equals one row bit for bit.
+/// matrix, against the reference (the exp is each home's: quants within one step); normpack
+/// and an 8-row pass give each row the bits of that row folded alone.
 #[test]
 fn mv_swiglu_packs_the_ffn_product() {
     let Some(mut h) = Harness::new() else { return };
