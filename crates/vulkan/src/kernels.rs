@@ -645,7 +645,7 @@ impl<'a> Recorder<'a> {
         self.run(&name, &[], &[g, u, y], &CountPush { count }.bytes(), grid(count.div_ceil(2048)))
     }
 
-    /// act(g) * u packed for the int8 dot GEMV (`layout.count` values into `out`): bit for bit
+    /// act(g) * u packed for the canonical product (`layout.count` values into `out`): bit for bit
     /// [`Recorder::swiglu`] then [`Recorder::qpack`], in one dispatch (g is left as it was).
     pub fn swiglu_p(&mut self, act: FfnAct, layout: QPack, g: Bind<'_>, u: Bind<'_>, out: Bind<'_>) -> Result<(), VkError> {
         let name = format!("{}_p32", act_name(act));
