@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
 use resin_cpu::{CpuHome, CpuOptions};
-use resin_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+use resin_gguf::synthetic::{Shape, Weights};
+use resin_gguf::{GgufFile, Value};
 use resin_model::{Arch, FfnAct, ModelConfig};
 
 const D: usize = 64;
@@ -28,80 +29,25 @@ const BASE: f64 = 1_000_000.0;
 /// Not in the file: gemma3's default for the sliding-window layers.
 const BASE_LOCAL: f64 = 10_000.0;
 const SOFTCAP: f64 = 4.0;
-
-struct Weights {
-    tensors: Vec<(String, Vec<u64>, Vec<f32>)>,
-}
-
-impl Weights {
-    fn get(&self, name: &str) -> &[f32] {
-        &self.tensors.iter().find(|t| t.0 == name).unwrap_or_else(|| panic!("{name}")).2
-    }
-}
+const SHAPE: Shape = Shape { layers: L, d: D, heads: H, heads_kv: HKV, head_dim: HD, ff: FF };
 
 fn synth() -> Weights {
-    let mut seed = 0x0123_4567_89ab_cdefu64;
-    let mut rnd = |scale: f32| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
-    };
-    let mut t = Vec::new();
-    let mut mat = |name: String, rows: usize, cols: usize, scale: f32, t: &mut Vec<(String, Vec<u64>, Vec<f32>)>| {
-        let v: Vec<f32> = (0..rows * cols).map(|_| rnd(scale)).collect();
-        t.push((name, vec![cols as u64, rows as u64], v));
-    };
+    let mut w = Weights::new(0x0123_4567_89ab_cdef);
     // Small embeddings, as Gemma's are: the sqrt(n_embd) scale brings them to unit size.
-    mat("token_embd.weight".into(), V, D, 0.15, &mut t);
-    for l in 0..L {
-        mat(format!("blk.{l}.attn_q.weight"), H * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_k.weight"), HKV * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_v.weight"), HKV * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_output.weight"), D, H * HD, 0.2, &mut t);
-        mat(format!("blk.{l}.ffn_gate.weight"), FF, D, 0.3, &mut t);
-        mat(format!("blk.{l}.ffn_up.weight"), FF, D, 0.3, &mut t);
-        mat(format!("blk.{l}.ffn_down.weight"), D, FF, 0.2, &mut t);
-    }
-    // Norm weights near 1 but not 1, so a skipped norm shows.
-    let mut vecs = vec![("output_norm.weight".to_string(), D)];
-    for l in 0..L {
-        for (name, n) in [("attn_norm", D), ("ffn_norm", D), ("post_attention_norm", D), ("post_ffw_norm", D), ("attn_q_norm", HD), ("attn_k_norm", HD)] {
-            vecs.push((format!("blk.{l}.{name}.weight"), n));
-        }
-    }
-    let mut w = Weights { tensors: t };
-    for (name, n) in vecs {
-        let v: Vec<f32> = (0..n).map(|_| 1.0 + rnd(0.5)).collect();
-        w.tensors.push((name, vec![n as u64], v));
-    }
+    w.mat("token_embd.weight", V, D, 0.15);
+    w.blocks(&SHAPE, &[("attn_norm", D), ("ffn_norm", D), ("post_attention_norm", D), ("post_ffw_norm", D), ("attn_q_norm", HD), ("attn_k_norm", HD)]);
     w
 }
 
 fn write(w: &Weights) -> Vec<u8> {
-    let mut g = GgufWriter::new();
+    let mut g = SHAPE.writer("gemma3", 128);
     let u = |v: usize| Value::U32(v as u32);
-    g.set("general.architecture", Value::String("gemma3".into()));
-    g.set("gemma3.block_count", u(L));
-    g.set("gemma3.embedding_length", u(D));
-    g.set("gemma3.attention.head_count", u(H));
-    g.set("gemma3.attention.head_count_kv", u(HKV));
-    g.set("gemma3.attention.key_length", u(HD));
-    g.set("gemma3.attention.value_length", u(HD));
-    g.set("gemma3.feed_forward_length", u(FF));
-    g.set("gemma3.context_length", u(128));
     g.set("gemma3.rope.freq_base", Value::F32(BASE as f32));
     g.set("gemma3.attention.layer_norm_rms_epsilon", Value::F32(EPS as f32));
     g.set("gemma3.attention.sliding_window", u(WINDOW));
     g.set("gemma3.attention.sliding_window_pattern", u(PATTERN));
     g.set("gemma3.final_logit_softcapping", Value::F32(SOFTCAP as f32));
-    let mut bytes: Vec<Vec<u8>> = Vec::new();
-    for (name, dims, v) in &w.tensors {
-        g.add_tensor(name.clone(), dims, GgmlType::F32).unwrap();
-        bytes.push(v.iter().flat_map(|x| x.to_le_bytes()).collect());
-    }
-    let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
-    g.write_all_to_vec(&refs).unwrap()
+    w.write(g)
 }
 
 /// What the reference leaves out: the real thing has none of these set.

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
 use resin_cpu::{CpuHome, CpuOptions};
-use resin_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+use resin_gguf::synthetic::{Shape, Weights};
+use resin_gguf::{GgufFile, Value};
 use resin_model::{Arch, ModelConfig};
 
 const D: usize = 64;
@@ -19,78 +20,21 @@ const L: usize = 2;
 const V: usize = 50;
 const EPS: f64 = 1e-6;
 const BASE: f64 = 10000.0;
-
-struct Weights {
-    tensors: Vec<(String, Vec<u64>, Vec<f32>)>,
-}
-
-impl Weights {
-    fn get(&self, name: &str) -> &[f32] {
-        &self.tensors.iter().find(|t| t.0 == name).unwrap_or_else(|| panic!("{name}")).2
-    }
-}
+const SHAPE: Shape = Shape { layers: L, d: D, heads: H, heads_kv: HKV, head_dim: HD, ff: FF };
 
 fn synth() -> Weights {
-    let mut seed = 0x1234_5678_9abc_def0u64;
-    let mut rnd = |scale: f32| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
-    };
-    let mut t = Vec::new();
-    let mut mat = |name: String, rows: usize, cols: usize, scale: f32, t: &mut Vec<(String, Vec<u64>, Vec<f32>)>| {
-        let v: Vec<f32> = (0..rows * cols).map(|_| rnd(scale)).collect();
-        t.push((name, vec![cols as u64, rows as u64], v));
-    };
-    mat("token_embd.weight".into(), V, D, 1.0, &mut t);
-    mat("output.weight".into(), V, D, 0.3, &mut t);
-    for l in 0..L {
-        mat(format!("blk.{l}.attn_q.weight"), H * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_k.weight"), HKV * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_v.weight"), HKV * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_output.weight"), D, H * HD, 0.2, &mut t);
-        mat(format!("blk.{l}.ffn_gate.weight"), FF, D, 0.3, &mut t);
-        mat(format!("blk.{l}.ffn_up.weight"), FF, D, 0.3, &mut t);
-        mat(format!("blk.{l}.ffn_down.weight"), D, FF, 0.2, &mut t);
-    }
-    // Norm weights near 1 but not 1, so a skipped norm shows.
-    let mut vecs = vec![("output_norm.weight".to_string(), D)];
-    for l in 0..L {
-        vecs.push((format!("blk.{l}.attn_norm.weight"), D));
-        vecs.push((format!("blk.{l}.ffn_norm.weight"), D));
-        vecs.push((format!("blk.{l}.attn_q_norm.weight"), HD));
-        vecs.push((format!("blk.{l}.attn_k_norm.weight"), HD));
-    }
-    let mut w = Weights { tensors: t };
-    for (name, n) in vecs {
-        let v: Vec<f32> = (0..n).map(|_| 1.0 + rnd(0.5)).collect();
-        w.tensors.push((name, vec![n as u64], v));
-    }
+    let mut w = Weights::new(0x1234_5678_9abc_def0);
+    w.mat("token_embd.weight", V, D, 1.0);
+    w.mat("output.weight", V, D, 0.3);
+    w.blocks(&SHAPE, &[("attn_norm", D), ("ffn_norm", D), ("attn_q_norm", HD), ("attn_k_norm", HD)]);
     w
 }
 
 fn write(w: &Weights) -> Vec<u8> {
-    let mut g = GgufWriter::new();
-    let u = |v: usize| Value::U32(v as u32);
-    g.set("general.architecture", Value::String("qwen3".into()));
-    g.set("qwen3.block_count", u(L));
-    g.set("qwen3.embedding_length", u(D));
-    g.set("qwen3.attention.head_count", u(H));
-    g.set("qwen3.attention.head_count_kv", u(HKV));
-    g.set("qwen3.attention.key_length", u(HD));
-    g.set("qwen3.attention.value_length", u(HD));
-    g.set("qwen3.feed_forward_length", u(FF));
-    g.set("qwen3.context_length", u(128));
+    let mut g = SHAPE.writer("qwen3", 128);
     g.set("qwen3.rope.freq_base", Value::F32(BASE as f32));
     g.set("qwen3.attention.layer_norm_rms_epsilon", Value::F32(EPS as f32));
-    let mut bytes: Vec<Vec<u8>> = Vec::new();
-    for (name, dims, v) in &w.tensors {
-        g.add_tensor(name.clone(), dims, GgmlType::F32).unwrap();
-        bytes.push(v.iter().flat_map(|x| x.to_le_bytes()).collect());
-    }
-    let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
-    g.write_all_to_vec(&refs).unwrap()
+    w.write(g)
 }
 
 /// The reference: f64 throughout, one token at a time, keys and values kept in f64.
