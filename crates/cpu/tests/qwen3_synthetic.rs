@@ -1,11 +1,15 @@
 //! qwen3 (q/k RMS norm per head, NEOX rope, no q/k/v bias) on a small synthetic model with f32
-//! weights, against a plain f64 forward pass written here, independently of the home's code.
+//! weights, against a plain f64 forward pass written here (from common/f64_pass.rs),
+//! independently of the home's code.
 //! With f32 weights the home keeps activations in f32, so the bar is tight; a control with the
 //! q/k norm left out must fail it.
 
+mod common;
+
 use std::sync::Arc;
 
-use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
+use common::f64_pass::{attend, five_decode_steps, matvec, rel_l2, rms, rms_heads, rope_neox};
+use resin_core::{Counters, Home, KvCodec, RegionId, Segment};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::synthetic::{Shape, Weights};
 use resin_gguf::{GgufFile, Value};
@@ -45,27 +49,6 @@ struct Reference<'a> {
     v: Vec<Vec<Vec<f64>>>,
 }
 
-fn matvec(m: &[f32], rows: usize, cols: usize, x: &[f64]) -> Vec<f64> {
-    (0..rows).map(|r| (0..cols).map(|c| m[r * cols + c] as f64 * x[c]).sum()).collect()
-}
-
-fn rms(x: &[f64], w: &[f32]) -> Vec<f64> {
-    let s = (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + EPS).sqrt();
-    x.iter().zip(w).map(|(v, g)| v / s * *g as f64).collect()
-}
-
-fn rope_neox(x: &mut [f64], pos: usize) {
-    for h in x.chunks_mut(HD) {
-        for i in 0..HD / 2 {
-            let theta = pos as f64 * BASE.powf(-2.0 * i as f64 / HD as f64);
-            let (s, c) = theta.sin_cos();
-            let (a, b) = (h[i], h[i + HD / 2]);
-            h[i] = a * c - b * s;
-            h[i + HD / 2] = a * s + b * c;
-        }
-    }
-}
-
 impl<'a> Reference<'a> {
     fn new(w: &'a Weights, qk_norm: bool) -> Self {
         Reference { w, qk_norm, k: vec![Vec::new(); L], v: vec![Vec::new(); L] }
@@ -77,55 +60,30 @@ impl<'a> Reference<'a> {
         let mut x: Vec<f64> = emb[token as usize * D..(token as usize + 1) * D].iter().map(|&v| v as f64).collect();
         for l in 0..L {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
-            let h = rms(&x, w.get(&n("attn_norm")));
+            let h = rms(&x, w.get(&n("attn_norm")), EPS);
             let mut q = matvec(w.get(&n("attn_q")), H * HD, D, &h);
             let mut k = matvec(w.get(&n("attn_k")), HKV * HD, D, &h);
             let v = matvec(w.get(&n("attn_v")), HKV * HD, D, &h);
             if self.qk_norm {
-                for hq in q.chunks_mut(HD) {
-                    let r = rms(hq, w.get(&n("attn_q_norm")));
-                    hq.copy_from_slice(&r);
-                }
-                for hk in k.chunks_mut(HD) {
-                    let r = rms(hk, w.get(&n("attn_k_norm")));
-                    hk.copy_from_slice(&r);
-                }
+                rms_heads(&mut q, w.get(&n("attn_q_norm")), EPS, HD);
+                rms_heads(&mut k, w.get(&n("attn_k_norm")), EPS, HD);
             }
-            rope_neox(&mut q, pos);
-            rope_neox(&mut k, pos);
+            rope_neox(&mut q, pos, BASE, HD);
+            rope_neox(&mut k, pos, BASE, HD);
             self.k[l].push(k);
             self.v[l].push(v);
-            let mut att = vec![0f64; H * HD];
-            for hh in 0..H {
-                let g = hh / (H / HKV);
-                let qh = &q[hh * HD..(hh + 1) * HD];
-                let s: Vec<f64> = self.k[l].iter().map(|kt| qh.iter().zip(&kt[g * HD..(g + 1) * HD]).map(|(a, b)| a * b).sum::<f64>() / (HD as f64).sqrt()).collect();
-                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
-                let z: f64 = e.iter().sum();
-                for (t, vt) in self.v[l].iter().enumerate() {
-                    for d in 0..HD {
-                        att[hh * HD + d] += e[t] / z * vt[g * HD + d];
-                    }
-                }
-            }
+            let att = attend(&q, &self.k[l], &self.v[l], H, HKV, HD);
             let o = matvec(w.get(&n("attn_output")), D, H * HD, &att);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
-            let h = rms(&x, w.get(&n("ffn_norm")));
+            let h = rms(&x, w.get(&n("ffn_norm")), EPS);
             let gt = matvec(w.get(&n("ffn_gate")), FF, D, &h);
             let up = matvec(w.get(&n("ffn_up")), FF, D, &h);
             let act: Vec<f64> = gt.iter().zip(&up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
             let dn = matvec(w.get(&n("ffn_down")), D, FF, &act);
             x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
         }
-        matvec(w.get("output.weight"), V, D, &rms(&x, w.get("output_norm.weight")))
+        matvec(w.get("output.weight"), V, D, &rms(&x, w.get("output_norm.weight"), EPS))
     }
-}
-
-fn rel_l2(a: &[f32], b: &[f64]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - y).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| y * y).sum();
-    (num / den).sqrt()
 }
 
 /// f32 arithmetic against f64 through two small layers, with an f16 K/V mirror: measured
@@ -157,14 +115,5 @@ fn qwen3_matches_an_f64_reference_and_needs_its_qk_norm() {
     assert!(ctl >= BAR, "the control (no q/k norm) passed the bar ({ctl:.3e}): the bar cannot fail");
 
     // Five decode steps, greedy, against the reference step by step.
-    let argmax = |v: &[f64]| (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32;
-    let mut tok = argmax(&want);
-    for i in 0..5 {
-        let pos = prompt.len() + i;
-        let want = reference.step(tok, pos);
-        let got = home.step_logits(&[Row { region: RegionId(0), token: tok, pos: pos as u32 }]).unwrap();
-        let err = rel_l2(got.row(0), &want);
-        assert!(err < BAR, "step {i}: relative L2 {err:.3e}");
-        tok = argmax(&want);
-    }
+    five_decode_steps(&mut home, |t, pos| reference.step(t, pos), &want, prompt.len(), BAR);
 }
