@@ -16,6 +16,7 @@
 //!
 //! Each scenario holds a control that fails when the property it checks is broken.
 
+mod common;
 #[path = "conformance/harness.rs"]
 mod harness;
 
@@ -23,7 +24,8 @@ use resin_core::{RegionId, Row, Segment, StepAll, NROW_MAX};
 use resin_engine::{Engine, EngineConfig, GenEvent};
 use resin_vulkan::WideMode;
 
-use harness::{collect, get, request, short_prompts, together, Hooked, Kind, Suite, N_CTX, TOKENS};
+use common::{collect, request};
+use harness::{get, short_prompts, together, Hooked, Kind, Suite, N_CTX, TOKENS};
 
 /// For each scenario `fn name(&Suite)`, the tests `cpu::name` and `vulkan::name`.
 macro_rules! on_every_home {

@@ -8,10 +8,12 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use resin_core::{Counters, Home, HomeSpec, KvCodec, Logits, Need, RegionId, Row, Segment, StepOut};
 use resin_cpu::{CpuHome, CpuOptions};
-use resin_engine::{Engine, EngineConfig, Finish, GenEvent, GenHandle, GenRequest};
+use resin_engine::{Engine, EngineConfig, GenHandle};
 use resin_gguf::GgufFile;
 use resin_model::{ModelConfig, Tokenizer};
 use resin_vulkan::{Gpu, VulkanHome, VulkanOptions, WideMode};
+
+use crate::common::{collect, request};
 
 /// The homes every scenario runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,26 +120,6 @@ impl Suite {
         }
         prompts.iter().map(|p| known[&(tokens, p.clone())].clone()).collect()
     }
-}
-
-/// Greedy, exactly `n` tokens (no stop ids).
-pub fn request(prompt: Vec<u32>, n: usize) -> GenRequest {
-    let mut r = GenRequest::new(prompt, n);
-    r.stop_ids = Some(Vec::new());
-    r
-}
-
-/// A stream's tokens and how it finished.
-pub fn collect(mut h: GenHandle) -> (Vec<u32>, Finish) {
-    let mut ids = Vec::new();
-    while let Some(ev) = h.blocking_next() {
-        match ev {
-            GenEvent::Delta { ids: new, .. } => ids.extend(new),
-            GenEvent::Done(f) => return (ids, f),
-            GenEvent::Error(e) => panic!("generation failed: {e}"),
-        }
-    }
-    panic!("stream ended without Done");
 }
 
 /// Every prompt submitted at once, each stream's `tokens` tokens.
