@@ -17,7 +17,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::{argmax, bits, synth_file, tmp_dir, tokens, SEED};
@@ -72,19 +72,27 @@ fn greedy(home: &mut CpuHome, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f3
     (out, first)
 }
 
-fn check_reference(shape: SynthShape) {
-    let name = format!("{shape}-f32");
+/// `shape` in `ty` written in `dir`, and its fixture `testdata/reference/{shape}-{ty}.json`,
+/// checked to be about that very file.
+fn synth_with_fixture(dir: &Path, shape: SynthShape, ty: SynthType) -> (PathBuf, Value) {
+    let name = format!("{shape}-{ty}");
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference").join(format!("{name}.json"));
     let reference: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
-    let dir = tmp_dir(&name);
-    let path = synth_file(&dir, shape, SynthType::F32);
+    let path = synth_file(dir, shape, ty);
     let digest: String = Sha256::digest(std::fs::read(&path).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(
         digest,
         reference["sha256"].as_str().unwrap(),
-        "{name}: `resin synth --shape {shape} --type f32 --seed {SEED}` no longer writes the file the fixture was made from; \
+        "{name}: `resin synth --shape {shape} --type {ty} --seed {SEED}` no longer writes the file the fixture was made from; \
          regenerate it as testdata/reference/README.md says"
     );
+    (path, reference)
+}
+
+fn check_reference(shape: SynthShape) {
+    let name = format!("{shape}-f32");
+    let dir = tmp_dir(&name);
+    let (path, reference) = synth_with_fixture(&dir, shape, SynthType::F32);
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     assert_eq!(cfg.moe, Some(Moe { n_expert: 8, n_expert_used: 2 }));
@@ -184,12 +192,8 @@ const Q8_ROUTER_MARGIN: f64 = 0.01;
 /// Fixtures `{shape}-q8_0.json` hold one step, so their router margins are the prompts' own.
 fn check_q8_prefill(shape: SynthShape) {
     let name = format!("{shape}-q8_0");
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference").join(format!("{name}.json"));
-    let reference: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
     let dir = tmp_dir(&name);
-    let path = synth_file(&dir, shape, SynthType::Q8_0);
-    let digest: String = Sha256::digest(std::fs::read(&path).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(digest, reference["sha256"].as_str().unwrap(), "{name}: the synthetic file changed; regenerate the fixture (testdata/reference/README.md)");
+    let (path, reference) = synth_with_fixture(&dir, shape, SynthType::Q8_0);
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let prefill = |cfg: &ModelConfig, prompt: &[u32]| home(file.clone(), cfg.clone(), 1).prefill(&[Segment { region: RegionId(0), start: 0, tokens: prompt }]).unwrap().data;
@@ -234,9 +238,7 @@ fn mixtral_tiny_q8_0_prefill_matches_the_numpy_reference() {
 #[test]
 fn resin_run_continues_a_prompt_as_the_reference_does() {
     let dir = tmp_dir("run");
-    let path = synth_file(&dir, SynthShape::Qwen3MoeTiny, SynthType::F32);
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference/qwen3moe-tiny-f32.json");
-    let reference: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let (path, reference) = synth_with_fixture(&dir, SynthShape::Qwen3MoeTiny, SynthType::F32);
     let case = &reference["cases"][0];
     let prompt: String = ids(&case["prompt_ids"]).iter().map(|&b| b as u8 as char).collect();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_resin"))
