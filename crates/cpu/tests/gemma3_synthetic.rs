@@ -1,16 +1,20 @@
 //! gemma3 on a small synthetic model with f32 weights, against a plain f64 forward pass
-//! written here, independently of the home's code: the embedding times sqrt(n_embd), q/k RMS
+//! written here (from common/f64_pass.rs), independently of the home's code: the embedding times sqrt(n_embd), q/k RMS
 //! norms, NEOX rope with a base of its own on the sliding-window layers, a window of WINDOW
 //! keys on every layer but the pattern's last, post-attention and post-FFN norms, GeGLU (tanh
 //! GELU), tied embeddings and final logit soft-capping. The prompt and the decode steps run
 //! past the window, so the window shows. Each feature has a control (the reference without
 //! it) that must fail the bar the home meets.
 
+mod common;
+
 use std::sync::Arc;
 
-use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
+use common::f64_pass::{attend, five_decode_steps, matvec, rel_l2, rms, rms_heads, rope_neox};
+use resin_core::{Counters, Home, KvCodec, RegionId, Segment};
 use resin_cpu::{CpuHome, CpuOptions};
-use resin_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+use resin_gguf::synthetic::{Shape, Weights};
+use resin_gguf::{GgufFile, Value};
 use resin_model::{Arch, FfnAct, ModelConfig};
 
 const D: usize = 64;
@@ -28,80 +32,25 @@ const BASE: f64 = 1_000_000.0;
 /// Not in the file: gemma3's default for the sliding-window layers.
 const BASE_LOCAL: f64 = 10_000.0;
 const SOFTCAP: f64 = 4.0;
-
-struct Weights {
-    tensors: Vec<(String, Vec<u64>, Vec<f32>)>,
-}
-
-impl Weights {
-    fn get(&self, name: &str) -> &[f32] {
-        &self.tensors.iter().find(|t| t.0 == name).unwrap_or_else(|| panic!("{name}")).2
-    }
-}
+const SHAPE: Shape = Shape { layers: L, d: D, heads: H, heads_kv: HKV, head_dim: HD, ff: FF };
 
 fn synth() -> Weights {
-    let mut seed = 0x0123_4567_89ab_cdefu64;
-    let mut rnd = |scale: f32| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
-    };
-    let mut t = Vec::new();
-    let mut mat = |name: String, rows: usize, cols: usize, scale: f32, t: &mut Vec<(String, Vec<u64>, Vec<f32>)>| {
-        let v: Vec<f32> = (0..rows * cols).map(|_| rnd(scale)).collect();
-        t.push((name, vec![cols as u64, rows as u64], v));
-    };
+    let mut w = Weights::new(0x0123_4567_89ab_cdef);
     // Small embeddings, as Gemma's are: the sqrt(n_embd) scale brings them to unit size.
-    mat("token_embd.weight".into(), V, D, 0.15, &mut t);
-    for l in 0..L {
-        mat(format!("blk.{l}.attn_q.weight"), H * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_k.weight"), HKV * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_v.weight"), HKV * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_output.weight"), D, H * HD, 0.2, &mut t);
-        mat(format!("blk.{l}.ffn_gate.weight"), FF, D, 0.3, &mut t);
-        mat(format!("blk.{l}.ffn_up.weight"), FF, D, 0.3, &mut t);
-        mat(format!("blk.{l}.ffn_down.weight"), D, FF, 0.2, &mut t);
-    }
-    // Norm weights near 1 but not 1, so a skipped norm shows.
-    let mut vecs = vec![("output_norm.weight".to_string(), D)];
-    for l in 0..L {
-        for (name, n) in [("attn_norm", D), ("ffn_norm", D), ("post_attention_norm", D), ("post_ffw_norm", D), ("attn_q_norm", HD), ("attn_k_norm", HD)] {
-            vecs.push((format!("blk.{l}.{name}.weight"), n));
-        }
-    }
-    let mut w = Weights { tensors: t };
-    for (name, n) in vecs {
-        let v: Vec<f32> = (0..n).map(|_| 1.0 + rnd(0.5)).collect();
-        w.tensors.push((name, vec![n as u64], v));
-    }
+    w.mat("token_embd.weight", V, D, 0.15);
+    w.blocks(&SHAPE, &[("attn_norm", D), ("ffn_norm", D), ("post_attention_norm", D), ("post_ffw_norm", D), ("attn_q_norm", HD), ("attn_k_norm", HD)]);
     w
 }
 
 fn write(w: &Weights) -> Vec<u8> {
-    let mut g = GgufWriter::new();
+    let mut g = SHAPE.writer("gemma3", 128);
     let u = |v: usize| Value::U32(v as u32);
-    g.set("general.architecture", Value::String("gemma3".into()));
-    g.set("gemma3.block_count", u(L));
-    g.set("gemma3.embedding_length", u(D));
-    g.set("gemma3.attention.head_count", u(H));
-    g.set("gemma3.attention.head_count_kv", u(HKV));
-    g.set("gemma3.attention.key_length", u(HD));
-    g.set("gemma3.attention.value_length", u(HD));
-    g.set("gemma3.feed_forward_length", u(FF));
-    g.set("gemma3.context_length", u(128));
     g.set("gemma3.rope.freq_base", Value::F32(BASE as f32));
     g.set("gemma3.attention.layer_norm_rms_epsilon", Value::F32(EPS as f32));
     g.set("gemma3.attention.sliding_window", u(WINDOW));
     g.set("gemma3.attention.sliding_window_pattern", u(PATTERN));
     g.set("gemma3.final_logit_softcapping", Value::F32(SOFTCAP as f32));
-    let mut bytes: Vec<Vec<u8>> = Vec::new();
-    for (name, dims, v) in &w.tensors {
-        g.add_tensor(name.clone(), dims, GgmlType::F32).unwrap();
-        bytes.push(v.iter().flat_map(|x| x.to_le_bytes()).collect());
-    }
-    let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
-    g.write_all_to_vec(&refs).unwrap()
+    w.write(g)
 }
 
 /// What the reference leaves out: the real thing has none of these set.
@@ -123,27 +72,6 @@ struct Reference<'a> {
     v: Vec<Vec<Vec<f64>>>,
 }
 
-fn matvec(m: &[f32], rows: usize, cols: usize, x: &[f64]) -> Vec<f64> {
-    (0..rows).map(|r| (0..cols).map(|c| m[r * cols + c] as f64 * x[c]).sum()).collect()
-}
-
-fn rms(x: &[f64], w: &[f32]) -> Vec<f64> {
-    let s = (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + EPS).sqrt();
-    x.iter().zip(w).map(|(v, g)| v / s * *g as f64).collect()
-}
-
-fn rope_neox(x: &mut [f64], pos: usize, base: f64) {
-    for h in x.chunks_mut(HD) {
-        for i in 0..HD / 2 {
-            let theta = pos as f64 * base.powf(-2.0 * i as f64 / HD as f64);
-            let (s, c) = theta.sin_cos();
-            let (a, b) = (h[i], h[i + HD / 2]);
-            h[i] = a * c - b * s;
-            h[i + HD / 2] = a * s + b * c;
-        }
-    }
-}
-
 fn gelu_tanh(x: f64) -> f64 {
     0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
 }
@@ -161,67 +89,42 @@ impl<'a> Reference<'a> {
         for l in 0..L {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             let local = l % PATTERN < PATTERN - 1;
-            let h = rms(&x, w.get(&n("attn_norm")));
+            let h = rms(&x, w.get(&n("attn_norm")), EPS);
             let mut q = matvec(w.get(&n("attn_q")), H * HD, D, &h);
             let mut k = matvec(w.get(&n("attn_k")), HKV * HD, D, &h);
             let v = matvec(w.get(&n("attn_v")), HKV * HD, D, &h);
-            for hq in q.chunks_mut(HD) {
-                let r = rms(hq, w.get(&n("attn_q_norm")));
-                hq.copy_from_slice(&r);
-            }
-            for hk in k.chunks_mut(HD) {
-                let r = rms(hk, w.get(&n("attn_k_norm")));
-                hk.copy_from_slice(&r);
-            }
+            rms_heads(&mut q, w.get(&n("attn_q_norm")), EPS, HD);
+            rms_heads(&mut k, w.get(&n("attn_k_norm")), EPS, HD);
             let base = if local && !wo.local_base { BASE_LOCAL } else { BASE };
-            rope_neox(&mut q, pos, base);
-            rope_neox(&mut k, pos, base);
+            rope_neox(&mut q, pos, base, HD);
+            rope_neox(&mut k, pos, base, HD);
             self.k[l].push(k);
             self.v[l].push(v);
             // Keys this row sees: its last WINDOW on a sliding-window layer, else all.
             let first = if local && !wo.window { (pos + 1).saturating_sub(WINDOW) } else { 0 };
-            let mut att = vec![0f64; H * HD];
-            for hh in 0..H {
-                let g = hh / (H / HKV);
-                let qh = &q[hh * HD..(hh + 1) * HD];
-                let s: Vec<f64> = self.k[l][first..].iter().map(|kt| qh.iter().zip(&kt[g * HD..(g + 1) * HD]).map(|(a, b)| a * b).sum::<f64>() / (HD as f64).sqrt()).collect();
-                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
-                let z: f64 = e.iter().sum();
-                for (t, vt) in self.v[l][first..].iter().enumerate() {
-                    for d in 0..HD {
-                        att[hh * HD + d] += e[t] / z * vt[g * HD + d];
-                    }
-                }
-            }
+            let att = attend(&q, &self.k[l][first..], &self.v[l][first..], H, HKV, HD);
             let mut o = matvec(w.get(&n("attn_output")), D, H * HD, &att);
             if !wo.post_norms {
-                o = rms(&o, w.get(&n("post_attention_norm")));
+                o = rms(&o, w.get(&n("post_attention_norm")), EPS);
             }
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
-            let h = rms(&x, w.get(&n("ffn_norm")));
+            let h = rms(&x, w.get(&n("ffn_norm")), EPS);
             let gt = matvec(w.get(&n("ffn_gate")), FF, D, &h);
             let up = matvec(w.get(&n("ffn_up")), FF, D, &h);
             let act: Vec<f64> = gt.iter().zip(&up).map(|(&g, u)| if wo.gelu { g / (1.0 + (-g).exp()) } else { gelu_tanh(g) } * u).collect();
             let mut dn = matvec(w.get(&n("ffn_down")), D, FF, &act);
             if !wo.post_norms {
-                dn = rms(&dn, w.get(&n("post_ffw_norm")));
+                dn = rms(&dn, w.get(&n("post_ffw_norm")), EPS);
             }
             x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
         }
-        let logits = matvec(w.get("token_embd.weight"), V, D, &rms(&x, w.get("output_norm.weight")));
+        let logits = matvec(w.get("token_embd.weight"), V, D, &rms(&x, w.get("output_norm.weight"), EPS));
         if wo.softcap {
             logits
         } else {
             logits.iter().map(|v| SOFTCAP * (v / SOFTCAP).tanh()).collect()
         }
     }
-}
-
-fn rel_l2(a: &[f32], b: &[f64]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - y).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| y * y).sum();
-    (num / den).sqrt()
 }
 
 /// f32 arithmetic against f64 through three small layers, with an f16 K/V mirror; every
@@ -270,14 +173,5 @@ fn gemma3_matches_an_f64_reference_and_needs_each_of_its_features() {
     }
 
     // Five decode steps, greedy, against the reference step by step.
-    let argmax = |v: &[f64]| (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32;
-    let mut tok = argmax(&want);
-    for i in 0..5 {
-        let pos = prompt.len() + i;
-        let want = reference.step(tok, pos);
-        let got = home.step_logits(&[Row { region: RegionId(0), token: tok, pos: pos as u32 }]).unwrap();
-        let err = rel_l2(got.row(0), &want);
-        assert!(err < BAR, "step {i}: relative L2 {err:.3e}");
-        tok = argmax(&want);
-    }
+    five_decode_steps(&mut home, |t, pos| reference.step(t, pos), &want, prompt.len(), BAR);
 }

@@ -1,13 +1,18 @@
 //! qwen3 (q/k RMS norm per head, NEOX rope, no q/k/v bias) on a small synthetic model with f32
-//! weights, against a plain f64 forward pass written here, independently of the home's code.
+//! weights, against a plain f64 forward pass written here (from common/f64_pass.rs),
+//! independently of the home's code.
 //! With f32 weights the home keeps activations in f32, so the bar is tight; a control with the
 //! q/k norm left out must fail it.
 
+mod common;
+
 use std::sync::Arc;
 
-use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
+use common::f64_pass::{attend, five_decode_steps, matvec, rel_l2, rms, rms_heads, rope_neox};
+use resin_core::{Counters, Home, KvCodec, RegionId, Segment};
 use resin_cpu::{CpuHome, CpuOptions};
-use resin_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+use resin_gguf::synthetic::{Shape, Weights};
+use resin_gguf::{GgufFile, Value};
 use resin_model::{Arch, ModelConfig};
 
 const D: usize = 64;
@@ -19,78 +24,21 @@ const L: usize = 2;
 const V: usize = 50;
 const EPS: f64 = 1e-6;
 const BASE: f64 = 10000.0;
-
-struct Weights {
-    tensors: Vec<(String, Vec<u64>, Vec<f32>)>,
-}
-
-impl Weights {
-    fn get(&self, name: &str) -> &[f32] {
-        &self.tensors.iter().find(|t| t.0 == name).unwrap_or_else(|| panic!("{name}")).2
-    }
-}
+const SHAPE: Shape = Shape { layers: L, d: D, heads: H, heads_kv: HKV, head_dim: HD, ff: FF };
 
 fn synth() -> Weights {
-    let mut seed = 0x1234_5678_9abc_def0u64;
-    let mut rnd = |scale: f32| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
-    };
-    let mut t = Vec::new();
-    let mut mat = |name: String, rows: usize, cols: usize, scale: f32, t: &mut Vec<(String, Vec<u64>, Vec<f32>)>| {
-        let v: Vec<f32> = (0..rows * cols).map(|_| rnd(scale)).collect();
-        t.push((name, vec![cols as u64, rows as u64], v));
-    };
-    mat("token_embd.weight".into(), V, D, 1.0, &mut t);
-    mat("output.weight".into(), V, D, 0.3, &mut t);
-    for l in 0..L {
-        mat(format!("blk.{l}.attn_q.weight"), H * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_k.weight"), HKV * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_v.weight"), HKV * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_output.weight"), D, H * HD, 0.2, &mut t);
-        mat(format!("blk.{l}.ffn_gate.weight"), FF, D, 0.3, &mut t);
-        mat(format!("blk.{l}.ffn_up.weight"), FF, D, 0.3, &mut t);
-        mat(format!("blk.{l}.ffn_down.weight"), D, FF, 0.2, &mut t);
-    }
-    // Norm weights near 1 but not 1, so a skipped norm shows.
-    let mut vecs = vec![("output_norm.weight".to_string(), D)];
-    for l in 0..L {
-        vecs.push((format!("blk.{l}.attn_norm.weight"), D));
-        vecs.push((format!("blk.{l}.ffn_norm.weight"), D));
-        vecs.push((format!("blk.{l}.attn_q_norm.weight"), HD));
-        vecs.push((format!("blk.{l}.attn_k_norm.weight"), HD));
-    }
-    let mut w = Weights { tensors: t };
-    for (name, n) in vecs {
-        let v: Vec<f32> = (0..n).map(|_| 1.0 + rnd(0.5)).collect();
-        w.tensors.push((name, vec![n as u64], v));
-    }
+    let mut w = Weights::new(0x1234_5678_9abc_def0);
+    w.mat("token_embd.weight", V, D, 1.0);
+    w.mat("output.weight", V, D, 0.3);
+    w.blocks(&SHAPE, &[("attn_norm", D), ("ffn_norm", D), ("attn_q_norm", HD), ("attn_k_norm", HD)]);
     w
 }
 
 fn write(w: &Weights) -> Vec<u8> {
-    let mut g = GgufWriter::new();
-    let u = |v: usize| Value::U32(v as u32);
-    g.set("general.architecture", Value::String("qwen3".into()));
-    g.set("qwen3.block_count", u(L));
-    g.set("qwen3.embedding_length", u(D));
-    g.set("qwen3.attention.head_count", u(H));
-    g.set("qwen3.attention.head_count_kv", u(HKV));
-    g.set("qwen3.attention.key_length", u(HD));
-    g.set("qwen3.attention.value_length", u(HD));
-    g.set("qwen3.feed_forward_length", u(FF));
-    g.set("qwen3.context_length", u(128));
+    let mut g = SHAPE.writer("qwen3", 128);
     g.set("qwen3.rope.freq_base", Value::F32(BASE as f32));
     g.set("qwen3.attention.layer_norm_rms_epsilon", Value::F32(EPS as f32));
-    let mut bytes: Vec<Vec<u8>> = Vec::new();
-    for (name, dims, v) in &w.tensors {
-        g.add_tensor(name.clone(), dims, GgmlType::F32).unwrap();
-        bytes.push(v.iter().flat_map(|x| x.to_le_bytes()).collect());
-    }
-    let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
-    g.write_all_to_vec(&refs).unwrap()
+    w.write(g)
 }
 
 /// The reference: f64 throughout, one token at a time, keys and values kept in f64.
@@ -99,27 +47,6 @@ struct Reference<'a> {
     qk_norm: bool,
     k: Vec<Vec<Vec<f64>>>,
     v: Vec<Vec<Vec<f64>>>,
-}
-
-fn matvec(m: &[f32], rows: usize, cols: usize, x: &[f64]) -> Vec<f64> {
-    (0..rows).map(|r| (0..cols).map(|c| m[r * cols + c] as f64 * x[c]).sum()).collect()
-}
-
-fn rms(x: &[f64], w: &[f32]) -> Vec<f64> {
-    let s = (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + EPS).sqrt();
-    x.iter().zip(w).map(|(v, g)| v / s * *g as f64).collect()
-}
-
-fn rope_neox(x: &mut [f64], pos: usize) {
-    for h in x.chunks_mut(HD) {
-        for i in 0..HD / 2 {
-            let theta = pos as f64 * BASE.powf(-2.0 * i as f64 / HD as f64);
-            let (s, c) = theta.sin_cos();
-            let (a, b) = (h[i], h[i + HD / 2]);
-            h[i] = a * c - b * s;
-            h[i + HD / 2] = a * s + b * c;
-        }
-    }
 }
 
 impl<'a> Reference<'a> {
@@ -133,55 +60,30 @@ impl<'a> Reference<'a> {
         let mut x: Vec<f64> = emb[token as usize * D..(token as usize + 1) * D].iter().map(|&v| v as f64).collect();
         for l in 0..L {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
-            let h = rms(&x, w.get(&n("attn_norm")));
+            let h = rms(&x, w.get(&n("attn_norm")), EPS);
             let mut q = matvec(w.get(&n("attn_q")), H * HD, D, &h);
             let mut k = matvec(w.get(&n("attn_k")), HKV * HD, D, &h);
             let v = matvec(w.get(&n("attn_v")), HKV * HD, D, &h);
             if self.qk_norm {
-                for hq in q.chunks_mut(HD) {
-                    let r = rms(hq, w.get(&n("attn_q_norm")));
-                    hq.copy_from_slice(&r);
-                }
-                for hk in k.chunks_mut(HD) {
-                    let r = rms(hk, w.get(&n("attn_k_norm")));
-                    hk.copy_from_slice(&r);
-                }
+                rms_heads(&mut q, w.get(&n("attn_q_norm")), EPS, HD);
+                rms_heads(&mut k, w.get(&n("attn_k_norm")), EPS, HD);
             }
-            rope_neox(&mut q, pos);
-            rope_neox(&mut k, pos);
+            rope_neox(&mut q, pos, BASE, HD);
+            rope_neox(&mut k, pos, BASE, HD);
             self.k[l].push(k);
             self.v[l].push(v);
-            let mut att = vec![0f64; H * HD];
-            for hh in 0..H {
-                let g = hh / (H / HKV);
-                let qh = &q[hh * HD..(hh + 1) * HD];
-                let s: Vec<f64> = self.k[l].iter().map(|kt| qh.iter().zip(&kt[g * HD..(g + 1) * HD]).map(|(a, b)| a * b).sum::<f64>() / (HD as f64).sqrt()).collect();
-                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
-                let z: f64 = e.iter().sum();
-                for (t, vt) in self.v[l].iter().enumerate() {
-                    for d in 0..HD {
-                        att[hh * HD + d] += e[t] / z * vt[g * HD + d];
-                    }
-                }
-            }
+            let att = attend(&q, &self.k[l], &self.v[l], H, HKV, HD);
             let o = matvec(w.get(&n("attn_output")), D, H * HD, &att);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
-            let h = rms(&x, w.get(&n("ffn_norm")));
+            let h = rms(&x, w.get(&n("ffn_norm")), EPS);
             let gt = matvec(w.get(&n("ffn_gate")), FF, D, &h);
             let up = matvec(w.get(&n("ffn_up")), FF, D, &h);
             let act: Vec<f64> = gt.iter().zip(&up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
             let dn = matvec(w.get(&n("ffn_down")), D, FF, &act);
             x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
         }
-        matvec(w.get("output.weight"), V, D, &rms(&x, w.get("output_norm.weight")))
+        matvec(w.get("output.weight"), V, D, &rms(&x, w.get("output_norm.weight"), EPS))
     }
-}
-
-fn rel_l2(a: &[f32], b: &[f64]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - y).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| y * y).sum();
-    (num / den).sqrt()
 }
 
 /// f32 arithmetic against f64 through two small layers, with an f16 K/V mirror: measured
@@ -213,14 +115,5 @@ fn qwen3_matches_an_f64_reference_and_needs_its_qk_norm() {
     assert!(ctl >= BAR, "the control (no q/k norm) passed the bar ({ctl:.3e}): the bar cannot fail");
 
     // Five decode steps, greedy, against the reference step by step.
-    let argmax = |v: &[f64]| (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32;
-    let mut tok = argmax(&want);
-    for i in 0..5 {
-        let pos = prompt.len() + i;
-        let want = reference.step(tok, pos);
-        let got = home.step_logits(&[Row { region: RegionId(0), token: tok, pos: pos as u32 }]).unwrap();
-        let err = rel_l2(got.row(0), &want);
-        assert!(err < BAR, "step {i}: relative L2 {err:.3e}");
-        tok = argmax(&want);
-    }
+    five_decode_steps(&mut home, |t, pos| reference.step(t, pos), &want, prompt.len(), BAR);
 }

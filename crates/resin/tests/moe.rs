@@ -15,19 +15,20 @@
 //! bits only for quantized weights): the comparison is then exact up to summation order and
 //! a router choice cannot flip on rounding (the fixtures record the smallest router margin).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use resin::synth::{synth, SynthShape, SynthType, SynthVocab};
+use common::{argmax, bits, synth_file, tmp_dir, tokens, SEED};
+use resin::synth::{SynthShape, SynthType};
 use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
 use resin_cpu::{CpuHome, CpuOptions};
-use resin_gguf::{GgmlType, GgufFile};
+use resin_gguf::GgufFile;
 use resin_model::{ModelConfig, Moe};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// The seed the fixtures were written from.
-const SEED: u64 = 1;
 /// Relative L2 error allowed on the first step's top-200 logits: f32 throughout on both sides
 /// (weights, activations, the K/V mirror), so what is left is summation order and the
 /// fixture's rounding of logits to 4 decimals.
@@ -38,20 +39,6 @@ const NEAR_TIE: f64 = 1e-3;
 /// At least this many greedy tokens must be compared over the prompts.
 const MIN_TOKENS: usize = 40;
 
-fn tmp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("resin-moe-test-{}-{tag}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn synth_file(dir: &Path, shape: SynthShape, ty: SynthType) -> PathBuf {
-    let out = dir.join(format!("{shape}-{ty}.gguf"));
-    if !out.exists() {
-        synth(shape, ty, SynthVocab::ByteLevel, &out, SEED, false).unwrap();
-    }
-    out
-}
-
 fn home(file: Arc<GgufFile>, cfg: ModelConfig, regions: usize) -> CpuHome {
     home_with(file, cfg, regions, KvCodec::F16)
 }
@@ -59,10 +46,6 @@ fn home(file: Arc<GgufFile>, cfg: ModelConfig, regions: usize) -> CpuHome {
 fn home_with(file: Arc<GgufFile>, cfg: ModelConfig, regions: usize, codec: KvCodec) -> CpuHome {
     let opts = CpuOptions { n_ctx: Some(256), regions, codec, threads: Some(2) };
     CpuHome::new(file, cfg, &opts, Arc::new(Counters::default())).unwrap()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -89,19 +72,27 @@ fn greedy(home: &mut CpuHome, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f3
     (out, first)
 }
 
-fn check_reference(shape: SynthShape) {
-    let name = format!("{shape}-f32");
+/// `shape` in `ty` written in `dir`, and its fixture `testdata/reference/{shape}-{ty}.json`,
+/// checked to be about that very file.
+fn synth_with_fixture(dir: &Path, shape: SynthShape, ty: SynthType) -> (PathBuf, Value) {
+    let name = format!("{shape}-{ty}");
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference").join(format!("{name}.json"));
     let reference: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
-    let dir = tmp_dir(&name);
-    let path = synth_file(&dir, shape, SynthType::F32);
+    let path = synth_file(dir, shape, ty);
     let digest: String = Sha256::digest(std::fs::read(&path).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(
         digest,
         reference["sha256"].as_str().unwrap(),
-        "{name}: `resin synth --shape {shape} --type f32 --seed {SEED}` no longer writes the file the fixture was made from; \
+        "{name}: `resin synth --shape {shape} --type {ty} --seed {SEED}` no longer writes the file the fixture was made from; \
          regenerate it as testdata/reference/README.md says"
     );
+    (path, reference)
+}
+
+fn check_reference(shape: SynthShape) {
+    let name = format!("{shape}-f32");
+    let dir = tmp_dir(&name);
+    let (path, reference) = synth_with_fixture(&dir, shape, SynthType::F32);
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     assert_eq!(cfg.moe, Some(Moe { n_expert: 8, n_expert_used: 2 }));
@@ -146,15 +137,6 @@ fn mixtral_tiny_matches_the_numpy_reference() {
     check_reference(SynthShape::MixtralTiny);
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
-/// Deterministic byte tokens.
-fn tokens(n: usize, salt: u32) -> Vec<u32> {
-    (0..n as u32).map(|i| (i * 97 + salt * 31 + 5) % 256).collect()
-}
-
 /// Five rows at different positions stepped together equal each stepped alone; two prompts
 /// prefilled in one window equal each alone. Q8_0: the quantized-activation path.
 #[test]
@@ -186,46 +168,13 @@ fn moe_rows_together_equal_rows_alone() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// One expert of layer 0 made NaN (its gate rows): a row that chose it turns NaN, every other
-/// row keeps its bits, in the same pass. A home that ran every expert (and weighted the
-/// unchosen by 0) would turn every row NaN.
+/// One expert made NaN: only the rows that chose it change (48 byte tokens in one pass).
 #[test]
 fn a_row_reads_only_its_chosen_experts() {
-    let dir = tmp_dir("unchosen");
-    for shape in [SynthShape::Qwen3MoeTiny, SynthShape::MixtralTiny] {
-        let path = synth_file(&dir, shape, SynthType::F32);
-        let file = Arc::new(GgufFile::open(&path).unwrap());
+    common::check_rows_read_only_their_experts("unchosen", 48, 5, |file, segs| {
         let cfg = ModelConfig::from_gguf(&file).unwrap();
-        let t = file.tensor("blk.0.ffn_gate_exps.weight").unwrap();
-        assert_eq!(t.ty, GgmlType::F32);
-        let (expert, per_expert) = (5usize, (t.dims[0] * t.dims[1]) as usize * 4);
-        let mut bytes = file.bytes().to_vec();
-        let start = (file.data_offset + t.offset) as usize + expert * per_expert;
-        for w in bytes[start..start + per_expert].chunks_exact_mut(4) {
-            w.copy_from_slice(&f32::NAN.to_le_bytes());
-        }
-        let poisoned = Arc::new(GgufFile::from_bytes(bytes).unwrap());
-
-        // Every byte token alone at position 0, all in one pass (one region each).
-        let n = 48;
-        let toks: Vec<[u32; 1]> = (0..n as u32).map(|i| [i * 5 + 1]).collect();
-        let segs: Vec<Segment> = toks.iter().enumerate().map(|(r, t)| Segment { region: RegionId(r as u32), start: 0, tokens: t }).collect();
-        let clean = home(file.clone(), cfg.clone(), n).prefill(&segs).unwrap();
-        let bad = home(poisoned, cfg.clone(), n).prefill(&segs).unwrap();
-        let (mut kept, mut nan) = (0, 0);
-        for (r, tok) in toks.iter().enumerate() {
-            if bad.row(r).iter().all(|v| v.is_nan()) {
-                nan += 1;
-            } else {
-                assert_eq!(bits(bad.row(r)), bits(clean.row(r)), "{shape}: token {} did not choose the NaN expert yet changed", tok[0]);
-                kept += 1;
-            }
-        }
-        eprintln!("{shape}: {kept} rows kept their bits, {nan} chose the poisoned expert");
-        // Top-2 of 8: about a quarter of the rows choose any one expert.
-        assert!(kept > 0 && nan > 0, "{shape}: {kept} rows kept, {nan} turned NaN: the test shows nothing");
-    }
-    std::fs::remove_dir_all(&dir).unwrap();
+        home(file, cfg, segs.len()).prefill(segs).unwrap()
+    });
 }
 
 /// Relative L2 bar on the Q8_0 files' prefill logits. The home quantizes activations to 8 bits
@@ -243,12 +192,8 @@ const Q8_ROUTER_MARGIN: f64 = 0.01;
 /// Fixtures `{shape}-q8_0.json` hold one step, so their router margins are the prompts' own.
 fn check_q8_prefill(shape: SynthShape) {
     let name = format!("{shape}-q8_0");
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference").join(format!("{name}.json"));
-    let reference: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
     let dir = tmp_dir(&name);
-    let path = synth_file(&dir, shape, SynthType::Q8_0);
-    let digest: String = Sha256::digest(std::fs::read(&path).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(digest, reference["sha256"].as_str().unwrap(), "{name}: the synthetic file changed; regenerate the fixture (testdata/reference/README.md)");
+    let (path, reference) = synth_with_fixture(&dir, shape, SynthType::Q8_0);
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let prefill = |cfg: &ModelConfig, prompt: &[u32]| home(file.clone(), cfg.clone(), 1).prefill(&[Segment { region: RegionId(0), start: 0, tokens: prompt }]).unwrap().data;
@@ -293,9 +238,7 @@ fn mixtral_tiny_q8_0_prefill_matches_the_numpy_reference() {
 #[test]
 fn resin_run_continues_a_prompt_as_the_reference_does() {
     let dir = tmp_dir("run");
-    let path = synth_file(&dir, SynthShape::Qwen3MoeTiny, SynthType::F32);
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference/qwen3moe-tiny-f32.json");
-    let reference: Value = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let (path, reference) = synth_with_fixture(&dir, SynthShape::Qwen3MoeTiny, SynthType::F32);
     let case = &reference["cases"][0];
     let prompt: String = ids(&case["prompt_ids"]).iter().map(|&b| b as u8 as char).collect();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_resin"))

@@ -24,7 +24,8 @@ use std::sync::Arc;
 
 use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
 use resin_cpu::{CpuHome, CpuOptions};
-use resin_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+use resin_gguf::synthetic::{Shape, Weights};
+use resin_gguf::{GgufFile, Value};
 use resin_model::ModelConfig;
 use resin_vulkan::{VulkanHome, VulkanOptions};
 
@@ -36,68 +37,22 @@ const FF: usize = 96;
 const L: usize = 3;
 const WINDOW: usize = 4;
 const V: usize = 64;
+const SHAPE: Shape = Shape { layers: L, d: D, heads: H, heads_kv: HKV, head_dim: HD, ff: FF };
 
 /// A gemma3 file with random f32 weights: layers 0 and 1 slide over WINDOW keys, layer 2 is
 /// global, logits soft-capped at 4.
 fn synthetic() -> Arc<GgufFile> {
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rnd = |scale: f32| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
-    };
-    let mut t: Vec<(String, Vec<u64>, Vec<f32>)> = Vec::new();
-    let mut mat = |name: String, rows: usize, cols: usize, scale: f32, t: &mut Vec<(String, Vec<u64>, Vec<f32>)>| {
-        t.push((name, vec![cols as u64, rows as u64], (0..rows * cols).map(|_| rnd(scale)).collect()));
-    };
-    mat("token_embd.weight".into(), V, D, 0.15, &mut t);
-    for l in 0..L {
-        mat(format!("blk.{l}.attn_q.weight"), H * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_k.weight"), HKV * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_v.weight"), HKV * HD, D, 0.3, &mut t);
-        mat(format!("blk.{l}.attn_output.weight"), D, H * HD, 0.2, &mut t);
-        mat(format!("blk.{l}.ffn_gate.weight"), FF, D, 0.3, &mut t);
-        mat(format!("blk.{l}.ffn_up.weight"), FF, D, 0.3, &mut t);
-        mat(format!("blk.{l}.ffn_down.weight"), D, FF, 0.2, &mut t);
-    }
-    let mut vecs = vec![("output_norm.weight".to_string(), D)];
-    for l in 0..L {
-        for (name, n) in [("attn_norm", D), ("ffn_norm", D), ("post_attention_norm", D), ("post_ffw_norm", D), ("attn_q_norm", HD), ("attn_k_norm", HD)] {
-            vecs.push((format!("blk.{l}.{name}.weight"), n));
-        }
-    }
-    for (name, n) in vecs {
-        let v: Vec<f32> = (0..n).map(|_| 1.0 + rnd(0.5)).collect();
-        t.push((name, vec![n as u64], v));
-    }
-    let mut g = GgufWriter::new();
+    let mut w = Weights::new(0x9e37_79b9_7f4a_7c15);
+    w.mat("token_embd.weight", V, D, 0.15);
+    w.blocks(&SHAPE, &[("attn_norm", D), ("ffn_norm", D), ("post_attention_norm", D), ("post_ffw_norm", D), ("attn_q_norm", HD), ("attn_k_norm", HD)]);
+    let mut g = SHAPE.writer("gemma3", 128);
     let u = |v: usize| Value::U32(v as u32);
-    g.set("general.architecture", Value::String("gemma3".into()));
-    for (k, v) in [
-        ("block_count", L),
-        ("embedding_length", D),
-        ("attention.head_count", H),
-        ("attention.head_count_kv", HKV),
-        ("attention.key_length", HD),
-        ("attention.value_length", HD),
-        ("feed_forward_length", FF),
-        ("context_length", 128),
-        ("attention.sliding_window", WINDOW),
-        ("attention.sliding_window_pattern", 3),
-    ] {
-        g.set(format!("gemma3.{k}"), u(v));
-    }
+    g.set("gemma3.attention.sliding_window", u(WINDOW));
+    g.set("gemma3.attention.sliding_window_pattern", u(3));
     g.set("gemma3.rope.freq_base", Value::F32(1e6));
     g.set("gemma3.attention.layer_norm_rms_epsilon", Value::F32(1e-6));
     g.set("gemma3.final_logit_softcapping", Value::F32(4.0));
-    let mut bytes: Vec<Vec<u8>> = Vec::new();
-    for (name, dims, v) in &t {
-        g.add_tensor(name.clone(), dims, GgmlType::F32).unwrap();
-        bytes.push(v.iter().flat_map(|x| x.to_le_bytes()).collect());
-    }
-    let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
-    Arc::new(GgufFile::from_bytes(g.write_all_to_vec(&refs).unwrap()).unwrap())
+    Arc::new(GgufFile::from_bytes(w.write(g)).unwrap())
 }
 
 fn cpu_home(file: Arc<GgufFile>, cfg: ModelConfig, n_ctx: usize) -> CpuHome {

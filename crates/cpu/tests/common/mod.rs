@@ -1,4 +1,7 @@
 //! Helpers shared by the CPU home's model tests.
+#![allow(dead_code)]
+
+pub mod f64_pass;
 
 /// Index of the largest logit (the first on ties), as greedy sampling picks it.
 pub fn argmax(v: &[f32]) -> u32 {

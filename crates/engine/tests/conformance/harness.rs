@@ -8,10 +8,12 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use resin_core::{Counters, Home, HomeSpec, KvCodec, Logits, Need, RegionId, Row, Segment, StepOut};
 use resin_cpu::{CpuHome, CpuOptions};
-use resin_engine::{Engine, EngineConfig, Finish, GenEvent, GenHandle, GenRequest};
+use resin_engine::{Engine, EngineConfig, GenHandle};
 use resin_gguf::GgufFile;
 use resin_model::{ModelConfig, Tokenizer};
 use resin_vulkan::{Gpu, VulkanHome, VulkanOptions, WideMode};
+
+use crate::common::{collect, request};
 
 /// The homes every scenario runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,26 +122,6 @@ impl Suite {
     }
 }
 
-/// Greedy, exactly `n` tokens (no stop ids).
-pub fn request(prompt: Vec<u32>, n: usize) -> GenRequest {
-    let mut r = GenRequest::new(prompt, n);
-    r.stop_ids = Some(Vec::new());
-    r
-}
-
-/// A stream's tokens and how it finished.
-pub fn collect(mut h: GenHandle) -> (Vec<u32>, Finish) {
-    let mut ids = Vec::new();
-    while let Some(ev) = h.blocking_next() {
-        match ev {
-            GenEvent::Delta { ids: new, .. } => ids.extend(new),
-            GenEvent::Done(f) => return (ids, f),
-            GenEvent::Error(e) => panic!("generation failed: {e}"),
-        }
-    }
-    panic!("stream ended without Done");
-}
-
 /// Every prompt submitted at once, each stream's `tokens` tokens.
 pub fn together(e: &Engine, prompts: &[Vec<u32>], tokens: usize) -> Vec<Vec<u32>> {
     let hs: Vec<GenHandle> = prompts.iter().map(|p| e.submit(request(p.clone(), tokens)).unwrap()).collect();
@@ -165,88 +147,70 @@ pub fn short_prompts(s: &Suite, n: usize) -> Vec<Vec<u32>> {
     ps
 }
 
-/// A home that takes at most `rows_max` rows a step: the engine steps more streams in
-/// balanced calls of its own.
-pub struct Capped {
+/// A home between the engine and a real one, with the hooks a scenario sets: a cap on the rows
+/// a step takes, a gate its first call waits at, a log of its calls.
+pub struct Hooked {
     home: Box<dyn Home>,
     spec: HomeSpec,
-}
-
-impl Capped {
-    pub fn new(home: Box<dyn Home>, rows_max: usize) -> Capped {
-        let mut spec = home.spec().clone();
-        spec.step_rows_max = rows_max;
-        Capped { home, spec }
-    }
-}
-
-impl Home for Capped {
-    fn spec(&self) -> &HomeSpec {
-        &self.spec
-    }
-    fn prefill(&mut self, segments: &[Segment<'_>]) -> resin_core::Result<Logits> {
-        self.home.prefill(segments)
-    }
-    fn step(&mut self, rows: &[Row], needs: &[Need]) -> resin_core::Result<StepOut> {
-        resin_core::check_step(&self.spec, rows, needs)?;
-        self.home.step(rows, needs)
-    }
-    fn counters(&self) -> &Arc<Counters> {
-        self.home.counters()
-    }
-    fn save_region(&mut self, region: RegionId, rows: usize) -> resin_core::Result<Vec<u8>> {
-        self.home.save_region(region, rows)
-    }
-    fn load_region(&mut self, region: RegionId, rows: usize, snapshot: &[u8]) -> resin_core::Result<()> {
-        self.home.load_region(region, rows, snapshot)
-    }
-}
-
-/// A home whose first call waits until the test opens the gate: requests submitted while it
-/// waits are all in the engine's queue at its next tick (they arrive together). It logs the
-/// engine's calls: ("prefill", segments) and ("step", rows).
-pub struct Gated {
-    home: Box<dyn Home>,
     gate: Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>,
-    calls: Arc<Mutex<Vec<(&'static str, usize)>>>,
+    calls: Option<CallLog>,
 }
 
-/// What `Gated::new` gives the test: the home, a receiver told when the first call has come
-/// in, the sender that opens the gate, and the log of calls.
-pub type GatedParts = (Gated, mpsc::Receiver<()>, mpsc::Sender<()>, Arc<Mutex<Vec<(&'static str, usize)>>>);
+/// The calls a home was given, in order: ("prefill", segments) and ("step", rows).
+pub type CallLog = Arc<Mutex<Vec<(&'static str, usize)>>>;
 
-impl Gated {
-    pub fn new(home: Box<dyn Home>) -> GatedParts {
+/// What `Hooked::gated` gives the test: the home, a receiver told when the first call has come
+/// in, the sender that opens the gate, and the log of calls.
+pub type GatedParts = (Hooked, mpsc::Receiver<()>, mpsc::Sender<()>, CallLog);
+
+impl Hooked {
+    fn new(home: Box<dyn Home>) -> Hooked {
+        let spec = home.spec().clone();
+        Hooked { home, spec, gate: None, calls: None }
+    }
+
+    /// A home that takes at most `rows_max` rows a step: the engine steps more streams in
+    /// balanced calls of its own.
+    pub fn capped(home: Box<dyn Home>, rows_max: usize) -> Hooked {
+        let mut h = Hooked::new(home);
+        h.spec.step_rows_max = rows_max;
+        h
+    }
+
+    /// A home whose first call waits until the test opens the gate: requests submitted while it
+    /// waits are all in the engine's queue at its next tick (they arrive together). It logs the
+    /// engine's calls.
+    pub fn gated(home: Box<dyn Home>) -> GatedParts {
         let (entered_tx, entered_rx) = mpsc::channel();
         let (open_tx, open_rx) = mpsc::channel();
         let calls = Arc::new(Mutex::new(Vec::new()));
-        (Gated { home, gate: Some((entered_tx, open_rx)), calls: calls.clone() }, entered_rx, open_tx, calls)
+        let h = Hooked { gate: Some((entered_tx, open_rx)), calls: Some(calls.clone()), ..Hooked::new(home) };
+        (h, entered_rx, open_tx, calls)
     }
 
-    fn log(&self, call: &'static str, n: usize) {
-        self.calls.lock().unwrap_or_else(|e| e.into_inner()).push((call, n));
-    }
-
-    fn wait(&mut self) {
+    /// Before a call of `n` segments or rows: wait at the gate (the first call), then log it.
+    fn enter(&mut self, call: &'static str, n: usize) {
         if let Some((entered, open)) = self.gate.take() {
             entered.send(()).expect("the test waits for the first call");
             open.recv().expect("the test opens the gate");
         }
+        if let Some(calls) = &self.calls {
+            calls.lock().unwrap_or_else(|e| e.into_inner()).push((call, n));
+        }
     }
 }
 
-impl Home for Gated {
+impl Home for Hooked {
     fn spec(&self) -> &HomeSpec {
-        self.home.spec()
+        &self.spec
     }
     fn prefill(&mut self, segments: &[Segment<'_>]) -> resin_core::Result<Logits> {
-        self.wait();
-        self.log("prefill", segments.len());
+        self.enter("prefill", segments.len());
         self.home.prefill(segments)
     }
     fn step(&mut self, rows: &[Row], needs: &[Need]) -> resin_core::Result<StepOut> {
-        self.wait();
-        self.log("step", rows.len());
+        self.enter("step", rows.len());
+        resin_core::check_step(&self.spec, rows, needs)?;
         self.home.step(rows, needs)
     }
     fn counters(&self) -> &Arc<Counters> {
