@@ -86,16 +86,9 @@ pub enum MvOut<'a> {
 }
 
 /// The rows of a product: `rows` weight rows of `cols` values (`row_bytes` each), activation
-/// rows `x_stride` values apart, output rows `y_stride` apart from `y_off`.
-#[derive(Debug, Clone, Copy)]
-pub struct MvShape {
-    pub rows: u32,
-    pub cols: u32,
-    pub row_bytes: u32,
-    pub x_stride: u32,
-    pub y_stride: u32,
-    pub y_off: u32,
-}
+/// rows `x_stride` values apart, output rows `y_stride` apart from `y_off`: the six numbers the
+/// GEMV's push block holds, so a pass describes a matrix once for either product.
+pub type MvShape = crate::kernels::GemvPush;
 
 /// One product: `n` (1..=8) activation rows through the weights `w` of format `ty`.
 #[derive(Clone, Copy)]

@@ -313,10 +313,10 @@ pub(super) fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, (y, y_st
         x
     };
     for (i, part) in m.parts.iter().enumerate() {
-        let p = GemvPush { rows: part.rows as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: part.r0 as u32 };
+        let p = shape(m, part, y_stride);
         if canon(m, n, s) {
             let input = MvIn::Packed { x: (&s.xp32).into(), layout: packed(n, m.cols)? };
-            rec.mv(Mv { ty: m.ty, n: n as u32, w: part.bind(), input, out: MvOut::Store(y.into()), shape: shape(m, part, y_stride) })?;
+            rec.mv(Mv { ty: m.ty, n: n as u32, w: part.bind(), input, out: MvOut::Store(y.into()), shape: p })?;
         } else if n <= NROW_MAX {
             rec.gemv(m.ty, n as u32, part.bind(), xin.into(), y.into(), p)?;
         } else {
