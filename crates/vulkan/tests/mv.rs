@@ -18,6 +18,16 @@ fn poisoned_words(h: &Harness, words: usize) -> Buffer {
     b
 }
 
+/// The f32 rows `xs` (`cols` values each) normed by `nw` in the canonical order (`normpack`):
+/// the packed u, its layout and each row's r, the input of a `NormPacked` product.
+fn normpacked(h: &mut Harness, xs: &[f32], cols: usize, nw: &Buffer, eps: f32) -> (Buffer, QPack, Buffer) {
+    let rows = xs.len() / cols;
+    let layout = QPack::new(xs.len() as u32).unwrap();
+    let (xb, pk, r) = (h.buf_f32(xs), poisoned_words(h, layout.words() as usize), h.poisoned(rows));
+    h.run(|rec| rec.normpack(rows as u32, cols as u32, eps, (&xb).into(), None, nw.into(), layout, (&pk).into(), (&r).into()));
+    (pk, layout, r)
+}
+
 /// Rows of activations packed on the host, as QPack lays them out.
 fn pack_host(rows: &[CanonActs]) -> Vec<u32> {
     let count: usize = rows.iter().map(|a| a.q.len()).sum();
@@ -157,14 +167,9 @@ fn mv_format(ty: GgmlType) {
             folded.extend(y.read_f32(0, rows).unwrap());
         }
         let y = h.poisoned(8 * rows);
-        let xb = h.buf_f32(&xs);
-        let (pk, rsb) = (poisoned_words(&h, layout.words() as usize), h.poisoned(8));
-        h.run(|rec| {
-            rec.normpack(8, cols as u32, eps, (&xb).into(), None, (&nwb).into(), layout, (&pk).into(), (&rsb).into())?;
-            rec.barrier();
-            let input = MvIn::NormPacked { x: (&pk).into(), layout, r: (&rsb).into() };
-            rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape })
-        });
+        let (pk, l, rsb) = normpacked(&mut h, &xs, cols, &nwb, eps);
+        let input = MvIn::NormPacked { x: (&pk).into(), layout: l, r: (&rsb).into() };
+        h.run(|rec| rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
         let packed = y.read_f32(0, 8 * rows).unwrap();
         assert!(bits(&packed) == bits(&folded), "{ty} {rows}x{cols}: normpack and an 8-row product differ from the rows folded one at a time");
         let mut wq = vec![0f32; rows * cols];
@@ -240,7 +245,7 @@ fn mv_swiglu_packs_the_ffn_product() {
         let (wbuf, row_bytes) = h.weights(ty, cols, &[gate.clone(), up.clone()].concat());
         let xs = rng.vec(8 * cols, 2.0);
         let nw = rng.vec(cols, 1.0);
-        let (xb, nwb) = (h.buf_f32(&xs), h.buf_f32(&nw));
+        let nwb = h.buf_f32(&nw);
         let layout = QPack::new((8 * rows) as u32).unwrap();
         let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
         let up_off = (rows * row_bytes) as u32;
@@ -255,15 +260,10 @@ fn mv_swiglu_packs_the_ffn_product() {
             h.run(|rec| rec.mv(Mv { ty, n: 1, w: (&wbuf).into(), input, out: o, shape }));
             ones.push(out.read_u32(0, one_layout.words() as usize).unwrap());
         }
-        let xl = QPack::new((8 * cols) as u32).unwrap();
-        let (pk, rsb) = (poisoned_words(&h, xl.words() as usize), h.poisoned(8));
+        let (pk, xl, rsb) = normpacked(&mut h, &xs, cols, &nwb, 1e-5);
         let out = poisoned_words(&h, layout.words() as usize);
-        h.run(|rec| {
-            rec.normpack(8, cols as u32, 1e-5, (&xb).into(), None, (&nwb).into(), xl, (&pk).into(), (&rsb).into())?;
-            rec.barrier();
-            let input = MvIn::NormPacked { x: (&pk).into(), layout: xl, r: (&rsb).into() };
-            rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::SwiGlu { up_off, out: (&out).into(), layout }, shape })
-        });
+        let input = MvIn::NormPacked { x: (&pk).into(), layout: xl, r: (&rsb).into() };
+        h.run(|rec| rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::SwiGlu { up_off, out: (&out).into(), layout }, shape }));
         let all = out.read_u32(0, layout.words() as usize).unwrap();
         let (qw, nbk) = (rows / 4, rows / 32);
         let (d_off, s_off) = (layout.d_off() as usize, layout.s_off() as usize);
@@ -450,14 +450,10 @@ fn fold_and_normpack_agree() {
             rs1.push(rsb.read_f32(0, 1).unwrap()[0]);
             pk1.push(pk.read_u32(0, l1.words() as usize).unwrap());
         }
-        let l8 = QPack::new((8 * cols) as u32).unwrap();
-        let xb = h.buf_f32(&xs);
-        let (y, pk, rsb) = (h.poisoned(8 * rows), poisoned_words(&h, l8.words() as usize), h.poisoned(8));
-        h.run(|rec| {
-            rec.normpack(8, cols as u32, 1e-5, (&xb).into(), None, (&nwb).into(), l8, (&pk).into(), (&rsb).into())?;
-            rec.barrier();
-            rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input: MvIn::NormPacked { x: (&pk).into(), layout: l8, r: (&rsb).into() }, out: MvOut::Store((&y).into()), shape })
-        });
+        let y = h.poisoned(8 * rows);
+        let (pk, l8, rsb) = normpacked(&mut h, &xs, cols, &nwb, 1e-5);
+        let input = MvIn::NormPacked { x: (&pk).into(), layout: l8, r: (&rsb).into() };
+        h.run(|rec| rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
         let np8 = bits(&y.read_f32(0, 8 * rows).unwrap());
         let cut = Cut::of(cols).unwrap();
         for c in 0..8 {
