@@ -1,5 +1,6 @@
-//! The canonical matrix product of the token command (`shaders/ops/mv.comp`, the formats'
-//! side in `shaders/common/dotfmt.glsl`; docs/canonical-order.md): 1..=8 activation rows
+//! The canonical matrix product (`shaders/ops/mv.comp` for 1..=8 activation rows, the token
+//! command's; `shaders/ops/mm.comp` for more, a wide step's or a window's, in one pass over the
+//! weights; the formats' side in `shaders/common/dotfmt.glsl`; docs/canonical-order.md): rows
 //! quantized in 32-value int8 blocks, exact integer dot products with the weight quants, each
 //! block's float expression, chunks of blocks fixed by the row length summed left to right
 //! and the chunks by a pairwise tree. A stage's residual add or SwiGLU runs in its epilogue
@@ -20,6 +21,7 @@
 //! `float(q) * d` is [`Recorder::qact`]'s 32-block output bit for bit.
 
 use resin_core::canon::{Cut, BLOCK};
+use resin_core::NROW_MAX;
 use resin_gguf::GgmlType;
 
 use crate::device::DeviceInfo;
@@ -90,7 +92,8 @@ pub enum MvOut<'a> {
 /// GEMV's push block holds, so a pass describes a matrix once for either product.
 pub type MvShape = crate::kernels::GemvPush;
 
-/// One product: `n` (1..=8) activation rows through the weights `w` of format `ty`.
+/// One product: `n` activation rows through the weights `w` of format `ty` (mv.comp up to
+/// NROW_MAX rows, mm.comp past it: the same bits for each row either way).
 #[derive(Clone, Copy)]
 pub struct Mv<'a> {
     pub ty: GgmlType,
@@ -126,11 +129,14 @@ const NORMPACK_BLOCKS: usize = 512;
 /// How the integer dot products are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DotTier {
-    /// bitfieldExtract multiply-adds (`mv_<fmt>`): any device.
+    /// bitfieldExtract multiply-adds (`mv_<fmt>`, `mm_<fmt>`): any device.
     Emulated,
-    /// OpSDot on packed 4x8-bit vectors (`mvx_<fmt>`): needs the integer dot product feature
-    /// (`DeviceInfo::int_dot`).
+    /// OpSDot on packed 4x8-bit vectors (`mvx_<fmt>`, `mmx_<fmt>`): needs the integer dot
+    /// product feature (`DeviceInfo::int_dot`).
     Hardware,
+    /// 16x16x32 int8 tensor-core tiles for products of more than NROW_MAX rows (`mm_cm_<fmt>`;
+    /// fewer rows take `Hardware`): needs [`tiles_ok`].
+    Tiles,
 }
 
 impl DotTier {
@@ -143,7 +149,41 @@ impl DotTier {
             DotTier::Emulated
         }
     }
+    /// The tier of a product of more than NROW_MAX rows: `Tiles` where the device has them.
+    pub fn wide_for_device(info: &DeviceInfo) -> DotTier {
+        if tiles_ok(info) {
+            DotTier::Tiles
+        } else {
+            DotTier::for_device(info)
+        }
+    }
 }
+
+/// Whether the device runs mm.comp's tensor-core tier: 16x16x32 int8 x int8 -> int32
+/// cooperative matrices at subgroup scope, subgroups of 32 (eight of them a workgroup: a 16x16
+/// region each), 8-bit arithmetic.
+pub fn tiles_ok(info: &DeviceInfo) -> bool {
+    info.coopmat
+        && info.int8_arith
+        && info.subgroup_size == 32
+        && info.max_workgroup_invocations >= MM_THREADS
+        && info.coopmat_shapes.iter().any(|s| (s.m, s.n, s.k) == (16, 16, 32) && s.types == "s8xs8->s32")
+}
+
+/// Threads of an mm.comp workgroup (its literal local size).
+const MM_THREADS: u32 = 256;
+/// Weight rows and activation rows of an mm.comp tile.
+const MM_TILE_ROWS: u32 = 64;
+const MM_TILE_N: u32 = 32;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MmPush {
+    mv: MvPush,
+    n: u32,
+}
+const _: () = assert!(std::mem::size_of::<MmPush>() == 52);
+impl Push for MmPush {}
 
 /// The shader suffix of a format the canonical product reads (the spec's table).
 pub fn mv_format(ty: GgmlType) -> Option<&'static str> {
@@ -298,12 +338,15 @@ impl Recorder<'_> {
         if !mv_ok(info) {
             return Err(VkError::Unsupported(format!("the canonical product needs subgroup shuffles (device: {} lanes, [{}])", info.subgroup_size, info.subgroup_ops.join(" "))));
         }
-        if tier == DotTier::Hardware && !info.int_dot {
+        if tier != DotTier::Emulated && !info.int_dot {
             return Err(VkError::Unsupported("OpSDot needs the integer dot product feature".into()));
         }
+        if tier == DotTier::Tiles && !tiles_ok(info) {
+            return Err(VkError::Unsupported("the device has no 16x16x32 int8 cooperative matrices for subgroups of 32".into()));
+        }
         let bad = |what: String| Err(VkError::Unsupported(format!("a canonical product of {n} rows over {} x {}: {what}", s.rows, s.cols)));
-        if !(1..=8).contains(&n) {
-            return bad("1 to 8 rows".into());
+        if n == 0 {
+            return bad("no rows".into());
         }
         if !s.x_stride.is_multiple_of(32) || s.x_stride < s.cols {
             return bad(format!("activation rows {} values apart", s.x_stride));
@@ -311,6 +354,9 @@ impl Recorder<'_> {
         let normed = matches!(input, MvIn::Normed { .. });
         if normed && n > 1 {
             return bad("a folded norm of one row".into());
+        }
+        if n as usize > NROW_MAX {
+            return self.mm(tier, f, m);
         }
         let swiglu = matches!(out, MvOut::SwiGlu { .. });
         let Some(mut spec) = MvSpec::new(info, n, s.rows, s.cols, normed, swiglu) else {
@@ -357,7 +403,7 @@ impl Recorder<'_> {
         let form = if n == 1 { "" } else { "_nrow" };
         let hw = match tier {
             DotTier::Emulated => "",
-            DotTier::Hardware => "x",
+            DotTier::Hardware | DotTier::Tiles => "x",
         };
         let consts = [
             spec.subgroups * info.subgroup_size,
@@ -377,5 +423,53 @@ impl Recorder<'_> {
             spec.fs,
         ];
         self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), grid(s.rows.div_ceil(spec.tile())))
+    }
+
+    /// mm.comp: the product of more than NROW_MAX rows (packed or normpacked input; its
+    /// checks on the shape as `mv_tier` makes them).
+    fn mm(&mut self, tier: DotTier, f: &str, m: Mv<'_>) -> Result<(), VkError> {
+        let Mv { n, w, input, out, shape: s, .. } = m;
+        let bad = |what: String| Err(VkError::Unsupported(format!("a canonical product of {n} rows over {} x {}: {what}", s.rows, s.cols)));
+        let Some(cut) = Cut::of(s.cols as usize) else {
+            return bad("rows of whole 32-value blocks".into());
+        };
+        let (x, nr, xin, xd_off, xs_off) = match input {
+            MvIn::Packed { x, layout } => {
+                if (n - 1) * s.x_stride + s.cols > layout.count {
+                    return bad(format!("{} packed values", layout.count));
+                }
+                (x, x, 0, layout.d_off(), layout.s_off())
+            }
+            MvIn::NormPacked { x, layout, r } => {
+                if (n - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * n as u64 {
+                    return bad(format!("{} packed values, {} bytes of r", layout.count, r.range));
+                }
+                (x, r, 2, layout.d_off(), layout.s_off())
+            }
+            MvIn::Normed { .. } => return bad("a folded norm of one row".into()),
+        };
+        let (y, pk, outk, up_off, pd_off, ps_off) = match out {
+            MvOut::Store(y) => (y, y, 0, 0, 0, 0),
+            MvOut::Add(y) => (y, y, 1, 0, 0, 0),
+            MvOut::SwiGlu { up_off, out, layout } => {
+                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (n - 1) * s.y_stride + s.y_off + s.rows > layout.count {
+                    return bad(format!("a SwiGLU packed in 32-row blocks from row {} at stride {} ({} values)", s.y_off, s.y_stride, layout.count));
+                }
+                if out.range < layout.bytes() || !up_off.is_multiple_of(16) {
+                    return bad(format!("{} bytes for the packed output, the up rows {up_off} bytes on", out.range));
+                }
+                (out, out, 2, up_off, layout.d_off(), layout.s_off())
+            }
+        };
+        let mv = MvPush { rows: s.rows, cols: s.cols, row_bytes: s.row_bytes, x_stride: s.x_stride, y_stride: s.y_stride, y_off: s.y_off, xd_off, xs_off, eps: 0.0, up_off, pd_off, ps_off };
+        let lpow = cut.lanes as u32;
+        let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, lpow.trailing_zeros(), xin, outk];
+        let name = match tier {
+            DotTier::Emulated => format!("mm_{f}"),
+            DotTier::Hardware => format!("mmx_{f}"),
+            DotTier::Tiles => format!("mm_cm_{f}"),
+        };
+        let tile_rows = if outk == 2 { MM_TILE_ROWS / 2 } else { MM_TILE_ROWS };
+        self.run(&name, &consts, &[w, x, nr, y, pk], &MmPush { mv, n }.bytes(), [s.rows.div_ceil(tile_rows), n.div_ceil(MM_TILE_N), 1])
     }
 }

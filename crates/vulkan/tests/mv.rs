@@ -1,7 +1,9 @@
 //! The canonical matrix product (src/mv.rs) against the scalar reference of
 //! docs/canonical-order.md (`resin_cpu::kernels::canon`): packed activations, every format's
-//! product bit for bit for any row count, the residual and folded-norm forms, the SwiGLU
-//! epilogue's packed output; both ways of taking the integer dot products.
+//! product bit for bit for any row count (mv.comp's 1..8 rows and mm.comp's more, one pass
+//! over the weights), the residual and folded-norm forms, the SwiGLU epilogue's packed
+//! output; every way of taking the integer dot products the device has (dot4, OpSDot, int8
+//! tensor-core tiles).
 
 mod common;
 
@@ -10,7 +12,7 @@ use resin_core::canon::Cut;
 use resin_cpu::kernels::canon::{canon_dot, canon_rms_scale, canon_sumsq, CanonActs};
 use resin_gguf::{formats, GgmlType};
 use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
-use resin_vulkan::mv::{mv_fits, mv_ok, DotTier, Mv, MvIn, MvOut, MvShape, QPack};
+use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, DotTier, Mv, MvIn, MvOut, MvShape, QPack};
 
 fn poisoned_words(h: &Harness, words: usize) -> Buffer {
     let mut b = Buffer::new(&h.gpu, (words * 4) as u64, Location::Device).unwrap();
@@ -46,13 +48,24 @@ fn pack_host(rows: &[CanonActs]) -> Vec<u32> {
 }
 
 fn tiers(h: &Harness) -> Vec<DotTier> {
+    let mut t = vec![DotTier::Emulated];
     if h.gpu.info.int_dot {
-        vec![DotTier::Emulated, DotTier::Hardware]
+        t.push(DotTier::Hardware);
     } else {
         eprintln!("SKIP: the OpSDot variant (device without the integer dot product feature)");
-        vec![DotTier::Emulated]
     }
+    if tiles_ok(&h.gpu.info) {
+        t.push(DotTier::Tiles);
+    } else {
+        eprintln!("SKIP: the int8 tensor-core tier (device without 16x16x32 int8 cooperative matrices)");
+    }
+    t
 }
+
+/// Activation rows the format tests take: past one mm.comp tile of 32.
+const NA: usize = 40;
+/// Row counts of the format tests: mv.comp's forms, and mm.comp's at, past and across tiles.
+const NS: [usize; 7] = [1, 3, 8, 9, 16, 33, NA];
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -116,33 +129,35 @@ fn mv_format(ty: GgmlType) {
         let wbytes = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
         let rb = wbytes.len() / rows;
         let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
-        let xs = rng.vec(8 * cols, 2.0);
-        let acts: Vec<CanonActs> = (0..8).map(|c| CanonActs::quantize(&xs[c * cols..(c + 1) * cols])).collect();
-        let want: Vec<f32> = (0..8).flat_map(|c| (0..rows).map(|r| canon_dot(ty, &wbytes[r * rb..(r + 1) * rb], &acts[c], &cut)).collect::<Vec<_>>()).collect();
+        let xs = rng.vec(NA * cols, 2.0);
+        let acts: Vec<CanonActs> = (0..NA).map(|c| CanonActs::quantize(&xs[c * cols..(c + 1) * cols])).collect();
+        let want: Vec<f32> = (0..NA).flat_map(|c| (0..rows).map(|r| canon_dot(ty, &wbytes[r * rb..(r + 1) * rb], &acts[c], &cut)).collect::<Vec<_>>()).collect();
         let pk = h.buf_bytes(&u32_bytes(&pack_host(&acts)));
-        let layout = QPack::new((8 * cols) as u32).unwrap();
+        let layout = QPack::new((NA * cols) as u32).unwrap();
         let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
         for tier in tiers(&h) {
             let what = format!("mv {tier:?} {ty} {rows}x{cols}");
-            for n in [1usize, 3, 8] {
-                let y = h.poisoned(8 * rows);
+            for n in NS {
+                let y = h.poisoned(NA * rows);
                 let input = MvIn::Packed { x: (&pk).into(), layout };
                 h.run(|rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
-                let got = y.read_f32(0, 8 * rows).unwrap();
+                let got = y.read_f32(0, NA * rows).unwrap();
                 assert!(bits(&got[..n * rows]) == bits(&want[..n * rows]), "{what} n={n}: not the reference's bits");
                 assert!(got[n * rows..].iter().all(|v| v.to_bits() == POISON), "{what} n={n}: wrote past its rows");
             }
-            // y += W x onto a sum already there.
-            let y0 = rng.vec(8 * rows, 5.0);
-            let y = h.buf_f32(&y0);
-            let input = MvIn::Packed { x: (&pk).into(), layout };
-            h.run(|rec| rec.mv_tier(tier, Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Add((&y).into()), shape }));
-            let got = y.read_f32(0, 8 * rows).unwrap();
-            let sum: Vec<f32> = want.iter().zip(&y0).map(|(a, b)| a + b).collect();
-            assert!(bits(&got) == bits(&sum), "{what}: the residual form is not y' + y");
+            // y += W x onto a sum already there, at 8 rows and at 33.
+            for n in [8usize, 33] {
+                let y0 = rng.vec(n * rows, 5.0);
+                let y = h.buf_f32(&y0);
+                let input = MvIn::Packed { x: (&pk).into(), layout };
+                h.run(|rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Add((&y).into()), shape }));
+                let got = y.read_f32(0, n * rows).unwrap();
+                let sum: Vec<f32> = want.iter().zip(&y0).map(|(a, b)| a + b).collect();
+                assert!(bits(&got) == bits(&sum), "{what} n={n}: the residual form is not y' + y");
+            }
         }
         // Control: the same blocks summed left to right over the whole row differ somewhere.
-        for c in 0..8 {
+        for c in 0..NA {
             for r in 0..rows {
                 let seq: f32 = (0..cut.blocks).fold(0.0, |s, b| s + resin_cpu::kernels::canon::canon_block(ty, &wbytes[r * rb..(r + 1) * rb], b, &acts[c]));
                 control_differs |= seq.to_bits() != want[c * rows + r].to_bits();
@@ -166,12 +181,15 @@ fn mv_format(ty: GgmlType) {
             h.run(|rec| rec.mv(Mv { ty, n: 1, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
             folded.extend(y.read_f32(0, rows).unwrap());
         }
-        let y = h.poisoned(8 * rows);
-        let (pk, l, rsb) = normpacked(&mut h, &xs, cols, &nwb, eps);
-        let input = MvIn::NormPacked { x: (&pk).into(), layout: l, r: (&rsb).into() };
-        h.run(|rec| rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
-        let packed = y.read_f32(0, 8 * rows).unwrap();
-        assert!(bits(&packed) == bits(&folded), "{ty} {rows}x{cols}: normpack and an 8-row product differ from the rows folded one at a time");
+        // normpack of 16 rows (the first 8 those folded), then 8- and 16-row products.
+        let (pk, l, rsb) = normpacked(&mut h, &xs[..16 * cols], cols, &nwb, eps);
+        for n in [8usize, 16] {
+            let y = h.poisoned(n * rows);
+            let input = MvIn::NormPacked { x: (&pk).into(), layout: l, r: (&rsb).into() };
+            h.run(|rec| rec.mv(Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+            let packed = y.read_f32(0, 8 * rows).unwrap();
+            assert!(bits(&packed) == bits(&folded), "{ty} {rows}x{cols}: normpack and a {n}-row product differ from the rows folded one at a time");
+        }
         let mut wq = vec![0f32; rows * cols];
         formats::dequantize(ty, &wbytes, &mut wq).unwrap();
         let mut worst = 0f64;
@@ -228,7 +246,7 @@ fn mv_q5_0() {
 
 /// The SwiGLU epilogue: gate and up rows in one buffer, silu(g) * u packed for the next
 /// matrix, against the reference (the exp is each home's: quants within one step); normpack
-/// and an 8-row pass give each row the bits of that row folded alone.
+/// and an 8-row or a 33-row pass give each row the bits of that row folded alone.
 #[test]
 fn mv_swiglu_packs_the_ffn_product() {
     let Some(mut h) = Harness::new() else { return };
@@ -243,10 +261,11 @@ fn mv_swiglu_packs_the_ffn_product() {
         let up = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
         let rb = gate.len() / rows;
         let (wbuf, row_bytes) = h.weights(ty, cols, &[gate.clone(), up.clone()].concat());
-        let xs = rng.vec(8 * cols, 2.0);
+        const WIDE: usize = 33;
+        let xs = rng.vec(WIDE * cols, 2.0);
         let nw = rng.vec(cols, 1.0);
         let nwb = h.buf_f32(&nw);
-        let layout = QPack::new((8 * rows) as u32).unwrap();
+        let layout = QPack::new((WIDE * rows) as u32).unwrap();
         let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
         let up_off = (rows * row_bytes) as u32;
         // Each row folded alone, then the 8 rows by normpack and one product.
@@ -261,20 +280,23 @@ fn mv_swiglu_packs_the_ffn_product() {
             ones.push(out.read_u32(0, one_layout.words() as usize).unwrap());
         }
         let (pk, xl, rsb) = normpacked(&mut h, &xs, cols, &nwb, 1e-5);
-        let out = poisoned_words(&h, layout.words() as usize);
-        let input = MvIn::NormPacked { x: (&pk).into(), layout: xl, r: (&rsb).into() };
-        h.run(|rec| rec.mv(Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::SwiGlu { up_off, out: (&out).into(), layout }, shape }));
-        let all = out.read_u32(0, layout.words() as usize).unwrap();
         let (qw, nbk) = (rows / 4, rows / 32);
         let (d_off, s_off) = (layout.d_off() as usize, layout.s_off() as usize);
         let (d1, s1) = (one_layout.d_off() as usize, one_layout.s_off() as usize);
-        for (c, one) in ones.iter().enumerate() {
-            let same = one[..qw] == all[c * qw..(c + 1) * qw]
-                && one[d1..d1 + nbk] == all[d_off + c * nbk..d_off + (c + 1) * nbk]
-                && one[s1..s1 + nbk] == all[s_off + c * nbk..s_off + (c + 1) * nbk];
-            assert!(same, "{ty} row {c}: normpack and an 8-row product differ from the row folded alone");
+        let mut all = Vec::new();
+        for n in [8usize, WIDE] {
+            let out = poisoned_words(&h, layout.words() as usize);
+            let input = MvIn::NormPacked { x: (&pk).into(), layout: xl, r: (&rsb).into() };
+            h.run(|rec| rec.mv(Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::SwiGlu { up_off, out: (&out).into(), layout }, shape }));
+            all = out.read_u32(0, layout.words() as usize).unwrap();
+            for (c, one) in ones.iter().enumerate() {
+                let same = one[..qw] == all[c * qw..(c + 1) * qw]
+                    && one[d1..d1 + nbk] == all[d_off + c * nbk..d_off + (c + 1) * nbk]
+                    && one[s1..s1 + nbk] == all[s_off + c * nbk..s_off + (c + 1) * nbk];
+                assert!(same, "{ty} row {c}: normpack and a {n}-row product differ from the row folded alone");
+            }
         }
-        for c in 0..8 {
+        for c in 0..WIDE {
             let x = &xs[c * cols..(c + 1) * cols];
             let u: Vec<f32> = x.iter().zip(&nw).map(|(a, b)| a * b).collect();
             let a = CanonActs::quantize(&u);
@@ -355,15 +377,21 @@ fn mv_refusals() {
         let mut rec = resin_vulkan::kernels::Recorder::new(&gpu, &mut h.pipes, &mut h.desc, cmd);
         let mv = |ty, n, input, out, shape| Mv { ty, n, w: (&w).into(), input, out, shape };
         let store = MvOut::Store((&y).into());
-        // F16 has no canonical product; 9 rows; more rows than packed; rows of 48 values; a
-        // SwiGLU of 1 row (not whole 32-row blocks).
+        // F16 has no canonical product; no rows; more rows than packed (at mv.comp's and
+        // mm.comp's widths); rows of 48 values; a SwiGLU of 1 row (not whole 32-row blocks).
         errs.push(rec.mv(mv(GgmlType::F16, 1, packed, store, shape)).is_err());
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 0, packed, store, shape)).is_err());
         errs.push(rec.mv(mv(GgmlType::Q4_K, 9, packed, store, shape)).is_err());
         errs.push(rec.mv(mv(GgmlType::Q4_K, 3, packed, store, shape)).is_err());
         errs.push(rec.mv(mv(GgmlType::Q8_0, 1, packed, store, MvShape { cols: 48, x_stride: 64, ..shape })).is_err());
         errs.push(rec.mv(mv(GgmlType::Q4_K, 1, packed, MvOut::SwiGlu { up_off: 144, out: (&x).into(), layout: l }, shape)).is_err());
-        // A folded norm of 3 rows (one row only: N rows take normpack).
+        // A folded norm of 3 rows or of 9 (one row only: more take normpack); a SwiGLU of 9
+        // rows of 1 weight row.
         errs.push(rec.mv(mv(GgmlType::Q4_K, 3, MvIn::Normed { x: (&x).into(), w: (&x).into(), eps: 1e-5 }, store, shape)).is_err());
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 9, MvIn::Normed { x: (&x).into(), w: (&x).into(), eps: 1e-5 }, store, shape)).is_err());
+        let l16 = QPack::new(16 * 256).unwrap();
+        let x16 = MvIn::Packed { x: (&x).into(), layout: l16 };
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 9, x16, MvOut::SwiGlu { up_off: 144, out: (&x).into(), layout: l16 }, shape)).is_err());
     })
     .unwrap();
     assert!(errs.iter().all(|e| *e), "{errs:?}");
@@ -476,4 +504,41 @@ fn fold_and_normpack_agree() {
         }
     }
     assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// Wall time of the canonical product of many rows (mm.comp) in each tier the device has,
+/// beside the prefill GEMM (f32 rows, no split) over the same weights, as rows x GB/s... and
+/// activation rows a second. `cargo test --release --test mv -- --ignored --nocapture wide_speed`.
+#[test]
+#[ignore]
+fn wide_speed() {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        return;
+    }
+    let reps = 20u32;
+    for (ty, rows, cols) in [(GgmlType::Q8_0, 8192usize, 2048usize), (GgmlType::Q8_0, 2048, 8192), (GgmlType::Q4_K, 8192, 3072), (GgmlType::Q6_K, 3072, 8192)] {
+        let mut rng = Rng(11);
+        let wbytes = formats::quantize(ty, &rng.vec(rows * cols, 1.0)).unwrap();
+        let (wbuf, row_bytes) = h.weights(ty, cols, &wbytes);
+        let gbytes = (rows * row_bytes) as f64;
+        for n in [16usize, 64, 256, 512] {
+            let xs = rng.vec(n * cols, 1.0);
+            let acts: Vec<CanonActs> = (0..n).map(|c| CanonActs::quantize(&xs[c * cols..(c + 1) * cols])).collect();
+            let pk = h.buf_bytes(&u32_bytes(&pack_host(&acts)));
+            let layout = QPack::new((n * cols) as u32).unwrap();
+            let y = h.poisoned(n * rows);
+            let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
+            let mut line = format!("{ty} {rows}x{cols} n={n}:");
+            for tier in tiers(&h) {
+                let input = MvIn::Packed { x: (&pk).into(), layout };
+                let us = h.time_chained(reps, &mut |rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+                line += &format!(" {tier:?} {us:.0} us ({:.0} GB/s, {:.1} TOPS);", gbytes / us / 1e3, 2.0 * (n * rows * cols) as f64 / us / 1e6);
+            }
+            let xb = h.buf_f32(&xs);
+            let us = h.time_chained(reps, &mut |rec| rec.gemm(ty, n as u32, (&wbuf).into(), (&xb).into(), (&y).into(), shape, None));
+            line += &format!(" gemm {us:.0} us ({:.1} TOPS)", 2.0 * (n * rows * cols) as f64 / us / 1e6);
+            eprintln!("{line}");
+        }
+    }
 }

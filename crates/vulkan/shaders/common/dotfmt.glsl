@@ -3,10 +3,13 @@
 //   void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi)
 // the weight quants of 32-value block u as int8, 4 a word (value 4j+k in byte k of qw[j]),
 // with the block's float (wf) and integer (wi) parameters, and
-//   float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x)
-// f_b, the block's contribution against the activation block x (int8 quants, d, the sum of
-// its quants): an exact integer dot product, then the format's float expression of the
-// spec's table, each product rounded apart (`precise`). Quants stored unsigned (0..15, 0..31)
+//   float dot_finish(ivec2 s, vec2 wf, ivec2 wi, float dx, int xs)
+// f_b, the block's contribution, from the exact integer dot products of the weight quants
+// with the activation quants (s.x over values 0..15, s.y over 16..31; only Q6_K, whose halves
+// have scales of their own (DOT_HALVES), needs them apart) and the activation block's d and
+// sum of quants: the format's float expression of the spec's table, each product rounded
+// apart (`precise`). dot_term takes the integer part itself (dot4); mm.comp's tensor-core
+// tier takes it from an int8 tile product. Quants stored unsigned (0..15, 0..31)
 // are valid signed int8 too; Q4_0 / Q5_0 take their offset (8, 16) off with the activation
 // sum: sum (q - o) a = dot(q, a) - o * sum a. Q6_K's quants are made signed in the bytes.
 #ifndef RESIN_DOTFMT_GLSL
@@ -79,19 +82,18 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
     }
 #endif
 }
-float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
-    float dx = x.d;
-    int isum = dot_words(qw, x, 0u, 8u);
+float dot_finish(ivec2 s2, vec2 wf, ivec2 wi, float dx, int xs) {
+    int isum = s2.x + s2.y;
 #if defined(FMT_Q4_0)
-    isum -= 8 * x.s;
+    isum -= 8 * xs;
 #elif defined(FMT_Q5_0)
-    isum -= 16 * x.s;
+    isum -= 16 * xs;
 #endif
     precise float dd = wf.x * dx;
     precise float t = dd * float(isum);
 #if defined(FMT_Q4_1)
     precise float md = wf.y * dx;
-    precise float tm = md * float(x.s);
+    precise float tm = md * float(xs);
     t = t + tm;
 #endif
     return t;
@@ -130,10 +132,9 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
         qw[j] = w;
     }
 }
-float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
-    float dx = x.d;
-    int isum = wi.x * dot_words(qw, x, 0u, 8u);
-    int msum = wi.y * x.s;
+float dot_finish(ivec2 s2, vec2 wf, ivec2 wi, float dx, int xs) {
+    int isum = wi.x * (s2.x + s2.y);
+    int msum = wi.y * xs;
     precise float a = dx * wf.x;
     precise float b = dx * wf.y;
     precise float ta = a * float(isum);
@@ -165,11 +166,9 @@ void dot_load(uint row_off, uint u, out uint qw[8], out vec2 wf, out ivec2 wi) {
         qw[j] = (((lo | hi) | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
     }
 }
-float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
-    float dx = x.d;
-    int i0 = dot_words(qw, x, 0u, 4u);
-    int i1 = dot_words(qw, x, 4u, 4u);
-    int isum = wi.x * i0 + wi.y * i1;
+#define DOT_HALVES
+float dot_finish(ivec2 s2, vec2 wf, ivec2 wi, float dx, int xs) {
+    int isum = wi.x * s2.x + wi.y * s2.y;
     precise float a = dx * wf.x;
     precise float t = a * float(isum);
     return t;
@@ -177,5 +176,9 @@ float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
 #else
 #error "the canonical product has no expression for this format"
 #endif
+
+float dot_term(uint qw[8], vec2 wf, ivec2 wi, XUnit x) {
+    return dot_finish(ivec2(dot_words(qw, x, 0u, 4u), dot_words(qw, x, 4u, 4u)), wf, wi, x.d, x.s);
+}
 
 #endif

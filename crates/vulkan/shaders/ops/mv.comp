@@ -90,6 +90,7 @@ layout(push_constant) uniform Push {
 #include "formats.glsl"
 #include "dotfmt.glsl"
 #include "canon_norm.glsl"
+#include "canon_epi.glsl"
 
 shared uint xq[XQW];      // XIN 1: [column][block][8 words] quants of u
 shared float xdv[XBW];    // XIN 1: [column][block] d
@@ -266,10 +267,7 @@ void main() {
                         precise float s = g + y[yi];
                         y[yi] = s;
                     } else {
-                        precise float u = y2[1];
-                        if (XIN != 0u) u = r * u;
-                        precise float h = g / (1.0 + exp(-g)) * u;
-                        hv[c * HMAX + (row - wg * tile)] = h;
+                        hv[c * HMAX + (row - wg * tile)] = canon_swiglu(y2[0], y2[1], r, XIN != 0u);
                     }
                 }
             }
@@ -285,22 +283,14 @@ void main() {
         uint k = e % blocks;
         uint i0 = wg * tile + k * 32u;
         if (i0 >= p.rows) continue;
-        float amax = 0.0;
-        for (uint i = 0u; i < 32u; i++) amax = max(amax, abs(hv[c * HMAX + k * 32u + i]));
-        float d = amax / 127.0;
-        float id = amax > 0.0 ? 127.0 / amax : 0.0;
+        float h[32];
+        for (uint i = 0u; i < 32u; i++) h[i] = hv[c * HMAX + k * 32u + i];
+        uint q[8];
+        float d;
+        int s;
+        canon_pack(h, q, d, s);
         uint vo = c * p.y_stride + p.y_off + i0;   // value index, a multiple of 32
-        int s = 0;
-        for (uint j = 0u; j < 8u; j++) {
-            uint w = 0u;
-            for (uint q4 = 0u; q4 < 4u; q4++) {
-                precise float qf = roundEven(hv[c * HMAX + k * 32u + 4u * j + q4] * id);
-                int q = int(qf);
-                s += q;
-                w |= (uint(q) & 0xFFu) << (8u * q4);
-            }
-            pk[vo / 4u + j] = w;
-        }
+        for (uint j = 0u; j < 8u; j++) pk[vo / 4u + j] = q[j];
         pk[p.pd_off + vo / 32u] = floatBitsToUint(d);
         pk[p.ps_off + vo / 32u] = uint(s);
     }

@@ -1,0 +1,285 @@
+// y = W x in the canonical order (docs/canonical-order.md) for any number of activation rows in
+// one pass over the weights: the product of a wide step or a prefill window (src/mv.rs; mv.comp
+// takes 1..8 rows). Its inputs and outputs are mv.comp's (XIN 0 or 2, OUT 0, 1 or 2: see there),
+// and a row's result is the same bits as there, whatever rows share the pass.
+//
+// A workgroup owns a tile of WR staged weight rows x BN activation rows (for SwiGLU, 32 gate
+// rows and their 32 up rows: 32 output rows) and walks the row's blocks in steps of SB,
+// staging each step's weight blocks (dotfmt.glsl dot_load: int8 quants and the block's
+// parameters) and activation blocks in shared memory. Every output element keeps its chunk's
+// running sum (the chunk's blocks left to right) and, as chunks end, folds it into the
+// pairwise tree over the chunk index: slot k holds the pending left operand of level k, so
+// chunk c's sum meets the sums it pairs with in the spec's order (+0.0 for the chunks past
+// the row, up to LPOW). The roots go to shared memory and the epilogue runs from there.
+//
+// Two tiers from this one body; the float side (dot_finish, the sums, the tree, the
+// epilogue) is the same code in both:
+// - the portable tier: each thread takes a weight row and 8 activation rows, its blocks' exact
+//   integer dot products by dot4 (DOT_HW: OpSDot);
+// - COOPMAT (GL_KHR_cooperative_matrix, 16x16x32 int8 x int8 -> int32 tiles, subgroups of
+//   32): a subgroup owns a 16x16 region and takes each block's integer dot products as one
+//   tile product (two for DOT_HALVES: the whole blocks and their first halves), whose
+//   elements it then finishes one by one, knowing each element's row and column from an index
+//   tile loaded once (the element order is the implementation's).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#ifdef DOT_HW
+#extension GL_EXT_spirv_intrinsics : require
+#endif
+#ifdef COOPMAT
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
+#endif
+
+#define WG 256u
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint CB = 8;      // blocks a chunk
+layout(constant_id = 1) const uint NCH = 8;     // chunks a row
+layout(constant_id = 2) const uint LPOW = 8;    // NCH rounded up to a power of two
+layout(constant_id = 3) const uint LOG = 3;     // log2(LPOW)
+layout(constant_id = 4) const uint XIN = 0;     // 0: packed; 2: normpack's packs and r
+layout(constant_id = 5) const uint OUT = 0;     // 0: store; 1: add; 2: SwiGLU packed
+
+#define WR 64u     // weight rows staged a tile
+#define BN 32u     // activation rows a tile
+#define SB 4u      // blocks a step
+#define E 8u       // output elements a thread
+#define NLV 6u     // tree slots: levels 0..4 of a 32-chunk tree, and the root
+// A staged row's stride in words: SB blocks of 8 words, and 4 more so that the rows of a
+// tile load fall on different banks (144 bytes, a multiple of 16).
+#define STW (SB * 8u + 4u)
+
+layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
+layout(std430, set = 0, binding = 0) readonly buffer Wt4 { uvec4 WDATA4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer X { uint xp[]; };
+layout(std430, set = 0, binding = 1) readonly buffer X4 { uvec4 xp4[]; };
+layout(std430, set = 0, binding = 2) readonly buffer NR { float nr[]; };
+layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
+
+layout(push_constant) uniform Push {
+    uint rows;
+    uint cols;
+    uint row_bytes;
+    uint x_stride;
+    uint y_stride;
+    uint y_off;
+    uint xd_off;
+    uint xs_off;
+    float eps;       // unused (mv.comp's folded norm)
+    uint up_off;
+    uint pd_off;
+    uint ps_off;
+    uint n;          // activation rows
+} p;
+
+#define HAVE_WDATA4
+#define ROW_COLS p.cols
+#include "formats.glsl"
+#include "dotfmt.glsl"
+#include "canon_epi.glsl"
+
+#if defined(COOPMAT) && defined(DOT_HALVES)
+#define XCOPIES 2u   // the blocks whole, and their first halves alone
+#else
+#define XCOPIES 1u
+#endif
+shared uint wq[WR * STW];            // [weight row][block of the step][8 words] int8 quants
+shared vec2 wfs[WR * SB];            // [weight row][block] the block's float parameters
+shared ivec2 wis[WR * SB];           // ... and integer ones
+shared uint xqs[XCOPIES * BN * STW]; // [copy][activation row][block][8 words]
+shared float xds[BN * SB];           // [activation row][block] d
+shared int xsv[BN * SB];             // ... and the sum of the quants
+shared float res[WR * BN];           // [weight row][activation row] the finished sums
+#ifdef COOPMAT
+shared int idxs[256];
+#define MA coopmat<int8_t, gl_ScopeSubgroup, 16, 32, gl_MatrixUseA>
+#define MB coopmat<int8_t, gl_ScopeSubgroup, 32, 16, gl_MatrixUseB>
+#define MC coopmat<int, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#endif
+
+// The staged weight row i of this tile: its byte offset in binding 0 and whether it exists.
+uint row_off(uint r0, uint i, out bool live) {
+    if (OUT == 2u) {
+        uint row = r0 + (i & 31u);
+        live = row < p.rows;
+        return (i >> 5) * p.up_off + row * p.row_bytes;
+    }
+    uint row = r0 + i;
+    live = row < p.rows;
+    return row * p.row_bytes;
+}
+
+// Stage blocks b0 .. b0 + SB of the tile's weight and activation rows (zeros past the rows,
+// the activation rows and the row's blocks).
+void stage(uint r0, uint c0, uint b0, uint nb, uint t) {
+    for (uint e = t; e < WR * SB; e += WG) {
+        uint i = e / SB;
+        uint j = e % SB;
+        bool live;
+        uint ro = row_off(r0, i, live);
+        uint qw[8] = uint[8](0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u);
+        vec2 wf = vec2(0.0);
+        ivec2 wi = ivec2(0);
+        if (live && b0 + j < nb) dot_load(ro, b0 + j, qw, wf, wi);
+        for (uint k = 0u; k < 8u; k++) wq[i * STW + j * 8u + k] = qw[k];
+        wfs[e] = wf;
+        wis[e] = wi;
+    }
+    for (uint e = t; e < BN * SB; e += WG) {
+        uint c = e / SB;
+        uint j = e % SB;
+        uint q[8] = uint[8](0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u);
+        float d = 0.0;
+        int s = 0;
+        if (c0 + c < p.n && b0 + j < nb) {
+            uint v = (c0 + c) * p.x_stride + (b0 + j) * 32u;   // value index, a multiple of 32
+            uvec4 a = xp4[v >> 4], b = xp4[(v >> 4) + 1u];
+            q = uint[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+            d = uintBitsToFloat(xp[p.xd_off + v / 32u]);
+            s = int(xp[p.xs_off + v / 32u]);
+        }
+        for (uint k = 0u; k < 8u; k++) {
+            xqs[c * STW + j * 8u + k] = q[k];
+            if (XCOPIES == 2u) xqs[BN * STW + c * STW + j * 8u + k] = k < 4u ? q[k] : 0u;
+        }
+        xds[e] = d;
+        xsv[e] = s;
+    }
+}
+
+// Chunk ch's sum v into element e's tree (ch the same in every thread).
+void tree_push(inout float lv[NLV][E], uint e, float v0, uint ch) {
+    precise float v = v0;
+    for (uint k = 0u; k < NLV; k++) {
+        if (((ch >> k) & 1u) == 0u) {
+            lv[k][e] = v;
+            return;
+        }
+        precise float s = lv[k][e] + v;
+        v = s;
+    }
+}
+
+void main() {
+    uint t = gl_LocalInvocationIndex;
+    uint nb = p.cols / 32u;
+    uint outs = OUT == 2u ? 32u : WR;   // output rows a tile
+    uint r0 = gl_WorkGroupID.x * outs;
+    uint c0 = gl_WorkGroupID.y * BN;
+    // Element e of this thread: staged weight row er[e], activation row ec[e] of the tile.
+    uint er[E], ec[E];
+#ifdef COOPMAT
+    uint sg = gl_SubgroupID;              // region: rows 16 (sg % 4), columns 16 (sg / 4)
+    uint rg = (sg & 3u) * 16u;
+    uint cg = (sg >> 2) * 16u;
+    for (uint i = t; i < 256u; i += WG) idxs[i] = int(i);
+    barrier();
+    MC ix;
+    coopMatLoad(ix, idxs, 0, 16, gl_CooperativeMatrixLayoutRowMajor);
+    for (uint e = 0u; e < E; e++) {
+        uint rc = uint(ix[e]);
+        er[e] = rg + rc / 16u;
+        ec[e] = cg + rc % 16u;
+    }
+#else
+    for (uint e = 0u; e < E; e++) {
+        er[e] = t % WR;
+        ec[e] = t / WR + e * (WG / WR);
+    }
+#endif
+    float lv[NLV][E];
+    precise float acc[E];
+    for (uint e = 0u; e < E; e++) {
+        acc[e] = 0.0;
+        for (uint k = 0u; k < NLV; k++) lv[k][e] = 0.0;
+    }
+    for (uint b0 = 0u; b0 < nb; b0 += SB) {
+        stage(r0, c0, b0, nb, t);
+        barrier();
+        for (uint j = 0u; j < SB; j++) {
+            uint b = b0 + j;
+            if (b >= nb) break;
+#ifdef COOPMAT
+            MA a;
+            MB xb;
+            coopMatLoad(a, wq, rg * STW + j * 8u, STW, gl_CooperativeMatrixLayoutRowMajor);
+            coopMatLoad(xb, xqs, cg * STW + j * 8u, STW, gl_CooperativeMatrixLayoutColumnMajor);
+            MC s0 = coopMatMulAdd(a, xb, MC(0));
+#ifdef DOT_HALVES
+            coopMatLoad(xb, xqs, BN * STW + cg * STW + j * 8u, STW, gl_CooperativeMatrixLayoutColumnMajor);
+            MC s1 = coopMatMulAdd(a, xb, MC(0));   // the first halves' sums
+#endif
+            for (uint e = 0u; e < E; e++) {
+#ifdef DOT_HALVES
+                ivec2 si = ivec2(s1[e], s0[e] - s1[e]);
+#else
+                ivec2 si = ivec2(s0[e], 0);
+#endif
+                uint wi = er[e] * SB + j, xi = ec[e] * SB + j;
+                precise float f = dot_finish(si, wfs[wi], wis[wi], xds[xi], xsv[xi]);
+                acc[e] = acc[e] + f;
+            }
+#else
+            uint qw[8];
+            for (uint k = 0u; k < 8u; k++) qw[k] = wq[er[0] * STW + j * 8u + k];
+            vec2 wf = wfs[er[0] * SB + j];
+            ivec2 wi = wis[er[0] * SB + j];
+            for (uint e = 0u; e < E; e++) {
+                XUnit x;
+                for (uint k = 0u; k < 8u; k++) x.q[k] = xqs[ec[e] * STW + j * 8u + k];
+                x.d = xds[ec[e] * SB + j];
+                x.s = xsv[ec[e] * SB + j];
+                precise float f = dot_term(qw, wf, wi, x);
+                acc[e] = acc[e] + f;
+            }
+#endif
+            if ((b + 1u) % CB == 0u || b + 1u == nb) {
+                for (uint e = 0u; e < E; e++) {
+                    tree_push(lv, e, acc[e], b / CB);
+                    acc[e] = 0.0;
+                }
+            }
+        }
+        barrier();
+    }
+    for (uint ch = NCH; ch < LPOW; ch++)
+        for (uint e = 0u; e < E; e++) tree_push(lv, e, 0.0, ch);
+    for (uint e = 0u; e < E; e++) res[er[e] * BN + ec[e]] = lv[LOG][e];
+    barrier();
+    if (OUT != 2u) {
+        for (uint e = t; e < WR * BN; e += WG) {
+            uint i = e % WR;
+            uint c = e / WR;
+            uint row = r0 + i;
+            uint col = c0 + c;
+            if (row >= p.rows || col >= p.n) continue;
+            precise float g = res[i * BN + c];
+            if (XIN != 0u) g = nr[col] * g;
+            uint yi = col * p.y_stride + p.y_off + row;
+            if (OUT == 0u) {
+                y[yi] = g;
+            } else {
+                precise float s = g + y[yi];
+                y[yi] = s;
+            }
+        }
+        return;
+    }
+    // SwiGLU: h of the tile's 32 rows a column, packed as one block of the next input.
+    if (t >= BN || r0 >= p.rows || c0 + t >= p.n) return;
+    uint col = c0 + t;
+    float r = XIN != 0u ? nr[col] : 1.0;
+    float h[32];
+    for (uint i = 0u; i < 32u; i++) h[i] = canon_swiglu(res[i * BN + t], res[(32u + i) * BN + t], r, XIN != 0u);
+    uint q[8];
+    float d;
+    int s;
+    canon_pack(h, q, d, s);
+    uint vo = col * p.y_stride + p.y_off + r0;   // value index, a multiple of 32
+    for (uint j = 0u; j < 8u; j++) pk[vo / 4u + j] = q[j];
+    pk[p.pd_off + vo / 32u] = floatBitsToUint(d);
+    pk[p.ps_off + vo / 32u] = uint(s);
+}
