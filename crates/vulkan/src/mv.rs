@@ -172,10 +172,6 @@ pub fn tiles_ok(info: &DeviceInfo) -> bool {
 
 /// Threads of an mm.comp workgroup (its literal local size).
 const MM_THREADS: u32 = 256;
-/// Shared memory mm.comp declares at most (its tensor-core tier with DOT_HALVES): the staged
-/// weight quants (64 rows of 4 blocks and 4 pad words), their parameters, two copies of the
-/// activation quants, their d and sums, the finished tile and the index tile.
-const MM_SHARED_BYTES: u32 = 4 * (64 * 36 + 64 * 4 * 4 + 2 * 32 * 36 + 2 * 32 * 4 + 64 * 32 + 256);
 /// Weight rows and activation rows of an mm.comp tile.
 const MM_TILE_ROWS: u32 = 64;
 const MM_TILE_N: u32 = 32;
@@ -301,9 +297,6 @@ impl MvSpec {
 /// Whether an `n`-row product over rows of `cols` values fits the device with its norm folded
 /// in (the rows quantized in shared memory) and, with `swiglu`, its SwiGLU epilogue.
 pub fn mv_fits(info: &DeviceInfo, n: u32, cols: u32, normed: bool, swiglu: bool) -> bool {
-    if n as usize > NROW_MAX {
-        return !normed && cols.is_multiple_of(32) && MM_SHARED_BYTES <= info.shared_memory && MM_THREADS <= info.max_workgroup_invocations;
-    }
     !(normed && n > 1) && MvSpec::new(info, n, 0, cols, normed, swiglu).is_some_and(|s| s.shared_bytes() <= info.shared_memory as u64)
 }
 
@@ -440,10 +433,6 @@ impl Recorder<'_> {
         let Some(cut) = Cut::of(s.cols as usize) else {
             return bad("rows of whole 32-value blocks".into());
         };
-        let info = &self.gpu.info;
-        if MM_SHARED_BYTES > info.shared_memory || MM_THREADS > info.max_workgroup_invocations {
-            return bad(format!("workgroups of {MM_THREADS} threads and {MM_SHARED_BYTES} bytes of shared memory"));
-        }
         let (x, nr, xin, xd_off, xs_off) = match input {
             MvIn::Packed { x, layout } => {
                 if (n - 1) * s.x_stride + s.cols > layout.count {
@@ -472,20 +461,7 @@ impl Recorder<'_> {
                 (out, out, 2, up_off, layout.d_off(), layout.s_off())
             }
         };
-        let mv = MvPush {
-            rows: s.rows,
-            cols: s.cols,
-            row_bytes: s.row_bytes,
-            x_stride: s.x_stride,
-            y_stride: s.y_stride,
-            y_off: s.y_off,
-            xd_off,
-            xs_off,
-            eps: 0.0,
-            up_off,
-            pd_off,
-            ps_off,
-        };
+        let mv = MvPush { rows: s.rows, cols: s.cols, row_bytes: s.row_bytes, x_stride: s.x_stride, y_stride: s.y_stride, y_off: s.y_off, xd_off, xs_off, eps: 0.0, up_off, pd_off, ps_off };
         let lpow = cut.lanes as u32;
         let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, lpow.trailing_zeros(), xin, outk];
         let name = match tier {

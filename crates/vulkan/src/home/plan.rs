@@ -64,7 +64,7 @@ const _: () = assert!((WINDOW_ATTN_MIN_ROWS - 1) * ATTN_SLOTS as usize <= PF_WIN
 pub(super) fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: usize, rows: usize) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS + moe_slot_words(cfg);
-    let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * (packed_bytes(cfg, rows) / 4) as usize + rows;
+    let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
     let (sp, sd) = if rows > NROW_MAX { split_slot_bytes(info, cfg) } else { (0, 0) };
     let out = out
         + SPLIT_SLOTS * (sp + sd) as usize / 4
