@@ -170,11 +170,13 @@ pub fn tiles_ok(info: &DeviceInfo) -> bool {
         && info.coopmat_shapes.iter().any(|s| (s.m, s.n, s.k) == (16, 16, 32) && s.types == "s8xs8->s32")
 }
 
-/// Threads of an mm.comp workgroup (its literal local size).
+/// Threads of the largest mm.comp workgroup (its 64-row tile).
 const MM_THREADS: u32 = 256;
-/// Weight rows and activation rows of an mm.comp tile.
-const MM_TILE_ROWS: u32 = 64;
+/// Activation rows of an mm.comp tile.
 const MM_TILE_N: u32 = 32;
+/// Workgroups below which a product takes mm.comp's 16-row tiles: fewer would leave a large
+/// GPU's compute units idle while the weights stream.
+const MM_SMALL_TILES_BELOW: u32 = 512;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -469,7 +471,12 @@ impl Recorder<'_> {
             DotTier::Hardware => format!("mmx_{f}"),
             DotTier::Tiles => format!("mm_cm_{f}"),
         };
-        let tile_rows = if outk == 2 { MM_TILE_ROWS / 2 } else { MM_TILE_ROWS };
-        self.run(&name, &consts, &[w, x, nr, y, pk], &MmPush { mv, n }.bytes(), [s.rows.div_ceil(tile_rows), n.div_ceil(MM_TILE_N), 1])
+        // 16-row regions a tile: 4 (SwiGLU's 32 gate rows and their up rows; and wherever
+        // 64-row tiles are enough to fill the device), else 1.
+        let cols = n.div_ceil(MM_TILE_N);
+        let rt = if outk == 2 || s.rows.div_ceil(64) * cols >= MM_SMALL_TILES_BELOW { 4 } else { 1 };
+        let outs = if outk == 2 { 32 } else { 16 * rt };
+        let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], rt, 64 * rt];
+        self.run(&name, &consts, &[w, x, nr, y, pk], &MmPush { mv, n }.bytes(), [s.rows.div_ceil(outs), cols, 1])
     }
 }

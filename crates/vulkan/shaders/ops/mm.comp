@@ -3,8 +3,9 @@
 // takes 1..8 rows). Its inputs and outputs are mv.comp's (XIN 0 or 2, OUT 0, 1 or 2: see there),
 // and a row's result is the same bits as there, whatever rows share the pass.
 //
-// A workgroup owns a tile of WR staged weight rows x BN activation rows (for SwiGLU, 32 gate
-// rows and their 32 up rows: 32 output rows) and walks the row's blocks in steps of SB,
+// A workgroup owns a tile of WR (16, 32 or 64) staged weight rows x BN activation rows (for
+// SwiGLU 64: 32 gate rows and their 32 up rows, 32 output rows; the host takes smaller tiles
+// where few tiles would leave the device idle; no element's arithmetic depends on the tile) and walks the row's blocks in steps of SB,
 // staging each step's weight blocks (dotfmt.glsl dot_load: int8 quants and the block's
 // parameters) and activation blocks in shared memory. Every output element keeps its chunk's
 // running sum (the chunk's blocks left to right) and, as chunks end, folds it into the
@@ -24,6 +25,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
 #ifdef DOT_HW
 #extension GL_EXT_spirv_intrinsics : require
 #endif
@@ -33,19 +35,20 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
 #endif
 
-#define WG 256u
-layout(local_size_x = 256) in;
+layout(local_size_x_id = 7) in;
 layout(constant_id = 0) const uint CB = 8;      // blocks a chunk
 layout(constant_id = 1) const uint NCH = 8;     // chunks a row
 layout(constant_id = 2) const uint LPOW = 8;    // NCH rounded up to a power of two
 layout(constant_id = 3) const uint LOG = 3;     // log2(LPOW)
 layout(constant_id = 4) const uint XIN = 0;     // 0: packed; 2: normpack's packs and r
 layout(constant_id = 5) const uint OUT = 0;     // 0: store; 1: add; 2: SwiGLU packed
+layout(constant_id = 6) const uint RT = 4;      // 16-row regions of weight rows a tile (4 for SwiGLU)
+layout(constant_id = 7) const uint WG = 256;    // threads: 64 RT (2 RT subgroups of 32 in the COOPMAT tier)
 
-#define WR 64u     // weight rows staged a tile
+#define WR (16u * RT)   // weight rows staged a tile
 #define BN 32u     // activation rows a tile
 #define SB 4u      // blocks a step
-#define E 8u       // output elements a thread
+#define E 8u       // output elements a thread (WR x BN / WG)
 #define NLV 6u     // tree slots: levels 0..4 of a 32-chunk tree, and the root
 // A staged row's stride in words: SB blocks of 8 words, and 4 more so that the rows of a
 // tile load fall on different banks (144 bytes, a multiple of 16).
@@ -86,13 +89,13 @@ layout(push_constant) uniform Push {
 #else
 #define XCOPIES 1u
 #endif
-shared uint wq[WR * STW];            // [weight row][block of the step][8 words] int8 quants
-shared vec2 wfs[WR * SB];            // [weight row][block] the block's float parameters
-shared ivec2 wis[WR * SB];           // ... and integer ones
+shared uint wq[64u * STW];           // [weight row][block of the step][8 words] int8 quants
+shared vec2 wfs[64u * SB];           // [weight row][block] the block's float parameters
+shared ivec2 wis[64u * SB];          // ... and integer ones
 shared uint xqs[XCOPIES * BN * STW]; // [copy][activation row][block][8 words]
 shared float xds[BN * SB];           // [activation row][block] d
 shared int xsv[BN * SB];             // ... and the sum of the quants
-shared float res[WR * BN];           // [weight row][activation row] the finished sums
+shared float res[64u * BN];          // [weight row][activation row] the finished sums
 #ifdef COOPMAT
 shared int idxs[256];
 #define MA coopmat<int8_t, gl_ScopeSubgroup, 16, 32, gl_MatrixUseA>
@@ -150,10 +153,14 @@ void stage(uint r0, uint c0, uint b0, uint nb, uint t) {
     }
 }
 
-// Chunk ch's sum v into element e's tree (ch the same in every thread).
-void tree_push(inout float lv[NLV][E], uint e, float v0, uint ch) {
+// Each element's pending tree sums: slot k holds level k's left operand.
+float lv[NLV][E];
+
+// Chunk ch's sum v into element e's tree (ch the same in every thread; e and the slots
+// constant once unrolled, so the slots stay in registers).
+void tree_push(uint e, float v0, uint ch) {
     precise float v = v0;
-    for (uint k = 0u; k < NLV; k++) {
+    [[unroll]] for (uint k = 0u; k < NLV; k++) {
         if (((ch >> k) & 1u) == 0u) {
             lv[k][e] = v;
             return;
@@ -172,34 +179,33 @@ void main() {
     // Element e of this thread: staged weight row er[e], activation row ec[e] of the tile.
     uint er[E], ec[E];
 #ifdef COOPMAT
-    uint sg = gl_SubgroupID;              // region: rows 16 (sg % 4), columns 16 (sg / 4)
-    uint rg = (sg & 3u) * 16u;
-    uint cg = (sg >> 2) * 16u;
+    uint sg = gl_SubgroupID;              // region: rows 16 (sg % RT), columns 16 (sg / RT)
+    uint rg = (sg % RT) * 16u;
+    uint cg = (sg / RT) * 16u;
     for (uint i = t; i < 256u; i += WG) idxs[i] = int(i);
     barrier();
     MC ix;
     coopMatLoad(ix, idxs, 0, 16, gl_CooperativeMatrixLayoutRowMajor);
-    for (uint e = 0u; e < E; e++) {
+    [[unroll]] for (uint e = 0u; e < E; e++) {
         uint rc = uint(ix[e]);
         er[e] = rg + rc / 16u;
         ec[e] = cg + rc % 16u;
     }
 #else
-    for (uint e = 0u; e < E; e++) {
+    [[unroll]] for (uint e = 0u; e < E; e++) {
         er[e] = t % WR;
         ec[e] = t / WR + e * (WG / WR);
     }
 #endif
-    float lv[NLV][E];
     precise float acc[E];
-    for (uint e = 0u; e < E; e++) {
+    [[unroll]] for (uint e = 0u; e < E; e++) {
         acc[e] = 0.0;
-        for (uint k = 0u; k < NLV; k++) lv[k][e] = 0.0;
+        [[unroll]] for (uint k = 0u; k < NLV; k++) lv[k][e] = 0.0;
     }
     for (uint b0 = 0u; b0 < nb; b0 += SB) {
         stage(r0, c0, b0, nb, t);
         barrier();
-        for (uint j = 0u; j < SB; j++) {
+        [[unroll]] for (uint j = 0u; j < SB; j++) {
             uint b = b0 + j;
             if (b >= nb) break;
 #ifdef COOPMAT
@@ -212,7 +218,7 @@ void main() {
             coopMatLoad(xb, xqs, BN * STW + cg * STW + j * 8u, STW, gl_CooperativeMatrixLayoutColumnMajor);
             MC s1 = coopMatMulAdd(a, xb, MC(0));   // the first halves' sums
 #endif
-            for (uint e = 0u; e < E; e++) {
+            [[unroll]] for (uint e = 0u; e < E; e++) {
 #ifdef DOT_HALVES
                 ivec2 si = ivec2(s1[e], s0[e] - s1[e]);
 #else
@@ -227,7 +233,7 @@ void main() {
             for (uint k = 0u; k < 8u; k++) qw[k] = wq[er[0] * STW + j * 8u + k];
             vec2 wf = wfs[er[0] * SB + j];
             ivec2 wi = wis[er[0] * SB + j];
-            for (uint e = 0u; e < E; e++) {
+            [[unroll]] for (uint e = 0u; e < E; e++) {
                 XUnit x;
                 for (uint k = 0u; k < 8u; k++) x.q[k] = xqs[ec[e] * STW + j * 8u + k];
                 x.d = xds[ec[e] * SB + j];
@@ -237,8 +243,8 @@ void main() {
             }
 #endif
             if ((b + 1u) % CB == 0u || b + 1u == nb) {
-                for (uint e = 0u; e < E; e++) {
-                    tree_push(lv, e, acc[e], b / CB);
+                [[unroll]] for (uint e = 0u; e < E; e++) {
+                    tree_push(e, acc[e], b / CB);
                     acc[e] = 0.0;
                 }
             }
@@ -246,8 +252,14 @@ void main() {
         barrier();
     }
     for (uint ch = NCH; ch < LPOW; ch++)
-        for (uint e = 0u; e < E; e++) tree_push(lv, e, 0.0, ch);
-    for (uint e = 0u; e < E; e++) res[er[e] * BN + ec[e]] = lv[LOG][e];
+        [[unroll]] for (uint e = 0u; e < E; e++) tree_push(e, 0.0, ch);
+    // The root sits in slot LOG (a constant index for each LOG, so lv needs no addressing).
+    [[unroll]] for (uint e = 0u; e < E; e++) {
+        float root = lv[0][e];
+        [[unroll]] for (uint k = 1u; k < NLV; k++)
+            if (k == LOG) root = lv[k][e];
+        res[er[e] * BN + ec[e]] = root;
+    }
     barrier();
     if (OUT != 2u) {
         for (uint e = t; e < WR * BN; e += WG) {
