@@ -326,9 +326,10 @@ impl Recorder<'_> {
         self.run(name, &[cut.lanes as u32, cut.chunk_blocks as u32, cut.chunks as u32], &[x, add.unwrap_or(x), w, out, r], &push.bytes(), [rows, 1, 1])
     }
 
-    /// The product `m` in the device's [`DotTier`].
+    /// The product `m` in the device's [`DotTier`] for its rows.
     pub fn mv(&mut self, m: Mv<'_>) -> Result<(), VkError> {
-        let tier = DotTier::for_device(&self.gpu.info);
+        let info = &self.gpu.info;
+        let tier = if m.n as usize > NROW_MAX { DotTier::wide_for_device(info) } else { DotTier::for_device(info) };
         self.mv_tier(tier, m)
     }
 
@@ -463,7 +464,20 @@ impl Recorder<'_> {
                 (out, out, 2, up_off, layout.d_off(), layout.s_off())
             }
         };
-        let mv = MvPush { rows: s.rows, cols: s.cols, row_bytes: s.row_bytes, x_stride: s.x_stride, y_stride: s.y_stride, y_off: s.y_off, xd_off, xs_off, eps: 0.0, up_off, pd_off, ps_off };
+        let mv = MvPush {
+            rows: s.rows,
+            cols: s.cols,
+            row_bytes: s.row_bytes,
+            x_stride: s.x_stride,
+            y_stride: s.y_stride,
+            y_off: s.y_off,
+            xd_off,
+            xs_off,
+            eps: 0.0,
+            up_off,
+            pd_off,
+            ps_off,
+        };
         let lpow = cut.lanes as u32;
         let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, lpow.trailing_zeros(), xin, outk];
         let name = match tier {

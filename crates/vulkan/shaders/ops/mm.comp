@@ -50,9 +50,9 @@ layout(constant_id = 7) const uint WG = 256;    // threads: 64 RT (2 RT subgroup
 #define SB 4u      // blocks a step
 #define E 8u       // output elements a thread (WR x BN / WG)
 #define NLV 6u     // tree slots: levels 0..4 of a 32-chunk tree, and the root
-// A staged row's stride in words: SB blocks of 8 words, and 4 more so that the rows of a
-// tile load fall on different banks (144 bytes, a multiple of 16).
-#define STW (SB * 8u + 4u)
+// A staged row's stride in 16-byte words: SB blocks of 2, and 1 more so that the rows of a
+// tile load fall on different banks (144 bytes).
+#define ST4 (SB * 2u + 1u)
 
 layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
 layout(std430, set = 0, binding = 0) readonly buffer Wt4 { uvec4 WDATA4[]; };
@@ -89,12 +89,11 @@ layout(push_constant) uniform Push {
 #else
 #define XCOPIES 1u
 #endif
-shared uint wq[64u * STW];           // [weight row][block of the step][8 words] int8 quants
-shared vec2 wfs[64u * SB];           // [weight row][block] the block's float parameters
-shared ivec2 wis[64u * SB];          // ... and integer ones
-shared uint xqs[XCOPIES * BN * STW]; // [copy][activation row][block][8 words]
-shared float xds[BN * SB];           // [activation row][block] d
-shared int xsv[BN * SB];             // ... and the sum of the quants
+// Every operand in as few shared loads as it takes (16 bytes at most each).
+shared uvec4 wq[64u * ST4];           // [weight row][block of the step][2] int8 quants
+shared uvec4 wpar[64u * SB];          // [weight row][block] the block's parameters: wf bits, wi
+shared uvec4 xqs[XCOPIES * BN * ST4]; // [copy][activation row][block][2]
+shared vec2 xpar[BN * SB];            // [activation row][block] d, the sum of the quants (bits)
 shared float res[64u * BN];          // [weight row][activation row] the finished sums
 #ifdef COOPMAT
 shared int idxs[256];
@@ -127,9 +126,9 @@ void stage(uint r0, uint c0, uint b0, uint nb, uint t) {
         vec2 wf = vec2(0.0);
         ivec2 wi = ivec2(0);
         if (live && b0 + j < nb) dot_load(ro, b0 + j, qw, wf, wi);
-        for (uint k = 0u; k < 8u; k++) wq[i * STW + j * 8u + k] = qw[k];
-        wfs[e] = wf;
-        wis[e] = wi;
+        wq[i * ST4 + j * 2u] = uvec4(qw[0], qw[1], qw[2], qw[3]);
+        wq[i * ST4 + j * 2u + 1u] = uvec4(qw[4], qw[5], qw[6], qw[7]);
+        wpar[e] = uvec4(floatBitsToUint(wf), uvec2(wi));
     }
     for (uint e = t; e < BN * SB; e += WG) {
         uint c = e / SB;
@@ -144,12 +143,13 @@ void stage(uint r0, uint c0, uint b0, uint nb, uint t) {
             d = uintBitsToFloat(xp[p.xd_off + v / 32u]);
             s = int(xp[p.xs_off + v / 32u]);
         }
-        for (uint k = 0u; k < 8u; k++) {
-            xqs[c * STW + j * 8u + k] = q[k];
-            if (XCOPIES == 2u) xqs[BN * STW + c * STW + j * 8u + k] = k < 4u ? q[k] : 0u;
+        xqs[c * ST4 + j * 2u] = uvec4(q[0], q[1], q[2], q[3]);
+        xqs[c * ST4 + j * 2u + 1u] = uvec4(q[4], q[5], q[6], q[7]);
+        if (XCOPIES == 2u) {
+            xqs[BN * ST4 + c * ST4 + j * 2u] = uvec4(q[0], q[1], q[2], q[3]);
+            xqs[BN * ST4 + c * ST4 + j * 2u + 1u] = uvec4(0u);
         }
-        xds[e] = d;
-        xsv[e] = s;
+        xpar[e] = vec2(d, intBitsToFloat(s));
     }
 }
 
@@ -211,11 +211,11 @@ void main() {
 #ifdef COOPMAT
             MA a;
             MB xb;
-            coopMatLoad(a, wq, rg * STW + j * 8u, STW, gl_CooperativeMatrixLayoutRowMajor);
-            coopMatLoad(xb, xqs, cg * STW + j * 8u, STW, gl_CooperativeMatrixLayoutColumnMajor);
+            coopMatLoad(a, wq, rg * ST4 + j * 2u, ST4, gl_CooperativeMatrixLayoutRowMajor);
+            coopMatLoad(xb, xqs, cg * ST4 + j * 2u, ST4, gl_CooperativeMatrixLayoutColumnMajor);
             MC s0 = coopMatMulAdd(a, xb, MC(0));
 #ifdef DOT_HALVES
-            coopMatLoad(xb, xqs, BN * STW + cg * STW + j * 8u, STW, gl_CooperativeMatrixLayoutColumnMajor);
+            coopMatLoad(xb, xqs, BN * ST4 + cg * ST4 + j * 2u, ST4, gl_CooperativeMatrixLayoutColumnMajor);
             MC s1 = coopMatMulAdd(a, xb, MC(0));   // the first halves' sums
 #endif
             [[unroll]] for (uint e = 0u; e < E; e++) {
@@ -224,20 +224,25 @@ void main() {
 #else
                 ivec2 si = ivec2(s0[e], 0);
 #endif
-                uint wi = er[e] * SB + j, xi = ec[e] * SB + j;
-                precise float f = dot_finish(si, wfs[wi], wis[wi], xds[xi], xsv[xi]);
+                uvec4 wp = wpar[er[e] * SB + j];
+                vec2 xv = xpar[ec[e] * SB + j];
+                precise float f = dot_finish(si, uintBitsToFloat(wp.xy), ivec2(wp.zw), xv.x, floatBitsToInt(xv.y));
                 acc[e] = acc[e] + f;
             }
 #else
             uint qw[8];
-            for (uint k = 0u; k < 8u; k++) qw[k] = wq[er[0] * STW + j * 8u + k];
-            vec2 wf = wfs[er[0] * SB + j];
-            ivec2 wi = wis[er[0] * SB + j];
+            uvec4 w0 = wq[er[0] * ST4 + j * 2u], w1 = wq[er[0] * ST4 + j * 2u + 1u];
+            qw = uint[8](w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w);
+            uvec4 wp = wpar[er[0] * SB + j];
+            vec2 wf = uintBitsToFloat(wp.xy);
+            ivec2 wi = ivec2(wp.zw);
             [[unroll]] for (uint e = 0u; e < E; e++) {
                 XUnit x;
-                for (uint k = 0u; k < 8u; k++) x.q[k] = xqs[ec[e] * STW + j * 8u + k];
-                x.d = xds[ec[e] * SB + j];
-                x.s = xsv[ec[e] * SB + j];
+                uvec4 a0 = xqs[ec[e] * ST4 + j * 2u], a1 = xqs[ec[e] * ST4 + j * 2u + 1u];
+                x.q = uint[8](a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w);
+                vec2 xv = xpar[ec[e] * SB + j];
+                x.d = xv.x;
+                x.s = floatBitsToInt(xv.y);
                 precise float f = dot_term(qw, wf, wi, x);
                 acc[e] = acc[e] + f;
             }
