@@ -104,6 +104,23 @@ pub struct Mv<'a> {
     pub shape: MvShape,
 }
 
+/// A product whose columns are a mixture-of-experts layer's slots (mm.comp EXPERT): the
+/// weights are a stack of `n_expert` matrices of `shape.rows` rows each, the product's `n` is
+/// the step's rows, each choosing `used` distinct experts (slot s is row s / used's), and each
+/// expert's rows are read once for the slots that chose it ([`Recorder::moe_group`]'s lists).
+/// Slot s reads activation row s / x_div and writes output row s; its result is the bits the
+/// plain product gives that activation row through its expert's matrix.
+#[derive(Clone, Copy)]
+pub struct Experts<'a> {
+    pub n_expert: u32,
+    pub used: u32,
+    /// Slots a row of activations: `used` where a row's slots all read the row (gate, up), 1
+    /// where each slot has its own (down).
+    pub x_div: u32,
+    /// What [`Recorder::moe_group`] wrote from the step's expert ids.
+    pub groups: Bind<'a>,
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 struct MvPush {
@@ -188,6 +205,18 @@ struct MmPush {
 }
 const _: () = assert!(std::mem::size_of::<MmPush>() == 52);
 impl Push for MmPush {}
+
+/// mm.comp EXPERT's push block: the product's, then the slots a row of activations and the
+/// word offset of the slot lists.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MmExpertPush {
+    mm: MmPush,
+    x_div: u32,
+    list_off: u32,
+}
+const _: () = assert!(std::mem::size_of::<MmExpertPush>() == 60);
+impl Push for MmExpertPush {}
 
 /// The shader suffix of a format the canonical product reads (the spec's table).
 pub fn mv_format(ty: GgmlType) -> Option<&'static str> {
@@ -337,9 +366,42 @@ impl Recorder<'_> {
         self.mv_tier(tier, m)
     }
 
-    /// [`Recorder::mv`] with a chosen way of taking the integer dot products.
-    pub fn mv_tier(&mut self, tier: DotTier, m: Mv<'_>) -> Result<(), VkError> {
-        let Mv { ty, n, w, input, out, shape: s } = m;
+    /// The expert product `m` over the slots `ex` groups ([`Experts`]), in the device's
+    /// [`DotTier`].
+    pub fn mv_experts(&mut self, m: Mv<'_>, ex: Experts<'_>) -> Result<(), VkError> {
+        let tier = DotTier::for_device(&self.gpu.info);
+        self.mv_experts_tier(tier, m, ex)
+    }
+
+    /// [`Recorder::mv_experts`] with a chosen way of taking the integer dot products: mm.comp
+    /// EXPERT for any number of slots (its tiles' columns an expert's slots).
+    pub fn mv_experts_tier(&mut self, tier: DotTier, m: Mv<'_>, ex: Experts<'_>) -> Result<(), VkError> {
+        let f = self.mv_check(tier, &m)?;
+        let s = m.shape;
+        let bad = |what: String| Err(VkError::Unsupported(format!("an expert product of {} rows over {} x {}: {what}", m.n, s.rows, s.cols)));
+        if ex.n_expert == 0 || ex.n_expert > crate::kernels::MOE_MAX_EXPERTS || ex.used == 0 || ex.used > ex.n_expert || (ex.x_div != 1 && ex.x_div != ex.used) {
+            return bad(format!("{} of {} experts a row, {} slots a row of activations", ex.used, ex.n_expert, ex.x_div));
+        }
+        let Some(slots) = m.n.checked_mul(ex.used) else {
+            return bad(format!("{} slots a row", ex.used));
+        };
+        if ex.groups.range < crate::kernels::moe_group_words(ex.n_expert, slots) as u64 * 4 {
+            return bad(format!("{} bytes of slot lists", ex.groups.range));
+        }
+        let up = match m.out {
+            MvOut::SwiGlu { up_off, .. } => up_off as u64,
+            _ => 0,
+        };
+        if m.w.range < up + ex.n_expert as u64 * s.rows as u64 * s.row_bytes as u64 {
+            return bad(format!("{} bytes of weights for {} experts", m.w.range, ex.n_expert));
+        }
+        self.mm(tier, f, m, Some(ex))
+    }
+
+    /// The checks every product makes: a format it reads, a device that runs the tier, rows,
+    /// activation rows of whole blocks. Returns the format's shader suffix.
+    fn mv_check(&self, tier: DotTier, m: &Mv<'_>) -> Result<&'static str, VkError> {
+        let Mv { ty, n, input, shape: s, .. } = *m;
         let f = mv_format(ty).ok_or_else(|| VkError::Unsupported(format!("no canonical product for {ty}")))?;
         let info = &self.gpu.info;
         if !mv_ok(info) {
@@ -362,9 +424,19 @@ impl Recorder<'_> {
         if normed && n > 1 {
             return bad("a folded norm of one row".into());
         }
+        Ok(f)
+    }
+
+    /// [`Recorder::mv`] with a chosen way of taking the integer dot products.
+    pub fn mv_tier(&mut self, tier: DotTier, m: Mv<'_>) -> Result<(), VkError> {
+        let f = self.mv_check(tier, &m)?;
+        let Mv { n, w, input, out, shape: s, .. } = m;
+        let info = &self.gpu.info;
+        let bad = |what: String| Err(VkError::Unsupported(format!("a canonical product of {n} rows over {} x {}: {what}", s.rows, s.cols)));
         if n as usize > NROW_MAX {
-            return self.mm(tier, f, m);
+            return self.mm(tier, f, m, None);
         }
+        let normed = matches!(input, MvIn::Normed { .. });
         let swiglu = matches!(out, MvOut::SwiGlu { .. });
         let Some(mut spec) = MvSpec::new(info, n, s.rows, s.cols, normed, swiglu) else {
             return bad("rows of whole 32-value blocks".into());
@@ -432,10 +504,16 @@ impl Recorder<'_> {
         self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), grid(s.rows.div_ceil(spec.tile())))
     }
 
-    /// mm.comp: the product of more than NROW_MAX rows (packed or normpacked input; its
-    /// checks on the shape as `mv_tier` makes them).
-    fn mm(&mut self, tier: DotTier, f: &str, m: Mv<'_>) -> Result<(), VkError> {
+    /// mm.comp: the product of more than NROW_MAX rows, or (`ex`) an expert product of any
+    /// (packed or normpacked input; its checks on the shape as `mv_tier` makes them).
+    fn mm(&mut self, tier: DotTier, f: &str, m: Mv<'_>, ex: Option<Experts<'_>>) -> Result<(), VkError> {
         let Mv { n, w, input, out, shape: s, .. } = m;
+        // Rows of activations read and of outputs written: the step's rows, or (experts) its
+        // slots' activation rows and its slots.
+        let (nx, ny) = match ex {
+            Some(e) => (n * e.used / e.x_div, n * e.used),
+            None => (n, n),
+        };
         let bad = |what: String| Err(VkError::Unsupported(format!("a canonical product of {n} rows over {} x {}: {what}", s.rows, s.cols)));
         let Some(cut) = Cut::of(s.cols as usize) else {
             return bad("rows of whole 32-value blocks".into());
@@ -446,13 +524,13 @@ impl Recorder<'_> {
         }
         let (x, nr, xin, xd_off, xs_off) = match input {
             MvIn::Packed { x, layout } => {
-                if (n - 1) * s.x_stride + s.cols > layout.count {
+                if (nx - 1) * s.x_stride + s.cols > layout.count {
                     return bad(format!("{} packed values", layout.count));
                 }
                 (x, x, 0, layout.d_off(), layout.s_off())
             }
             MvIn::NormPacked { x, layout, r } => {
-                if (n - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * n as u64 {
+                if (nx - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * nx as u64 {
                     return bad(format!("{} packed values, {} bytes of r", layout.count, r.range));
                 }
                 (x, r, 2, layout.d_off(), layout.s_off())
@@ -463,7 +541,7 @@ impl Recorder<'_> {
             MvOut::Store(y) => (y, y, 0, 0, 0, 0),
             MvOut::Add(y) => (y, y, 1, 0, 0, 0),
             MvOut::SwiGlu { up_off, out, layout } => {
-                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (n - 1) * s.y_stride + s.y_off + s.rows > layout.count {
+                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (ny - 1) * s.y_stride + s.y_off + s.rows > layout.count {
                     return bad(format!("a SwiGLU packed in 32-row blocks from row {} at stride {} ({} values)", s.y_off, s.y_stride, layout.count));
                 }
                 if out.range < layout.bytes() || !up_off.is_multiple_of(16) {
@@ -488,12 +566,23 @@ impl Recorder<'_> {
         };
         let lpow = cut.lanes as u32;
         let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, lpow.trailing_zeros(), xin, outk];
+        let form = if ex.is_some() { "x_" } else { "" };
         let name = match tier {
-            DotTier::Emulated => format!("mm_{f}"),
-            DotTier::Hardware => format!("mmx_{f}"),
-            DotTier::Tiles => format!("mm_cm_{f}"),
+            DotTier::Emulated => format!("mm_{form}{f}"),
+            DotTier::Hardware => format!("mmx_{form}{f}"),
+            DotTier::Tiles => format!("mm_cm_{form}{f}"),
         };
         let tile_rows = if outk == 2 { MM_TILE_ROWS / 2 } else { MM_TILE_ROWS };
-        self.run(&name, &consts, &[w, x, nr, y, pk], &MmPush { mv, n }.bytes(), [s.rows.div_ceil(tile_rows), n.div_ceil(MM_TILE_N), 1])
+        let row_tiles = s.rows.div_ceil(tile_rows);
+        let mm = MmPush { mv, n };
+        match ex {
+            // An expert has at most n slots (a row's slots choose distinct experts): n's
+            // column tiles for each expert, those past its count leaving at once.
+            Some(e) => {
+                let push = MmExpertPush { mm, x_div: e.x_div, list_off: e.n_expert + 1 };
+                self.run(&name, &consts, &[w, x, nr, y, pk, e.groups], &push.bytes(), [row_tiles, n.div_ceil(MM_TILE_N), e.n_expert])
+            }
+            None => self.run(&name, &consts, &[w, x, nr, y, pk], &mm.bytes(), [row_tiles, n.div_ceil(MM_TILE_N), 1]),
+        }
     }
 }
