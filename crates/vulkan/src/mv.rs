@@ -206,6 +206,27 @@ struct MmPush {
 const _: () = assert!(std::mem::size_of::<MmPush>() == 52);
 impl Push for MmPush {}
 
+/// mv.comp EXPERT's push block: the product's, then the slots a row of activations and the
+/// word offset of the slot lists.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MvExpertPush {
+    mv: MvPush,
+    x_div: u32,
+    list_off: u32,
+}
+const _: () = assert!(std::mem::size_of::<MvExpertPush>() == 56);
+impl Push for MvExpertPush {}
+
+/// Rows of activations a product of `n` rows reads and rows of outputs it writes: n, or (an
+/// expert product) its slots' activation rows and its slots.
+fn slot_rows(n: u32, ex: Option<&Experts<'_>>) -> (u32, u32) {
+    match ex {
+        Some(e) => (n * e.used / e.x_div, n * e.used),
+        None => (n, n),
+    }
+}
+
 /// mm.comp EXPERT's push block: the product's, then the slots a row of activations and the
 /// word offset of the slot lists.
 #[repr(C)]
@@ -373,8 +394,9 @@ impl Recorder<'_> {
         self.mv_experts_tier(tier, m, ex)
     }
 
-    /// [`Recorder::mv_experts`] with a chosen way of taking the integer dot products: mm.comp
-    /// EXPERT for any number of slots (its tiles' columns an expert's slots).
+    /// [`Recorder::mv_experts`] with a chosen way of taking the integer dot products: mv.comp
+    /// EXPERT for steps of up to NROW_MAX rows, mm.comp EXPERT past it (its tiles' columns an
+    /// expert's slots).
     pub fn mv_experts_tier(&mut self, tier: DotTier, m: Mv<'_>, ex: Experts<'_>) -> Result<(), VkError> {
         let f = self.mv_check(tier, &m)?;
         let s = m.shape;
@@ -395,7 +417,13 @@ impl Recorder<'_> {
         if m.w.range < up + ex.n_expert as u64 * s.rows as u64 * s.row_bytes as u64 {
             return bad(format!("{} bytes of weights for {} experts", m.w.range, ex.n_expert));
         }
-        self.mm(tier, f, m, Some(ex))
+        if matches!(m.input, MvIn::Normed { .. }) {
+            return bad("a folded norm (normpack the rows)".into());
+        }
+        if m.n as usize > NROW_MAX {
+            return self.mm(tier, f, m, Some(ex));
+        }
+        self.mv_rows(tier, f, m, Some(ex))
     }
 
     /// The checks every product makes: a format it reads, a device that runs the tier, rows,
@@ -430,12 +458,19 @@ impl Recorder<'_> {
     /// [`Recorder::mv`] with a chosen way of taking the integer dot products.
     pub fn mv_tier(&mut self, tier: DotTier, m: Mv<'_>) -> Result<(), VkError> {
         let f = self.mv_check(tier, &m)?;
-        let Mv { n, w, input, out, shape: s, .. } = m;
-        let info = &self.gpu.info;
-        let bad = |what: String| Err(VkError::Unsupported(format!("a canonical product of {n} rows over {} x {}: {what}", s.rows, s.cols)));
-        if n as usize > NROW_MAX {
+        if m.n as usize > NROW_MAX {
             return self.mm(tier, f, m, None);
         }
+        self.mv_rows(tier, f, m, None)
+    }
+
+    /// mv.comp: the product of up to NROW_MAX rows, or (`ex`) an expert product of a step of
+    /// up to NROW_MAX rows (its checks on the shape as `mv_tier` makes them).
+    fn mv_rows(&mut self, tier: DotTier, f: &str, m: Mv<'_>, ex: Option<Experts<'_>>) -> Result<(), VkError> {
+        let Mv { n, w, input, out, shape: s, .. } = m;
+        let (nx, ny) = slot_rows(n, ex.as_ref());
+        let info = &self.gpu.info;
+        let bad = |what: String| Err(VkError::Unsupported(format!("a canonical product of {n} rows over {} x {}: {what}", s.rows, s.cols)));
         let normed = matches!(input, MvIn::Normed { .. });
         let swiglu = matches!(out, MvOut::SwiGlu { .. });
         let Some(mut spec) = MvSpec::new(info, n, s.rows, s.cols, normed, swiglu) else {
@@ -446,13 +481,13 @@ impl Recorder<'_> {
         }
         let (x, nw, eps, xd_off, xs_off) = match input {
             MvIn::Packed { x, layout } => {
-                if (n - 1) * s.x_stride + s.cols > layout.count {
+                if (nx - 1) * s.x_stride + s.cols > layout.count {
                     return bad(format!("{} packed values", layout.count));
                 }
                 (x, x, 0.0, layout.d_off(), layout.s_off())
             }
             MvIn::NormPacked { x, layout, r } => {
-                if (n - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * n as u64 {
+                if (nx - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * nx as u64 {
                     return bad(format!("{} packed values, {} bytes of r", layout.count, r.range));
                 }
                 spec.xin = 2;
@@ -468,7 +503,7 @@ impl Recorder<'_> {
             }
             MvOut::SwiGlu { up_off, out, layout } => {
                 spec.out = 2;
-                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (n - 1) * s.y_stride + s.y_off + s.rows > layout.count {
+                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (ny - 1) * s.y_stride + s.y_off + s.rows > layout.count {
                     return bad(format!("a SwiGLU packed in 32-row blocks from row {} at stride {} ({} values)", s.y_off, s.y_stride, layout.count));
                 }
                 if out.range < layout.bytes() || !up_off.is_multiple_of(16) {
@@ -479,7 +514,8 @@ impl Recorder<'_> {
         };
         let push =
             MvPush { rows: s.rows, cols: s.cols, row_bytes: s.row_bytes, x_stride: s.x_stride, y_stride: s.y_stride, y_off: s.y_off, xd_off, xs_off, eps, up_off, pd_off, ps_off };
-        let form = if n == 1 { "" } else { "_nrow" };
+        // The expert form is the N-row form's (its column count a specialization constant).
+        let form = if n == 1 && ex.is_none() { "" } else { "_nrow" };
         let hw = match tier {
             DotTier::Emulated => "",
             DotTier::Hardware | DotTier::Tiles => "x",
@@ -501,7 +537,16 @@ impl Recorder<'_> {
             spec.hv,
             spec.fs,
         ];
-        self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), grid(s.rows.div_ceil(spec.tile())))
+        let wgs = grid(s.rows.div_ceil(spec.tile()));
+        match ex {
+            // An expert has at most n slots (a row's slots choose distinct experts): n columns
+            // for each expert, those past its count loading its last slot's and writing nothing.
+            Some(e) => {
+                let push = MvExpertPush { mv: push, x_div: e.x_div, list_off: e.n_expert + 1 };
+                self.run(&format!("mv{hw}_x_{f}{form}"), &consts, &[w, x, nw, y, pk, e.groups], &push.bytes(), [wgs[0], wgs[1], e.n_expert])
+            }
+            None => self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), wgs),
+        }
     }
 
     /// mm.comp: the product of more than NROW_MAX rows, or (`ex`) an expert product of any
@@ -510,10 +555,7 @@ impl Recorder<'_> {
         let Mv { n, w, input, out, shape: s, .. } = m;
         // Rows of activations read and of outputs written: the step's rows, or (experts) its
         // slots' activation rows and its slots.
-        let (nx, ny) = match ex {
-            Some(e) => (n * e.used / e.x_div, n * e.used),
-            None => (n, n),
-        };
+        let (nx, ny) = slot_rows(n, ex.as_ref());
         let bad = |what: String| Err(VkError::Unsupported(format!("a canonical product of {n} rows over {} x {}: {what}", s.rows, s.cols)));
         let Some(cut) = Cut::of(s.cols as usize) else {
             return bad("rows of whole 32-value blocks".into());
