@@ -567,7 +567,10 @@ fn moe_ffn(
     let (d, ff, k) = (cfg.n_embd, cfg.n_ff, moe.n_expert_used);
     let slots = n * k;
     let (gate, up, down) = (&ly.gate, &ly.up, &ly.down);
-    let canonical = [gate, up, down].into_iter().all(|m| canon(m, n, s));
+    // The grouped canonical product where it reads the formats and its forms (gate and up with
+    // the SwiGLU epilogue, down) fit the device.
+    let info = &rec.gpu.info;
+    let canonical = [gate, up, down].into_iter().all(|m| canon(m, n, s)) && mv_fits(info, n as u32, d as u32, false, true) && mv_fits(info, n as u32, ff as u32, false, false);
     let blocks = [gate, up].map(|m| rounding(m, s).filter(|_| !canonical));
     let q32 = blocks.contains(&Some(32)).then(|| Bind::from(&s.xq32));
     let q256 = blocks.contains(&Some(256)).then(|| Bind::from(&s.xq256));
