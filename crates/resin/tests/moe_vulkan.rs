@@ -7,7 +7,9 @@
 //!   3 experts a row must fail the bar;
 //! - Q8_0 files (8-bit activations on both homes): several prompts' logits within a looser
 //!   bar, with the same control (no decode steps: see Q8_BAR);
-//! - rows stepped together equal each row stepped alone, bit for bit (Q8_0);
+//! - rows stepped together equal each row stepped alone, bit for bit (Q8_0 and Q4_K_M: the
+//!   experts' canonical product, each expert's rows once over the slots that chose it, with
+//!   an expert's slots from one to past a tile of 32);
 //! - a row reads only its chosen experts: with one expert's weights made NaN, every row that
 //!   did not choose it keeps its bits, in the very pass where other rows did choose it.
 //!
@@ -153,14 +155,16 @@ fn q8_0_moe_matches_the_cpu_home() {
 }
 
 /// Rows at different positions stepped together equal each stepped alone, bit for bit, on the
-/// Vulkan home (Q8_0: the quantized-activation path): five rows (one token command) and twelve
-/// (a wide step, past NROW_MAX); prompts prefilled in one window equal each alone.
+/// Vulkan home (Q8_0 and Q4_K_M, whose experts take the canonical product grouped by expert;
+/// Q4_K_M's down stacks are Q6_K on some layers): five rows (one token command) and twelve (a
+/// wide step, past NROW_MAX); prompts prefilled in one window (168 rows: experts of dozens of
+/// slots) equal each alone (experts of a few).
 #[test]
 fn moe_rows_together_equal_rows_alone_on_vulkan() {
     let Some(gpu) = gpu() else { return };
     let dir = tmp_dir("rows");
-    for shape in [SynthShape::Qwen3MoeTiny, SynthShape::MixtralTiny] {
-        let path = synth_file(&dir, shape, SynthType::Q8_0);
+    for (shape, ty) in [SynthShape::Qwen3MoeTiny, SynthShape::MixtralTiny].into_iter().flat_map(|s| [(s, SynthType::Q8_0), (s, SynthType::Q4_K_M)]) {
+        let path = synth_file(&dir, shape, ty);
         let file = Arc::new(GgufFile::open(&path).unwrap());
         let n = 12;
         let prompts: Vec<Vec<u32>> = (0..n).map(|i| tokens(3 + 2 * i, i as u32)).collect();
@@ -170,7 +174,7 @@ fn moe_rows_together_equal_rows_alone_on_vulkan() {
         let together = batched.prefill(&segs).unwrap();
         for (r, s) in segs.iter().enumerate() {
             let one = alone.prefill(std::slice::from_ref(s)).unwrap();
-            assert_eq!(bits(together.row(r)), bits(one.row(0)), "{shape}: prompt {r} prefilled with the others differs from alone");
+            assert_eq!(bits(together.row(r)), bits(one.row(0)), "{shape}-{ty}: prompt {r} prefilled with the others differs from alone");
         }
         // Each row's next position: a row steps only where it is in the step.
         let mut pos: Vec<u32> = prompts.iter().map(|p| p.len() as u32).collect();
@@ -180,7 +184,7 @@ fn moe_rows_together_equal_rows_alone_on_vulkan() {
             let together = batched.step_logits(&rows).unwrap();
             for (i, row) in rows.iter().enumerate() {
                 let single = alone.step_logits(&[*row]).unwrap();
-                assert_eq!(bits(together.row(i)), bits(single.row(0)), "{shape}: row {i} of step {step} ({width} rows) differs from the row alone");
+                assert_eq!(bits(together.row(i)), bits(single.row(0)), "{shape}-{ty}: row {i} of step {step} ({width} rows) differs from the row alone");
                 pos[i] += 1;
             }
         }

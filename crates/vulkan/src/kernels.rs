@@ -355,6 +355,12 @@ pub const MOE_MAX_EXPERTS: u32 = 256;
 /// Experts a row chooses at most (moe.comp MAX_USED).
 pub const MOE_MAX_USED: u32 = 8;
 
+/// Words of what [`Recorder::moe_group`] writes for `slots` slots over `n_expert` experts: an
+/// offset an expert and the total, then every slot once in the experts' lists.
+pub fn moe_group_words(n_expert: u32, slots: u32) -> u32 {
+    n_expert + 1 + slots
+}
+
 /// The expert GEMV's push block: the GEMV's, then the slots a row of activations.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -550,6 +556,20 @@ impl<'a> Recorder<'a> {
             return Err(VkError::OutOfRange(format!("router buffers for {rows} rows of {d}, {n_expert} experts, {k} a row")));
         }
         self.run("moe_route", &[], &[router, x, sel, wt], &MoePush { a: d, d: n_expert, k }.bytes(), grid(rows))
+    }
+
+    /// The slots that chose each expert (shaders/ops/moe.comp GROUP), from the expert ids `sel`
+    /// of `slots` slots: `grp` gets [`moe_group_words`] words, expert e's slots (in slot order)
+    /// at words n_expert + 1 + grp[e] .. n_expert + 1 + grp[e + 1]: the columns of the
+    /// canonical product's expert form ([`crate::mv::Experts`]).
+    pub fn moe_group(&mut self, slots: u32, n_expert: u32, sel: Bind<'_>, grp: Bind<'_>) -> Result<(), VkError> {
+        if n_expert == 0 || n_expert > MOE_MAX_EXPERTS {
+            return Err(VkError::Unsupported(format!("grouping slots by {n_expert} experts (at most {MOE_MAX_EXPERTS})")));
+        }
+        if sel.range < slots as u64 * 4 || grp.range < moe_group_words(n_expert, slots) as u64 * 4 {
+            return Err(VkError::OutOfRange(format!("expert lists of {slots} slots over {n_expert} experts in {} bytes", grp.range)));
+        }
+        self.run("moe_group", &[], &[sel, grp], &MoePush { a: slots, d: n_expert, k: 0 }.bytes(), [1, 1, 1])
     }
 
     /// out[r] = the sum over j in rank order of wt[r * k + j] * y[r * k + j], rows of `d`

@@ -104,6 +104,23 @@ pub struct Mv<'a> {
     pub shape: MvShape,
 }
 
+/// A product whose columns are a mixture-of-experts layer's slots (mm.comp EXPERT): the
+/// weights are a stack of `n_expert` matrices of `shape.rows` rows each, the product's `n` is
+/// the step's rows, each choosing `used` distinct experts (slot s is row s / used's), and each
+/// expert's rows are read once for the slots that chose it ([`Recorder::moe_group`]'s lists).
+/// Slot s reads activation row s / x_div and writes output row s; its result is the bits the
+/// plain product gives that activation row through its expert's matrix.
+#[derive(Clone, Copy)]
+pub struct Experts<'a> {
+    pub n_expert: u32,
+    pub used: u32,
+    /// Slots a row of activations: `used` where a row's slots all read the row (gate, up), 1
+    /// where each slot has its own (down).
+    pub x_div: u32,
+    /// What [`Recorder::moe_group`] wrote from the step's expert ids.
+    pub groups: Bind<'a>,
+}
+
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 struct MvPush {
@@ -172,6 +189,10 @@ pub fn tiles_ok(info: &DeviceInfo) -> bool {
 
 /// Threads of the largest mm.comp workgroup (its 64-row tile).
 const MM_THREADS: u32 = 256;
+/// Shared memory mm.comp declares at most (its tensor-core tier with DOT_HALVES): the staged
+/// weight quants (64 rows of 4 blocks and a pad word, 16 bytes each), their parameters, two
+/// copies of the activation quants, their d and sums, the finished tile and the index tile.
+const MM_SHARED_BYTES: u32 = 16 * (64 * 9 + 64 * 4 + 2 * 32 * 9) + 8 * 32 * 4 + 4 * (64 * 32 + 256);
 /// Activation rows of an mm.comp tile.
 const MM_TILE_N: u32 = 32;
 /// Workgroups below which a product takes mm.comp's 16-row tiles: fewer would leave a large
@@ -186,6 +207,39 @@ struct MmPush {
 }
 const _: () = assert!(std::mem::size_of::<MmPush>() == 52);
 impl Push for MmPush {}
+
+/// mv.comp EXPERT's push block: the product's, then the slots a row of activations and the
+/// word offset of the slot lists.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MvExpertPush {
+    mv: MvPush,
+    x_div: u32,
+    list_off: u32,
+}
+const _: () = assert!(std::mem::size_of::<MvExpertPush>() == 56);
+impl Push for MvExpertPush {}
+
+/// Rows of activations a product of `n` rows reads and rows of outputs it writes: n, or (an
+/// expert product) its slots' activation rows and its slots.
+fn slot_rows(n: u32, ex: Option<&Experts<'_>>) -> (u32, u32) {
+    match ex {
+        Some(e) => (n * e.used / e.x_div, n * e.used),
+        None => (n, n),
+    }
+}
+
+/// mm.comp EXPERT's push block: the product's, then the slots a row of activations and the
+/// word offset of the slot lists.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MmExpertPush {
+    mm: MmPush,
+    x_div: u32,
+    list_off: u32,
+}
+const _: () = assert!(std::mem::size_of::<MmExpertPush>() == 60);
+impl Push for MmExpertPush {}
 
 /// The shader suffix of a format the canonical product reads (the spec's table).
 pub fn mv_format(ty: GgmlType) -> Option<&'static str> {
@@ -299,6 +353,9 @@ impl MvSpec {
 /// Whether an `n`-row product over rows of `cols` values fits the device with its norm folded
 /// in (the rows quantized in shared memory) and, with `swiglu`, its SwiGLU epilogue.
 pub fn mv_fits(info: &DeviceInfo, n: u32, cols: u32, normed: bool, swiglu: bool) -> bool {
+    if n as usize > NROW_MAX {
+        return !normed && cols.is_multiple_of(32) && MM_SHARED_BYTES <= info.shared_memory && MM_THREADS <= info.max_workgroup_invocations;
+    }
     !(normed && n > 1) && MvSpec::new(info, n, 0, cols, normed, swiglu).is_some_and(|s| s.shared_bytes() <= info.shared_memory as u64)
 }
 
@@ -333,9 +390,49 @@ impl Recorder<'_> {
         self.mv_tier(tier, m)
     }
 
-    /// [`Recorder::mv`] with a chosen way of taking the integer dot products.
-    pub fn mv_tier(&mut self, tier: DotTier, m: Mv<'_>) -> Result<(), VkError> {
-        let Mv { ty, n, w, input, out, shape: s } = m;
+    /// The expert product `m` over the slots `ex` groups ([`Experts`]), in the device's
+    /// [`DotTier`].
+    pub fn mv_experts(&mut self, m: Mv<'_>, ex: Experts<'_>) -> Result<(), VkError> {
+        let tier = DotTier::for_device(&self.gpu.info);
+        self.mv_experts_tier(tier, m, ex)
+    }
+
+    /// [`Recorder::mv_experts`] with a chosen way of taking the integer dot products: mv.comp
+    /// EXPERT for steps of up to NROW_MAX rows, mm.comp EXPERT past it (its tiles' columns an
+    /// expert's slots).
+    pub fn mv_experts_tier(&mut self, tier: DotTier, m: Mv<'_>, ex: Experts<'_>) -> Result<(), VkError> {
+        let f = self.mv_check(tier, &m)?;
+        let s = m.shape;
+        let bad = |what: String| Err(VkError::Unsupported(format!("an expert product of {} rows over {} x {}: {what}", m.n, s.rows, s.cols)));
+        if ex.n_expert == 0 || ex.n_expert > crate::kernels::MOE_MAX_EXPERTS || ex.used == 0 || ex.used > ex.n_expert || (ex.x_div != 1 && ex.x_div != ex.used) {
+            return bad(format!("{} of {} experts a row, {} slots a row of activations", ex.used, ex.n_expert, ex.x_div));
+        }
+        let Some(slots) = m.n.checked_mul(ex.used) else {
+            return bad(format!("{} slots a row", ex.used));
+        };
+        if ex.groups.range < crate::kernels::moe_group_words(ex.n_expert, slots) as u64 * 4 {
+            return bad(format!("{} bytes of slot lists", ex.groups.range));
+        }
+        let up = match m.out {
+            MvOut::SwiGlu { up_off, .. } => up_off as u64,
+            _ => 0,
+        };
+        if m.w.range < up + ex.n_expert as u64 * s.rows as u64 * s.row_bytes as u64 {
+            return bad(format!("{} bytes of weights for {} experts", m.w.range, ex.n_expert));
+        }
+        if matches!(m.input, MvIn::Normed { .. }) {
+            return bad("a folded norm (normpack the rows)".into());
+        }
+        if m.n as usize > NROW_MAX {
+            return self.mm(tier, f, m, Some(ex));
+        }
+        self.mv_rows(tier, f, m, Some(ex))
+    }
+
+    /// The checks every product makes: a format it reads, a device that runs the tier, rows,
+    /// activation rows of whole blocks. Returns the format's shader suffix.
+    fn mv_check(&self, tier: DotTier, m: &Mv<'_>) -> Result<&'static str, VkError> {
+        let Mv { ty, n, input, shape: s, .. } = *m;
         let f = mv_format(ty).ok_or_else(|| VkError::Unsupported(format!("no canonical product for {ty}")))?;
         let info = &self.gpu.info;
         if !mv_ok(info) {
@@ -358,9 +455,26 @@ impl Recorder<'_> {
         if normed && n > 1 {
             return bad("a folded norm of one row".into());
         }
-        if n as usize > NROW_MAX {
-            return self.mm(tier, f, m);
+        Ok(f)
+    }
+
+    /// [`Recorder::mv`] with a chosen way of taking the integer dot products.
+    pub fn mv_tier(&mut self, tier: DotTier, m: Mv<'_>) -> Result<(), VkError> {
+        let f = self.mv_check(tier, &m)?;
+        if m.n as usize > NROW_MAX {
+            return self.mm(tier, f, m, None);
         }
+        self.mv_rows(tier, f, m, None)
+    }
+
+    /// mv.comp: the product of up to NROW_MAX rows, or (`ex`) an expert product of a step of
+    /// up to NROW_MAX rows (its checks on the shape as `mv_tier` makes them).
+    fn mv_rows(&mut self, tier: DotTier, f: &str, m: Mv<'_>, ex: Option<Experts<'_>>) -> Result<(), VkError> {
+        let Mv { n, w, input, out, shape: s, .. } = m;
+        let (nx, ny) = slot_rows(n, ex.as_ref());
+        let info = &self.gpu.info;
+        let bad = |what: String| Err(VkError::Unsupported(format!("a canonical product of {n} rows over {} x {}: {what}", s.rows, s.cols)));
+        let normed = matches!(input, MvIn::Normed { .. });
         let swiglu = matches!(out, MvOut::SwiGlu { .. });
         let Some(mut spec) = MvSpec::new(info, n, s.rows, s.cols, normed, swiglu) else {
             return bad("rows of whole 32-value blocks".into());
@@ -370,13 +484,13 @@ impl Recorder<'_> {
         }
         let (x, nw, eps, xd_off, xs_off) = match input {
             MvIn::Packed { x, layout } => {
-                if (n - 1) * s.x_stride + s.cols > layout.count {
+                if (nx - 1) * s.x_stride + s.cols > layout.count {
                     return bad(format!("{} packed values", layout.count));
                 }
                 (x, x, 0.0, layout.d_off(), layout.s_off())
             }
             MvIn::NormPacked { x, layout, r } => {
-                if (n - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * n as u64 {
+                if (nx - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * nx as u64 {
                     return bad(format!("{} packed values, {} bytes of r", layout.count, r.range));
                 }
                 spec.xin = 2;
@@ -392,7 +506,7 @@ impl Recorder<'_> {
             }
             MvOut::SwiGlu { up_off, out, layout } => {
                 spec.out = 2;
-                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (n - 1) * s.y_stride + s.y_off + s.rows > layout.count {
+                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (ny - 1) * s.y_stride + s.y_off + s.rows > layout.count {
                     return bad(format!("a SwiGLU packed in 32-row blocks from row {} at stride {} ({} values)", s.y_off, s.y_stride, layout.count));
                 }
                 if out.range < layout.bytes() || !up_off.is_multiple_of(16) {
@@ -403,7 +517,8 @@ impl Recorder<'_> {
         };
         let push =
             MvPush { rows: s.rows, cols: s.cols, row_bytes: s.row_bytes, x_stride: s.x_stride, y_stride: s.y_stride, y_off: s.y_off, xd_off, xs_off, eps, up_off, pd_off, ps_off };
-        let form = if n == 1 { "" } else { "_nrow" };
+        // The expert form is the N-row form's (its column count a specialization constant).
+        let form = if n == 1 && ex.is_none() { "" } else { "_nrow" };
         let hw = match tier {
             DotTier::Emulated => "",
             DotTier::Hardware | DotTier::Tiles => "x",
@@ -425,26 +540,42 @@ impl Recorder<'_> {
             spec.hv,
             spec.fs,
         ];
-        self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), grid(s.rows.div_ceil(spec.tile())))
+        let wgs = grid(s.rows.div_ceil(spec.tile()));
+        match ex {
+            // An expert has at most n slots (a row's slots choose distinct experts): n columns
+            // for each expert, those past its count loading its last slot's and writing nothing.
+            Some(e) => {
+                let push = MvExpertPush { mv: push, x_div: e.x_div, list_off: e.n_expert + 1 };
+                self.run(&format!("mv{hw}_x_{f}{form}"), &consts, &[w, x, nw, y, pk, e.groups], &push.bytes(), [wgs[0], wgs[1], e.n_expert])
+            }
+            None => self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), wgs),
+        }
     }
 
-    /// mm.comp: the product of more than NROW_MAX rows (packed or normpacked input; its
-    /// checks on the shape as `mv_tier` makes them).
-    fn mm(&mut self, tier: DotTier, f: &str, m: Mv<'_>) -> Result<(), VkError> {
+    /// mm.comp: the product of more than NROW_MAX rows, or (`ex`) an expert product of any
+    /// (packed or normpacked input; its checks on the shape as `mv_tier` makes them).
+    fn mm(&mut self, tier: DotTier, f: &str, m: Mv<'_>, ex: Option<Experts<'_>>) -> Result<(), VkError> {
         let Mv { n, w, input, out, shape: s, .. } = m;
+        // Rows of activations read and of outputs written: the step's rows, or (experts) its
+        // slots' activation rows and its slots.
+        let (nx, ny) = slot_rows(n, ex.as_ref());
         let bad = |what: String| Err(VkError::Unsupported(format!("a canonical product of {n} rows over {} x {}: {what}", s.rows, s.cols)));
         let Some(cut) = Cut::of(s.cols as usize) else {
             return bad("rows of whole 32-value blocks".into());
         };
+        let info = &self.gpu.info;
+        if MM_SHARED_BYTES > info.shared_memory || MM_THREADS > info.max_workgroup_invocations {
+            return bad(format!("workgroups of {MM_THREADS} threads and {MM_SHARED_BYTES} bytes of shared memory"));
+        }
         let (x, nr, xin, xd_off, xs_off) = match input {
             MvIn::Packed { x, layout } => {
-                if (n - 1) * s.x_stride + s.cols > layout.count {
+                if (nx - 1) * s.x_stride + s.cols > layout.count {
                     return bad(format!("{} packed values", layout.count));
                 }
                 (x, x, 0, layout.d_off(), layout.s_off())
             }
             MvIn::NormPacked { x, layout, r } => {
-                if (n - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * n as u64 {
+                if (nx - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * nx as u64 {
                     return bad(format!("{} packed values, {} bytes of r", layout.count, r.range));
                 }
                 (x, r, 2, layout.d_off(), layout.s_off())
@@ -455,7 +586,7 @@ impl Recorder<'_> {
             MvOut::Store(y) => (y, y, 0, 0, 0, 0),
             MvOut::Add(y) => (y, y, 1, 0, 0, 0),
             MvOut::SwiGlu { up_off, out, layout } => {
-                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (n - 1) * s.y_stride + s.y_off + s.rows > layout.count {
+                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (ny - 1) * s.y_stride + s.y_off + s.rows > layout.count {
                     return bad(format!("a SwiGLU packed in 32-row blocks from row {} at stride {} ({} values)", s.y_off, s.y_stride, layout.count));
                 }
                 if out.range < layout.bytes() || !up_off.is_multiple_of(16) {
@@ -480,17 +611,30 @@ impl Recorder<'_> {
         };
         let lpow = cut.lanes as u32;
         let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, lpow.trailing_zeros(), xin, outk];
+        let form = if ex.is_some() { "x_" } else { "" };
         let name = match tier {
-            DotTier::Emulated => format!("mm_{f}"),
-            DotTier::Hardware => format!("mmx_{f}"),
-            DotTier::Tiles => format!("mm_cm_{f}"),
+            DotTier::Emulated => format!("mm_{form}{f}"),
+            DotTier::Hardware => format!("mmx_{form}{f}"),
+            DotTier::Tiles => format!("mm_cm_{form}{f}"),
         };
         // 16-row regions a tile: 4 (SwiGLU's 32 gate rows and their up rows; and wherever
-        // 64-row tiles are enough to fill the device), else 1.
+        // 64-row tiles are enough to fill the device), else 1. Experts: each takes its own
+        // tiles, so the stack's tiles count.
         let cols = n.div_ceil(MM_TILE_N);
-        let rt = if outk == 2 || s.rows.div_ceil(64) * cols >= MM_SMALL_TILES_BELOW { 4 } else { 1 };
+        let stacks = ex.as_ref().map_or(1, |e| e.n_expert);
+        let rt = if outk == 2 || s.rows.div_ceil(64) * cols * stacks >= MM_SMALL_TILES_BELOW { 4 } else { 1 };
         let outs = if outk == 2 { 32 } else { 16 * rt };
         let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], rt, 64 * rt];
-        self.run(&name, &consts, &[w, x, nr, y, pk], &MmPush { mv, n }.bytes(), [s.rows.div_ceil(outs), cols, 1])
+        let row_tiles = s.rows.div_ceil(outs);
+        let mm = MmPush { mv, n };
+        match ex {
+            // An expert has at most n slots (a row's slots choose distinct experts): n's
+            // column tiles for each expert, those past its count leaving at once.
+            Some(e) => {
+                let push = MmExpertPush { mm, x_div: e.x_div, list_off: e.n_expert + 1 };
+                self.run(&name, &consts, &[w, x, nr, y, pk, e.groups], &push.bytes(), [row_tiles, cols, e.n_expert])
+            }
+            None => self.run(&name, &consts, &[w, x, nr, y, pk], &mm.bytes(), [row_tiles, cols, 1]),
+        }
     }
 }

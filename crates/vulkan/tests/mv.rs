@@ -3,7 +3,8 @@
 //! product bit for bit for any row count (mv.comp's 1..8 rows and mm.comp's more, one pass
 //! over the weights), the residual and folded-norm forms, the SwiGLU epilogue's packed
 //! output; every way of taking the integer dot products the device has (dot4, OpSDot, int8
-//! tensor-core tiles).
+//! tensor-core tiles); the expert form (mm.comp EXPERT) over slots grouped by expert
+//! (moe.comp GROUP).
 
 mod common;
 
@@ -12,7 +13,8 @@ use resin_core::canon::Cut;
 use resin_cpu::kernels::canon::{canon_dot, canon_rms_scale, canon_sumsq, CanonActs};
 use resin_gguf::{formats, GgmlType};
 use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
-use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, DotTier, Mv, MvIn, MvOut, MvShape, QPack};
+use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, DotTier, Experts, Mv, MvIn, MvOut, MvShape, QPack};
+use resin_vulkan::pipelines::Bind;
 
 fn poisoned_words(h: &Harness, words: usize) -> Buffer {
     let mut b = Buffer::new(&h.gpu, (words * 4) as u64, Location::Device).unwrap();
@@ -137,7 +139,9 @@ fn mv_format(ty: GgmlType) {
         let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
         for tier in tiers(&h) {
             let what = format!("mv {tier:?} {ty} {rows}x{cols}");
-            for n in NS {
+            // Long rows at fewer widths (lavapipe's time): one mm.comp width past a tile.
+            let widths: &[usize] = if cols > 2048 { &[1, 3, 8, 33] } else { &NS };
+            for &n in widths {
                 let y = h.poisoned(NA * rows);
                 let input = MvIn::Packed { x: (&pk).into(), layout };
                 h.run(|rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
@@ -145,8 +149,8 @@ fn mv_format(ty: GgmlType) {
                 assert!(bits(&got[..n * rows]) == bits(&want[..n * rows]), "{what} n={n}: not the reference's bits");
                 assert!(got[n * rows..].iter().all(|v| v.to_bits() == POISON), "{what} n={n}: wrote past its rows");
             }
-            // y += W x onto a sum already there, at 8 rows and at 33.
-            for n in [8usize, 33] {
+            // y += W x onto a sum already there, at 8 rows and (short rows) at 33.
+            for &n in if cols > 2048 { &[8usize][..] } else { &[8usize, 33][..] } {
                 let y0 = rng.vec(n * rows, 5.0);
                 let y = h.buf_f32(&y0);
                 let input = MvIn::Packed { x: (&pk).into(), layout };
@@ -322,6 +326,143 @@ fn mv_swiglu_packs_the_ffn_product() {
                 assert_eq!(all[s_off + c * rows / 32 + b] as i32, s, "{ty} col {c} block {b}: the sum of the quants");
             }
         }
+    }
+}
+
+/// Experts of the grouped product's tests, chosen a row.
+const NE: usize = 8;
+const KU: usize = 2;
+
+/// A step's expert ids, slot r * KU + j: every row's first slot expert 0 (40 slots, past one
+/// 32-column tile), row 0's second expert 7 (its only slot), the others' spread over 1..=6.
+fn expert_ids(n: usize) -> Vec<u32> {
+    (0..n).flat_map(|r| [0u32, if r == 0 { 7 } else { 1 + (r as u32 * 3) % 6 }]).collect()
+}
+
+/// moe_group's lists on the host: an offset an expert and the total, then each expert's slots
+/// in slot order.
+fn group_host(sel: &[u32]) -> Vec<u32> {
+    let mut w = Vec::new();
+    let mut lists = Vec::new();
+    for e in 0..NE as u32 {
+        w.push(lists.len() as u32);
+        lists.extend((0..sel.len() as u32).filter(|&s| sel[s as usize] == e));
+    }
+    w.push(lists.len() as u32);
+    w.extend(lists);
+    w
+}
+
+/// One step of `n` rows of the grouped expert product's test (see there); a left-to-right
+/// sum differing from the product's anywhere sets `control_differs`.
+fn expert_step(h: &mut Harness, rng: &mut Rng, n: usize, control_differs: &mut bool) {
+    let sel = expert_ids(n);
+    let slots = n * KU;
+    let want_grp = group_host(&sel);
+    let selb = h.buf_bytes(&u32_bytes(&sel));
+    let grp = poisoned_words(h, want_grp.len());
+    h.run(|rec| rec.moe_group(slots as u32, NE as u32, (&selb).into(), (&grp).into()));
+    assert_eq!(grp.read_u32(0, want_grp.len()).unwrap(), want_grp, "moe_group's lists are not the slots in slot order");
+    for (ty, per, cols) in [(GgmlType::Q8_0, 64usize, 576usize), (GgmlType::Q4_K, 96, 1024), (GgmlType::Q6_K, 32, 2048)] {
+        let cut = Cut::of(cols).unwrap();
+        let gate = formats::quantize(ty, &rng.vec(NE * per * cols, 1.0)).unwrap();
+        let up = formats::quantize(ty, &rng.vec(NE * per * cols, 1.0)).unwrap();
+        let rb = gate.len() / (NE * per);
+        let (wbuf, row_bytes) = h.weights(ty, cols, &gate);
+        let shape = MvShape { rows: per as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: per as u32, y_off: 0 };
+        let wrow = |s: usize, i: usize| {
+            let r = sel[s] as usize * per + i;
+            &gate[r * rb..(r + 1) * rb]
+        };
+        // Gate/up: slot s reads row s / KU; down: slot s its own row.
+        for x_div in [KU, 1] {
+            let nx = slots / x_div;
+            let xs = rng.vec(nx * cols, 2.0);
+            let acts: Vec<CanonActs> = (0..nx).map(|c| CanonActs::quantize(&xs[c * cols..(c + 1) * cols])).collect();
+            let want: Vec<f32> = (0..slots).flat_map(|s| (0..per).map(|i| canon_dot(ty, wrow(s, i), &acts[s / x_div], &cut)).collect::<Vec<_>>()).collect();
+            let pk = h.buf_bytes(&u32_bytes(&pack_host(&acts)));
+            let layout = QPack::new((nx * cols) as u32).unwrap();
+            for tier in tiers(h) {
+                let y = h.poisoned((slots + 1) * per);
+                let ex = Experts { n_expert: NE as u32, used: KU as u32, x_div: x_div as u32, groups: (&grp).into() };
+                let m = Mv { ty, n: n as u32, w: (&wbuf).into(), input: MvIn::Packed { x: (&pk).into(), layout }, out: MvOut::Store((&y).into()), shape };
+                h.run(|rec| rec.mv_experts_tier(tier, m, ex));
+                let got = y.read_f32(0, (slots + 1) * per).unwrap();
+                for (s, e) in sel.iter().enumerate() {
+                    let at = s * per..(s + 1) * per;
+                    assert!(bits(&got[at.clone()]) == bits(&want[at]), "{tier:?} {ty} x_div {x_div}: slot {s} (expert {e}) is not the reference's bits");
+                }
+                assert!(got[slots * per..].iter().all(|v| v.to_bits() == POISON), "{tier:?} {ty}: wrote past the slots");
+            }
+            for s in 0..slots {
+                for i in 0..per {
+                    let seq: f32 = (0..cut.blocks).fold(0.0, |a, b| a + resin_cpu::kernels::canon::canon_block(ty, wrow(s, i), b, &acts[s / x_div]));
+                    *control_differs |= seq.to_bits() != want[s * per + i].to_bits();
+                }
+            }
+        }
+        // SwiGLU over normpacked rows: each slot's packed block is the plain product's of its
+        // row through its expert's gate and up (all n rows at once, an expert at a time).
+        let (gubuf, _) = h.weights(ty, cols, &[gate.clone(), up.clone()].concat());
+        let up_off = (NE * per * row_bytes) as u32;
+        let nwb = h.buf_f32(&rng.vec(cols, 1.0));
+        let xs = rng.vec(n * cols, 2.0);
+        let (pk, xl, rsb) = normpacked(h, &xs, cols, &nwb, 1e-6);
+        let input = MvIn::NormPacked { x: (&pk).into(), layout: xl, r: (&rsb).into() };
+        let (ol, pl) = (QPack::new((slots * per) as u32).unwrap(), QPack::new((n * per) as u32).unwrap());
+        let out = poisoned_words(h, ol.words() as usize);
+        let ex = Experts { n_expert: NE as u32, used: KU as u32, x_div: KU as u32, groups: (&grp).into() };
+        h.run(|rec| rec.mv_experts(Mv { ty, n: n as u32, w: (&gubuf).into(), input, out: MvOut::SwiGlu { up_off, out: (&out).into(), layout: ol }, shape }, ex));
+        let got = out.read_u32(0, ol.words() as usize).unwrap();
+        let mut checked = 0;
+        for e in 0..NE {
+            let w = Bind { buf: &gubuf, offset: (e * per * row_bytes) as u64, range: gubuf.size - (e * per * row_bytes) as u64 };
+            let plain = poisoned_words(h, pl.words() as usize);
+            h.run(|rec| rec.mv(Mv { ty, n: n as u32, w, input, out: MvOut::SwiGlu { up_off, out: (&plain).into(), layout: pl }, shape }));
+            let plain = plain.read_u32(0, pl.words() as usize).unwrap();
+            let (qw, nb) = (per / 4, per / 32);
+            for s in (0..slots).filter(|&s| sel[s] as usize == e) {
+                let r = s / KU;
+                let same = got[s * qw..(s + 1) * qw] == plain[r * qw..(r + 1) * qw]
+                    && got[ol.d_off() as usize + s * nb..][..nb] == plain[pl.d_off() as usize + r * nb..][..nb]
+                    && got[ol.s_off() as usize + s * nb..][..nb] == plain[pl.s_off() as usize + r * nb..][..nb];
+                assert!(same, "{ty}: slot {s}'s SwiGLU (expert {e}) differs from row {r}'s plain product through its expert");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, slots);
+    }
+}
+
+/// The grouped expert product (mv.comp EXPERT for steps of up to 8 rows, mm.comp EXPERT for
+/// more) against the reference bit for bit: the slot lists moe_group writes, each slot through its expert's rows with its row's activations
+/// (gate/up: a row's slots share it) or its own (down), in every tier, outputs poisoned and
+/// nothing written past the slots; the SwiGLU epilogue over normpacked rows gives each slot
+/// the bits the plain product gives its row through its expert alone; refusals; a control
+/// that sums the blocks left to right must differ.
+#[test]
+fn mv_experts_group_slots_canonically() {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        return;
+    }
+    let mut rng = Rng(0xe47);
+    let mut control_differs = false;
+    // One row (each expert one slot or none), 6 (mv.comp: expert 0 takes every row), 40
+    // (mm.comp: expert 0's slots past a tile of 32, expert 7's one).
+    for n in [1usize, 6, 40] {
+        expert_step(&mut h, &mut rng, n, &mut control_differs);
+    }
+    assert!(control_differs, "a left-to-right sum must differ from the canonical one somewhere");
+    // Refusals: x_div neither 1 nor the slots a row; lists too short for the slots.
+    let (w, x, y) = (h.buf_bytes(&[0u8; 4096]), h.buf_bytes(&[0u8; 4096]), h.poisoned(64));
+    let shape = MvShape { rows: 32, cols: 32, row_bytes: 34, x_stride: 32, y_stride: 32, y_off: 0 };
+    let m = Mv { ty: GgmlType::Q8_0, n: 2, w: (&w).into(), input: MvIn::Packed { x: (&x).into(), layout: QPack::new(64).unwrap() }, out: MvOut::Store((&y).into()), shape };
+    let short = h.buf_bytes(&[0u8; 8]);
+    let grp = h.buf_bytes(&u32_bytes(&group_host(&expert_ids(2))));
+    for (x_div, groups) in [(3u32, Bind::from(&grp)), (1, Bind::from(&short))] {
+        let ex = Experts { n_expert: NE as u32, used: KU as u32, x_div, groups };
+        assert!(h.try_run(|rec| rec.mv_experts(m, ex)).is_err(), "x_div {x_div}, {} bytes of lists: refused", groups.range);
     }
 }
 

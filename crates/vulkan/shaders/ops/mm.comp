@@ -22,6 +22,15 @@
 //   tile product (two for DOT_HALVES: the whole blocks and their first halves), whose
 //   elements it then finishes one by one, knowing each element's row and column from an index
 //   tile loaded once (the element order is the implementation's).
+//
+// EXPERT: the weights are a mixture-of-experts stack of experts of `rows` rows each, and the
+// product's columns are slots (a step's (row, chosen expert) pairs): workgroup z takes expert
+// z's rows once for the slots that chose it, grp[list_off + grp[z] .. list_off + grp[z + 1])
+// in slot order (moe.comp GROUP). Slot s reads activation row s / x_div (and its r) and writes
+// output row s. The host sizes the grid for the most slots an expert can have (a step's row
+// count: a row's slots choose distinct experts), as the counts live on the device; tiles past
+// an expert's count leave at once. A slot's result is the bits the plain product gives its
+// activation row, however many slots share its expert.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -61,6 +70,9 @@ layout(std430, set = 0, binding = 1) readonly buffer X4 { uvec4 xp4[]; };
 layout(std430, set = 0, binding = 2) readonly buffer NR { float nr[]; };
 layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
+#ifdef EXPERT
+layout(std430, set = 0, binding = 5) readonly buffer G { uint grp[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -75,7 +87,11 @@ layout(push_constant) uniform Push {
     uint up_off;
     uint pd_off;
     uint ps_off;
-    uint n;          // activation rows
+    uint n;          // activation rows (EXPERT: the most slots an expert can have)
+#ifdef EXPERT
+    uint x_div;      // slots a row of activations
+    uint list_off;   // word offset of the slot lists in grp
+#endif
 } p;
 
 #define HAVE_WDATA4
@@ -102,16 +118,36 @@ shared int idxs[256];
 #define MC coopmat<int, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
 #endif
 
+uint ncols;   // columns of this workgroup's product
+uint ebase;   // EXPERT: the expert's first weight row
+uint lbase;   // EXPERT: its first slot in the lists
+
+// Column c's slot (EXPERT) or activation row, and the activation row it reads.
+uint col_out(uint c) {
+#ifdef EXPERT
+    return grp[p.list_off + lbase + c];
+#else
+    return c;
+#endif
+}
+uint col_x(uint c) {
+#ifdef EXPERT
+    return col_out(c) / p.x_div;
+#else
+    return c;
+#endif
+}
+
 // The staged weight row i of this tile: its byte offset in binding 0 and whether it exists.
 uint row_off(uint r0, uint i, out bool live) {
     if (OUT == 2u) {
         uint row = r0 + (i & 31u);
         live = row < p.rows;
-        return (i >> 5) * p.up_off + row * p.row_bytes;
+        return (i >> 5) * p.up_off + (ebase + row) * p.row_bytes;
     }
     uint row = r0 + i;
     live = row < p.rows;
-    return row * p.row_bytes;
+    return (ebase + row) * p.row_bytes;
 }
 
 // Stage blocks b0 .. b0 + SB of the tile's weight and activation rows (zeros past the rows,
@@ -136,8 +172,8 @@ void stage(uint r0, uint c0, uint b0, uint nb, uint t) {
         uint q[8] = uint[8](0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u);
         float d = 0.0;
         int s = 0;
-        if (c0 + c < p.n && b0 + j < nb) {
-            uint v = (c0 + c) * p.x_stride + (b0 + j) * 32u;   // value index, a multiple of 32
+        if (c0 + c < ncols && b0 + j < nb) {
+            uint v = col_x(c0 + c) * p.x_stride + (b0 + j) * 32u;   // value index, a multiple of 32
             uvec4 a = xp4[v >> 4], b = xp4[(v >> 4) + 1u];
             q = uint[8](a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
             d = uintBitsToFloat(xp[p.xd_off + v / 32u]);
@@ -176,6 +212,16 @@ void main() {
     uint outs = OUT == 2u ? 32u : WR;   // output rows a tile
     uint r0 = gl_WorkGroupID.x * outs;
     uint c0 = gl_WorkGroupID.y * BN;
+#ifdef EXPERT
+    ebase = gl_WorkGroupID.z * p.rows;
+    lbase = grp[gl_WorkGroupID.z];
+    ncols = grp[gl_WorkGroupID.z + 1u] - lbase;
+#else
+    ebase = 0u;
+    lbase = 0u;
+    ncols = p.n;
+#endif
+    if (c0 >= ncols) return;   // the whole workgroup: past its expert's slots
     // Element e of this thread: staged weight row er[e], activation row ec[e] of the tile.
     uint er[E], ec[E];
 #ifdef COOPMAT
@@ -272,10 +318,10 @@ void main() {
             uint c = e / WR;
             uint row = r0 + i;
             uint col = c0 + c;
-            if (row >= p.rows || col >= p.n) continue;
+            if (row >= p.rows || col >= ncols) continue;
             precise float g = res[i * BN + c];
-            if (XIN != 0u) g = nr[col] * g;
-            uint yi = col * p.y_stride + p.y_off + row;
+            if (XIN != 0u) g = nr[col_x(col)] * g;
+            uint yi = col_out(col) * p.y_stride + p.y_off + row;
             if (OUT == 0u) {
                 y[yi] = g;
             } else {
@@ -286,16 +332,16 @@ void main() {
         return;
     }
     // SwiGLU: h of the tile's 32 rows a column, packed as one block of the next input.
-    if (t >= BN || r0 >= p.rows || c0 + t >= p.n) return;
+    if (t >= BN || r0 >= p.rows || c0 + t >= ncols) return;
     uint col = c0 + t;
-    float r = XIN != 0u ? nr[col] : 1.0;
+    float r = XIN != 0u ? nr[col_x(col)] : 1.0;
     float h[32];
     for (uint i = 0u; i < 32u; i++) h[i] = canon_swiglu(res[i * BN + t], res[(32u + i) * BN + t], r, XIN != 0u);
     uint q[8];
     float d;
     int s;
     canon_pack(h, q, d, s);
-    uint vo = col * p.y_stride + p.y_off + r0;   // value index, a multiple of 32
+    uint vo = col_out(col) * p.y_stride + p.y_off + r0;   // value index, a multiple of 32
     for (uint j = 0u; j < 8u; j++) pk[vo / 4u + j] = q[j];
     pk[p.pd_off + vo / 32u] = floatBitsToUint(d);
     pk[p.ps_off + vo / 32u] = uint(s);

@@ -1,20 +1,26 @@
 // The small steps of the mixture-of-experts FFN (src/home/pass.rs moe_ffn); the experts' own
-// products are gemv.comp's EXPERT form.
+// products are gemv.comp's EXPERT form, or the canonical product's (mm.comp EXPERT) over the
+// slot lists GROUP writes.
 // - ROUTE: one workgroup a row. The router's logits (F32 weights [n_expert][d] . the row's
 //   normed input; each logit one thread's sum in index order), the softmax over every expert,
 //   the k largest probabilities (ties: the lower index) and their weights divided by their
 //   sum (clamped below at 2^-14), as crates/cpu/src/moe.rs `route`. Writes the row's slots
 //   r * k + j, j in rank order: sel (expert ids) and wt (weights).
 // - COMBINE: out[r][i] = the sum over j, in rank order, of wt[r*k + j] * y[r*k + j][i].
+// - GROUP: one workgroup. The slots that chose each expert, from the expert ids of `slots`
+//   slots: grp[e] .. grp[e + 1] is expert e's range of the lists at grp[n_expert + 1 ..], each
+//   expert's slots in slot order (a thread an expert counts them, one thread takes the prefix
+//   sums, then each expert's thread writes its list), so the lists depend on the ids alone.
 // Either way a row's result depends on that row alone.
 #version 450
 
 layout(local_size_x = 64) in;
 
-#ifdef ROUTE
 // Experts a router takes at most (src/kernels.rs MOE_MAX_EXPERTS), chosen at most (MOE_MAX_USED).
 #define MAX_EXPERTS 256u
 #define MAX_USED 8u
+
+#ifdef ROUTE
 layout(std430, set = 0, binding = 0) readonly buffer R { float router[]; };
 layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer S { uint sel[]; };
@@ -96,5 +102,48 @@ void main() {
         acc += m;
     }
     o[i] = acc;
+}
+#endif
+
+#ifdef GROUP
+layout(std430, set = 0, binding = 0) readonly buffer S { uint sel[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer G { uint grp[]; };
+layout(push_constant) uniform Push {
+    uint slots;
+    uint n_expert;
+    uint unused;
+} p;
+
+shared uint start[MAX_EXPERTS];
+
+void main() {
+    uint t = gl_LocalInvocationID.x;
+    for (uint e = t; e < p.n_expert; e += gl_WorkGroupSize.x) {
+        uint c = 0u;
+        for (uint s = 0u; s < p.slots; s++) c += sel[s] == e ? 1u : 0u;
+        start[e] = c;
+    }
+    barrier();
+    if (t == 0u) {
+        uint o = 0u;
+        for (uint e = 0u; e < p.n_expert; e++) {
+            uint c = start[e];
+            start[e] = o;
+            grp[e] = o;
+            o += c;
+        }
+        grp[p.n_expert] = o;
+    }
+    barrier();
+    uint lists = p.n_expert + 1u;
+    for (uint e = t; e < p.n_expert; e += gl_WorkGroupSize.x) {
+        uint o = start[e];
+        for (uint s = 0u; s < p.slots; s++) {
+            if (sel[s] == e) {
+                grp[lists + o] = s;
+                o++;
+            }
+        }
+    }
 }
 #endif

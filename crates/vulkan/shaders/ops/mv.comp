@@ -29,6 +29,11 @@
 //   (QPACK 32 at binding 4: quants, d at pd_off, sums at ps_off).
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
 // constant, 1..8). DOT_HW: the integer dot products by OpSDot (dotfmt.glsl).
+// EXPERT (N-row form, XIN 0 or 2): mm.comp's EXPERT form for steps of up to 8 rows: workgroup
+// z takes expert z's rows of the stack (experts of `rows` rows) for the slots that chose it,
+// grp[list_off + grp[z] ..] (at most NCOLS, the step's rows: a row's slots choose distinct
+// experts); column c is its c-th slot, reading activation row slot / x_div and writing output
+// row slot. Columns past the expert's count repeat its last slot's loads and write nothing.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -69,6 +74,9 @@ layout(std430, set = 0, binding = 2) readonly buffer NW4 { vec4 nw4[]; };
 layout(std430, set = 0, binding = 2) readonly buffer NR { float nr[]; };
 layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
+#ifdef EXPERT
+layout(std430, set = 0, binding = 5) readonly buffer G { uint grp[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -83,6 +91,10 @@ layout(push_constant) uniform Push {
     uint up_off;     // OUT 2: byte offset of the up matrix's rows in binding 0
     uint pd_off;     // OUT 2: word offsets of the packed output's scales and sums
     uint ps_off;
+#ifdef EXPERT
+    uint x_div;      // slots a row of activations
+    uint list_off;   // word offset of the slot lists in grp
+#endif
 } p;
 
 #define HAVE_WDATA4
@@ -102,6 +114,26 @@ shared float part[PARTW];   // [subgroup][weight row][column][chunk] chunk parti
 shared float hv[HVW];       // OUT 2: [column][tile row] h
 shared float fs[FSW];       // [subgroup][weight row][column][lane] a pass's block terms
 
+uint ncol;    // columns of this workgroup's product
+uint ebase;   // EXPERT: the expert's first weight row
+uint lbase;   // EXPERT: its first slot in the lists
+
+// Column c's slot (EXPERT) or activation row, and the activation row it reads.
+uint col_out(uint c) {
+#ifdef EXPERT
+    return grp[p.list_off + lbase + c];
+#else
+    return c;
+#endif
+}
+uint col_x(uint c) {
+#ifdef EXPERT
+    return col_out(min(c, ncol - 1u)) / p.x_div;
+#else
+    return c;
+#endif
+}
+
 XUnit x_block(uint c, uint b) {
     XUnit x;
     if (XIN == 1u) {
@@ -111,7 +143,7 @@ XUnit x_block(uint c, uint b) {
         x.d = xdv[c * nb + b];
         x.s = xsv[c * nb + b];
     } else {
-        uint v = c * p.x_stride + b * 32u;   // value index, a multiple of 32
+        uint v = col_x(c) * p.x_stride + b * 32u;   // value index, a multiple of 32
         uvec4 a = xp4[v >> 4], e = xp4[(v >> 4) + 1u];
         x.q = uint[8](a.x, a.y, a.z, a.w, e.x, e.y, e.z, e.w);
         x.d = uintBitsToFloat(xp[p.xd_off + v / 32u]);
@@ -169,6 +201,15 @@ void main() {
     // Output rows a subgroup: NVS rows, or one (OUT 2: its gate and up rows).
     uint outs = OUT == 2u ? 1u : NVS;
     uint tile = TP * NSG * outs;
+#ifdef EXPERT
+    ebase = gl_WorkGroupID.z * p.rows;
+    lbase = grp[gl_WorkGroupID.z];
+    ncol = min(grp[gl_WorkGroupID.z + 1u] - lbase, NCOLS);
+    if (ncol == 0u) return;   // the whole workgroup: an expert no slot chose
+#else
+    ebase = 0u;
+    ncol = NCOLS;
+#endif
     if (XIN == 1u) prologue(t);
     for (uint tp = 0u; tp < TP; tp++) {
         for (uint sg = gl_SubgroupID; sg < NSG; sg += gl_NumSubgroups) {
@@ -178,7 +219,7 @@ void main() {
             for (uint k = 0u; k < NVS; k++) {
                 uint row = OUT == 2u ? out0 : out0 + k;
                 live[k] = row < p.rows;
-                roff[k] = (OUT == 2u ? k * p.up_off : 0u) + row * p.row_bytes;
+                roff[k] = (OUT == 2u ? k * p.up_off : 0u) + (ebase + row) * p.row_bytes;
             }
             precise float acc[2][NMAX];   // a chunk longer than a pass: its running sum
             for (uint k = 0u; k < 2u; k++)
@@ -242,7 +283,7 @@ void main() {
             subgroupBarrier();
             // The pairwise tree over the chunk partials (+0.0 past the last chunk) and the
             // epilogue: lane c takes column c.
-            for (uint c = lane; c < NCOLS; c += S) {
+            for (uint c = lane; c < ncol; c += S) {
                 float y2[2];
                 for (uint k = 0u; k < NVS; k++) {
                     float v[32];
@@ -258,9 +299,9 @@ void main() {
                     uint row = out0 + k;
                     if (row >= p.rows) break;
                     precise float g = y2[k];
-                    float r = XIN == 1u ? rr[c] : XIN == 2u ? nr[c] : 1.0;
+                    float r = XIN == 1u ? rr[c] : XIN == 2u ? nr[col_x(c)] : 1.0;
                     if (XIN != 0u) g = r * g;
-                    uint yi = c * p.y_stride + p.y_off + row;
+                    uint yi = col_out(c) * p.y_stride + p.y_off + row;
                     if (OUT == 0u) {
                         y[yi] = g;
                     } else if (OUT == 1u) {
@@ -278,7 +319,7 @@ void main() {
     // Pack each 32 rows of h a column (as qact.comp QPACK 32 would).
     barrier();
     uint blocks = tile / 32u;
-    for (uint e = t; e < NCOLS * blocks; e += WG) {
+    for (uint e = t; e < ncol * blocks; e += WG) {
         uint c = e / blocks;
         uint k = e % blocks;
         uint i0 = wg * tile + k * 32u;
@@ -289,7 +330,7 @@ void main() {
         float d;
         int s;
         canon_pack(h, q, d, s);
-        uint vo = c * p.y_stride + p.y_off + i0;   // value index, a multiple of 32
+        uint vo = col_out(c) * p.y_stride + p.y_off + i0;   // value index, a multiple of 32
         for (uint j = 0u; j < 8u; j++) pk[vo / 4u + j] = q[j];
         pk[p.pd_off + vo / 32u] = floatBitsToUint(d);
         pk[p.ps_off + vo / 32u] = uint(s);

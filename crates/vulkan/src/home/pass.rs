@@ -9,7 +9,7 @@ use resin_model::{FfnAct, ModelConfig};
 
 use crate::buffers::Buffer;
 use crate::kernels::*;
-use crate::mv::{mv_fits, mv_format, Mv, MvIn, MvOut, MvShape, QPack};
+use crate::mv::{mv_fits, mv_format, Experts, Mv, MvIn, MvOut, MvShape, QPack};
 use crate::pipelines::Bind;
 use crate::VkError;
 
@@ -544,11 +544,13 @@ fn rounding(m: &Mat, s: &Scratch) -> Option<u32> {
 }
 
 /// A mixture-of-experts FFN of `n` rows, its output into `s.down` (what the next norm adds):
-/// norm(x) * ffn_norm (rounded for the experts' gate and up), each row's experts and weights
-/// from the router (`moe_route`), each slot's gate and up from its own expert's rows only,
-/// SwiGLU, each slot's down, and the weighted sum of a row's slots in rank order. Every step
-/// computes a row (a slot) from that row alone, so rows stepped together equal each alone.
-/// Then a barrier.
+/// norm(x) * ffn_norm, each row's experts and weights from the router (`moe_route`, reading
+/// the f32 normed rows), each slot's gate and up from its own expert's rows only, SwiGLU,
+/// each slot's down, and the weighted sum of a row's slots in rank order. Where the experts'
+/// formats take the canonical product (`moe_experts`), the norm is also `normpack`ed for it;
+/// else the norm is rounded for the expert GEMV (`gemv_expert`, a slot at a time). Every
+/// step computes a row (a slot) from that row alone, so rows stepped together equal each
+/// alone. Then a barrier.
 #[allow(clippy::too_many_arguments)]
 fn moe_ffn(
     rec: &mut Recorder<'_>,
@@ -565,7 +567,11 @@ fn moe_ffn(
     let (d, ff, k) = (cfg.n_embd, cfg.n_ff, moe.n_expert_used);
     let slots = n * k;
     let (gate, up, down) = (&ly.gate, &ly.up, &ly.down);
-    let blocks = [gate, up].map(|m| rounding(m, s));
+    // The grouped canonical product where it reads the formats and its forms (gate and up with
+    // the SwiGLU epilogue, down) fit the device.
+    let info = &rec.gpu.info;
+    let canonical = [gate, up, down].into_iter().all(|m| canon(m, n, s)) && mv_fits(info, n as u32, d as u32, false, true) && mv_fits(info, n as u32, ff as u32, false, false);
+    let blocks = [gate, up].map(|m| rounding(m, s).filter(|_| !canonical));
     let q32 = blocks.contains(&Some(32)).then(|| Bind::from(&s.xq32));
     let q256 = blocks.contains(&Some(256)).then(|| Bind::from(&s.xq256));
     let add = r.add.map(Bind::from);
@@ -577,9 +583,20 @@ fn moe_ffn(
     r.add = None;
     rec.barrier();
     mark(clock, rec.cmd, norm.label, norm.layer);
+    // The canonical products' input beside the route: u = x * w packed and each row's r.
+    let packed_in = if canonical {
+        let layout = packed(n, d)?;
+        rec.normpack(n as u32, d as u32, norm.p.eps, r.x.into(), None, norm.w.into(), layout, (&s.xpn).into(), (&s.rs).into())?;
+        Some(MvIn::NormPacked { x: (&s.xpn).into(), layout, r: (&s.rs).into() })
+    } else {
+        None
+    };
     rec.moe_route(n as u32, d as u32, moe.n_expert as u32, k as u32, router.into(), (&s.xn).into(), (&s.moe_sel).into(), (&s.moe_wt).into())?;
     rec.barrier();
     mark(clock, rec.cmd, "router", norm.layer);
+    if let Some(input) = packed_in {
+        return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, norm.layer, clock);
+    }
     let input = |m: &Mat| match rounding(m, s) {
         Some(32) => &s.xq32,
         Some(256) => &s.xq256,
@@ -616,4 +633,71 @@ fn moe_ffn(
     rec.moe_combine(n as u32, d as u32, k as u32, (&s.moe_wt).into(), (&s.moe_down).into(), (&s.down).into())?;
     rec.barrier();
     Ok(())
+}
+
+/// The experts of `moe_ffn` in the canonical order, after the route: the slots grouped by
+/// expert (`moe_group`), then gate and up (SwiGLU in the product's epilogue where gate and up
+/// share a buffer and the activation is silu, else stored and `swiglu_p` after), down and the
+/// weighted sum, each expert's rows read once for the slots that chose it (mm.comp EXPERT).
+/// A slot's products are the bits its row's product through its expert would be alone, so a
+/// row's result does not depend on which rows share the step or chose its experts.
+#[allow(clippy::too_many_arguments)]
+fn moe_experts(
+    rec: &mut Recorder<'_>,
+    n: usize,
+    ly: &Layer,
+    moe: resin_model::Moe,
+    act: FfnAct,
+    input: MvIn<'_>,
+    s: &Scratch,
+    layer: usize,
+    clock: &mut Option<&mut StageClock<'_>>,
+) -> Result<(), VkError> {
+    let (d, ne, k) = (ly.down.rows / moe.n_expert, moe.n_expert as u32, moe.n_expert_used as u32);
+    let ff = ly.down.cols;
+    let slots = n as u32 * k;
+    rec.moe_group(slots, ne, (&s.moe_sel).into(), (&s.moe_grp).into())?;
+    rec.barrier();
+    let experts = |x_div| Experts { n_expert: ne, used: k, x_div, groups: (&s.moe_grp).into() };
+    let expert = |m, y_stride| expert_mat(m, moe.n_expert, y_stride);
+    let act_layout = QPack::new(slots * ff as u32)?;
+    let act_out = Bind::from(&s.moe_act);
+    match ly.gate.pair_with(&ly.up).filter(|_| act == FfnAct::Silu) {
+        Some((w, up_off)) => {
+            let (_, shape) = expert(&ly.gate, ff)?;
+            let out = MvOut::SwiGlu { up_off, out: act_out, layout: act_layout };
+            rec.mv_experts(Mv { ty: ly.gate.ty, n: n as u32, w, input, out, shape }, experts(k))?;
+            rec.barrier();
+            mark(clock, rec.cmd, "gate_up", layer);
+        }
+        None => {
+            for (m, y) in [(&ly.gate, &s.moe_gate), (&ly.up, &s.moe_up)] {
+                let (w, shape) = expert(m, ff)?;
+                rec.mv_experts(Mv { ty: m.ty, n: n as u32, w, input, out: MvOut::Store(y.into()), shape }, experts(k))?;
+            }
+            rec.barrier();
+            mark(clock, rec.cmd, "gate_up", layer);
+            rec.swiglu_p(act, act_layout, (&s.moe_gate).into(), (&s.moe_up).into(), act_out)?;
+            rec.barrier();
+            mark(clock, rec.cmd, "swiglu", layer);
+        }
+    }
+    let (w, shape) = expert(&ly.down, d)?;
+    let input = MvIn::Packed { x: act_out, layout: act_layout };
+    rec.mv_experts(Mv { ty: ly.down.ty, n: n as u32, w, input, out: MvOut::Store((&s.moe_down).into()), shape }, experts(1))?;
+    rec.barrier();
+    mark(clock, rec.cmd, "down", layer);
+    rec.moe_combine(n as u32, d as u32, k, (&s.moe_wt).into(), (&s.moe_down).into(), (&s.down).into())?;
+    rec.barrier();
+    Ok(())
+}
+
+/// The stack `m` of `n_expert` experts bound whole, and one expert's matrix as the product's
+/// shape, its outputs `y_stride` apart a slot.
+fn expert_mat(m: &Mat, n_expert: usize, y_stride: usize) -> Result<(Bind<'_>, MvShape), VkError> {
+    let [part] = m.parts.as_slice() else {
+        return Err(VkError::Model("a stack of experts in more than one part".into()));
+    };
+    let rows = part.rows / n_expert;
+    Ok((part.bind(), MvShape { rows: rows as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: 0 }))
 }

@@ -69,6 +69,9 @@ pub(super) struct Scratch {
     pub(super) moe_down: Buffer,
     pub(super) moe_sel: Buffer,
     pub(super) moe_wt: Buffer,
+    /// The slots that chose each expert (`Recorder::moe_group`), the canonical expert
+    /// product's columns.
+    pub(super) moe_grp: Buffer,
     /// Whether `prep` rounds activations (VulkanOptions::q8_activations).
     pub(super) q8: bool,
     /// Whether token passes take the canonical product (q8 activations on a device that runs it).
@@ -141,6 +144,7 @@ impl Scratch {
             moe_down: dev((r * moe_used(cfg) * cfg.n_embd).max(1))?,
             moe_sel: dev((r * moe_used(cfg)).max(1))?,
             moe_wt: dev((r * moe_used(cfg)).max(1))?,
+            moe_grp: dev(cfg.moe.map_or(1, |m| moe_group_words(m.n_expert as u32, (r * m.n_expert_used) as u32) as usize))?,
             q8,
             dot: q8 && crate::mv::mv_ok(&gpu.info),
             done: {

@@ -212,14 +212,12 @@ pub(super) fn upload(gpu: &Arc<Gpu>, f: &GgufFile, cfg: &ModelConfig, plan: &Pla
             Ok(m)
         };
         let (q, k, v, attn_out) = (mat(&n.q)?, mat(&n.k)?, mat(&n.v)?, mat(&n.attn_out)?);
-        let (gate, up, down) = if cfg.moe.is_some() {
-            (mat(&n.gate_exps)?, mat(&n.up_exps)?, mat(&n.down_exps)?)
-        } else {
-            let down = mat(&n.down)?;
-            let (gate, up) = upload_gate_up(gpu, f, &n.gate, &n.up)?;
-            progress(((gate.rows * gate.row_bytes) + (up.rows * up.row_bytes)) as u64);
-            (gate, up, down)
-        };
+        // Gate and up in one buffer where they fit: the canonical product's SwiGLU epilogue
+        // takes both (an expert stack's gate rows, then its up rows).
+        let (gate_name, up_name, down_name) = if cfg.moe.is_some() { (&n.gate_exps, &n.up_exps, &n.down_exps) } else { (&n.gate, &n.up, &n.down) };
+        let down = mat(down_name)?;
+        let (gate, up) = upload_gate_up(gpu, f, gate_name, up_name)?;
+        progress(((gate.rows * gate.row_bytes) + (up.rows * up.row_bytes)) as u64);
         let bias = if cfg.qkv_bias { [vector(f, &n.q_bias)?, vector(f, &n.k_bias)?, vector(f, &n.v_bias)?].concat() } else { vec![0.0] };
         let qk_norm = if cfg.qk_norm { [vector(f, &n.q_norm)?, vector(f, &n.k_norm)?].concat() } else { vec![0.0] };
         let dev = |v: &[f32]| Buffer::with_data(gpu, &f32_bytes(v), Location::Device);
