@@ -47,14 +47,16 @@ enum Command {
     },
     /// Write a model with real shapes (or a tiny test shape) and random weights.
     Synth {
-        /// llama3.2-1b, llama3.2-3b, qwen3-30b-a3b, qwen3moe-tiny or mixtral-tiny.
+        /// llama3.2-1b, llama3.2-3b, qwen3-30b-a3b, gemma3-270m, gemma3-1b, qwen3moe-tiny or
+        /// mixtral-tiny.
         #[arg(long)]
         shape: String,
         /// f32, q8_0 or q4_k_m.
         #[arg(long = "type")]
         ty: String,
         /// A GGUF whose tokenizer (vocabulary) the model takes; the tiny shapes take a built-in
-        /// byte-level vocabulary without it.
+        /// byte-level vocabulary without it. The gemma3 shapes need a gemma3 file's (the one
+        /// `resin pull gemma3-270m` fetches will do).
         #[arg(long)]
         vocab: Option<PathBuf>,
         #[arg(long)]
@@ -99,6 +101,9 @@ fn dispatch(command: Command) -> Result<()> {
             let vocab = match vocab {
                 Some(p) => resin::synth::SynthVocab::File(p),
                 None if shape.is_tiny() => resin::synth::SynthVocab::ByteLevel,
+                None if shape.is_gemma() => {
+                    anyhow::bail!("--vocab is needed for the {shape} shape: a gemma3 GGUF whose 262,144-token vocabulary it takes (e.g. the file `resin pull gemma3-270m` fetches)")
+                }
                 None => anyhow::bail!("--vocab is needed for the {shape} shape (a vocabulary-only GGUF, e.g. ggml-vocab-llama-bpe.gguf)"),
             };
             resin::synth::synth(shape, ty, vocab, &out, seed, true)

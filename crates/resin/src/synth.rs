@@ -1,5 +1,5 @@
-//! Synthetic models: GGUF files with the exact shapes of real models (llama, and Qwen3-30B-A3B's
-//! mixture of experts), a real vocabulary copied from a vocabulary-only GGUF, and random
+//! Synthetic models: GGUF files with the exact shapes of real models (llama, Qwen3-30B-A3B's
+//! mixture of experts, and Gemma 3's sliding-window layers), a real vocabulary copied from a vocabulary-only GGUF, and random
 //! weights; and tiny mixture-of-experts files (qwen3moe, Mixtral-style llama) for the tests,
 //! which may take a built-in byte-level vocabulary instead.
 //!
@@ -12,7 +12,9 @@
 //! Formats: `F32` (every matrix F32, for the tests), `Q8_0` (every matrix Q8_0) and `Q4_K_M` (llama.cpp's mix from
 //! `llama_tensor_get_type`: Q4_K by default, the output (or the tied embedding) Q6_K, `attn_v`
 //! and `ffn_down` / `ffn_down_exps` Q6_K on the layers where `use_more_bits` holds; with exactly
-//! 8 experts, as Mixtral, `attn_k` / `attn_v` Q8_0 and `attn_output` Q5_K). The router
+//! 8 experts, as Mixtral, `attn_k` / `attn_v` Q8_0 and `attn_output` Q5_K). A matrix whose rows
+//! are not a whole number of its format's blocks takes llama-quantize's fallback (Q4_K to Q5_0,
+//! Q5_K to Q5_1, Q6_K to Q8_0; the output Q8_0): Gemma 3's hidden sizes are such rows. The router
 //! (`ffn_gate_inp`) stays F32 in every format, as llama.cpp never quantizes it.
 
 use std::fs::File;
@@ -49,10 +51,16 @@ pub enum SynthShape {
     /// A tiny Mixtral-style llama for the tests: hidden 256, 3 layers, 4/2 heads of 64, 8
     /// experts of FFN 256, 2 chosen a row, tied output.
     MixtralTiny,
+    /// Gemma-3-270M: gemma3, hidden 640, 18 layers, 4/1 heads of 256, FFN 2048, a 262,144-token
+    /// vocabulary, sliding window 512 on five layers of every six.
+    Gemma3_270M,
+    /// Gemma-3-1B: gemma3, hidden 1152, 26 layers, 4/1 heads of 256, FFN 6912, otherwise as
+    /// the 270M.
+    Gemma3_1B,
 }
 
 impl SynthShape {
-    pub const NAMES: [&'static str; 5] = ["llama3.2-1b", "llama3.2-3b", "qwen3-30b-a3b", "qwen3moe-tiny", "mixtral-tiny"];
+    pub const NAMES: [&'static str; 7] = ["llama3.2-1b", "llama3.2-3b", "qwen3-30b-a3b", "qwen3moe-tiny", "mixtral-tiny", "gemma3-270m", "gemma3-1b"];
 
     pub fn parse(s: &str) -> Result<Self> {
         match s.to_ascii_lowercase().as_str() {
@@ -61,6 +69,8 @@ impl SynthShape {
             "qwen3-30b-a3b" => Ok(SynthShape::Qwen3Moe30B),
             "qwen3moe-tiny" => Ok(SynthShape::Qwen3MoeTiny),
             "mixtral-tiny" => Ok(SynthShape::MixtralTiny),
+            "gemma3-270m" => Ok(SynthShape::Gemma3_270M),
+            "gemma3-1b" => Ok(SynthShape::Gemma3_1B),
             _ => bail!("unknown synthetic shape {s:?} (known: {})", Self::NAMES.join(", ")),
         }
     }
@@ -72,7 +82,15 @@ impl SynthShape {
             SynthShape::Qwen3Moe30B => "qwen3-30b-a3b",
             SynthShape::Qwen3MoeTiny => "qwen3moe-tiny",
             SynthShape::MixtralTiny => "mixtral-tiny",
+            SynthShape::Gemma3_270M => "gemma3-270m",
+            SynthShape::Gemma3_1B => "gemma3-1b",
         }
+    }
+
+    /// Whether the shape is a Gemma 3 one, whose 262,144-token vocabulary must come from a
+    /// gemma3 GGUF (`--vocab`): the embedding's size is what the shape is for.
+    pub fn is_gemma(self) -> bool {
+        matches!(self, SynthShape::Gemma3_270M | SynthShape::Gemma3_1B)
     }
 
     /// Whether the shape is one of the tests' tiny ones (which may take the byte-level vocabulary).
@@ -100,6 +118,7 @@ impl SynthShape {
             weight_std: WEIGHT_STD,
             vocab: vocab.clone(),
             min_vocab: 0,
+            swa: None,
         };
         // The tiny shapes' weights are larger than a trained model's so that their logits and
         // router choices are well apart: a test that compares greedy ids and chosen experts
@@ -121,6 +140,28 @@ impl SynthShape {
             weight_std: TINY_WEIGHT_STD,
             vocab: vocab.clone(),
             min_vocab: 0,
+            swa: None,
+        };
+        // Both Gemma 3 sizes share everything but the widths and depth (their GGUFs' keys: the
+        // 270M's read from Google's file, the 1B's from its config).
+        let gemma = |hidden, layers, ffn| SynthSpec {
+            name: name.clone(),
+            arch: SynthArch::Gemma3,
+            hidden,
+            layers,
+            heads: 4,
+            kv_heads: 1,
+            head_dim: 256,
+            ffn,
+            moe: None,
+            context_length: 32768,
+            rope_base: 1_000_000.0,
+            rms_eps: 1e-6,
+            tied_embeddings: true,
+            weight_std: WEIGHT_STD,
+            vocab: vocab.clone(),
+            min_vocab: 262144,
+            swa: Some(SynthSwa { window: 512, every: 6, rope_base: 10000.0 }),
         };
         match self {
             SynthShape::Llama32_1B => llama(2048, 16, 32, 64),
@@ -142,9 +183,12 @@ impl SynthShape {
                 weight_std: WEIGHT_STD,
                 vocab: vocab.clone(),
                 min_vocab: 151936,
+                swa: None,
             },
             SynthShape::Qwen3MoeTiny => tiny(SynthArch::Qwen3Moe, false),
             SynthShape::MixtralTiny => tiny(SynthArch::Llama, true),
+            SynthShape::Gemma3_270M => gemma(640, 18, 2048),
+            SynthShape::Gemma3_1B => gemma(1152, 26, 6912),
         }
     }
 }
@@ -209,6 +253,8 @@ pub enum SynthArch {
     Llama,
     /// qwen3moe: qwen3's q/k norms, routed experts.
     Qwen3Moe,
+    /// gemma3: q/k norms, norms after attention and after the FFN, sliding-window layers.
+    Gemma3,
 }
 
 impl SynthArch {
@@ -216,8 +262,27 @@ impl SynthArch {
         match self {
             SynthArch::Llama => "llama",
             SynthArch::Qwen3Moe => "qwen3moe",
+            SynthArch::Gemma3 => "gemma3",
         }
     }
+
+    /// Whether layers carry `attn_q_norm` / `attn_k_norm`.
+    fn qk_norm(self) -> bool {
+        matches!(self, SynthArch::Qwen3Moe | SynthArch::Gemma3)
+    }
+}
+
+/// Sliding-window attention as gemma3 declares it: every `every`-th layer is global, the others
+/// see the last `window` keys and rotate with their own rope base.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SynthSwa {
+    /// `attention.sliding_window`.
+    pub window: usize,
+    /// The period of global layers; written only when it differs from gemma3's default (6),
+    /// since a converted gemma3 file does not carry it.
+    pub every: usize,
+    /// `rope.freq_base_swa`.
+    pub rope_base: f32,
 }
 
 /// The experts of a synthetic MoE model.
@@ -268,22 +333,18 @@ pub struct SynthSpec {
     /// A vocabulary shorter than this is padded with unused `[PADn]` tokens up to it (as Qwen's
     /// converter pads to the model's embedding rows); 0: no padding.
     pub min_vocab: usize,
+    /// Sliding-window layers (gemma3 only); None: every layer global.
+    pub swa: Option<SynthSwa>,
 }
 
 impl SynthSpec {
-    fn check(&self, ty: SynthType) -> Result<()> {
-        let block = match ty {
-            SynthType::F32 => 1,
-            SynthType::Q8_0 => 32,
-            SynthType::Q4_K_M => 256,
-        };
+    fn check(&self) -> Result<()> {
         if self.hidden == 0 || self.layers == 0 || self.heads == 0 || self.kv_heads == 0 || self.head_dim == 0 || self.ffn == 0 {
             bail!("synthetic spec {:?}: every dimension must be nonzero", self.name);
         }
         if self.heads < self.kv_heads || self.heads / self.kv_heads * self.kv_heads != self.heads {
             bail!("synthetic spec {:?}: {} heads is not a multiple of {} KV heads", self.name, self.heads, self.kv_heads);
         }
-        let ffn = self.moe.map_or(self.ffn, |m| m.ffn);
         if let Some(m) = self.moe {
             if m.experts == 0 || m.used == 0 || m.used > m.experts || m.ffn == 0 {
                 bail!("synthetic spec {:?}: {} of {} experts of FFN {} (need 1 <= used <= experts)", self.name, m.used, m.experts, m.ffn);
@@ -294,13 +355,18 @@ impl SynthSpec {
         } else if self.arch == SynthArch::Qwen3Moe {
             bail!("synthetic spec {:?}: a qwen3moe model needs experts", self.name);
         }
+        if self.arch == SynthArch::Gemma3 && (self.moe.is_some() || !self.tied_embeddings) {
+            bail!("synthetic spec {:?}: a gemma3 model is dense with a tied output", self.name);
+        }
+        match self.swa {
+            Some(_) if self.arch != SynthArch::Gemma3 => bail!("synthetic spec {:?}: only gemma3 has sliding-window layers", self.name),
+            Some(s) if s.window == 0 || s.every == 0 || !(s.rope_base > 0.0 && s.rope_base.is_finite()) => {
+                bail!("synthetic spec {:?}: sliding window {} every {} with rope base {} (need nonzero, positive)", self.name, s.window, s.every, s.rope_base)
+            }
+            _ => {}
+        }
         if !(self.weight_std > 0.0 && self.weight_std.is_finite()) {
             bail!("synthetic spec {:?}: weight std {} must be positive", self.name, self.weight_std);
-        }
-        for (what, n) in [("hidden", self.hidden), ("heads * head_dim", self.heads * self.head_dim), ("ffn", ffn)] {
-            if n / block * block != n {
-                bail!("synthetic spec {:?}: {what} = {n} is not a multiple of the {ty} block length {block}", self.name);
-            }
         }
         Ok(())
     }
@@ -323,8 +389,24 @@ pub fn use_more_bits(i_layer: usize, n_layers: usize) -> bool {
     i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
 }
 
+/// llama-quantize's `tensor_type_fallback`: the format a matrix of rows `cols` long takes when
+/// they are not a whole number of `ty`'s blocks. A format with no fallback is kept (and refused
+/// by [`synth_with`]'s check).
+pub fn type_fallback(ty: GgmlType, cols: u64) -> GgmlType {
+    use GgmlType::*;
+    if cols.is_multiple_of(ty.block_len() as u64) {
+        return ty;
+    }
+    match ty {
+        Q4_K => Q5_0,
+        Q5_K => Q5_1,
+        Q6_K => Q8_0,
+        other => other,
+    }
+}
+
 /// The tensor table (names, shapes, formats, in file order) of `spec` quantized as `ty`, for a
-/// vocabulary of `n_vocab` tokens. Same set and order as `device/mkmodel.py`.
+/// vocabulary of `n_vocab` tokens. Same set and order as `device/mkmodel.py` for llama shapes.
 pub fn tensor_plan(spec: &SynthSpec, ty: SynthType, n_vocab: usize) -> Vec<PlannedTensor> {
     let (h, q, kv, f, v) = (spec.hidden as u64, (spec.heads * spec.head_dim) as u64, (spec.kv_heads * spec.head_dim) as u64, spec.ffn as u64, n_vocab as u64);
     let n = spec.layers;
@@ -336,13 +418,16 @@ pub fn tensor_plan(spec: &SynthSpec, ty: SynthType, n_vocab: usize) -> Vec<Plann
     };
     // llama.cpp's rules for a model of exactly 8 experts (Mixtral) under Q4_K_M.
     let eight = ty == SynthType::Q4_K_M && spec.moe.is_some_and(|m| m.experts == 8);
-    let mat = |name: String, cols: u64, rows: u64, ty: GgmlType| PlannedTensor { name, dims: vec![cols, rows], ty, ones: false };
-    let experts = |name: String, cols: u64, rows: u64, e: u64, ty: GgmlType| PlannedTensor { name, dims: vec![cols, rows, e], ty, ones: false };
+    let mat = |name: String, cols: u64, rows: u64, ty: GgmlType| PlannedTensor { name, dims: vec![cols, rows], ty: type_fallback(ty, cols), ones: false };
+    let experts = |name: String, cols: u64, rows: u64, e: u64, ty: GgmlType| PlannedTensor { name, dims: vec![cols, rows, e], ty: type_fallback(ty, cols), ones: false };
     let norm_of = |name: String, n: u64| PlannedTensor { name, dims: vec![n], ty: F32, ones: true };
     let norm = |name: String| norm_of(name, h);
-    let mut out = Vec::with_capacity(n * 11 + 3);
+    let mut out = Vec::with_capacity(n * 13 + 3);
+    // llama-quantize gives the output (or the tied embedding) Q8_0 rather than Q6_K when its rows
+    // are not whole blocks of the file's default format.
+    let output = if h.is_multiple_of(base.block_len() as u64) { big } else { Q8_0 };
     // Tied: the embedding is also the classifier and takes the output tensor's format.
-    out.push(mat("token_embd.weight".into(), h, v, if spec.tied_embeddings { big } else { base }));
+    out.push(mat("token_embd.weight".into(), h, v, if spec.tied_embeddings { output } else { base }));
     for i in 0..n {
         let p = format!("blk.{i}.");
         let more = if use_more_bits(i, n) { big } else { base };
@@ -351,9 +436,12 @@ pub fn tensor_plan(spec: &SynthSpec, ty: SynthType, n_vocab: usize) -> Vec<Plann
         out.push(mat(format!("{p}attn_k.weight"), h, kv, if eight { Q8_0 } else { base }));
         out.push(mat(format!("{p}attn_v.weight"), h, kv, if eight { Q8_0 } else { more }));
         out.push(mat(format!("{p}attn_output.weight"), q, h, if eight { Q5_K } else { base }));
-        if spec.arch == SynthArch::Qwen3Moe {
+        if spec.arch.qk_norm() {
             out.push(norm_of(format!("{p}attn_q_norm.weight"), spec.head_dim as u64));
             out.push(norm_of(format!("{p}attn_k_norm.weight"), spec.head_dim as u64));
+        }
+        if spec.arch == SynthArch::Gemma3 {
+            out.push(norm(format!("{p}post_attention_norm.weight")));
         }
         out.push(norm(format!("{p}ffn_norm.weight")));
         match spec.moe {
@@ -370,16 +458,22 @@ pub fn tensor_plan(spec: &SynthSpec, ty: SynthType, n_vocab: usize) -> Vec<Plann
                 out.push(experts(format!("{p}ffn_down_exps.weight"), fe, h, e, more));
             }
         }
+        if spec.arch == SynthArch::Gemma3 {
+            out.push(norm(format!("{p}post_ffw_norm.weight")));
+        }
     }
     out.push(norm("output_norm.weight".into()));
     if !spec.tied_embeddings {
-        out.push(mat("output.weight".into(), h, v, big));
+        out.push(mat("output.weight".into(), h, v, output));
     }
     out
 }
 
 /// Write a synthetic model of a known shape. See [`synth_with`].
 pub fn synth(shape: SynthShape, ty: SynthType, vocab: SynthVocab, out: &Path, seed: u64, progress: bool) -> Result<()> {
+    if shape.is_gemma() && vocab == SynthVocab::ByteLevel {
+        bail!("the {shape} shape needs a gemma3 vocabulary (--vocab GEMMA3.gguf, e.g. the file `resin pull gemma3-270m` fetches): its 262,144-token embedding is what the shape is for");
+    }
     synth_with(&shape.spec(vocab), ty, out, seed, progress)
 }
 
@@ -421,7 +515,7 @@ pub fn byte_vocab() -> Vec<(String, Value)> {
 
 /// Write the synthetic model `spec` quantized as `ty` to `out` (through `<out>.tmp`).
 pub fn synth_with(spec: &SynthSpec, ty: SynthType, out: &Path, seed: u64, progress: bool) -> Result<()> {
-    spec.check(ty)?;
+    spec.check()?;
     let tokenizer: Vec<(String, Value)> = match &spec.vocab {
         SynthVocab::ByteLevel => byte_vocab(),
         SynthVocab::File(path) => {
@@ -439,6 +533,9 @@ pub fn synth_with(spec: &SynthSpec, ty: SynthType, out: &Path, seed: u64, progre
         .filter(|&n| n > 0)
         .ok_or_else(|| anyhow!("{:?}: no tokenizer.ggml.tokens array", spec.vocab))?;
     let plan = tensor_plan(spec, ty, n_vocab);
+    if let Some(t) = plan.iter().find(|t| !t.dims[0].is_multiple_of(t.ty.block_len() as u64)) {
+        bail!("synthetic spec {:?}: {} has rows of {}, not a multiple of the {:?} block length {}", spec.name, t.name, t.dims[0], t.ty, t.ty.block_len());
+    }
 
     let mut w = GgufWriter::new();
     let u32v = |n: usize| Value::U32(n as u32);
@@ -457,6 +554,13 @@ pub fn synth_with(spec: &SynthSpec, ty: SynthType, out: &Path, seed: u64, progre
     w.set(format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(spec.rms_eps));
     w.set(format!("{a}.rope.dimension_count"), u32v(spec.head_dim));
     w.set(format!("{a}.vocab_size"), u32v(n_vocab));
+    if let Some(s) = spec.swa {
+        w.set(format!("{a}.attention.sliding_window"), u32v(s.window));
+        w.set(format!("{a}.rope.freq_base_swa"), Value::F32(s.rope_base));
+        if s.every != 6 {
+            w.set(format!("{a}.attention.sliding_window_pattern"), u32v(s.every));
+        }
+    }
     if let Some(m) = spec.moe {
         w.set(format!("{a}.expert_count"), u32v(m.experts));
         w.set(format!("{a}.expert_used_count"), u32v(m.used));
@@ -669,6 +773,11 @@ mod tests {
         assert_eq!(SynthShape::parse("qwen3-30b-a3b").unwrap(), SynthShape::Qwen3Moe30B);
         assert_eq!(SynthShape::parse("qwen3moe-tiny").unwrap(), SynthShape::Qwen3MoeTiny);
         assert_eq!(SynthShape::parse("mixtral-tiny").unwrap(), SynthShape::MixtralTiny);
+        assert_eq!(SynthShape::parse("gemma3-270m").unwrap(), SynthShape::Gemma3_270M);
+        assert_eq!(SynthShape::parse("Gemma3-1B").unwrap(), SynthShape::Gemma3_1B);
+        for name in SynthShape::NAMES {
+            assert_eq!(SynthShape::parse(name).unwrap().name(), name);
+        }
         assert_eq!(SynthType::parse("q8_0").unwrap(), SynthType::Q8_0);
         assert_eq!(SynthType::parse("Q4_K_M").unwrap(), SynthType::Q4_K_M);
         assert!(SynthType::parse("q4_0").is_err());

@@ -48,6 +48,7 @@ fn tiny_spec(vocab: &Path, layers: usize) -> SynthSpec {
         weight_std: WEIGHT_STD,
         vocab: SynthVocab::File(vocab.to_path_buf()),
         min_vocab: 0,
+        swa: None,
     }
 }
 
@@ -192,7 +193,8 @@ fn bad_specs_and_vocabularies_are_refused() {
     write_tiny_vocab(&vocab, 256);
     let out = d.join("x.gguf");
     let mut spec = tiny_spec(&vocab, 2);
-    spec.hidden = 96; // not a multiple of 256
+    // Not a multiple of 32: Q4_K's rows have no block format to fall back to.
+    spec.hidden = 80;
     assert!(synth_with(&spec, SynthType::Q4_K_M, &out, 0, false).is_err());
     let spec = tiny_spec(&d.join("missing.gguf"), 2);
     assert!(synth_with(&spec, SynthType::Q8_0, &out, 0, false).is_err());
@@ -353,4 +355,95 @@ fn short_vocabularies_are_padded_to_min_vocab() {
     assert_eq!(f.get("tokenizer.ggml.token_type").and_then(Value::as_array).unwrap().len(), 320);
     assert_eq!(f.tensor("token_embd.weight").unwrap().dims, vec![256, 320]);
     std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The Gemma 3 270M shape: the keys and tensors llama.cpp's gemma3 loader reads, and resin's
+/// config reads back its layers, sliding-window pattern and rope bases. The vocabulary is a tiny
+/// one left unpadded so that the file stays small; the padded plan is checked without writing.
+#[test]
+fn gemma3_270m_reads_back_with_its_sliding_window_layers() {
+    use resin::synth::{SynthShape, SynthSwa};
+    let d = tmp_dir("gemma");
+    let vocab = d.join("vocab.gguf");
+    write_tiny_vocab(&vocab, 300);
+    let mut spec = SynthShape::Gemma3_270M.spec(SynthVocab::File(vocab.clone()));
+    assert_eq!(spec.min_vocab, 262144);
+    assert_eq!(spec.swa, Some(SynthSwa { window: 512, every: 6, rope_base: 10000.0 }));
+    spec.min_vocab = 0;
+    let out = d.join("gemma3-270m.gguf");
+    synth_with(&spec, SynthType::Q4_K_M, &out, 1, false).unwrap();
+    let f = GgufFile::open(&out).unwrap();
+    assert_eq!(f.get_str("general.architecture").unwrap(), Some("gemma3"));
+    assert_eq!(f.get_u64("gemma3.attention.sliding_window").unwrap(), Some(512));
+    assert_eq!(f.get_f64("gemma3.rope.freq_base_swa").unwrap(), Some(10000.0));
+    // A converted gemma3 file leaves the pattern to the loaders' default.
+    assert!(f.get("gemma3.attention.sliding_window_pattern").is_none());
+
+    let cfg = resin_model::ModelConfig::from_gguf(&f).unwrap();
+    assert_eq!(cfg.arch, resin_model::Arch::Gemma3);
+    assert_eq!((cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff), (18, 640, 4, 1, 256, 2048));
+    assert_eq!((cfg.vocab, cfg.ctx_train), (300, 32768));
+    assert!(cfg.tied_output && cfg.qk_norm && cfg.post_norms);
+    assert_eq!(cfg.ffn_act, resin_model::FfnAct::GeluTanh);
+    assert!((cfg.rms_eps - 1e-6).abs() < 1e-12);
+    let swa = cfg.swa.as_ref().expect("sliding-window layers");
+    assert_eq!(swa.window, 512);
+    let global: Vec<usize> = (0..18).filter(|&l| cfg.layer_window(l).is_none()).collect();
+    assert_eq!(global, vec![5, 11, 17]);
+    for l in 0..18 {
+        let want = if global.contains(&l) { 1_000_000.0 } else { 10_000.0 };
+        assert_eq!(cfg.layer_rope_base(l), want, "layer {l}");
+    }
+    assert_eq!(cfg.rope_bases(), vec![1_000_000.0, 10_000.0]);
+    let mut text = Vec::new();
+    resin::inspect::inspect(&out, &mut text, false).unwrap();
+    assert!(String::from_utf8(text).unwrap().contains("architecture  gemma3"));
+
+    // Without a gemma3 vocabulary the shape is refused.
+    let err = resin::synth::synth(SynthShape::Gemma3_270M, SynthType::Q8_0, SynthVocab::ByteLevel, &d.join("no.gguf"), 0, false).unwrap_err();
+    assert!(format!("{err:#}").contains("gemma3 vocabulary"), "{err:#}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Gemma 3's Q4_K_M follows llama-quantize, fallbacks included (its hidden sizes are not whole
+/// Q4_K blocks): the mix of Google's own gemma-3-270m Q4_K_M file, and the 1B's table.
+#[test]
+fn gemma3_q4_k_m_takes_llama_quantize_fallbacks() {
+    use resin::synth::SynthShape;
+    let ty = |p: &[resin::synth::PlannedTensor], n: &str| p.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("{n}")).ty;
+    let dims = |p: &[resin::synth::PlannedTensor], n: &str| p.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("{n}")).dims.clone();
+    for (shape, h, n, ff) in [(SynthShape::Gemma3_270M, 640u64, 18, 2048u64), (SynthShape::Gemma3_1B, 1152, 26, 6912)] {
+        let spec = shape.spec(SynthVocab::File("unused.gguf".into()));
+        let plan = tensor_plan(&spec, SynthType::Q4_K_M, 262144);
+        assert_eq!(plan.len(), 1 + n * 13 + 1, "{shape}: no output.weight");
+        assert_eq!(dims(&plan, "token_embd.weight"), vec![h, 262144]);
+        assert_eq!(ty(&plan, "token_embd.weight"), GgmlType::Q8_0);
+        for i in 0..n {
+            let p = format!("blk.{i}.");
+            let more = use_more_bits(i, n);
+            assert_eq!(ty(&plan, &format!("{p}attn_q.weight")), GgmlType::Q5_0);
+            assert_eq!(ty(&plan, &format!("{p}attn_k.weight")), GgmlType::Q5_0);
+            assert_eq!(ty(&plan, &format!("{p}attn_v.weight")), if more { GgmlType::Q8_0 } else { GgmlType::Q5_0 });
+            assert_eq!(ty(&plan, &format!("{p}attn_output.weight")), GgmlType::Q4_K);
+            assert_eq!(ty(&plan, &format!("{p}ffn_gate.weight")), GgmlType::Q5_0);
+            assert_eq!(ty(&plan, &format!("{p}ffn_up.weight")), GgmlType::Q5_0);
+            assert_eq!(ty(&plan, &format!("{p}ffn_down.weight")), if more { GgmlType::Q6_K } else { GgmlType::Q4_K });
+            assert_eq!(dims(&plan, &format!("{p}attn_q.weight")), vec![h, 1024]);
+            assert_eq!(dims(&plan, &format!("{p}attn_k.weight")), vec![h, 256]);
+            assert_eq!(dims(&plan, &format!("{p}attn_output.weight")), vec![1024, h]);
+            assert_eq!(dims(&plan, &format!("{p}ffn_down.weight")), vec![ff, h]);
+            for norm in ["attn_q_norm", "attn_k_norm"] {
+                assert_eq!(dims(&plan, &format!("{p}{norm}.weight")), vec![256]);
+            }
+            for norm in ["attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"] {
+                assert_eq!(dims(&plan, &format!("{p}{norm}.weight")), vec![h]);
+                assert_eq!(ty(&plan, &format!("{p}{norm}.weight")), GgmlType::F32);
+            }
+        }
+        // Q8_0 needs no fallback: every matrix Q8_0.
+        let q8 = tensor_plan(&spec, SynthType::Q8_0, 262144);
+        assert!(q8.iter().all(|t| t.ty == if t.ones { GgmlType::F32 } else { GgmlType::Q8_0 }), "{shape}");
+    }
+    // The 270M's counts as in Google's Q4_K_M file: half its attn_v / ffn_down get more bits.
+    assert_eq!((0..18).filter(|&i| use_more_bits(i, 18)).count(), 9);
 }
