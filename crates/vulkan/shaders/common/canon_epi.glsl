@@ -16,8 +16,9 @@ float canon_swiglu(float g0, float u0, float r, bool scaled) {
     return h;
 }
 
-// 32 values packed as the next product's activation block (qact.comp QPACK 32's rules):
-// quants (value 4j+k in byte k of q[j]), d and the sum of the quants.
+// 32 values packed as a product's activation block (qact.comp QPACK 32's rules; the
+// canonical norm's blocks too): quants (value 4j+k in byte k of q[j]), d and the sum of the
+// quants.
 void canon_pack(float h[32], out uint q[8], out float d, out int s) {
     float amax = 0.0;
     for (uint i = 0u; i < 32u; i++) amax = max(amax, abs(h[i]));

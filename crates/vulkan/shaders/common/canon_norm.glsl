@@ -6,6 +6,8 @@
 #ifndef RESIN_CANON_NORM_GLSL
 #define RESIN_CANON_NORM_GLSL
 
+#include "canon_epi.glsl"
+
 // One 32-value block: quants (value 4j+k in byte k of q[j]), d, the sum of the quants, and
 // the sum of the squares of x, added left to right.
 struct UBlock {
@@ -18,30 +20,15 @@ struct UBlock {
 UBlock canon_ublock(vec4 xv[8], vec4 wv[8]) {
     UBlock o;
     float u[32];
-    float amax = 0.0;
     precise float ss = 0.0;
     for (uint j = 0u; j < 8u; j++)
         for (uint i = 0u; i < 4u; i++) {
             precise float uv = xv[j][i] * wv[j][i];
             precise float sq = xv[j][i] * xv[j][i];
             u[4u * j + i] = uv;
-            amax = max(amax, abs(uv));
             ss = ss + sq;
         }
-    o.d = amax / 127.0;
-    float id = amax > 0.0 ? 127.0 / amax : 0.0;
-    int s = 0;
-    for (uint j = 0u; j < 8u; j++) {
-        uint w = 0u;
-        for (uint k = 0u; k < 4u; k++) {
-            precise float qf = roundEven(u[4u * j + k] * id);
-            int q = int(qf);
-            s += q;
-            w |= (uint(q) & 0xFFu) << (8u * k);
-        }
-        o.q[j] = w;
-    }
-    o.s = s;
+    canon_pack(u, o.q, o.d, o.s);
     o.ss = ss;
     return o;
 }
