@@ -140,6 +140,60 @@ struct MvPush {
 const _: () = assert!(std::mem::size_of::<MvPush>() == 48);
 impl Push for MvPush {}
 
+/// A product's bindings and push offsets for its input and output, their shapes checked
+/// against the packed layouts (`nx` activation rows read, `ny` output rows written).
+struct Io<'a> {
+    x: Bind<'a>,
+    /// The norm's weights (`Normed`), each row's r (`NormPacked`), else `x` again.
+    nw: Bind<'a>,
+    /// 0 packed, 1 normed (folded), 2 normpacked; the shaders' XIN.
+    xin: u32,
+    eps: f32,
+    xd_off: u32,
+    xs_off: u32,
+    y: Bind<'a>,
+    pk: Bind<'a>,
+    /// 0 store, 1 add, 2 SwiGLU; the shaders' OUT.
+    out: u32,
+    up_off: u32,
+    pd_off: u32,
+    ps_off: u32,
+}
+
+impl<'a> Io<'a> {
+    fn of(input: MvIn<'a>, out: MvOut<'a>, s: &MvShape, nx: u32, ny: u32) -> Result<Io<'a>, String> {
+        let (x, nw, xin, eps, xd_off, xs_off) = match input {
+            MvIn::Packed { x, layout } => {
+                if (nx - 1) * s.x_stride + s.cols > layout.count {
+                    return Err(format!("{} packed values", layout.count));
+                }
+                (x, x, 0, 0.0, layout.d_off(), layout.s_off())
+            }
+            MvIn::NormPacked { x, layout, r } => {
+                if (nx - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * nx as u64 {
+                    return Err(format!("{} packed values, {} bytes of r", layout.count, r.range));
+                }
+                (x, r, 2, 0.0, layout.d_off(), layout.s_off())
+            }
+            MvIn::Normed { x, w, eps } => (x, w, 1, eps, 0, 0),
+        };
+        let (y, pk, outk, up_off, pd_off, ps_off) = match out {
+            MvOut::Store(y) => (y, y, 0, 0, 0, 0),
+            MvOut::Add(y) => (y, y, 1, 0, 0, 0),
+            MvOut::SwiGlu { up_off, out, layout } => {
+                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (ny - 1) * s.y_stride + s.y_off + s.rows > layout.count {
+                    return Err(format!("a SwiGLU packed in 32-row blocks from row {} at stride {} ({} values)", s.y_off, s.y_stride, layout.count));
+                }
+                if out.range < layout.bytes() || !up_off.is_multiple_of(16) {
+                    return Err(format!("{} bytes for the packed output, the up rows {up_off} bytes on", out.range));
+                }
+                (out, out, 2, up_off, layout.d_off(), layout.s_off())
+            }
+        };
+        Ok(Io { x, nw, xin, eps, xd_off, xs_off, y, pk, out: outk, up_off, pd_off, ps_off })
+    }
+}
+
 /// Blocks a row [`Recorder::normpack`] takes at most (its shared memory).
 const NORMPACK_BLOCKS: usize = 512;
 
@@ -482,39 +536,15 @@ impl Recorder<'_> {
         if spec.shared_bytes() > info.shared_memory as u64 {
             return bad(format!("{} bytes of shared memory (the device has {})", spec.shared_bytes(), info.shared_memory));
         }
-        let (x, nw, eps, xd_off, xs_off) = match input {
-            MvIn::Packed { x, layout } => {
-                if (nx - 1) * s.x_stride + s.cols > layout.count {
-                    return bad(format!("{} packed values", layout.count));
-                }
-                (x, x, 0.0, layout.d_off(), layout.s_off())
-            }
-            MvIn::NormPacked { x, layout, r } => {
-                if (nx - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * nx as u64 {
-                    return bad(format!("{} packed values, {} bytes of r", layout.count, r.range));
-                }
-                spec.xin = 2;
-                (x, r, 0.0, layout.d_off(), layout.s_off())
-            }
-            MvIn::Normed { x, w, eps } => (x, w, eps, 0, 0),
+        let io = match Io::of(input, out, &s, nx, ny) {
+            Ok(io) => io,
+            Err(what) => return bad(what),
         };
-        let (y, pk, up_off, pd_off, ps_off) = match out {
-            MvOut::Store(y) => (y, y, 0, 0, 0),
-            MvOut::Add(y) => {
-                spec.out = 1;
-                (y, y, 0, 0, 0)
-            }
-            MvOut::SwiGlu { up_off, out, layout } => {
-                spec.out = 2;
-                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (ny - 1) * s.y_stride + s.y_off + s.rows > layout.count {
-                    return bad(format!("a SwiGLU packed in 32-row blocks from row {} at stride {} ({} values)", s.y_off, s.y_stride, layout.count));
-                }
-                if out.range < layout.bytes() || !up_off.is_multiple_of(16) {
-                    return bad(format!("{} bytes for the packed output, the up rows {up_off} bytes on", out.range));
-                }
-                (out, out, up_off, layout.d_off(), layout.s_off())
-            }
-        };
+        let Io { x, nw, eps, xd_off, xs_off, y, pk, up_off, pd_off, ps_off, .. } = io;
+        if io.xin == 2 {
+            spec.xin = 2;
+        }
+        spec.out = io.out;
         let push =
             MvPush { rows: s.rows, cols: s.cols, row_bytes: s.row_bytes, x_stride: s.x_stride, y_stride: s.y_stride, y_off: s.y_off, xd_off, xs_off, eps, up_off, pd_off, ps_off };
         // The expert form is the N-row form's (its column count a specialization constant).
@@ -567,34 +597,12 @@ impl Recorder<'_> {
         if MM_SHARED_BYTES > info.shared_memory || MM_THREADS > info.max_workgroup_invocations {
             return bad(format!("workgroups of {MM_THREADS} threads and {MM_SHARED_BYTES} bytes of shared memory"));
         }
-        let (x, nr, xin, xd_off, xs_off) = match input {
-            MvIn::Packed { x, layout } => {
-                if (nx - 1) * s.x_stride + s.cols > layout.count {
-                    return bad(format!("{} packed values", layout.count));
-                }
-                (x, x, 0, layout.d_off(), layout.s_off())
-            }
-            MvIn::NormPacked { x, layout, r } => {
-                if (nx - 1) * s.x_stride + s.cols > layout.count || r.range < 4 * nx as u64 {
-                    return bad(format!("{} packed values, {} bytes of r", layout.count, r.range));
-                }
-                (x, r, 2, layout.d_off(), layout.s_off())
-            }
-            MvIn::Normed { .. } => return bad("a folded norm of one row".into()),
+        let io = match Io::of(input, out, &s, nx, ny) {
+            Ok(io) if io.xin != 1 => io,
+            Ok(_) => return bad("a folded norm of one row".into()),
+            Err(what) => return bad(what),
         };
-        let (y, pk, outk, up_off, pd_off, ps_off) = match out {
-            MvOut::Store(y) => (y, y, 0, 0, 0, 0),
-            MvOut::Add(y) => (y, y, 1, 0, 0, 0),
-            MvOut::SwiGlu { up_off, out, layout } => {
-                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (ny - 1) * s.y_stride + s.y_off + s.rows > layout.count {
-                    return bad(format!("a SwiGLU packed in 32-row blocks from row {} at stride {} ({} values)", s.y_off, s.y_stride, layout.count));
-                }
-                if out.range < layout.bytes() || !up_off.is_multiple_of(16) {
-                    return bad(format!("{} bytes for the packed output, the up rows {up_off} bytes on", out.range));
-                }
-                (out, out, 2, up_off, layout.d_off(), layout.s_off())
-            }
-        };
+        let Io { x, nw: nr, xin, xd_off, xs_off, y, pk, out: outk, up_off, pd_off, ps_off, .. } = io;
         let mv = MvPush {
             rows: s.rows,
             cols: s.cols,
