@@ -618,8 +618,32 @@ impl Recorder<'_> {
             ps_off,
         };
         let lpow = cut.lanes as u32;
-        let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, lpow.trailing_zeros(), xin, outk];
         let form = if ex.is_some() { "x_" } else { "" };
+        let mm = MmPush { mv, n };
+        if tier != DotTier::Tiles {
+            // mr.comp: 32 row slots x CS chunk slots a workgroup, NC columns.
+            let envu = |k: &str, d: u32| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+            let cs = envu("RESIN_MR_CS", lpow.min(8)).min(lpow).max(lpow / 4);
+            let nv = if outk == 2 { 2 } else { envu("RESIN_MR_NV", 1) };
+            let nc = if ex.is_some() { 8 } else { envu("RESIN_MR_NC", 16) };
+            let shared = 4 * cs * nv * nc * 32;
+            if shared > info.shared_memory || 32 * cs > info.max_workgroup_invocations {
+                return bad(format!("workgroups of {} threads and {shared} bytes of shared memory", 32 * cs));
+            }
+            let hw = if tier == DotTier::Hardware { "x" } else { "" };
+            let name = format!("mr{hw}_{form}{f}");
+            let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, cs, xin, outk, nv, 32 * cs, nc];
+            let outs = if outk == 2 { 32 } else { 32 * nv };
+            let grid = [n.div_ceil(nc), s.rows.div_ceil(outs), ex.as_ref().map_or(1, |e| e.n_expert)];
+            return match ex {
+                Some(e) => {
+                    let push = MmExpertPush { mm, x_div: e.x_div, list_off: e.n_expert + 1 };
+                    self.run(&name, &consts, &[w, x, nr, y, pk, e.groups], &push.bytes(), grid)
+                }
+                None => self.run(&name, &consts, &[w, x, nr, y, pk], &mm.bytes(), grid),
+            };
+        }
+        let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, lpow.trailing_zeros(), xin, outk];
         let name = match tier {
             DotTier::Emulated => format!("mm_{form}{f}"),
             DotTier::Hardware => format!("mmx_{form}{f}"),
@@ -634,7 +658,6 @@ impl Recorder<'_> {
         let outs = if outk == 2 { 32 } else { 16 * rt };
         let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], rt, 64 * rt];
         let row_tiles = s.rows.div_ceil(outs);
-        let mm = MmPush { mv, n };
         match ex {
             // An expert has at most n slots (a row's slots choose distinct experts): n's
             // column tiles for each expert, those past its count leaving at once.

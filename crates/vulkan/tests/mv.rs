@@ -676,6 +676,30 @@ fn wide_speed() {
                 let us = h.time_chained(reps, &mut |rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
                 line += &format!(" {tier:?} {us:.0} us ({:.0} GB/s, {:.1} TOPS);", gbytes / us / 1e3, 2.0 * (n * rows * cols) as f64 / us / 1e6);
             }
+            if let Ok(cfgs) = std::env::var("RESIN_MR_TUNE") {
+                for cfg in cfgs.split(',') {
+                    let v: Vec<&str> = cfg.split('/').collect();
+                    unsafe {
+                        std::env::set_var("RESIN_MR_NC", v[0]);
+                        std::env::set_var("RESIN_MR_NV", v[1]);
+                        std::env::set_var("RESIN_MR_CS", v[2]);
+                    }
+                    let input = MvIn::Packed { x: (&pk).into(), layout };
+                    let us =
+                        h.time_chained(reps, &mut |rec| rec.mv_tier(DotTier::Hardware, Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+                    line += &format!(" mr{cfg} {us:.0};");
+                }
+                unsafe {
+                    std::env::remove_var("RESIN_MR_NC");
+                    std::env::remove_var("RESIN_MR_NV");
+                    std::env::remove_var("RESIN_MR_CS");
+                }
+            }
+            {
+                let input = MvIn::Packed { x: (&pk).into(), layout };
+                let us = h.time_chained(reps, &mut |rec| rec.mv_tier(DotTier::Hardware, Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+                line += &format!(" lanes {:.0} us;", us * (n / 8) as f64);
+            }
             let xb = h.buf_f32(&xs);
             let us = h.time_chained(reps, &mut |rec| rec.gemm(ty, n as u32, (&wbuf).into(), (&xb).into(), (&y).into(), shape, None));
             line += &format!(" gemm {us:.0} us ({:.1} TOPS)", 2.0 * (n * rows * cols) as f64 / us / 1e6);
