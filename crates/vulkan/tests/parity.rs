@@ -14,7 +14,7 @@ use resin_core::{Counters, Home, KvCodec, Profile, RegionId, Row, Segment, StepA
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
-use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
+use resin_vulkan::{VulkanHome, VulkanOptions};
 
 fn homes_with(name: &str, n_ctx: usize, regions: usize, q8_activations: bool) -> Option<(CpuHome, VulkanHome)> {
     let gpu = common::gpu()?;
@@ -33,7 +33,7 @@ fn homes_on(gpu: Arc<resin_vulkan::Gpu>, file: Arc<GgufFile>, n_ctx: usize, regi
         gpu,
         file.clone(),
         cfg,
-        &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() },
+        &VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations, progress: None, ..VulkanOptions::default() },
         Arc::new(Counters::default()),
     )
     .unwrap();
@@ -223,7 +223,7 @@ fn vk_home(name: &str, n_ctx: usize, regions: usize, codec: KvCodec) -> Option<V
     let gpu = common::gpu()?;
     // RESIN_TEST_GGUF (common::model_cut) names another file, as on the GPU machine.
     let common::Model { file, cfg, .. } = common::model_cut(name, BLOCKS);
-    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec, q8_activations: true, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() };
+    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec, q8_activations: true, progress: None, ..VulkanOptions::default() };
     Some(VulkanHome::on(gpu, file, cfg, &opts, Arc::new(Counters::default())).unwrap())
 }
 
@@ -347,7 +347,7 @@ fn declines_are_counted_once_with_their_reason() {
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let counters = Arc::new(Counters::default());
-    let opts = VulkanOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::Q8_0, q8_activations: true, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() };
+    let opts = VulkanOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::Q8_0, q8_activations: true, progress: None, ..VulkanOptions::default() };
     // The q8_0 mirror stores whole 32-value blocks a head: a head dim of 48 (the model's
     // config edited; the plan declines before anything is read with it) is declined.
     let odd = ModelConfig { head_dim: 48, ..cfg.clone() };

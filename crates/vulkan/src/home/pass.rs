@@ -49,10 +49,10 @@ pub(super) fn attn_pieces(rows: usize) -> u32 {
 /// pieces a workgroup).
 pub(super) const ATTN_SPREAD: usize = 256;
 
-/// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp): a token
-/// command's matrices of the formats it reads, on a device that runs it.
-pub(super) fn canon(m: &Mat, n: usize, s: &Scratch) -> bool {
-    s.dot && n <= NROW_MAX && mv_format(m.ty).is_some() && m.cols.is_multiple_of(32)
+/// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp up to NROW_MAX
+/// rows, mm.comp past it): the formats it reads, on a device that runs it.
+pub(super) fn canon(m: &Mat, _n: usize, s: &Scratch) -> bool {
+    s.dot && mv_format(m.ty).is_some() && m.cols.is_multiple_of(32)
 }
 
 /// Whether `m`, outside the canonical product, reads its input rounded through 8-bit blocks

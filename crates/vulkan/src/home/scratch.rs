@@ -135,9 +135,9 @@ impl Scratch {
             rows_list: host(crate::kernels::rows_copy_words(out_rows as u32) as usize)?,
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
-            xp32: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
-            xpn: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
-            rs: dev(NROW_MAX)?,
+            xp32: Buffer::new(gpu, packed_bytes(cfg, r), Location::Device)?,
+            xpn: Buffer::new(gpu, packed_bytes(cfg, r), Location::Device)?,
+            rs: dev(r)?,
             moe_gate: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
             moe_up: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
             moe_act: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
@@ -164,9 +164,9 @@ impl Scratch {
     }
 }
 
-/// Bytes of the packed activations of NROW_MAX rows of the widest input.
-pub(super) fn packed_bytes(cfg: &ModelConfig) -> u64 {
+/// Bytes of the packed activations of `rows` rows of the widest input.
+pub(super) fn packed_bytes(cfg: &ModelConfig, rows: usize) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
-    let count = (NROW_MAX * widest.next_multiple_of(32)) as u32;
+    let count = (rows * widest.next_multiple_of(32)) as u32;
     QPack::new(count).map(|q| q.bytes()).unwrap_or(4)
 }
