@@ -77,10 +77,7 @@ impl CpuHome {
         for (l, layer) in self.weights.layers.iter().enumerate() {
             let last = l + 1 == cfg.n_layer;
             let window = cfg.layer_window(l);
-            let rope = match (window, &self.rope_local) {
-                (Some(_), Some(local)) => local,
-                _ => &self.rope,
-            };
+            let rope = self.ropes.get(cfg.layer_rope_table(l)).ok_or_else(|| CpuError::Model(format!("layer {l} has no rope table")))?;
             let shape = AttnShape { n_head: cfg.n_head, n_head_kv: cfg.n_head_kv, head_dim: hd, scale: cfg.attn_scale, window };
             xn.resize(n * d, 0.0);
             for i in 0..n {

@@ -33,9 +33,9 @@ pub struct CpuHome {
     pub(crate) cfg: ModelConfig,
     pub(crate) weights: Weights,
     pub(crate) kv: KvCache,
-    pub(crate) rope: RopeTables,
-    /// The sliding-window layers' rope (gemma3), when their base differs from the model's.
-    pub(crate) rope_local: Option<RopeTables>,
+    /// A table a base of `cfg.rope_bases()`, in its order (`cfg.layer_rope_table` picks a
+    /// layer's); never empty.
+    pub(crate) ropes: Vec<RopeTables>,
     spec: HomeSpec,
     pub(crate) counters: Arc<Counters>,
     /// The home's own workers. A whole pass runs inside the pool, so the many small parallel
@@ -51,8 +51,7 @@ impl CpuHome {
         }
         let weights = Weights::load(file, &cfg)?;
         let kv = KvCache::new(opts.codec, opts.regions, cfg.n_layer, n_ctx, cfg.kv_dim(), cfg.head_dim)?;
-        let rope = RopeTables::new(cfg.rope_base, cfg.rope_dims, cfg.arch.rope_style());
-        let rope_local = cfg.rope_bases().get(1).map(|&base| RopeTables::new(base, cfg.rope_dims, cfg.arch.rope_style()));
+        let ropes = cfg.rope_bases().into_iter().map(|base| RopeTables::new(base, cfg.rope_dims, cfg.arch.rope_style())).collect();
         let spec = HomeSpec { kind: "cpu", vocab: cfg.vocab, n_ctx, regions: opts.regions, codec: opts.codec, step_rows_max: HomeSpec::wide_rows(opts.regions), chunk_rows_min: 1 };
         let threads = opts.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
         let pool = rayon::ThreadPoolBuilder::new()
@@ -61,7 +60,7 @@ impl CpuHome {
             .build()
             .map(Arc::new)
             .map_err(|e| CpuError::Model(format!("starting {threads} CPU threads: {e}")))?;
-        Ok(CpuHome { cfg, weights, kv, rope, rope_local, spec, counters, pool })
+        Ok(CpuHome { cfg, weights, kv, ropes, spec, counters, pool })
     }
 
     pub fn config(&self) -> &ModelConfig {

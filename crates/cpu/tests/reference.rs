@@ -13,6 +13,10 @@
 //! small addition to it. Its top-200 errors reach past 3e-2 on some prompts and move about as
 //! much when the mirror is f32 instead of f16 (noise, not a bias), so its bar is 5e-2 and its
 //! control scales the final norm by 12%, well past that bar.
+//!
+//! Gemma 3 270M again past its 512-key sliding window (testdata/reference/gemma3-270m-long.json),
+//! with the window widened past the prompt and an off-by-one pattern of global layers as the
+//! controls.
 
 mod common;
 
@@ -22,7 +26,7 @@ use std::sync::Arc;
 use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
-use resin_model::{ModelConfig, Tokenizer};
+use resin_model::{ModelConfig, SlidingWindow, Tokenizer};
 use serde_json::Value;
 
 /// Relative L2 error allowed on the first step's top-200 logits (8-bit activations; see above).
@@ -46,7 +50,11 @@ fn reference(model: &str) -> Value {
 
 fn home_for(file: Arc<GgufFile>) -> CpuHome {
     let cfg = ModelConfig::from_gguf(&file).unwrap();
-    CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(256), regions: 1, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap()
+    home_with(file, cfg, 256)
+}
+
+fn home_with(file: Arc<GgufFile>, cfg: ModelConfig, n_ctx: usize) -> CpuHome {
+    CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(n_ctx), regions: 1, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap()
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -142,5 +150,57 @@ fn qwen25_coder_15b_matches_the_float32_reference() {
     match resin_hub::ensure("qwen2.5-coder-1.5b", false) {
         Ok(_) => check_model("qwen2.5-coder-1.5b"),
         Err(e) => eprintln!("SKIPPED: qwen2.5-coder-1.5b could not be fetched: {e}"),
+    }
+}
+
+/// The long prompt's text: the first this many lines of testdata/text/paradise-lost.txt.
+const LONG_LINES: usize = 72;
+
+/// Gemma 3 270M past its 512-key window, against the float32 reference over the same ids
+/// (testdata/reference/gemma3-270m-long.json): BOS and the poem's first LONG_LINES lines,
+/// 689 tokens, so in prefill the last 177 rows' sliding layers (and every decode step's) have
+/// dropped their oldest keys, BOS among them, while the global layers keep every key. Greedy
+/// ids up to the reference's first near-tie (this home's bar, 0.3) and the first step's top-200
+/// logits within Gemma's bar. Controls, each of which must fail the logit bar: the window
+/// widened past the prompt (the same layers and rope bases: only the keys past the window
+/// change), and the global layers one earlier (4, 10, 16: an off-by-one pattern).
+#[test]
+fn gemma3_270m_past_its_window_matches_the_float32_reference() {
+    let reference = reference("gemma3-270m-long");
+    let path = resin_hub::ensure("gemma3-270m", false).unwrap_or_else(|e| panic!("fetching gemma3-270m: {e}"));
+    let file = Arc::new(GgufFile::open(&path).unwrap());
+    let cfg = ModelConfig::from_gguf(&file).unwrap();
+    let swa = cfg.swa.clone().expect("gemma3-270m slides");
+    let case = &reference["cases"][0];
+    let prompt = ids(&case["prompt_ids"]);
+    let text = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/text/paradise-lost.txt")).unwrap();
+    let text: String = text.split_inclusive('\n').take(LONG_LINES).collect();
+    let encoded = Tokenizer::from_gguf(&file).unwrap().encode(&text, true, false).unwrap();
+    let joined = encoded.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+    assert_eq!(encoded, prompt, "the fixture's prompt ids are not this text's (regenerate it with --prompt-ids {joined})");
+    assert!(prompt.len() >= swa.window + 128, "the prompt does not reach far past the window");
+
+    let steps = reference["greedy_steps"].as_u64().unwrap() as usize;
+    let margins: Vec<f64> = case["margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
+    let upto = margins.iter().position(|&m| m < NEAR_TIE).unwrap_or(steps).min(steps);
+    let n_ctx = prompt.len() + steps;
+    let t0 = std::time::Instant::now();
+    let (got, logits) = greedy(&mut home_with(file.clone(), cfg.clone(), n_ctx), &prompt, upto.max(1));
+    let err = top_logits_error(&logits, case);
+    eprintln!("gemma3-270m, {} tokens: {upto} greedy tokens equal, top-200 logits relative L2 {err:.2e} [{:.1}s]", prompt.len(), t0.elapsed().as_secs_f64());
+    assert_eq!(got[..upto], ids(&case["greedy_ids"])[..upto], "greedy ids past the window before the first near-tie (step {upto})");
+    assert!(upto >= MIN_TOKENS, "only {upto} tokens compared before a near-tie");
+    assert!(err < GEMMA_LOGIT_BAR, "top-200 logits relative L2 {err:.3e} >= {GEMMA_LOGIT_BAR}");
+
+    let wide = SlidingWindow { window: n_ctx, ..swa.clone() };
+    let mut layers = swa.layers.clone();
+    layers.rotate_left(1);
+    let shifted = SlidingWindow { layers, ..swa.clone() };
+    assert_eq!((0..cfg.n_layer).filter(|&l| !shifted.layers[l]).collect::<Vec<_>>(), [4, 10, 16]);
+    for (what, control) in [("window past the prompt", wide), ("global layers one earlier", shifted)] {
+        let (_, logits) = greedy(&mut home_with(file.clone(), ModelConfig { swa: Some(control), ..cfg.clone() }, n_ctx), &prompt, 1);
+        let err = top_logits_error(&logits, case);
+        eprintln!("gemma3-270m, control ({what}): relative L2 {err:.2e}");
+        assert!(err >= GEMMA_LOGIT_BAR, "control ({what}) passed the bar ({err:.3e})");
     }
 }

@@ -313,15 +313,13 @@ impl ModelConfig {
         self.swa.as_ref().filter(|s| s.layers.get(l).copied().unwrap_or(false)).map(|s| s.window)
     }
 
-    /// The rope base of layer `l`.
+    /// The rope base of layer `l`: the one its table in [`rope_bases`](Self::rope_bases) holds.
     pub fn layer_rope_base(&self, l: usize) -> f32 {
-        match &self.swa {
-            Some(s) if self.layer_window(l).is_some() => s.rope_base,
-            _ => self.rope_base,
-        }
+        self.rope_bases().get(self.layer_rope_table(l)).copied().unwrap_or(self.rope_base)
     }
 
-    /// The rope bases the layers use, each once, global first.
+    /// The rope bases the layers use, each once, global first: each home builds one table a
+    /// base, in this order.
     pub fn rope_bases(&self) -> Vec<f32> {
         let mut v = vec![self.rope_base];
         if let Some(s) = &self.swa {
@@ -330,6 +328,17 @@ impl ModelConfig {
             }
         }
         v
+    }
+
+    /// Which of [`rope_bases`](Self::rope_bases) layer `l` ropes with. Both homes pick each
+    /// layer's table through this (and its keys through [`layer_window`](Self::layer_window)),
+    /// so one test of the two covers the assignment every home runs.
+    pub fn layer_rope_table(&self, l: usize) -> usize {
+        match &self.swa {
+            // A sliding layer's base has a table of its own only where it differs.
+            Some(s) if self.layer_window(l).is_some() && s.rope_base != self.rope_base => 1,
+            _ => 0,
+        }
     }
 
     /// Every tensor the forward pass reads exists with the shape it expects.

@@ -561,7 +561,8 @@ impl<'a> Recorder<'a> {
     /// The slots that chose each expert (shaders/ops/moe.comp GROUP), from the expert ids `sel`
     /// of `slots` slots: `grp` gets [`moe_group_words`] words, expert e's slots (in slot order)
     /// at words n_expert + 1 + grp[e] .. n_expert + 1 + grp[e + 1]: the columns of the
-    /// canonical product's expert form ([`crate::mv::Experts`]).
+    /// canonical product's expert form ([`crate::mv::Experts`]). An id of no expert (n_expert
+    /// or more) is in no list, and the words past the lists' end are left as they were.
     pub fn moe_group(&mut self, slots: u32, n_expert: u32, sel: Bind<'_>, grp: Bind<'_>) -> Result<(), VkError> {
         if n_expert == 0 || n_expert > MOE_MAX_EXPERTS {
             return Err(VkError::Unsupported(format!("grouping slots by {n_expert} experts (at most {MOE_MAX_EXPERTS})")));

@@ -9,12 +9,23 @@
 // - COMBINE: out[r][i] = the sum over j, in rank order, of wt[r*k + j] * y[r*k + j][i].
 // - GROUP: one workgroup. The slots that chose each expert, from the expert ids of `slots`
 //   slots: grp[e] .. grp[e + 1] is expert e's range of the lists at grp[n_expert + 1 ..], each
-//   expert's slots in slot order (a thread an expert counts them, one thread takes the prefix
-//   sums, then each expert's thread writes its list), so the lists depend on the ids alone.
+//   expert's slots in slot order; ids out of range are in no list. A prefill window holds
+//   thousands of slots, so no thread walks them all: the threads count every expert's slots
+//   together (shared atomics), take the prefix sums of the counts in parallel, then place the
+//   slots a tile of GROUP_WG at a time, each slot at its expert's cursor plus the number of the
+//   tile's earlier slots with its expert (a bit a slot of the tile, per expert), which keeps
+//   each list in slot order. Counts and bits do not depend on the order the atomics land, so
+//   the lists depend on the ids alone.
 // Either way a row's result depends on that row alone.
 #version 450
 
+#ifdef GROUP
+// A thread a slot of a tile, and a thread an expert in the prefix sums (MAX_EXPERTS of them).
+#define GROUP_WG 256u
+layout(local_size_x = 256) in;
+#else
 layout(local_size_x = 64) in;
+#endif
 
 // Experts a router takes at most (src/kernels.rs MOE_MAX_EXPERTS), chosen at most (MOE_MAX_USED).
 #define MAX_EXPERTS 256u
@@ -114,36 +125,71 @@ layout(push_constant) uniform Push {
     uint unused;
 } p;
 
-shared uint start[MAX_EXPERTS];
+// Words of a tile's bits per expert.
+#define TILE_WORDS (GROUP_WG / 32u)
+
+// Each expert's count, then its cursor: where its next slot goes in its list.
+shared uint cursor[MAX_EXPERTS];
+shared uint sums[GROUP_WG];
+// Per expert, a bit for each slot of the current tile that chose it.
+shared uint tile[MAX_EXPERTS * TILE_WORDS];
 
 void main() {
     uint t = gl_LocalInvocationID.x;
-    for (uint e = t; e < p.n_expert; e += gl_WorkGroupSize.x) {
-        uint c = 0u;
-        for (uint s = 0u; s < p.slots; s++) c += sel[s] == e ? 1u : 0u;
-        start[e] = c;
+    cursor[t] = 0u;
+    for (uint i = t; i < MAX_EXPERTS * TILE_WORDS; i += GROUP_WG) tile[i] = 0u;
+    barrier();
+    for (uint s = t; s < p.slots; s += GROUP_WG) {
+        uint e = sel[s];
+        if (e < p.n_expert) atomicAdd(cursor[e], 1u);
     }
     barrier();
-    if (t == 0u) {
-        uint o = 0u;
-        for (uint e = 0u; e < p.n_expert; e++) {
-            uint c = start[e];
-            start[e] = o;
-            grp[e] = o;
-            o += c;
-        }
-        grp[p.n_expert] = o;
+    // Inclusive prefix sums of the counts, a thread an expert (the experts past n_expert
+    // counted none), by doubling strides.
+    uint count = cursor[t];
+    sums[t] = count;
+    barrier();
+    for (uint off = 1u; off < GROUP_WG; off <<= 1u) {
+        uint add = t >= off ? sums[t - off] : 0u;
+        barrier();
+        sums[t] += add;
+        barrier();
     }
+    uint start = sums[t] - count;
+    cursor[t] = start;
+    if (t < p.n_expert) grp[t] = start;
+    if (t == 0u) grp[p.n_expert] = sums[GROUP_WG - 1u];
     barrier();
     uint lists = p.n_expert + 1u;
-    for (uint e = t; e < p.n_expert; e += gl_WorkGroupSize.x) {
-        uint o = start[e];
-        for (uint s = 0u; s < p.slots; s++) {
-            if (sel[s] == e) {
-                grp[lists + o] = s;
-                o++;
+    uint word = t / 32u;
+    uint bit = 1u << (t % 32u);
+    for (uint base = 0u; base < p.slots; base += GROUP_WG) {
+        uint s = base + t;
+        uint e = p.n_expert;
+        if (s < p.slots) e = sel[s];
+        bool listed = e < p.n_expert;
+        if (listed) atomicOr(tile[e * TILE_WORDS + word], bit);
+        barrier();
+        // The tile's slots before this one that chose its expert, and all the tile's.
+        uint before = 0u;
+        uint all = 0u;
+        if (listed) {
+            for (uint w = 0u; w < TILE_WORDS; w++) {
+                uint m = tile[e * TILE_WORDS + w];
+                uint n = uint(bitCount(m));
+                all += n;
+                before += w < word ? n : (w == word ? uint(bitCount(m & (bit - 1u))) : 0u);
             }
+            grp[lists + cursor[e] + before] = s;
         }
+        barrier();
+        // The tile's first slot of each expert moves the expert's cursor past the tile's slots
+        // and clears its bits for the next tile.
+        if (listed && before == 0u) {
+            cursor[e] += all;
+            for (uint w = 0u; w < TILE_WORDS; w++) tile[e * TILE_WORDS + w] = 0u;
+        }
+        barrier();
     }
 }
 #endif

@@ -403,7 +403,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     let out = output.unwrap_or(embd);
     for (l, ly) in layers.iter().enumerate() {
         let last = l + 1 == layers.len();
-        let (ap, rope) = (attn_push(l), w.rope_for(cfg, l));
+        let (ap, rope) = (attn_push(l), w.rope_for(cfg, l)?);
         // q, k, v of norm(x) * attn_norm (x += down of the previous layer first, where its
         // product did not add it)
         let qkv = [(&ly.q, &s.q, cfg.q_dim()), (&ly.k, &s.k, cfg.kv_dim()), (&ly.v, &s.v, cfg.kv_dim())];

@@ -168,19 +168,14 @@ pub(super) struct Weights {
     /// None when tied to the embedding.
     pub(super) output: Option<Mat>,
     pub(super) output_norm: Buffer,
-    /// The rope table of `plan.n_ctx` positions.
-    pub(super) rope: Buffer,
-    /// The sliding-window layers' table (gemma3), when their base differs from the model's.
-    pub(super) rope_local: Option<Buffer>,
+    /// A rope table of `plan.n_ctx` positions a base of `cfg.rope_bases()`, in its order.
+    pub(super) ropes: Vec<Buffer>,
 }
 
 impl Weights {
-    /// The rope table layer `l` reads.
-    pub(super) fn rope_for(&self, cfg: &ModelConfig, l: usize) -> &Buffer {
-        match (&self.rope_local, cfg.layer_window(l)) {
-            (Some(local), Some(_)) => local,
-            _ => &self.rope,
-        }
+    /// The rope table layer `l` reads (`cfg.layer_rope_table`, as the CPU home picks it).
+    pub(super) fn rope_for(&self, cfg: &ModelConfig, l: usize) -> Result<&Buffer, VkError> {
+        self.ropes.get(cfg.layer_rope_table(l)).ok_or_else(|| VkError::Model(format!("layer {l} has no rope table")))
     }
 }
 
@@ -252,7 +247,6 @@ pub(super) fn upload(gpu: &Arc<Gpu>, f: &GgufFile, cfg: &ModelConfig, plan: &Pla
     let output = if cfg.tied_output { None } else { Some(upload_mat(gpu, f, resin_model::OUTPUT)?) };
     let output_norm = Buffer::with_data(gpu, &f32_bytes(&vector(f, resin_model::OUTPUT_NORM)?), Location::Device)?;
     let table = |base: f32| Buffer::with_data(gpu, &f32_bytes(&rope_table(plan.n_ctx, cfg.rope_dims, base)), Location::Device);
-    let rope = table(cfg.rope_base)?;
-    let rope_local = cfg.rope_bases().get(1).map(|&base| table(base)).transpose()?;
-    Ok(Weights { layers, embd, output, output_norm, rope, rope_local })
+    let ropes = cfg.rope_bases().into_iter().map(table).collect::<Result<_, _>>()?;
+    Ok(Weights { layers, embd, output, output_norm, ropes })
 }

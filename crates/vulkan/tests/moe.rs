@@ -1,0 +1,142 @@
+//! The mixture-of-experts grouping kernel (shaders/ops/moe.comp GROUP, `Recorder::moe_group`)
+//! against a listing computed on the host: for each expert its offset, the total, then each
+//! expert's slots in ascending slot order. Outputs are poisoned before each run and every word
+//! is checked, words past the listing included (they must stay poisoned). The shapes reach a
+//! whole prefill window of Qwen3-30B-A3B (512 rows, 8 of 128 experts each: 4096 slots), tiles
+//! of slots cut short, every slot on one expert, the most experts a router takes, and ids out
+//! of range (in no list). Controls: the same listing with each expert's slots in descending
+//! order, and the listing of the ids with one changed, must fail the same comparison.
+
+mod common;
+
+use common::*;
+use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
+use resin_vulkan::kernels::{moe_group_words, MOE_MAX_EXPERTS};
+
+/// Words written past the listing's end, which must stay poisoned.
+const SPARE: usize = 64;
+
+/// What moe_group writes for `sel` over `n_expert` experts: each expert's offset into the
+/// lists, the total, then the lists, each in slot order. Ids out of range are in no list, so
+/// the lists are that much shorter than `sel` and the words after them are not written.
+fn listing(sel: &[u32], n_expert: u32) -> Vec<u32> {
+    let mut lists: Vec<Vec<u32>> = vec![Vec::new(); n_expert as usize];
+    for (s, &e) in sel.iter().enumerate() {
+        if e < n_expert {
+            lists[e as usize].push(s as u32);
+        }
+    }
+    let mut w = Vec::with_capacity(n_expert as usize + 1 + sel.len());
+    let mut at = 0u32;
+    for l in &lists {
+        w.push(at);
+        at += l.len() as u32;
+    }
+    w.push(at);
+    w.extend(lists.iter().flatten());
+    w
+}
+
+/// Rows of `k` distinct experts of `n_expert`, drawn with a skew (the low experts far more
+/// often than the high ones, the top eighth never), as a router's choices bunch.
+fn routed(rng: &mut Rng, rows: usize, n_expert: u32, k: usize) -> Vec<u32> {
+    let mut sel = Vec::with_capacity(rows * k);
+    for _ in 0..rows {
+        let mut row: Vec<u32> = Vec::with_capacity(k);
+        while row.len() < k {
+            let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            let e = ((u * u * u) * (n_expert - n_expert / 8) as f64) as u32;
+            if !row.contains(&e) {
+                row.push(e);
+            }
+        }
+        sel.extend(row);
+    }
+    sel
+}
+
+/// moe_group over `sel` on the device: the listing's words and the SPARE words after them
+/// (poisoned before the run).
+fn group_on_device(h: &mut Harness, sel: &[u32], n_expert: u32) -> Vec<u32> {
+    let words = moe_group_words(n_expert, sel.len() as u32) as usize;
+    let selb = h.buf_bytes(&u32_bytes(sel));
+    let mut grp = Buffer::new(&h.gpu, ((words + SPARE) * 4) as u64, Location::Device).unwrap();
+    grp.fill_u32(POISON).unwrap();
+    h.run(|rec| rec.moe_group(sel.len() as u32, n_expert, (&selb).into(), (&grp).into()));
+    grp.read_u32(0, words + SPARE).unwrap()
+}
+
+/// The device's words against the host's listing, then nothing written past it.
+fn check_group(h: &mut Harness, what: &str, sel: &[u32], n_expert: u32) -> Vec<u32> {
+    let want = listing(sel, n_expert);
+    let got = group_on_device(h, sel, n_expert);
+    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "{what}: word {i} of {} (offsets 0..={n_expert}, then the lists)", want.len());
+    }
+    let past = got[want.len()..].iter().position(|&g| g != POISON);
+    assert!(past.is_none(), "{what}: word {} past the listing was written", want.len() + past.unwrap_or(0));
+    got
+}
+
+#[test]
+fn group_lists_a_prefill_window_of_128_experts_in_slot_order() {
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let sel = routed(&mut rng, 512, 128, 8);
+    assert_eq!(sel.len(), 4096);
+    let got = check_group(&mut h, "512 rows, 8 of 128 experts", &sel, 128);
+    // The draw must give the test something to catch: long lists, short ones and empty ones.
+    let counts: Vec<u32> = (0..128).map(|e| got[e + 1] - got[e]).collect();
+    let (longest, empty) = (counts.iter().max().copied().unwrap_or(0), counts.iter().filter(|&&c| c == 0).count());
+    eprintln!("4096 slots over 128 experts: longest list {longest}, {empty} experts chose by none");
+    assert!(longest >= 256 && empty > 0, "a draw too even to test the lists (longest {longest}, {empty} empty)");
+
+    // Controls: each list in descending slot order, and one slot moved to another expert.
+    let mut descending = listing(&sel, 128);
+    for e in 0..128 {
+        descending[129 + got[e] as usize..129 + got[e + 1] as usize].reverse();
+    }
+    assert_ne!(got[..descending.len()], descending[..], "control: lists in descending order passed");
+    let mut moved = sel.clone();
+    moved[2049] = (moved[2049] + 1) % 128;
+    let other = listing(&moved, 128);
+    assert_ne!(got[..other.len()], other[..], "control: another slot's expert passed");
+}
+
+#[test]
+fn group_lists_every_shape_of_step() {
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    // Decode steps and windows of each routed family, tiles of slots cut short.
+    for (rows, n_expert, k) in [(1usize, 128u32, 8usize), (8, 128, 8), (37, 128, 8), (511, 128, 8), (5, 8, 2), (300, 8, 2), (77, 60, 4), (64, 64, 8)] {
+        let sel = routed(&mut rng, rows, n_expert, k);
+        check_group(&mut h, &format!("{rows} rows, {k} of {n_expert} experts"), &sel, n_expert);
+    }
+    // The most experts a router takes, each chosen by some slot.
+    let max = MOE_MAX_EXPERTS;
+    let sel: Vec<u32> = (0..2048u32).map(|s| (s * 37 + s / 256) % max).collect();
+    check_group(&mut h, &format!("2048 slots over {max} experts"), &sel, max);
+    // One expert for every slot; one expert in all.
+    check_group(&mut h, "4096 slots on one of 128 experts", &[93u32; 4096], 128);
+    check_group(&mut h, "1000 slots, one expert", &[0u32; 1000], 1);
+    // Ids out of range are in no list: the lists end early, and nothing is written after them.
+    let mut sel = routed(&mut rng, 100, 128, 8);
+    for s in [0usize, 7, 255, 256, 799] {
+        sel[s] = 128 + s as u32;
+    }
+    let got = check_group(&mut h, "ids out of range", &sel, 128);
+    assert_eq!(got[128], 795, "the total counts the listed slots only");
+}
+
+/// Microseconds one grouping of a 4096-slot window over 128 experts takes on this device.
+#[test]
+#[ignore]
+fn group_time() {
+    let Some(mut h) = Harness::new() else { return };
+    let sel = routed(&mut Rng(0x9e37_79b9_7f4a_7c15), 512, 128, 8);
+    let words = moe_group_words(128, 4096) as usize;
+    let selb = h.buf_bytes(&u32_bytes(&sel));
+    let grp = Buffer::new(&h.gpu, (words * 4) as u64, Location::Device).unwrap();
+    let us = h.time_chained(50, &mut |rec| rec.moe_group(4096, 128, (&selb).into(), (&grp).into()));
+    eprintln!("moe_group, 4096 slots over 128 experts: {us:.1} us on {}", h.gpu.info.name);
+}
