@@ -440,7 +440,7 @@ impl Recorder<'_> {
     /// The product `m` in the device's [`DotTier`] for its rows.
     pub fn mv(&mut self, m: Mv<'_>) -> Result<(), VkError> {
         let info = &self.gpu.info;
-        let tier = if m.n as usize > NROW_MAX { DotTier::wide_for_device(info) } else { DotTier::for_device(info) };
+        let tier = if m.n as usize > NROW_MAX && std::env::var("RESIN_MR_TILES").is_ok() { DotTier::wide_for_device(info) } else { DotTier::for_device(info) };
         self.mv_tier(tier, m)
     }
 

@@ -76,6 +76,11 @@ pub(super) struct Scratch {
     pub(super) q8: bool,
     /// Whether token passes take the canonical product (q8 activations on a device that runs it).
     pub(super) dot: bool,
+    /// Whether the pass being recorded is a prefill window (`record_pass` sets it): a window's
+    /// matrices of more than NROW_MAX rows take the GEMM, as the CPU home's prefill does not
+    /// follow the canonical order yet and the homes' first-step logits would part by more
+    /// than the parity bars (issue 29).
+    pub(super) window: std::cell::Cell<bool>,
     /// The words the decode attention's workgroups of a head group count themselves in, so
     /// that the last to finish merges the pieces (zero between dispatches).
     pub(super) done: Buffer,
@@ -147,6 +152,7 @@ impl Scratch {
             moe_grp: dev(cfg.moe.map_or(1, |m| moe_group_words(m.n_expert as u32, (r * m.n_expert_used) as u32) as usize))?,
             q8,
             dot: q8 && crate::mv::mv_ok(&gpu.info),
+            window: std::cell::Cell::new(false),
             done: {
                 let mut b = dev(WINDOW_ATTN_MIN_ROWS.max(HomeSpec::wide_rows(out_rows)) * cfg.n_head)?;
                 b.fill_u32(0)?;
