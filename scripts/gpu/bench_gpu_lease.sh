@@ -1,10 +1,13 @@
 #!/bin/bash
 # The comparison in one short lease (LEASE_S seconds, default 480: one `device` call), for when
 # the device budget cannot hold scripts/gpu/bench_gpu.sh's full peer build. resin runs (bench
-# pp512/tg128 with the per-stage profile; 8, 16, 32 and 64 streams, each step above 8 rows one
-# wide pass) on `resin synth` files (or llama.cpp's, found in /tmp/w) while llama.cpp's CUDA
-# build (llama-bench and llama-batched-bench only, niced, 12 jobs) compiles beside it; then the
-# peer runs on the SAME files. Each step
+# pp512/tg128 with the per-stage profile; 8, 16, 32 and 64 streams with wide steps and with
+# groups of 8-row token commands) on `resin synth` files (or llama.cpp's, found in /tmp/w) while
+# llama.cpp's CUDA build (llama-bench and llama-batched-bench only, niced, 12 jobs) compiles
+# beside it; then the peer runs on the SAME files. Streams: wide steps (the Vulkan home's
+# lanes, groups of token commands on several queues at once) against lanes on one queue
+# (RESIN_VK_QUEUES=1, the control: the same work with no overlap) and the one-pass GEMM wide
+# step (--wide-steps gemm). Each step
 # is cut by `timeout` so the call ends in time. From the repo root on the device machine, the kit
 # in .kit (scripts/gpu/make_kit.sh; RESIN_BIN names another resin binary than .kit/resin):
 #   bash scripts/gpu/bench_gpu_lease.sh        results in $OUT/l and $OUT/final.tgz
@@ -45,10 +48,12 @@ for m in llama3.2-1b-q8_0 llama3.2-3b-q4_k_m; do
   RB="$R bench --model $W/$m.gguf --gpu vulkan --prompt-tokens 512 --gen-tokens 128 --format json"
   j resin-$m A=1 $RB --reps 3 --profile
   if [ -n "$Q8KV" ]; then j resin-$m-q8kv A=1 $RB --kv q8_0 --reps 1; fi   # the q8_0 K/V mirror
-  # aggregate decode: every decoding row in one step
+  # aggregate decode: every decoding row in one step (lanes above 8 rows)
   for n in 8 16 32 64; do
     j streams-$m-$n-wide A=1 $RB --streams $n --reps 1
   done
+  j streams-$m-16-q1 RESIN_VK_QUEUES=1 $RB --streams 16 --reps 1
+  j streams-$m-64-gemm A=1 $RB --streams 64 --reps 1 --wide-steps gemm
   # TTFT of 8 prompts arriving together, one at a time (segmented is the 8-stream run above)
   j streams-$m-8-seg1 A=1 $RB --streams 8 --max-segments 1 --reps 1
 done

@@ -7,7 +7,8 @@
 #       compiles (niced), then waits for the build until LEASE_S (default 570)
 #   STAGE=peer bash scripts/gpu/bench_gpu_lockstep.sh [BIN...]   resin's runs again on the quiet
 #       host, then the peer's batched-bench on both files
-# BIN: resin binaries or wrappers (default .kit/resin); WIDTHS (default "8 16 32 64").
+# BIN: resin binaries or wrappers (default .kit/resin; .kit/resin-gemm and .kit/resin-fast run
+# --wide-steps gemm and fast); WIDTHS (default "8 16 32 64").
 # Results in $OUT/ls (one line a run) and $OUT/ls.tgz. From the repo root, the kit in .kit.
 S=$SECONDS; W=/tmp/w; K=.kit; O=$OUT/ls; mkdir -p $O $W
 L=${LEASE_S:-570}

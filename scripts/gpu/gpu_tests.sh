@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The Vulkan test binaries on the GPU machine (a real GPU: its own
+# The Vulkan test binaries on the GPU machine (a real GPU: lanes on its queues, its own
 # subgroups and integer dot product), on a `resin synth` Llama-3.2-1B Q8_0 in place of the
 # registry models, which the machine cannot receive (RESIN_TEST_GGUF; tests that compare with
 # the CPU home within a bar are made for the real models and may fail on random weights).
 # Build here, then carry .kit: scripts/gpu/make_kit.sh writes the kit with the kernels, prefill
 # and engine test binaries gzipped as .kit/t-<name>.gz (this script unpacks them). On the device
 # machine, from the repo root:
-#   bash scripts/gpu/gpu_tests.sh engine "prefill a_one_pass_wide_step" ...
+#   bash scripts/gpu/gpu_tests.sh engine "prefill a_wide_step_in_lanes" ...
 # Each argument is a test binary's name (.kit/t-<name>) and its filter; one line a run. Each run
 # stops after RESIN_GPU_TEST_TIMEOUT seconds (default 200; the whole kernels suite needs more).
 set -uo pipefail

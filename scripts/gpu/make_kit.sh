@@ -6,8 +6,9 @@
 # revision, wrappers, and the working tree's Vulkan test binaries gzipped (the carry holds 64 MiB).
 #   bash scripts/gpu/make_kit.sh NAME=REV ...        e.g. base=8916c19 main=HEAD
 # Writes .kit/resin-NAME for each (HEAD: the working tree, uncommitted changes included; another
-# revision's binary already in the kit is kept unless FORCE=1), and the wrapper .kit/resin (the
-# last one); .kit/t-kernels.gz, t-prefill.gz, t-engine.gz, t-mv.gz (gunzip them
+# revision's binary already in the kit is kept unless FORCE=1), and the wrappers .kit/resin (the
+# last one), .kit/resin-fast and .kit/resin-gemm (it with RESIN_WIDE_STEPS=fast and gemm, the
+# environment form of --wide-steps); .kit/t-kernels.gz, t-prefill.gz, t-engine.gz, t-mv.gz (gunzip them
 # on the device machine before scripts/gpu/gpu_tests.sh); .kit/sample_speed. Other revisions
 # build in a git worktree under /tmp/kit-wt, in $CARGO_TARGET_DIR-kit-NAME; the working tree in
 # $CARGO_TARGET_DIR (default /work/target-vk).
@@ -43,7 +44,9 @@ for nr in "$@"; do
   strip -o $K/resin-$name $tgt/release/resin
 done
 printf '#!/bin/sh\nexec "$(dirname "$0")/resin-%s" "$@"\n' "$last" > $K/resin
-chmod +x $K/resin
+printf '#!/bin/sh\nRESIN_WIDE_STEPS=fast exec "$(dirname "$0")/resin" "$@"\n' > $K/resin-fast
+printf '#!/bin/sh\nRESIN_WIDE_STEPS=gemm exec "$(dirname "$0")/resin" "$@"\n' > $K/resin-gemm
+chmod +x $K/resin $K/resin-fast $K/resin-gemm
 echo "== test binaries and sample_speed (working tree)"
 cargo build --release -q -p resin-engine --example sample_speed
 strip -o $K/sample_speed $CARGO_TARGET_DIR/release/examples/sample_speed

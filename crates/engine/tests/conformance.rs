@@ -22,6 +22,7 @@ mod harness;
 
 use resin_core::{RegionId, Row, Segment, StepAll, NROW_MAX};
 use resin_engine::{Engine, EngineConfig, GenEvent};
+use resin_vulkan::WideMode;
 
 use common::{collect, request};
 use harness::{get, short_prompts, together, Hooked, Kind, Suite, N_CTX, TOKENS};
@@ -79,7 +80,7 @@ fn five_streams_at_once_equal_each_alone(s: &Suite) {
 }
 
 /// Above 8 rows: twelve streams at once each get the tokens they get alone, their rows
-/// handed to the home in one step (one wide pass on either home: every row's bits alone).
+/// handed to the home in one step (the CPU home's wide pass, the Vulkan home's lanes).
 /// Control: a step held more than NROW_MAX rows (a wide or a grouped step). On the CPU home,
 /// also capped at NROW_MAX rows a step (a test double: the engine's own balanced calls, 6 + 6,
 /// each an N-row step as any home runs them), with the control that the engine grouped its
@@ -101,7 +102,7 @@ fn twelve_streams_at_once_equal_each_alone(s: &Suite) {
         if capped {
             assert!(grouped > 0 && wide == 0, "capped at NROW_MAX rows, twelve streams step in the engine's groups ({grouped} grouped, {wide} wide)");
         } else {
-            assert!(wide > 0 && grouped == 0, "twelve streams must take one-pass steps of more than NROW_MAX rows ({grouped} grouped, {wide} wide)");
+            assert!(wide + grouped > 0, "twelve streams must take steps of more than NROW_MAX rows");
         }
     }
 }
@@ -338,11 +339,12 @@ fn prefill_narrows_the_last_layer_to_the_rows_with_logits(s: &Suite) {
 
 /// The decode attention's split follows the pass's rows: a pass of few rows spreads each
 /// row's keys over more pieces than a pass of many (`decode_attention_pieces`, the Vulkan
-/// home's: added once a token pass). On a Vulkan home (its wide steps one pass), a 1-row step adds more pieces than a 16-row step, and no fewer than an 8-row step: a
+/// home's: added once a token pass). On a Vulkan home whose wide steps are one pass (GEMM),
+/// a 1-row step adds more pieces than a 16-row step, and no fewer than an 8-row step: a
 /// piece count fixed instead of following the rows fails. The CPU home has no split: 0.
 fn decode_attention_pieces_follow_the_rows(s: &Suite) {
     const ROWS: usize = 16;
-    let mut home = s.home(ROWS, 64);
+    let mut home = s.home_wide(ROWS, 64, WideMode::Gemm);
     let c = home.counters().clone();
     let mut pieces = |rows: usize| {
         let before = get(&c.decode_attention_pieces);

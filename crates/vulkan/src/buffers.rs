@@ -261,15 +261,15 @@ impl Fence {
 
     /// Submit `cmd` and wait for it; the fence is reset for the next use.
     pub fn submit_wait(&self, cmd: vk::CommandBuffer) -> Result<(), VkError> {
-        self.submit(cmd)?;
+        self.submit(self.gpu.queues[0], cmd)?;
         self.wait()
     }
 
-    /// Submit `cmd` to the device's queue signalling this fence; `wait` before the next submit
-    /// and before anything the command uses is touched.
+    /// Submit `cmd` to `queue` (one of the device's) signalling this fence; `wait` before the
+    /// next submit and before anything the command uses is touched.
     ///
     /// A lost device takes no more work; a submit that finds the device lost gives it up.
-    pub fn submit(&self, cmd: vk::CommandBuffer) -> Result<(), VkError> {
+    pub fn submit(&self, queue: vk::Queue, cmd: vk::CommandBuffer) -> Result<(), VkError> {
         let gpu = &self.gpu;
         gpu.live()?;
         if gpu.faults.take(Fault::DeviceLost) {
@@ -281,9 +281,9 @@ impl Fence {
         }
         let cmds = [cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
-        // SAFETY: cmd is a recorded command buffer of this device, the queue its own (used from
-        // the home's one thread); the fence is unsignalled.
-        unsafe { gpu.device.queue_submit(gpu.queue, &submit, self.fence) }.map_err(|r| match r {
+        // SAFETY: cmd is a recorded command buffer of this device, queue one of its queues
+        // (used from the home's one thread); the fence is unsignalled.
+        unsafe { gpu.device.queue_submit(queue, &submit, self.fence) }.map_err(|r| match r {
             vk::Result::ERROR_DEVICE_LOST => gpu.give_up(format!("vkQueueSubmit failed: {r:?}"), false),
             r => VkError::Vk { what: "vkQueueSubmit", result: r },
         })

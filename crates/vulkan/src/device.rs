@@ -63,6 +63,8 @@ pub struct DeviceInfo {
     /// Nanoseconds per timestamp tick; None when the compute queue has no timestamps.
     pub timestamp_period: Option<f32>,
     pub heaps: Vec<Heap>,
+    /// Compute queues taken (up to QUEUES_MAX of the family's; 1 before the device starts).
+    pub queues: u32,
 }
 
 impl DeviceInfo {
@@ -79,7 +81,7 @@ impl DeviceInfo {
         format!(
             "{} ({}, {}, Vulkan {}.{}.{}): subgroup {} [{}]; f16 storage {} arith {}; int8 storage {} arith {}; \
              integer dot {} (accelerated {}); cooperative matrix {}{}; shared memory {} KiB; \
-             max storage range {} MiB; timestamps {}; heaps [{}]",
+             max storage range {} MiB; timestamps {}; compute queues {}; heaps [{}]",
             self.name,
             self.kind,
             self.driver,
@@ -102,20 +104,25 @@ impl DeviceInfo {
                 Some(p) => format!("yes ({p} ns/tick)"),
                 None => "no".into(),
             },
+            self.queues,
             heaps.join(", ")
         )
     }
 }
 
-/// The started device: instance, logical device, its compute queue and its command pool.
+/// The most queues the device is started with (the Vulkan home's lanes use one each).
+pub const QUEUES_MAX: u32 = 8;
+
+/// The started device: instance, logical device, its compute queues and their command pool.
 /// Shared by every buffer and pipeline (they hold an `Arc`), so it is destroyed last.
 pub struct Gpu {
     _entry: ash::Entry,
     pub instance: ash::Instance,
     pub physical: vk::PhysicalDevice,
     pub device: ash::Device,
-    /// The compute queue every submission goes to.
-    pub queue: vk::Queue,
+    /// Every queue taken from the compute family (`info.queues` of them, at least one; the
+    /// first is what single submissions use).
+    pub queues: Vec<vk::Queue>,
     pub queue_family: u32,
     pub pool: vk::CommandPool,
     pub memory: vk::PhysicalDeviceMemoryProperties,
@@ -187,15 +194,15 @@ fn kind_name(t: vk::PhysicalDeviceType) -> &'static str {
     }
 }
 
-/// (family index, timestamp bits) of the compute family to use.
-fn compute_family(instance: &ash::Instance, pd: vk::PhysicalDevice) -> Option<(u32, u32)> {
+/// (family index, timestamp bits, queues in the family) of the compute family to use.
+fn compute_family(instance: &ash::Instance, pd: vk::PhysicalDevice) -> Option<(u32, u32, u32)> {
     // SAFETY: pd came from this instance.
     let fams = unsafe { instance.get_physical_device_queue_family_properties(pd) };
     // Prefer a compute queue family without graphics (dedicated compute), then any.
     let pick = |want_no_gfx: bool| {
         fams.iter().enumerate().find(|(_, f)| f.queue_flags.contains(vk::QueueFlags::COMPUTE) && (!want_no_gfx || !f.queue_flags.contains(vk::QueueFlags::GRAPHICS)))
     };
-    pick(true).or_else(|| pick(false)).map(|(i, f)| (i as u32, f.timestamp_valid_bits))
+    pick(true).or_else(|| pick(false)).map(|(i, f)| (i as u32, f.timestamp_valid_bits, f.queue_count))
 }
 
 fn has_ext(instance: &ash::Instance, pd: vk::PhysicalDevice, name: &CStr) -> bool {
@@ -316,6 +323,7 @@ fn read_info(entry: &ash::Entry, instance: &ash::Instance, pd: vk::PhysicalDevic
         max_allocation: m3.max_memory_allocation_size,
         timestamp_period: (ts_bits > 0 && lim.timestamp_period > 0.0).then_some(lim.timestamp_period),
         heaps,
+        queues: 1,
     };
     (info, f)
 }
@@ -340,6 +348,9 @@ pub struct GpuOptions {
     /// The device's index in the driver's enumeration order; None: a discrete GPU first, then
     /// integrated, virtual, cpu (lavapipe).
     pub device: Option<usize>,
+    /// The most compute queues taken (the lanes of a wide step submit to them at once); None:
+    /// QUEUES_MAX.
+    pub queues: Option<u32>,
     /// Log each pipeline's compiler statistics (registers, shared memory, spills) once when it
     /// is made, where the device has VK_KHR_pipeline_executable_properties.
     pub pipeline_stats: bool,
@@ -362,13 +373,13 @@ pub const FENCE_TIMEOUT_DEFAULT: std::time::Duration = std::time::Duration::from
 
 impl Default for GpuOptions {
     fn default() -> Self {
-        GpuOptions { device: None, pipeline_stats: false, spin: std::time::Duration::from_micros(5000), fence_timeout: None, faults: FaultSwitch::default() }
+        GpuOptions { device: None, queues: None, pipeline_stats: false, spin: std::time::Duration::from_micros(5000), fence_timeout: None, faults: FaultSwitch::default() }
     }
 }
 
 /// The device the picker takes: `forced` (an index into the enumeration order), else a
 /// discrete GPU first, then integrated, virtual, cpu (lavapipe).
-fn pick(instance: &ash::Instance, forced: Option<usize>) -> Result<(vk::PhysicalDevice, u32, u32), VkError> {
+fn pick(instance: &ash::Instance, forced: Option<usize>) -> Result<(vk::PhysicalDevice, u32, u32, u32), VkError> {
     // SAFETY: a plain query of the instance.
     let pds = unsafe { instance.enumerate_physical_devices() }.map_err(vkerr("vkEnumeratePhysicalDevices"))?;
     if pds.is_empty() {
@@ -399,8 +410,8 @@ fn pick(instance: &ash::Instance, forced: Option<usize>) -> Result<(vk::Physical
         if rank(pd).1 {
             continue;
         }
-        if let Some((fam, bits)) = compute_family(instance, pd) {
-            return Ok((pd, fam, bits));
+        if let Some((fam, bits, count)) = compute_family(instance, pd) {
+            return Ok((pd, fam, bits, count));
         }
     }
     Err(VkError::NoDevice(format!("none of the {} Vulkan devices has Vulkan 1.1 and a compute queue", pds.len())))
@@ -436,12 +447,16 @@ impl Gpu {
     }
 
     fn start_on(entry: ash::Entry, instance: &ash::Instance, opts: &GpuOptions) -> Result<Arc<Gpu>, (ash::Entry, VkError)> {
-        let (pd, fam, ts_bits) = match pick(instance, opts.device) {
+        let (pd, fam, ts_bits, fam_queues) = match pick(instance, opts.device) {
             Ok(x) => x,
             Err(e) => return Err((entry, e)),
         };
-        let (info, f) = read_info(&entry, instance, pd, ts_bits);
-        let prio = [1.0f32];
+        let (mut info, f) = read_info(&entry, instance, pd, ts_bits);
+        // Several queues of the family where it has them: the Vulkan home's lanes submit
+        // independent token commands to them at once (GpuOptions::queues caps the count).
+        let want = opts.queues.filter(|&v| v > 0).unwrap_or(QUEUES_MAX);
+        info.queues = fam_queues.clamp(1, want.min(QUEUES_MAX));
+        let prio = vec![1.0f32; info.queues as usize];
         let qinfo = [vk::DeviceQueueCreateInfo::default().queue_family_index(fam).queue_priorities(&prio)];
         let mut exts: Vec<*const std::ffi::c_char> = Vec::new();
         if f.coopmat {
@@ -485,8 +500,8 @@ impl Gpu {
             Ok(d) => d,
             Err(r) => return Err((entry, VkError::Vk { what: "vkCreateDevice", result: r })),
         };
-        // SAFETY: family `fam` was requested with one queue.
-        let queue = unsafe { device.get_device_queue(fam, 0) };
+        // SAFETY: family `fam` was requested with info.queues queues.
+        let queues: Vec<vk::Queue> = (0..info.queues).map(|i| unsafe { device.get_device_queue(fam, i) }).collect();
         let pinfo = vk::CommandPoolCreateInfo::default().queue_family_index(fam).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
         // SAFETY: the device is live.
         let pool = match unsafe { device.create_command_pool(&pinfo, None) } {
@@ -512,7 +527,7 @@ impl Gpu {
             instance: instance.clone(),
             physical: pd,
             device,
-            queue,
+            queues,
             queue_family: fam,
             pool,
             memory,

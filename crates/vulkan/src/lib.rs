@@ -23,4 +23,4 @@ pub mod pipelines;
 pub use device::{probe, DeviceInfo, Gpu, GpuOptions, FENCE_TIMEOUT_DEFAULT};
 pub use error::VkError;
 pub use fault::{Fault, FaultSwitch};
-pub use home::{UploadProgress, VulkanHome, VulkanOptions};
+pub use home::{UploadProgress, VulkanHome, VulkanOptions, WideMode};

@@ -220,9 +220,11 @@ impl DotTier {
             DotTier::Emulated
         }
     }
-    /// The tier of a product of more than NROW_MAX rows: `Tiles` where the device has them.
-    pub fn wide_for_device(info: &DeviceInfo) -> DotTier {
-        if tiles_ok(info) {
+    /// The tier of a product of `n` rows, more than NROW_MAX: `Tiles` where the device has
+    /// them and the rows are many enough that the tile arithmetic pays (docs/lessons.md), else
+    /// mr.comp's.
+    pub fn wide_for_device(info: &DeviceInfo, n: u32) -> DotTier {
+        if n >= TILES_MIN_ROWS && tiles_ok(info) {
             DotTier::Tiles
         } else {
             DotTier::for_device(info)
@@ -240,6 +242,14 @@ pub fn tiles_ok(info: &DeviceInfo) -> bool {
         && info.max_workgroup_invocations >= MM_THREADS
         && info.coopmat_shapes.iter().any(|s| (s.m, s.n, s.k) == (16, 16, 32) && s.types == "s8xs8->s32")
 }
+
+/// Shared memory mr.comp declares at most: the chunk slots' roots of 8 slots x 2 weight rows x
+/// 16 columns x 32 row slots.
+const MR_SHARED_MAX: u32 = 4 * 8 * 2 * 16 * 32;
+
+/// Rows from which a product takes the int8 tiles where the device has them: below, mr.comp's
+/// registers were as fast or faster on the H100.
+const TILES_MIN_ROWS: u32 = 128;
 
 /// Threads of the largest mm.comp workgroup (its 64-row tile).
 const MM_THREADS: u32 = 256;
@@ -408,7 +418,7 @@ impl MvSpec {
 /// in (the rows quantized in shared memory) and, with `swiglu`, its SwiGLU epilogue.
 pub fn mv_fits(info: &DeviceInfo, n: u32, cols: u32, normed: bool, swiglu: bool) -> bool {
     if n as usize > NROW_MAX {
-        return !normed && cols.is_multiple_of(32) && MM_SHARED_BYTES <= info.shared_memory && MM_THREADS <= info.max_workgroup_invocations;
+        return !normed && cols.is_multiple_of(32) && MM_SHARED_BYTES.max(MR_SHARED_MAX) <= info.shared_memory && MM_THREADS <= info.max_workgroup_invocations;
     }
     !(normed && n > 1) && MvSpec::new(info, n, 0, cols, normed, swiglu).is_some_and(|s| s.shared_bytes() <= info.shared_memory as u64)
 }
@@ -440,7 +450,7 @@ impl Recorder<'_> {
     /// The product `m` in the device's [`DotTier`] for its rows.
     pub fn mv(&mut self, m: Mv<'_>) -> Result<(), VkError> {
         let info = &self.gpu.info;
-        let tier = if m.n as usize > NROW_MAX && std::env::var("RESIN_MR_TILES").is_ok() { DotTier::wide_for_device(info) } else { DotTier::for_device(info) };
+        let tier = if m.n as usize > NROW_MAX { DotTier::wide_for_device(info, m.n) } else { DotTier::for_device(info) };
         self.mv_tier(tier, m)
     }
 
@@ -594,9 +604,6 @@ impl Recorder<'_> {
             return bad("rows of whole 32-value blocks".into());
         };
         let info = &self.gpu.info;
-        if MM_SHARED_BYTES > info.shared_memory || MM_THREADS > info.max_workgroup_invocations {
-            return bad(format!("workgroups of {MM_THREADS} threads and {MM_SHARED_BYTES} bytes of shared memory"));
-        }
         let io = match Io::of(input, out, &s, nx, ny) {
             Ok(io) if io.xin != 1 => io,
             Ok(_) => return bad("a folded norm of one row".into()),
@@ -622,10 +629,11 @@ impl Recorder<'_> {
         let mm = MmPush { mv, n };
         if tier != DotTier::Tiles {
             // mr.comp: 32 row slots x CS chunk slots a workgroup, NC columns.
-            let envu = |k: &str, d: u32| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
-            let cs = envu("RESIN_MR_CS", lpow.min(8)).min(lpow).max(lpow / 4);
-            let nv = if outk == 2 { 2 } else { envu("RESIN_MR_NV", 1) };
-            let nc = if ex.is_some() { 8 } else { envu("RESIN_MR_NC", 16) };
+            // Chunk slots: up to 8 (a thread then owns up to 4 chunks: K's at most 32).
+            let cs = lpow.min(8);
+            let nv = if outk == 2 { 2 } else { 1 };
+            // An expert's slots are few (a step's rows spread over its experts).
+            let nc = if ex.is_some() { 8 } else { 16 };
             let shared = 4 * cs * nv * nc * 32;
             if shared > info.shared_memory || 32 * cs > info.max_workgroup_invocations {
                 return bad(format!("workgroups of {} threads and {shared} bytes of shared memory", 32 * cs));
@@ -642,6 +650,9 @@ impl Recorder<'_> {
                 }
                 None => self.run(&name, &consts, &[w, x, nr, y, pk], &mm.bytes(), grid),
             };
+        }
+        if MM_SHARED_BYTES > info.shared_memory || MM_THREADS > info.max_workgroup_invocations {
+            return bad(format!("workgroups of {MM_THREADS} threads and {MM_SHARED_BYTES} bytes of shared memory"));
         }
         let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, lpow.trailing_zeros(), xin, outk];
         let name = match tier {

@@ -10,14 +10,14 @@ use std::sync::Arc;
 use common::Model;
 use resin_core::{Counters, KvCodec, Need, RowOut, StepAll, StepOut};
 use resin_engine::{Engine, EngineConfig, GenEvent, GenHandle, GenRequest};
-use resin_vulkan::{VulkanHome, VulkanOptions};
+use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
 
 /// Tokens each stream generates (greedy, no stop ids: every run has this length).
 const TOKENS: usize = 8;
 
 /// An engine over a Vulkan home of `regions` regions on `gpu`.
 fn engine(m: &Model, gpu: &Arc<resin_vulkan::Gpu>, regions: usize) -> Engine {
-    let opts = VulkanOptions { n_ctx: Some(128), regions, codec: KvCodec::F16, q8_activations: true, progress: None, ..VulkanOptions::default() };
+    let opts = VulkanOptions { n_ctx: Some(128), regions, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() };
     let home = VulkanHome::on(gpu.clone(), m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap();
     Engine::start(Box::new(home), m.tok.clone(), EngineConfig::default())
 }
@@ -112,7 +112,8 @@ fn sampled_streams_draw_the_same_tokens_from_the_top_candidates() {
     // Streams 5 and 6 need their whole rows: penalties, and top_p without a top_k.
     let whole = [5usize, 6];
     let run = |top_cut: bool, seed0: u64| -> Vec<Vec<u32>> {
-        let opts = VulkanOptions { n_ctx: Some(128), regions: ps.len(), codec: KvCodec::F16, q8_activations: true, progress: None, ..VulkanOptions::default() };
+        let opts =
+            VulkanOptions { n_ctx: Some(128), regions: ps.len(), codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() };
         let counters = Arc::new(Counters::default());
         let home = VulkanHome::on(gpu.clone(), m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap();
         let home: Box<dyn resin_core::Home> = if top_cut { Box::new(home) } else { Box::new(WholeRows(home)) };

@@ -19,7 +19,7 @@ use resin_model::{ModelConfig, RopeStyle, Tokenizer};
 use resin_vulkan::attn_window::WindowTile;
 use resin_vulkan::buffers::{Buffer, Location};
 use resin_vulkan::kernels::*;
-use resin_vulkan::{VulkanHome, VulkanOptions};
+use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
 
 fn q8(v: &[f32]) -> Vec<u8> {
     let mut out = vec![0u8; v.len() / 32 * 34];
@@ -345,7 +345,7 @@ fn the_q8_mirror_on_each_home_gives_the_same_ids_and_snapshots_cross_over() {
     let n_ctx = 128;
     let cpu =
         || CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(n_ctx), regions: 2, codec: KvCodec::Q8_0, threads: None }, Arc::new(Counters::default())).unwrap();
-    let vopts = VulkanOptions { n_ctx: Some(n_ctx), regions: 2, codec: KvCodec::Q8_0, q8_activations: true, progress: None, ..VulkanOptions::default() };
+    let vopts = VulkanOptions { n_ctx: Some(n_ctx), regions: 2, codec: KvCodec::Q8_0, q8_activations: true, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() };
     let mut vk = VulkanHome::on(gpu, file.clone(), cfg.clone(), &vopts, Arc::new(Counters::default())).unwrap();
     let mut c = cpu();
     // A counting prompt: wide top-2 margins, so greedy cannot flip on 8-bit noise.

@@ -647,9 +647,9 @@ fn fold_and_normpack_agree() {
     assert!(bad.is_empty(), "{bad:#?}");
 }
 
-/// Wall time of the canonical product of many rows (mm.comp) in each tier the device has,
-/// beside the prefill GEMM (f32 rows, no split) over the same weights, as rows x GB/s... and
-/// activation rows a second. `cargo test --release --test mv -- --ignored --nocapture wide_speed`.
+/// Wall time of the canonical product of many rows in each tier the device has (mr.comp's dot4
+/// and OpSDot, mm.comp's int8 tiles), beside 8-row products once an 8-row group (the lanes,
+/// one after another) and the prefill GEMM (f32 rows, no split) over the same weights. `cargo test --release --test mv -- --ignored --nocapture wide_speed`.
 #[test]
 #[ignore]
 fn wide_speed() {
@@ -676,28 +676,11 @@ fn wide_speed() {
                 let us = h.time_chained(reps, &mut |rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
                 line += &format!(" {tier:?} {us:.0} us ({:.0} GB/s, {:.1} TOPS);", gbytes / us / 1e3, 2.0 * (n * rows * cols) as f64 / us / 1e6);
             }
-            if let Ok(cfgs) = std::env::var("RESIN_MR_TUNE") {
-                for cfg in cfgs.split(',') {
-                    let v: Vec<&str> = cfg.split('/').collect();
-                    unsafe {
-                        std::env::set_var("RESIN_MR_NC", v[0]);
-                        std::env::set_var("RESIN_MR_NV", v[1]);
-                        std::env::set_var("RESIN_MR_CS", v[2]);
-                    }
-                    let input = MvIn::Packed { x: (&pk).into(), layout };
-                    let us =
-                        h.time_chained(reps, &mut |rec| rec.mv_tier(DotTier::Hardware, Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
-                    line += &format!(" mr{cfg} {us:.0};");
-                }
-                unsafe {
-                    std::env::remove_var("RESIN_MR_NC");
-                    std::env::remove_var("RESIN_MR_NV");
-                    std::env::remove_var("RESIN_MR_CS");
-                }
-            }
+            // What the lanes pay: an 8-row product (mv.comp) once an 8-row group.
             {
                 let input = MvIn::Packed { x: (&pk).into(), layout };
-                let us = h.time_chained(reps, &mut |rec| rec.mv_tier(DotTier::Hardware, Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+                let tier = DotTier::for_device(&h.gpu.info);
+                let us = h.time_chained(reps, &mut |rec| rec.mv_tier(tier, Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
                 line += &format!(" lanes {:.0} us;", us * (n / 8) as f64);
             }
             let xb = h.buf_f32(&xs);

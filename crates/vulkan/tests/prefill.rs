@@ -20,7 +20,7 @@ use std::sync::Arc;
 use resin_core::{Counters, Home, KvCodec, Logits, Need, RegionId, Row, RowOut, Segment, StepAll, StepOut, TopCandidates};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_model::Tokenizer;
-use resin_vulkan::{VulkanHome, VulkanOptions};
+use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
 
 const MODEL: &str = "smollm2-135m";
 /// Blocks of MODEL the tests run on.
@@ -31,9 +31,13 @@ fn model() -> Model {
 }
 
 fn vulkan(m: &Model, n_ctx: usize, regions: usize) -> Option<(VulkanHome, Arc<Counters>)> {
+    vulkan_wide(m, n_ctx, regions, WideMode::Gemm)
+}
+
+fn vulkan_wide(m: &Model, n_ctx: usize, regions: usize, wide: WideMode) -> Option<(VulkanHome, Arc<Counters>)> {
     let gpu = common::gpu()?;
     let counters = Arc::new(Counters::default());
-    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations: true, progress: None, ..VulkanOptions::default() };
+    let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, q8_activations: true, progress: None, wide, ..VulkanOptions::default() };
     Some((VulkanHome::on(gpu, m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap(), counters))
 }
 
@@ -334,16 +338,16 @@ fn greedy_and_top_steps_read_back_the_device_argmax_and_top_of_the_same_logits()
     assert!(want[0] != want[1] || want[1] != want[2]);
 }
 
-/// A wide step (more than NROW_MAX rows of distinct regions, one pass) reads back what its
-/// rows need of the bits each has alone: every row's logits and greedy id, the top candidates
-/// (the host's top of the same logits), named rows' whole logits beside the others' tops;
-/// rows that share a region (a continuation: a row attends to the keys another stores) land
-/// the CPU home's logits within the bar.
+/// A wide step in lanes (more than NROW_MAX rows of distinct regions as balanced groups of
+/// N-row token commands, each on its own scratch and queue, submitted together): every row
+/// equals that row stepped alone bit for bit, in logits and in greedy ids; rows that share a
+/// region take one pass instead (a row attends to the keys another stores), which lands the
+/// CPU home's greedy ids.
 #[test]
-fn a_wide_step_reads_back_each_rows_bits_alone() {
-    const N: usize = 19;
+fn a_wide_step_in_lanes_equals_each_row_alone() {
+    const N: usize = 19; // 7 + 6 + 6
     let m = model();
-    let Some((mut vk, counters)) = vulkan(&m, 128, N) else { return };
+    let Some((mut vk, counters)) = vulkan_wide(&m, 128, N, WideMode::Lanes) else { return };
     let prompt = counting(&m.tok, 6 + N);
     let lens: Vec<usize> = (0..N).map(|r| 4 + r).collect();
     let segs: Vec<Segment> = (0..N).map(|r| Segment { region: RegionId(r as u32), start: 0, tokens: &prompt[..lens[r]] }).collect();
@@ -357,31 +361,31 @@ fn a_wide_step_reads_back_each_rows_bits_alone() {
     let tops = tops_of(&vk.step(&rows, &[Need::Top; N]).unwrap());
     for (i, t) in tops.iter().enumerate() {
         let got: Vec<(u32, u32)> = t.top.iter().map(|&(id, x)| (id, x.to_bits())).collect();
-        assert_eq!(got, host_top(wide.row(i)), "row {i}: top candidates");
-        assert_eq!(t.argmax, ids[i], "row {i}: argmax id in a top step");
+        assert_eq!(got, host_top(wide.row(i)), "row {i}: a lane's top candidates");
+        assert_eq!(t.argmax, ids[i], "row {i}: a lane's argmax id in a top step");
     }
-    // Named rows spread over the step.
+    // Named rows of every lane (7 + 6 + 6: rows 0-6, 7-12, 13-18), each lane copying its own.
     let named = [0, 6, 7, 13, 18];
     let needs: Vec<Need> = (0..N).map(|i| if named.contains(&i) { Need::Logits } else { Need::Top }).collect();
     let ts = vk.step(&rows, &needs).unwrap();
     for (i, r) in ts.rows.iter().enumerate() {
         if named.contains(&i) {
-            assert!(bits_equal(logits_of(&ts, i), wide.row(i)), "named row {i}: its logits");
+            assert!(bits_equal(logits_of(&ts, i), wide.row(i)), "named row {i}: its lane's logits");
         } else {
             assert_eq!(r, &RowOut::Top(tops[i].clone()), "row {i}: whole rows beside leave its candidates as they were");
         }
     }
     for (i, r) in rows.iter().enumerate() {
         let alone = vk.step_logits(std::slice::from_ref(r)).unwrap();
-        assert!(bits_equal(wide.row(i), alone.row(0)), "row {i}: the wide step's row differs from the row alone");
+        assert!(bits_equal(wide.row(i), alone.row(0)), "row {i}: a lane's row differs from the row alone");
         assert_eq!(ids[i], argmax(alone.row(0)), "row {i}: greedy id");
     }
     // Control: rows differ from each other (19 different contexts), so equality above means something.
     assert!(!bits_equal(wide.row(0), wide.row(1)));
-    // Counted as what ran: four wide passes (logits, ids, top candidates, top candidates with
-    // named rows), no group.
+    // Counted as what ran: four grouped steps (logits, ids, top candidates, top candidates
+    // with named rows) of 3 N-row commands each, no wide pass.
     let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!((count(&counters.grouped_steps), count(&counters.nrow_steps), count(&counters.wide_steps)), (0, 0, 4));
+    assert_eq!((count(&counters.grouped_steps), count(&counters.nrow_steps), count(&counters.wide_steps)), (4, 12, 0));
     // Ten rows of one region (a continuation): one pass, each row within the bar of the CPU
     // home's (the next row's, another token, is the control).
     let tail = counting(&m.tok, 20);
@@ -397,15 +401,48 @@ fn a_wide_step_reads_back_each_rows_bits_alone() {
             assert!(rel_l2(one.row(k), lc.row(k + 1)) >= WIDE_BAR, "control: row {k} against row {}", k + 1);
         }
     }
-    assert_eq!(count(&counters.wide_steps), 5, "rows sharing a region take one wide pass");
+    assert_eq!(count(&counters.wide_steps), 1, "rows sharing a region take one wide pass");
 }
 
-/// A wide step (more than NROW_MAX rows, one pass: the canonical product and the decode
-/// attention) against the CPU home: each row lands its logits within WIDE_BAR (or 1.5 times
-/// the token command's own distance where that is farther) and the median row within CPU_BAR;
-/// a row's result does not depend on the other rows of the step (bit for bit, 20 rows against
-/// 12), the greedy form reads back the argmax of the same logits, and a step of more rows than
-/// the home takes is an error.
+/// `WideMode::Fast` (`--wide-steps fast`): a step under FAST_GEMM_MIN_ROWS rows runs in lanes
+/// (a grouped step, each row its N-row command's bits: equal to the row alone), one from there
+/// as one GEMM pass (a wide step), each row within the bar of the CPU home's.
+#[test]
+fn fast_wide_steps_take_lanes_below_forty_rows_and_one_pass_from_there() {
+    const N: usize = resin_vulkan::home::FAST_GEMM_MIN_ROWS;
+    let m = model();
+    let Some((mut vk, counters)) = vulkan_wide(&m, 64, N, WideMode::Fast) else { return };
+    let mut c = cpu(&m, 64, N);
+    let prompt = counting(&m.tok, 12);
+    let lens: Vec<usize> = (0..N).map(|r| 4 + r % 7).collect();
+    let segs: Vec<Segment> = (0..N).map(|r| Segment { region: RegionId(r as u32), start: 0, tokens: &prompt[..lens[r]] }).collect();
+    vk.prefill(&segs).unwrap();
+    c.prefill(&segs).unwrap();
+    let rows: Vec<Row> = (0..N).map(|r| Row { region: RegionId(r as u32), token: prompt[lens[r]], pos: lens[r] as u32 }).collect();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    let lc = c.step_logits(&rows).unwrap();
+    // 12 rows: lanes (one grouped step of two 6-row commands), each row the row alone.
+    let few = vk.step_logits(&rows[..12]).unwrap();
+    assert_eq!((count(&counters.grouped_steps), count(&counters.wide_steps)), (1, 0));
+    for i in [0, 11] {
+        let alone = vk.step_logits(std::slice::from_ref(&rows[i])).unwrap();
+        assert!(bits_equal(few.row(i), alone.row(0)), "row {i} of 12: a lane's row differs from the row alone");
+    }
+    // 40 rows: one pass (a wide step, no group).
+    let wide = vk.step_logits(&rows).unwrap();
+    assert_eq!((count(&counters.grouped_steps), count(&counters.wide_steps)), (1, 1));
+    for i in 0..N {
+        let e = rel_l2(wide.row(i), lc.row(i));
+        assert!(e < WIDE_BAR, "row {i}: relative L2 {e} against the CPU home");
+    }
+    // Control: a row against another row's CPU logits fails the bar.
+    assert!(rel_l2(wide.row(0), lc.row(1)) >= WIDE_BAR);
+}
+
+/// A wide step (more than NROW_MAX rows, one pass through the window's matrix kernels and the
+/// decode attention): each row lands the CPU home's greedy id and logits within CPU_BAR, a
+/// row's result does not depend on the other rows of the step (bit for bit, 20 rows against
+/// 12), and the greedy form reads back the argmax of the same logits.
 #[test]
 fn a_wide_step_matches_the_cpu_home_and_each_row_is_independent_of_the_others() {
     const N: usize = 20;
@@ -458,50 +495,11 @@ fn a_wide_step_matches_the_cpu_home_and_each_row_is_independent_of_the_others() 
         }
         assert_eq!(r.argmax(), ids[i], "row {i}: argmax id in a top step");
     }
-    assert_eq!(counters.wide_steps.load(std::sync::atomic::Ordering::Relaxed), 4, "the 20- and 12-row steps are wide passes; the 8-row ones token commands");
+    assert_eq!(counters.wide_steps.load(std::sync::atomic::Ordering::Relaxed), 4, "the 8-row groups are token commands");
     // More rows than the home takes in a step: a clear error.
     let mut too_many = rows.clone();
     too_many.extend(rows.iter().cloned());
     assert!(vk.step_logits(&too_many).is_err());
-}
-
-/// A wide step in one pass (more than NROW_MAX rows of distinct regions: the canonical
-/// product of docs/canonical-order.md through mm.comp, one pass over the weights) lands each
-/// row's bits alone: 16, 33 and 64 rows, every row's logits and greedy id equal to the row
-/// stepped alone (a one-row token command), bit for bit. Control: with f32 activations the
-/// matrices are not the canonical product (the GEMV and the GEMM, whose sums follow the row
-/// count) and some row of the 33-row step differs from itself alone.
-#[test]
-fn a_one_pass_wide_step_equals_each_row_alone() {
-    const N: usize = 64;
-    let m = model();
-    let prompt = counting(&m.tok, 12);
-    let lens: Vec<usize> = (0..N).map(|r| 3 + r % 9).collect();
-    let segs: Vec<Segment> = (0..N).map(|r| Segment { region: RegionId(r as u32), start: 0, tokens: &prompt[..lens[r]] }).collect();
-    let rows: Vec<Row> = (0..N).map(|r| Row { region: RegionId(r as u32), token: prompt[lens[r]], pos: lens[r] as u32 }).collect();
-    let home = |q8: bool| {
-        let gpu = common::gpu()?;
-        let opts = VulkanOptions { n_ctx: Some(32), regions: N, codec: KvCodec::F16, q8_activations: q8, progress: None, ..VulkanOptions::default() };
-        let mut vk = VulkanHome::on(gpu, m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap();
-        vk.prefill(&segs).unwrap();
-        Some(vk)
-    };
-    let Some(mut vk) = home(true) else { return };
-    let alone: Vec<Vec<f32>> = rows.iter().map(|r| vk.step_logits(std::slice::from_ref(r)).unwrap().row(0).to_vec()).collect();
-    for n in [16, 33, N] {
-        let wide = vk.step_logits(&rows[..n]).unwrap();
-        let ids = vk.step_ids(&rows[..n]).unwrap();
-        for i in 0..n {
-            assert!(bits_equal(wide.row(i), &alone[i]), "row {i} of {n}: the one pass differs from the row alone");
-            assert_eq!(ids[i], argmax(&alone[i]), "row {i} of {n}: greedy id");
-        }
-    }
-    // Rows differ from each other (different contexts), so equality above means something.
-    assert!(!bits_equal(&alone[0], &alone[1]));
-    let Some(mut f32_home) = home(false) else { return };
-    let wide = f32_home.step_logits(&rows[..33]).unwrap();
-    let differs = (0..33).any(|i| !bits_equal(wide.row(i), f32_home.step_logits(std::slice::from_ref(&rows[i])).unwrap().row(0)));
-    assert!(differs, "control: f32 activations (not the canonical order) left every row of 33 its bits alone");
 }
 
 /// A prompt cut into chunks as the engine cuts it under load (`chunk_rows` with the home's

@@ -11,7 +11,7 @@ use resin_cpu::{CpuHome, CpuOptions};
 use resin_engine::{Engine, EngineConfig, GenHandle};
 use resin_gguf::GgufFile;
 use resin_model::{ModelConfig, Tokenizer};
-use resin_vulkan::{Gpu, VulkanHome, VulkanOptions};
+use resin_vulkan::{Gpu, VulkanHome, VulkanOptions, WideMode};
 
 use crate::common::{collect, request};
 
@@ -69,8 +69,13 @@ impl Suite {
         Some(Suite { kind, tok, file, cfg, gpu })
     }
 
-    /// A home of `regions` regions of `n_ctx` positions.
+    /// A home of `regions` regions of `n_ctx` positions (the Vulkan home's wide steps in lanes).
     pub fn home(&self, regions: usize, n_ctx: usize) -> Box<dyn Home> {
+        self.home_wide(regions, n_ctx, WideMode::Lanes)
+    }
+
+    /// As `home`, the Vulkan home's steps of more than NROW_MAX rows run as `wide` says.
+    pub fn home_wide(&self, regions: usize, n_ctx: usize, wide: WideMode) -> Box<dyn Home> {
         let counters = Arc::new(Counters::default());
         match &self.gpu {
             None => {
@@ -79,7 +84,7 @@ impl Suite {
             }
             Some((gpu, held)) => {
                 assert_eq!(Arc::strong_count(gpu), *held, "a scenario's Vulkan homes take turns: drop the last engine before building the next");
-                let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, ..VulkanOptions::default() };
+                let opts = VulkanOptions { n_ctx: Some(n_ctx), regions, wide, ..VulkanOptions::default() };
                 Box::new(VulkanHome::on(gpu.clone(), self.file.clone(), self.cfg.clone(), &opts, counters).unwrap())
             }
         }

@@ -8,7 +8,7 @@ use resin_core::{Counters, Home, KvCodec};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::GgufFile;
 use resin_model::{ChatTemplate, ModelConfig, Tokenizer};
-use resin_vulkan::{GpuOptions, UploadProgress, VulkanHome, VulkanOptions};
+use resin_vulkan::{GpuOptions, UploadProgress, VulkanHome, VulkanOptions, WideMode};
 
 /// Which home serves the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -39,10 +39,21 @@ pub struct ModelArgs {
     /// CPU threads (default: all cores).
     #[arg(long, short = 't', env = "RESIN_THREADS")]
     pub threads: Option<usize>,
+    /// How the Vulkan home steps more than 8 sessions at once: `exact` (groups of 8-row
+    /// token commands on several queues, each session's tokens exactly what it gets stepped
+    /// alone), `fast` (from 40 sessions one pass over the weights: faster, a session's logits
+    /// then depend slightly on how many others shared its step) or `gemm` (that one pass at
+    /// every width, for measuring). The CPU home is exact either way.
+    #[arg(long, value_enum, default_value = "exact", env = "RESIN_WIDE_STEPS")]
+    pub wide_steps: WideSteps,
     /// The Vulkan device to use, as an index into the driver's list (default: a discrete GPU
     /// first, then integrated, virtual, software).
     #[arg(long, env = "RESIN_VK_DEVICE")]
     pub vk_device: Option<usize>,
+    /// The most compute queues the Vulkan home takes (a wide step's groups submit to them at
+    /// once; default: up to 8).
+    #[arg(long, env = "RESIN_VK_QUEUES")]
+    pub vk_queues: Option<u32>,
     /// Microseconds a wait for the GPU polls before it sleeps (a sleeping wait wakes tens of
     /// microseconds late; 0 sleeps at once and spares a CPU core).
     #[arg(long, env = "RESIN_VK_SPIN_US", default_value_t = 5000)]
@@ -55,6 +66,14 @@ pub struct ModelArgs {
     /// Log each GPU pipeline's compiler statistics (registers, shared memory, spills).
     #[arg(long, env = "RESIN_VK_PIPELINE_STATS")]
     pub vk_pipeline_stats: bool,
+}
+
+/// `--wide-steps`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WideSteps {
+    Exact,
+    Fast,
+    Gemm,
 }
 
 /// The model cache and fetcher, with the settings the environment gives: `RESIN_CACHE` (the
@@ -116,6 +135,7 @@ impl ModelArgs {
         let fence_timeout = self.vk_fence_timeout.map(|s| std::time::Duration::try_from_secs_f64(s).map_err(|e| anyhow::anyhow!("--vk-fence-timeout {s}: {e}"))).transpose()?;
         let gpu_opts = GpuOptions {
             device: self.vk_device,
+            queues: self.vk_queues,
             pipeline_stats: self.vk_pipeline_stats,
             spin: std::time::Duration::from_micros(self.vk_spin_us),
             fence_timeout,
@@ -131,7 +151,12 @@ impl ModelArgs {
             shown.set_length(total);
             shown.set_position(done);
         }));
-        let opts = VulkanOptions { n_ctx: self.ctx, regions, codec: self.kv, progress: Some(progress), gpu: gpu_opts, ..VulkanOptions::default() };
+        let wide = match self.wide_steps {
+            WideSteps::Exact => WideMode::Lanes,
+            WideSteps::Fast => WideMode::Fast,
+            WideSteps::Gemm => WideMode::Gemm,
+        };
+        let opts = VulkanOptions { n_ctx: self.ctx, regions, codec: self.kv, progress: Some(progress), wide, gpu: gpu_opts, ..VulkanOptions::default() };
         let home = VulkanHome::on(gpu, file.clone(), cfg.clone(), &opts, counters);
         bar.finish_and_clear();
         let mut home = home?;

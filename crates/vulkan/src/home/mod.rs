@@ -15,8 +15,7 @@
 //! Prefill is a window chain (`resin_core::plan_chain`: the same windows the CPU home cuts):
 //! each window of up to PF_WINDOW rows, from any number of segments, is one pass in which
 //! every row is roped and stored at its own position in its own region and attends only to
-//! it; its matrices take the canonical product of any row count (mm.comp past NROW_MAX rows,
-//! docs/canonical-order.md); after the last layer's attention only the
+//! it; the GEMVs become GEMMs past NROW_MAX rows; after the last layer's attention only the
 //! segments' last rows (gathered) run attention-out, the FFN and the classifier, and a window
 //! that lands no logits stops once its last layer's K/V are stored.
 //!
@@ -25,8 +24,12 @@
 //! Snapshots (`save_region`) are the CPU home's layout in each codec: either home loads the
 //! other's.
 //!
-//! A step of more than NROW_MAX rows (a wide step) is one pass whose matrices read the weights
-//! once for all its rows, each row the bits it has stepped alone (the canonical order).
+//! A step of more than NROW_MAX rows (`WideMode`) runs as balanced groups of N-row token
+//! commands, each on a lane of its own (scratch, token commands, fence and one of the
+//! device's queues), all submitted before any is waited for: one group's chain of dependent
+//! dispatches overlaps the others' on the device. Or, with `WideMode::Gemm`, as one pass
+//! whose matrices take the window's GEMM; `WideMode::Fast` takes lanes under
+//! FAST_GEMM_MIN_ROWS rows and the GEMM pass from there.
 
 mod options;
 mod pass;
@@ -35,7 +38,7 @@ mod scratch;
 mod submit;
 mod upload;
 
-pub use options::{UploadProgress, VulkanOptions};
+pub use options::{UploadProgress, VulkanOptions, WideMode, FAST_GEMM_MIN_ROWS};
 use pass::*;
 pub use plan::Plan;
 use plan::*;
@@ -60,8 +63,9 @@ use crate::VkError;
 pub struct VulkanHome {
     // Dropped by hand (see `Drop`): the commands, the pipelines, then the buffers; the device
     // last, when its last holder goes.
-    lane: std::mem::ManuallyDrop<Lane>,
+    lanes: std::mem::ManuallyDrop<Vec<Lane>>,
     pipes: std::mem::ManuallyDrop<Pipelines>,
+    wide: WideMode,
     weights: std::mem::ManuallyDrop<Weights>,
     cfg: ModelConfig,
     plan: Plan,
@@ -107,8 +111,9 @@ impl VulkanHome {
             plan.scratch >> 20
         );
         Ok(VulkanHome {
-            lane: std::mem::ManuallyDrop::new(Lane { commands: std::collections::HashMap::new(), fence: Fence::new(&gpu)?, scratch }),
+            lanes: std::mem::ManuallyDrop::new(vec![Lane { commands: std::collections::HashMap::new(), fence: Fence::new(&gpu)?, scratch }]),
             pipes: std::mem::ManuallyDrop::new(Pipelines::new(&gpu)),
+            wide: opts.wide,
             weights: std::mem::ManuallyDrop::new(weights),
             cfg,
             plan,
@@ -132,14 +137,15 @@ impl VulkanHome {
         &self.gpu
     }
 
-    /// The argmax ids of the last pass (computed on the device).
+    /// The argmax ids of the last pass on lane 0 (computed on the device).
     pub fn last_ids(&self, rows: usize) -> Result<Vec<u32>, VkError> {
-        Ok(self.lane.scratch.ids.read_u32(0, 2 * rows)?.into_iter().step_by(2).collect())
+        Ok(self.lanes[0].scratch.ids.read_u32(0, 2 * rows)?.into_iter().step_by(2).collect())
     }
 
     /// Build, before the first request, what the first steps would otherwise build as they
     /// go: the token commands of 1..=`rows` rows (kept, as a step would keep them; above
-    /// NROW_MAX also the widest step's, at most step_rows_max rows) and one prefill window's pipelines (its command recorded and dropped, never submitted). A
+    /// NROW_MAX also the widest step's, at most step_rows_max rows: its lanes and their group
+    /// commands, or its one GEMM pass) and one prefill window's pipelines (its command recorded and dropped, never submitted). A
     /// driver compiles each pipeline on first use, so without this the first requests of a
     /// server pay for it in their time to first token. Returns the time it took.
     pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
@@ -147,18 +153,24 @@ impl VulkanHome {
         let backs = ReadBack::ALL;
         for n in 1..=rows.clamp(1, NROW_MAX) {
             for b in backs {
-                self.command(n, b)?;
+                self.command(0, n, b)?;
             }
         }
-        // With more rows than a token command takes, the widest step's (its pipelines serve
-        // every width; the commands of other widths are recorded when first used).
+        // With more rows than a token command takes, the widest step's: its lanes and their
+        // group commands, or one GEMM pass (its pipelines serve every width; the commands of
+        // other widths are recorded when first used).
         if rows > NROW_MAX {
-            for b in backs {
-                self.command(rows.min(self.spec.step_rows_max), b)?;
+            let w = rows.min(self.spec.step_rows_max);
+            let shape = self.wide.passes(w, true);
+            self.ensure_lanes(shape.len())?;
+            for (lane, n) in shape {
+                for b in backs {
+                    self.command(lane, n, b)?;
+                }
             }
         }
         let keep = [PF_WINDOW as u32 - 1];
-        drop(self.record_shape(true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true, top: false, listed: false }, None)?);
+        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true, top: false, listed: false }, None)?);
         Ok(t0.elapsed())
     }
 }
@@ -178,7 +190,7 @@ impl Drop for VulkanHome {
         // used after.
         unsafe {
             let _ = self.gpu.device.device_wait_idle();
-            std::mem::ManuallyDrop::drop(&mut self.lane);
+            std::mem::ManuallyDrop::drop(&mut self.lanes);
             std::mem::ManuallyDrop::drop(&mut self.pipes);
             std::mem::ManuallyDrop::drop(&mut self.weights);
         }
@@ -218,7 +230,7 @@ impl Home for VulkanHome {
         Ok(Logits { vocab, data: rows.concat() })
     }
 
-    /// The step's rows in one pass; what comes back is the least
+    /// The step's rows in one pass, or in lanes (`WideMode`); what comes back is the least
     /// the needs ask for (`ReadBack::for_needs`): the on-device argmax ids and log-sum-exps
     /// (eight bytes a row), the top candidates (`Recorder::topk`: 512 bytes a row against half
     /// a megabyte for a 128k vocabulary), and whole logits rows only for the rows that need
@@ -228,15 +240,16 @@ impl Home for VulkanHome {
         check_step(&self.spec, rows, needs)?;
         let back = ReadBack::for_needs(needs);
         let listed: Vec<usize> = (0..needs.len()).filter(|&i| needs[i] == Need::Logits).collect();
-        self.run_step(&triples(rows), back, &listed).map_err(HomeError::from)?;
-        let (k, vocab, n) = (resin_core::TOP_CANDIDATES, self.cfg.vocab, rows.len());
-        let mut out = Vec::with_capacity(n);
-        {
-            let s = &self.lane.scratch;
+        let passes = self.run_step(&triples(rows), back, &listed).map_err(HomeError::from)?;
+        let (k, vocab) = (resin_core::TOP_CANDIDATES, self.cfg.vocab);
+        let mut out = Vec::with_capacity(rows.len());
+        let mut at = 0;
+        for &(lane, n) in &passes {
+            let s = &self.lanes[lane].scratch;
             let ids = s.ids.read_u32(0, 2 * n).map_err(HomeError::from)?;
             let top = if back.top() { s.top_host.read_u32(0, 2 * n * k).map_err(HomeError::from)? } else { Vec::new() };
             let mut next_whole = 0;
-            for (j, &need) in needs.iter().enumerate() {
+            for (j, &need) in needs[at..at + n].iter().enumerate() {
                 out.push(match need {
                     Need::Argmax => RowOut::Argmax(ids[2 * j]),
                     Need::Top => {
@@ -255,8 +268,9 @@ impl Home for VulkanHome {
                     }
                 });
             }
+            at += n;
         }
-        self.counters.count_step(n);
+        self.count_passes(&passes);
         Ok(StepOut { rows: out })
     }
 
@@ -321,7 +335,7 @@ impl Profile for VulkanHome {
         if !(1..=NROW_MAX).contains(&rows) {
             return Err(HomeError::BadRowCount { got: rows, max: NROW_MAX });
         }
-        let c = self.command(rows, ReadBack::Ids).map_err(HomeError::from)?.counts;
+        let c = self.command(0, rows, ReadBack::Ids).map_err(HomeError::from)?.counts;
         Ok(Some(StepShape { stages: c.stages, dispatches: c.dispatches, barriers: c.barriers }))
     }
 

@@ -1,8 +1,8 @@
-//! How a Vulkan home is built: its options.
+//! How a Vulkan home is built: its options, and how it runs a step of more than NROW_MAX rows.
 
 use std::sync::Arc;
 
-use resin_core::KvCodec;
+use resin_core::{balanced_groups, KvCodec, NROW_MAX};
 
 /// How a Vulkan home is built.
 #[derive(Debug, Clone)]
@@ -17,8 +17,51 @@ pub struct VulkanOptions {
     /// Called as the weights go up with (bytes uploaded, bytes in all): the binary draws a
     /// progress bar with it. Without one, a log line every 10 %.
     pub progress: Option<UploadProgress>,
-    /// How the device is started (which one, the fence wait's spin).
+    /// How a step of more than NROW_MAX rows runs (default: `WideMode::Lanes`).
+    pub wide: WideMode,
+    /// How the device is started (which one, its queues, the fence wait's spin).
     pub gpu: crate::device::GpuOptions,
+}
+
+/// How the Vulkan home runs a step of more than NROW_MAX rows (a wide step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WideMode {
+    /// Balanced groups of N-row token commands, each on a lane of its own (scratch, fence and
+    /// one of the device's queues), submitted together: the groups' dependent dispatch chains
+    /// overlap on the device, and each row's result is its N-row command's.
+    #[default]
+    Lanes,
+    /// One pass of all the rows, its matrices through the window's GEMM.
+    Gemm,
+    /// The faster of the two by width (docs/lessons.md): lanes under FAST_GEMM_MIN_ROWS rows,
+    /// one GEMM pass from there (it reads the weights once, not once a group). A row's result
+    /// then depends on how wide its step was (within the CPU home's bar, as any GEMM row), so
+    /// it is asked for by name (`--wide-steps fast`).
+    Fast,
+}
+
+/// Rows from which `WideMode::Fast` takes one GEMM pass: at 32 rows the lanes still won on the
+/// 3B, at 64 the GEMM pass won on both models (docs/lessons.md).
+pub const FAST_GEMM_MIN_ROWS: usize = 40;
+
+impl WideMode {
+    /// How a step of `rows` rows runs: (lane, rows) of each pass, in row order. `distinct`:
+    /// every row has a region of its own (rows that share one take one pass: a row may attend
+    /// to keys another row of the step stores).
+    pub fn passes(self, rows: usize, distinct: bool) -> Vec<(usize, usize)> {
+        let lanes = rows > NROW_MAX
+            && distinct
+            && match self {
+                WideMode::Lanes => true,
+                WideMode::Gemm => false,
+                WideMode::Fast => rows < FAST_GEMM_MIN_ROWS,
+            };
+        if lanes {
+            balanced_groups(rows, NROW_MAX).into_iter().enumerate().collect()
+        } else {
+            vec![(0, rows)]
+        }
+    }
 }
 
 /// An upload progress callback (see [`VulkanOptions::progress`]).
@@ -33,6 +76,37 @@ impl std::fmt::Debug for UploadProgress {
 
 impl Default for VulkanOptions {
     fn default() -> Self {
-        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true, progress: None, gpu: crate::device::GpuOptions::default() }
+        VulkanOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, q8_activations: true, progress: None, wide: WideMode::Lanes, gpu: crate::device::GpuOptions::default() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::plan::extra_lanes;
+    use super::*;
+
+    #[test]
+    fn wide_modes_choose_lanes_or_one_pass_by_width() {
+        let groups = |m: WideMode, n: usize, d: bool| m.passes(n, d).into_iter().map(|(_, r)| r).collect::<Vec<_>>();
+        // Up to NROW_MAX rows: one token command in every mode.
+        for m in [WideMode::Lanes, WideMode::Gemm, WideMode::Fast] {
+            assert_eq!(m.passes(8, true), vec![(0, 8)]);
+            assert_eq!(m.passes(1, true), vec![(0, 1)]);
+        }
+        // Lanes: balanced groups on lanes 0, 1, ...; rows sharing a region: one pass.
+        assert_eq!(WideMode::Lanes.passes(17, true), vec![(0, 6), (1, 6), (2, 5)]);
+        assert_eq!(groups(WideMode::Lanes, 64, true), vec![8; 8]);
+        assert_eq!(WideMode::Lanes.passes(17, false), vec![(0, 17)]);
+        // Gemm: always one pass.
+        assert_eq!(WideMode::Gemm.passes(12, true), vec![(0, 12)]);
+        // Fast: lanes below FAST_GEMM_MIN_ROWS, one pass from there.
+        assert_eq!(groups(WideMode::Fast, FAST_GEMM_MIN_ROWS - 1, true), balanced_groups(FAST_GEMM_MIN_ROWS - 1, NROW_MAX));
+        assert_eq!(WideMode::Fast.passes(FAST_GEMM_MIN_ROWS, true), vec![(0, FAST_GEMM_MIN_ROWS)]);
+        assert_eq!(WideMode::Fast.passes(64, true), vec![(0, 64)]);
+        // Lanes a home plans for its widest step: Fast never more than for 39 rows.
+        assert_eq!(extra_lanes(WideMode::Fast, 64), (FAST_GEMM_MIN_ROWS - 1).div_ceil(NROW_MAX) - 1);
+        assert_eq!(extra_lanes(WideMode::Fast, 16), 1);
+        assert_eq!(extra_lanes(WideMode::Lanes, 64), 7);
+        assert_eq!(extra_lanes(WideMode::Gemm, 64), 0);
     }
 }

@@ -49,11 +49,10 @@ pub(super) fn attn_pieces(rows: usize) -> u32 {
 /// pieces a workgroup).
 pub(super) const ATTN_SPREAD: usize = 256;
 
-/// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp up to NROW_MAX
-/// rows, mr.comp past it): the formats it reads, on a device that runs it, in every token pass
-/// and in windows of up to NROW_MAX rows (`Scratch::window`).
+/// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp): a token
+/// command's matrices of the formats it reads, on a device that runs it.
 pub(super) fn canon(m: &Mat, n: usize, s: &Scratch) -> bool {
-    s.dot && (n <= NROW_MAX || !s.window.get()) && mv_format(m.ty).is_some() && m.cols.is_multiple_of(32)
+    s.dot && n <= NROW_MAX && mv_format(m.ty).is_some() && m.cols.is_multiple_of(32)
 }
 
 /// Whether `m`, outside the canonical product, reads its input rounded through 8-bit blocks
@@ -371,7 +370,6 @@ pub(super) struct PassCtx<'a> {
 /// `decode_attention_pieces` each time it runs).
 pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &PassCtx<'_>, mut clock: Option<&mut StageClock<'_>>) -> Result<u32, VkError> {
     let PassCtx { cfg, codec, w, s, counters } = *ctx;
-    s.window.set(shape.narrow.is_some());
     let Weights { layers, embd, output, output_norm, .. } = w;
     let output = output.as_ref();
     let cmd = rec.cmd;

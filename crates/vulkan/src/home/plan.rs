@@ -63,9 +63,8 @@ const _: () = assert!((WINDOW_ATTN_MIN_ROWS - 1) * ATTN_SLOTS as usize <= PF_WIN
 /// table aside (what `Scratch::new` allocates).
 pub(super) fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: usize, rows: usize) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
-    // The packed activations (`xp32`, `xpn`: 10 words a 32-value block each) and r a row.
-    let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + widest.div_ceil(32) * 20 + 1 + META_WORDS + moe_slot_words(cfg);
-    let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1);
+    let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS + moe_slot_words(cfg);
+    let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
     let (sp, sd) = if rows > NROW_MAX { split_slot_bytes(info, cfg) } else { (0, 0) };
     let out = out
         + SPLIT_SLOTS * (sp + sd) as usize / 4
@@ -90,6 +89,15 @@ pub(super) fn moe_slot_words(cfg: &ModelConfig) -> usize {
 /// Key pairs of each of the top-k's scratch lists for `out_rows` rows.
 pub(super) fn topk_pairs(cfg: &ModelConfig, out_rows: usize) -> usize {
     crate::kernels::topk_scratch_pairs(out_rows as u32, cfg.vocab as u32, TOPK_MAX) as usize
+}
+
+/// Lanes beyond the first a home of `regions` regions takes for its widest step in `wide` mode.
+pub(super) fn extra_lanes(wide: WideMode, regions: usize) -> usize {
+    match wide {
+        WideMode::Lanes => HomeSpec::wide_rows(regions).div_ceil(NROW_MAX) - 1,
+        WideMode::Fast => HomeSpec::wide_rows(regions).min(FAST_GEMM_MIN_ROWS - 1).div_ceil(NROW_MAX) - 1,
+        WideMode::Gemm => 0,
+    }
 }
 
 pub(super) fn decline(counters: &Counters, reason: String) -> VkError {
@@ -159,8 +167,10 @@ pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOpti
     let side_row = opts.codec.bytes_for(cfg.kv_dim()) as u64;
     let kv_dim = cfg.kv_dim() as u64;
     let out_rows = NROW_MAX.max(opts.regions);
+    // The first lane's scratch holds a window; the other lanes' (wide steps in lanes) N rows.
+    let lanes = extra_lanes(opts.wide, opts.regions) as u64 * scratch_bytes(&gpu.info, cfg, NROW_MAX, NROW_MAX);
     let tables = cfg.rope_bases().len();
-    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW) + (tables * n_ctx * cfg.rope_dims * 4) as u64 };
+    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW) + lanes + (tables * n_ctx * cfg.rope_dims * 4) as u64 };
     let part_bytes = attn_part_floats(cfg, out_rows) as u64 * 4;
     let widest = (PF_WINDOW * cfg.n_ff.max(cfg.n_embd).max(cfg.q_dim()) * 4) as u64;
     if part_bytes.max(widest).max((out_rows * cfg.vocab * 4) as u64) > gpu.info.max_storage_range {

@@ -76,11 +76,6 @@ pub(super) struct Scratch {
     pub(super) q8: bool,
     /// Whether token passes take the canonical product (q8 activations on a device that runs it).
     pub(super) dot: bool,
-    /// Whether the pass being recorded is a prefill window (`record_pass` sets it): a window's
-    /// matrices of more than NROW_MAX rows take the GEMM, as the CPU home's prefill does not
-    /// follow the canonical order yet and the homes' first-step logits would part by more
-    /// than the parity bars (issue 29).
-    pub(super) window: std::cell::Cell<bool>,
     /// The words the decode attention's workgroups of a head group count themselves in, so
     /// that the last to finish merges the pieces (zero between dispatches).
     pub(super) done: Buffer,
@@ -140,9 +135,9 @@ impl Scratch {
             rows_list: host(crate::kernels::rows_copy_words(out_rows as u32) as usize)?,
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
-            xp32: Buffer::new(gpu, packed_bytes(cfg, r), Location::Device)?,
-            xpn: Buffer::new(gpu, packed_bytes(cfg, r), Location::Device)?,
-            rs: dev(r)?,
+            xp32: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
+            xpn: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
+            rs: dev(NROW_MAX)?,
             moe_gate: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
             moe_up: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
             moe_act: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
@@ -152,7 +147,6 @@ impl Scratch {
             moe_grp: dev(cfg.moe.map_or(1, |m| moe_group_words(m.n_expert as u32, (r * m.n_expert_used) as u32) as usize))?,
             q8,
             dot: q8 && crate::mv::mv_ok(&gpu.info),
-            window: std::cell::Cell::new(false),
             done: {
                 let mut b = dev(WINDOW_ATTN_MIN_ROWS.max(HomeSpec::wide_rows(out_rows)) * cfg.n_head)?;
                 b.fill_u32(0)?;
@@ -170,9 +164,9 @@ impl Scratch {
     }
 }
 
-/// Bytes of the packed activations of `rows` rows of the widest input.
-pub(super) fn packed_bytes(cfg: &ModelConfig, rows: usize) -> u64 {
+/// Bytes of the packed activations of NROW_MAX rows of the widest input.
+pub(super) fn packed_bytes(cfg: &ModelConfig) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
-    let count = (rows * widest.next_multiple_of(32)) as u32;
+    let count = (NROW_MAX * widest.next_multiple_of(32)) as u32;
     QPack::new(count).map(|q| q.bytes()).unwrap_or(4)
 }

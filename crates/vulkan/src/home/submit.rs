@@ -1,5 +1,5 @@
-//! Recording, submitting and reading back: the token commands by (rows, read-back), the
-//! prefill windows, a step's pass, what comes back.
+//! Recording, submitting and reading back: the token commands of each lane by (rows, read-
+//! back), the prefill windows, a step's passes on lanes, what comes back.
 
 use resin_core::{count_window, plan_chain, Counters, HomeError, Logits, Need, Row, Segment, NROW_MAX, PF_WINDOW};
 
@@ -20,8 +20,10 @@ pub(super) struct TokenCommand {
     pub(super) counts: StepCounts,
 }
 
-/// What a pass in flight needs of its own: scratch (room for a window), the token commands
-/// recorded over it and a fence.
+/// What one pass in flight needs of its own: scratch, the token commands recorded over it and
+/// a fence. Lane 0 serves every pass (its scratch holds a window); with `WideMode::Lanes` a
+/// wide step's groups run on lanes 0, 1, ... at once, lane i submitting to queue i (modulo the
+/// device's queues).
 pub(super) struct Lane {
     // Field order is drop order: the commands before the buffers they use.
     /// Token commands by (rows, greedy: the logits stay on the device), recorded on first use.
@@ -39,7 +41,7 @@ pub(super) enum ReadBack {
     Ids,
     /// Each row's TOP_CANDIDATES largest logits (`Recorder::topk`), not the logits.
     Top,
-    /// `Top`, and the whole logits rows `Scratch::rows_list` names (the streams of
+    /// `Top`, and the whole logits rows the lane's `Scratch::rows_list` names (the streams of
     /// a top step whose draws need them).
     TopRows,
     /// The argmax ids and the whole logits rows `Scratch::rows_list` names.
@@ -150,20 +152,30 @@ pub(super) fn triples(rows: &[Row]) -> Vec<(u32, u32, u32)> {
 }
 
 impl VulkanHome {
-    /// The token command for `n` rows (up to step_rows_max), recorded on first use and kept;
-    /// `back`: what comes back to the host besides the argmax ids.
-    pub(super) fn command(&mut self, n: usize, back: ReadBack) -> Result<&TokenCommand, VkError> {
-        let key = (n, back);
-        if !self.lane.commands.contains_key(&key) {
-            let c = self.record_shape(false, PassShape { n, narrow: None, to_host: back == ReadBack::Logits, top: back.top(), listed: back.listed() }, None)?;
-            self.lane.commands.insert(key, c);
+    /// Make sure lanes 0..count exist (the ones past the first hold NROW_MAX-row scratch).
+    pub(super) fn ensure_lanes(&mut self, count: usize) -> Result<(), VkError> {
+        while self.lanes.len() < count {
+            let scratch = Scratch::new(&self.gpu, &self.cfg, self.plan.q8_activations, NROW_MAX, NROW_MAX)?;
+            self.lanes.push(Lane { commands: std::collections::HashMap::new(), fence: Fence::new(&self.gpu)?, scratch });
         }
-        self.lane.commands.get(&key).ok_or_else(|| VkError::Model("no token command".into()))
+        Ok(())
     }
 
-    /// Record one pass of `shape` into a command buffer of its own (`one_time`: submitted
-    /// once), with a timestamp after every stage when `clock` is given.
-    pub(super) fn record_shape(&mut self, one_time: bool, shape: PassShape<'_>, mut clock: Option<&mut StageClock<'_>>) -> Result<TokenCommand, VkError> {
+    /// Lane `lane`'s token command for `n` rows (1..=NROW_MAX; on lane 0 up to step_rows_max,
+    /// above NROW_MAX a GEMM pass), recorded on first use and kept; `back`: what comes back to
+    /// the host besides the argmax ids.
+    pub(super) fn command(&mut self, lane: usize, n: usize, back: ReadBack) -> Result<&TokenCommand, VkError> {
+        let key = (n, back);
+        if !self.lanes[lane].commands.contains_key(&key) {
+            let c = self.record_shape(lane, false, PassShape { n, narrow: None, to_host: back == ReadBack::Logits, top: back.top(), listed: back.listed() }, None)?;
+            self.lanes[lane].commands.insert(key, c);
+        }
+        self.lanes[lane].commands.get(&key).ok_or_else(|| VkError::Model("no token command".into()))
+    }
+
+    /// Record one pass of `shape` over lane `lane`'s scratch into a command buffer of its own
+    /// (`one_time`: submitted once), with a timestamp after every stage when `clock` is given.
+    pub(super) fn record_shape(&mut self, lane: usize, one_time: bool, shape: PassShape<'_>, mut clock: Option<&mut StageClock<'_>>) -> Result<TokenCommand, VkError> {
         let cmds = Commands::new(&self.gpu)?;
         let mut desc = Descriptors::new(&self.gpu);
         let mut res = Ok((0, StepCounts::default()));
@@ -173,7 +185,7 @@ impl VulkanHome {
                 c.mark(cmd, "start");
             }
             let mut rec = Recorder::new(&self.gpu, &mut self.pipes, &mut desc, cmd);
-            let ctx = PassCtx { cfg: &self.cfg, codec: self.spec.codec, w: &self.weights, s: &self.lane.scratch, counters: &self.counters };
+            let ctx = PassCtx { cfg: &self.cfg, codec: self.spec.codec, w: &self.weights, s: &self.lanes[lane].scratch, counters: &self.counters };
             res = record_pass(&mut rec, shape, &ctx, clock).map(|p| (p, rec.tally.get()));
         })?;
         let (pieces, counts) = res?;
@@ -182,20 +194,20 @@ impl VulkanHome {
 
     pub(super) fn profile_pass(&mut self, rows: &[(u32, u32, u32)], narrow: Option<&[u32]>) -> Result<Option<Vec<(String, f64)>>, VkError> {
         let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (12 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
-        self.write_meta(rows)?;
+        self.write_meta(0, rows)?;
         let mut clock = StageClock { ts: &ts, labels: Vec::new() };
-        let c = self.record_shape(true, PassShape { n: rows.len(), narrow, to_host: true, top: false, listed: false }, Some(&mut clock))?;
-        self.lane.fence.submit_wait(c.cmds.cmd)?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true, top: false, listed: false }, Some(&mut clock))?;
+        self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         let labels = clock.labels;
         let t = ts.read(labels.len() as u32)?;
         Ok(Some(labels.iter().enumerate().skip(1).map(|(i, l)| (l.clone(), (t[i] - t[i - 1]) / 1e3)).collect()))
     }
 
-    /// Write the metadata block of `rows` (region, position, token) into the scratch.
-    pub(super) fn write_meta(&mut self, rows: &[(u32, u32, u32)]) -> Result<(), VkError> {
+    /// Write the metadata block of `rows` (region, position, token) into lane `lane`'s scratch.
+    pub(super) fn write_meta(&mut self, lane: usize, rows: &[(u32, u32, u32)]) -> Result<(), VkError> {
         let region_elems = (self.plan.n_ctx * self.cfg.kv_dim()) as u32;
         let meta: Vec<RowMeta> = rows.iter().map(|&(region, pos, token)| RowMeta { token, pos, kv_base: region * region_elems, keys: pos + 1 }).collect();
-        self.lane.scratch.meta.write(0, &RowMeta::words(&meta))
+        self.lanes[lane].scratch.meta.write(0, &RowMeta::words(&meta))
     }
 
     /// The segments as one window chain (the caller made sure each takes the kernels it takes
@@ -217,27 +229,73 @@ impl VulkanHome {
     /// One prefill window (up to PF_WINDOW rows, already checked), recorded for its shape and
     /// submitted; returns the logits of the rows in `keep`.
     pub(super) fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
-        self.write_meta(rows)?;
-        let c = self.record_shape(true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true, top: false, listed: false }, None)?;
-        self.lane.fence.submit_wait(c.cmds.cmd)?;
+        self.write_meta(0, rows)?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true, top: false, listed: false }, None)?;
+        self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         if keep.is_empty() {
             return Ok(Vec::new());
         }
-        self.lane.scratch.logits_host.read_f32(0, keep.len() * self.cfg.vocab)
+        self.lanes[0].scratch.logits_host.read_f32(0, keep.len() * self.cfg.vocab)
     }
 
-    /// Run a step over `rows` (already checked) as one pass, recording its command on first
-    /// use; its results are in the scratch. `listed`: with a read-back that lists rows, the
-    /// rows (ascending indices into `rows`) whose whole logits come back.
-    pub(super) fn run_step(&mut self, rows: &[(u32, u32, u32)], back: ReadBack, listed: &[usize]) -> Result<(), VkError> {
-        let (cmd, pieces) = self.command(rows.len(), back).map(|c| (c.cmds.cmd, c.pieces))?;
-        Counters::add(&self.counters.decode_attention_pieces, pieces as u64);
-        self.write_meta(rows)?;
-        if back.listed() {
-            let list: Vec<u32> = listed.iter().map(|&i| i as u32).collect();
-            self.lane.scratch.rows_list.write(0, &crate::kernels::rows_copy_list(&list))?;
+    /// Run a step over `rows` (already checked), recording its commands on first use: one
+    /// pass on lane 0, or with `WideMode::Lanes` and more than NROW_MAX rows of distinct
+    /// regions, balanced groups of N-row token commands on lanes 0, 1, ..., all submitted
+    /// before any is waited for. (Rows that share a region take one pass: a row may attend to
+    /// keys another row of the step stores.) `listed`: with a read-back that lists rows, the rows
+    /// (ascending indices into `rows`) whose whole logits come back, each pass's in its lane's
+    /// `rows_list`. Returns (lane, rows) of each pass in row order; its results are in that
+    /// lane's scratch.
+    pub(super) fn run_step(&mut self, rows: &[(u32, u32, u32)], back: ReadBack, listed: &[usize]) -> Result<Vec<(usize, usize)>, VkError> {
+        let mut seen = std::collections::HashSet::new();
+        let distinct = rows.iter().all(|r| seen.insert(r.0));
+        let groups: Vec<usize> = self.wide.passes(rows.len(), distinct).into_iter().map(|(_, n)| n).collect();
+        self.ensure_lanes(groups.len())?;
+        let mut cmds = Vec::with_capacity(groups.len());
+        let mut at = 0;
+        for (lane, &n) in groups.iter().enumerate() {
+            let (cmd, pieces) = self.command(lane, n, back).map(|c| (c.cmds.cmd, c.pieces))?;
+            Counters::add(&self.counters.decode_attention_pieces, pieces as u64);
+            cmds.push(cmd);
+            self.write_meta(lane, &rows[at..at + n])?;
+            if back.listed() {
+                let list: Vec<u32> = listed.iter().filter(|&&i| (at..at + n).contains(&i)).map(|&i| (i - at) as u32).collect();
+                self.lanes[lane].scratch.rows_list.write(0, &crate::kernels::rows_copy_list(&list))?;
+            }
+            at += n;
         }
-        self.lane.fence.submit_wait(cmd)
+        // Wait for every submitted pass even when a later submit fails: nothing a pass uses
+        // may be touched while it is in flight.
+        let queues = &self.gpu.queues;
+        let mut res = Ok(());
+        let mut sent = 0;
+        for (lane, &cmd) in cmds.iter().enumerate() {
+            match self.lanes[lane].fence.submit(queues[lane % queues.len()], cmd) {
+                Ok(()) => sent += 1,
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        for lane in &self.lanes[..sent] {
+            let waited = lane.fence.wait();
+            if res.is_ok() {
+                res = waited;
+            }
+        }
+        res.map(|()| groups.into_iter().enumerate().collect())
+    }
+
+    /// Count a step by what ran: one pass (a token command, or a wide GEMM pass), or groups of
+    /// token commands on lanes (a grouped step, each group an N-row step).
+    pub(super) fn count_passes(&self, passes: &[(usize, usize)]) {
+        if passes.len() > 1 {
+            Counters::add(&self.counters.grouped_steps, 1);
+        }
+        for &(_, n) in passes {
+            self.counters.count_step(n);
+        }
     }
 
     /// Bytes a second a shader copy between two device-local buffers reads and writes (see
@@ -263,7 +321,7 @@ impl VulkanHome {
                 ts.write(cmd, 1);
             })?;
             res?;
-            self.lane.fence.submit_wait(cmds.cmd)?;
+            self.lanes[0].fence.submit_wait(cmds.cmd)?;
             let t = ts.read(2)?;
             let rate = 2.0 * bytes as f64 / ((t[1] - t[0]).max(1.0) * 1e-9);
             best = Some(best.map_or(rate, |b| b.max(rate)));
