@@ -13,15 +13,12 @@
 // chunk c's sum meets the sums it pairs with in the spec's order (+0.0 for the chunks past
 // the row, up to LPOW). The roots go to shared memory and the epilogue runs from there.
 //
-// Two tiers from this one body; the float side (dot_finish, the sums, the tree, the
-// epilogue) is the same code in both:
-// - the portable tier: each thread takes a weight row and 8 activation rows, its blocks' exact
-//   integer dot products by dot4 (DOT_HW: OpSDot);
-// - COOPMAT (GL_KHR_cooperative_matrix, 16x16x32 int8 x int8 -> int32 tiles, subgroups of
-//   32): a subgroup owns a 16x16 region and takes each block's integer dot products as one
-//   tile product (two for DOT_HALVES: the whole blocks and their first halves), whose
-//   elements it then finishes one by one, knowing each element's row and column from an index
-//   tile loaded once (the element order is the implementation's).
+// The integer products are 16x16x32 int8 cooperative-matrix tiles (GL_KHR_cooperative_matrix,
+// subgroups of 32): a subgroup owns a 16x16 region and takes each block's integer dot products
+// as one tile product (two for DOT_HALVES: the whole blocks and their first halves), whose
+// elements it then finishes one by one, knowing each element's row and column from an index
+// tile loaded once (the element order is the implementation's). The portable tiers of the same
+// product are mr.comp's (src/mv.rs picks by rows).
 //
 // EXPERT: the weights are a mixture-of-experts stack of experts of `rows` rows each, and the
 // product's columns are slots (a step's (row, chosen expert) pairs): workgroup z takes expert
@@ -35,14 +32,9 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_control_flow_attributes : require
-#ifdef DOT_HW
-#extension GL_EXT_spirv_intrinsics : require
-#endif
-#ifdef COOPMAT
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
-#endif
 
 layout(local_size_x_id = 7) in;
 layout(constant_id = 0) const uint CB = 8;      // blocks a chunk
@@ -52,7 +44,7 @@ layout(constant_id = 3) const uint LOG = 3;     // log2(LPOW)
 layout(constant_id = 4) const uint XIN = 0;     // 0: packed; 2: normpack's packs and r
 layout(constant_id = 5) const uint OUT = 0;     // 0: store; 1: add; 2: SwiGLU packed
 layout(constant_id = 6) const uint RT = 4;      // 16-row regions of weight rows a tile (4 for SwiGLU)
-layout(constant_id = 7) const uint WG = 256;    // threads: 64 RT (2 RT subgroups of 32 in the COOPMAT tier)
+layout(constant_id = 7) const uint WG = 256;    // threads: 2 RT subgroups of 32
 
 #define WR (16u * RT)   // weight rows staged a tile
 #define BN 32u     // activation rows a tile
@@ -100,7 +92,7 @@ layout(push_constant) uniform Push {
 #include "dotfmt.glsl"
 #include "canon_epi.glsl"
 
-#if defined(COOPMAT) && defined(DOT_HALVES)
+#if defined(DOT_HALVES)
 #define XCOPIES 2u   // the blocks whole, and their first halves alone
 #else
 #define XCOPIES 1u
@@ -111,12 +103,10 @@ shared uvec4 wpar[64u * SB];          // [weight row][block] the block's paramet
 shared uvec4 xqs[XCOPIES * BN * ST4]; // [copy][activation row][block][2]
 shared vec2 xpar[BN * SB];            // [activation row][block] d, the sum of the quants (bits)
 shared float res[64u * BN];          // [weight row][activation row] the finished sums
-#ifdef COOPMAT
 shared int idxs[256];
 #define MA coopmat<int8_t, gl_ScopeSubgroup, 16, 32, gl_MatrixUseA>
 #define MB coopmat<int8_t, gl_ScopeSubgroup, 32, 16, gl_MatrixUseB>
 #define MC coopmat<int, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
-#endif
 
 uint ncols;   // columns of this workgroup's product
 uint ebase;   // EXPERT: the expert's first weight row
@@ -224,7 +214,6 @@ void main() {
     if (c0 >= ncols) return;   // the whole workgroup: past its expert's slots
     // Element e of this thread: staged weight row er[e], activation row ec[e] of the tile.
     uint er[E], ec[E];
-#ifdef COOPMAT
     uint sg = gl_SubgroupID;              // region: rows 16 (sg % RT), columns 16 (sg / RT)
     uint rg = (sg % RT) * 16u;
     uint cg = (sg / RT) * 16u;
@@ -237,12 +226,6 @@ void main() {
         er[e] = rg + rc / 16u;
         ec[e] = cg + rc % 16u;
     }
-#else
-    [[unroll]] for (uint e = 0u; e < E; e++) {
-        er[e] = t % WR;
-        ec[e] = t / WR + e * (WG / WR);
-    }
-#endif
     precise float acc[E];
     [[unroll]] for (uint e = 0u; e < E; e++) {
         acc[e] = 0.0;
@@ -254,7 +237,6 @@ void main() {
         [[unroll]] for (uint j = 0u; j < SB; j++) {
             uint b = b0 + j;
             if (b >= nb) break;
-#ifdef COOPMAT
             MA a;
             MB xb;
             coopMatLoad(a, wq, rg * ST4 + j * 2u, ST4, gl_CooperativeMatrixLayoutRowMajor);
@@ -275,24 +257,6 @@ void main() {
                 precise float f = dot_finish(si, uintBitsToFloat(wp.xy), ivec2(wp.zw), xv.x, floatBitsToInt(xv.y));
                 acc[e] = acc[e] + f;
             }
-#else
-            uint qw[8];
-            uvec4 w0 = wq[er[0] * ST4 + j * 2u], w1 = wq[er[0] * ST4 + j * 2u + 1u];
-            qw = uint[8](w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w);
-            uvec4 wp = wpar[er[0] * SB + j];
-            vec2 wf = uintBitsToFloat(wp.xy);
-            ivec2 wi = ivec2(wp.zw);
-            [[unroll]] for (uint e = 0u; e < E; e++) {
-                XUnit x;
-                uvec4 a0 = xqs[ec[e] * ST4 + j * 2u], a1 = xqs[ec[e] * ST4 + j * 2u + 1u];
-                x.q = uint[8](a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w);
-                vec2 xv = xpar[ec[e] * SB + j];
-                x.d = xv.x;
-                x.s = floatBitsToInt(xv.y);
-                precise float f = dot_term(qw, wf, wi, x);
-                acc[e] = acc[e] + f;
-            }
-#endif
             if ((b + 1u) % CB == 0u || b + 1u == nb) {
                 [[unroll]] for (uint e = 0u; e < E; e++) {
                     tree_push(e, acc[e], b / CB);
