@@ -10,6 +10,8 @@ pub enum CpuError {
     Gguf(#[from] resin_gguf::GgufError),
     #[error("model: {0}")]
     Model(String),
+    #[error("kernel: {0}")]
+    Kernel(#[from] KernelError),
 }
 
 impl From<CpuError> for HomeError {
@@ -27,6 +29,10 @@ pub enum KernelError {
     PartialBlock { ty: GgmlType, cols: usize },
     /// The data length does not match `rows x cols` of the format.
     WrongByteLength { ty: GgmlType, rows: usize, cols: usize, got: usize, expected: usize },
+    /// A SIMD path this machine cannot run.
+    Unavailable(&'static str),
+    /// Activations, weights or outputs of shapes that do not fit together.
+    Shape(String),
 }
 
 impl std::fmt::Display for KernelError {
@@ -35,6 +41,8 @@ impl std::fmt::Display for KernelError {
             KernelError::Unsupported(ty) => write!(f, "no matmul kernel for {ty} weights"),
             KernelError::PartialBlock { ty, cols } => write!(f, "{cols} columns is not a whole number of {ty} blocks ({} values)", ty.block_len()),
             KernelError::WrongByteLength { ty, rows, cols, got, expected } => write!(f, "{ty} matrix {rows} x {cols} needs {expected} bytes, got {got}"),
+            KernelError::Unavailable(simd) => write!(f, "SIMD path {simd} is not available on this machine"),
+            KernelError::Shape(what) => write!(f, "{what}"),
         }
     }
 }

@@ -26,10 +26,14 @@ mod avx2;
 mod avx512;
 mod blocks;
 pub mod canon;
+mod canon_mm;
+#[cfg(target_arch = "x86_64")]
+mod canon_x86;
 mod portable;
 
 pub use acts::Acts;
 use acts::{Family, Prepared, SendPtr};
+pub use canon_mm::{canon_many, canon_many_on, canon_matmul, canon_takes, CanonRows, Epilogue};
 use resin_gguf::GgmlType;
 use std::sync::OnceLock;
 
@@ -64,7 +68,7 @@ impl<'a> QMatrix<'a> {
         self.cols / self.ty.block_len() * self.ty.block_bytes()
     }
 
-    fn row(&self, r: usize) -> &'a [u8] {
+    pub(crate) fn row(&self, r: usize) -> &'a [u8] {
         let rb = self.row_bytes();
         &self.data[r * rb..(r + 1) * rb]
     }

@@ -1,0 +1,267 @@
+//! The canonical matrix product of many activation rows (docs/canonical-order.md): what the
+//! Vulkan home's token command computes, bit for bit. Activations are quantized in 32-value
+//! int8 blocks ([`CanonRows`]: plain, or with the RMS norm folded: u = x * w quantized and
+//! each row's r kept for the epilogue); each output element sums its blocks' float terms
+//! left to right within the chunks that [`Cut`] fixes from K alone, then the chunks by the
+//! pairwise tree, then the epilogue (r * y', + the residual).
+//!
+//! Paths: the portable one is the scalar reference itself (`canon::canon_dot`); the AVX2 and
+//! AVX-512 VNNI ones (`canon_x86`) share one body and take 8 weight rows a tile, one output
+//! row a SIMD lane: the integer dots of a row's blocks, its float terms, then each chunk's
+//! sum and the tree as lane-wise adds, so no lane ever adds two blocks of another order.
+
+use rayon::prelude::*;
+use resin_core::canon::{Cut, BLOCK};
+use resin_gguf::GgmlType;
+
+use super::acts::{quant_block, SendPtr};
+use super::canon::{canon_dot, canon_format, canon_rms_scale, canon_sumsq, CanonActs};
+use super::{KernelError, QMatrix, Simd};
+
+/// Blocks the SIMD paths take at once (a K-quant super-block): rows are padded to this many.
+pub(super) const GROUP: usize = 8;
+
+/// `n` activation rows of `cols` values quantized in 32-value blocks: quants (row `i` at
+/// `i * stride()`), each block's `d` and integer sum (row `i` at `i * nbp`), zero blocks past
+/// the row's end up to a whole [`GROUP`]; and each row's r where a norm was folded.
+#[derive(Debug, Clone)]
+pub struct CanonRows {
+    pub(super) n: usize,
+    pub(super) cols: usize,
+    pub(super) nbp: usize,
+    pub(super) q: Vec<i8>,
+    pub(super) d: Vec<f32>,
+    pub(super) s: Vec<i32>,
+    /// r of each row (the folded norm's scale), empty when none was folded.
+    pub(super) r: Vec<f32>,
+}
+
+/// Rows a task quantizes when the rows are spread over threads.
+const ROWS_PER_TASK: usize = 8;
+
+impl CanonRows {
+    fn with(n: usize, cols: usize, folded: bool) -> Result<CanonRows, KernelError> {
+        if cols == 0 || !cols.is_multiple_of(BLOCK) {
+            return Err(KernelError::PartialBlock { ty: GgmlType::Q8_0, cols });
+        }
+        let nbp = (cols / BLOCK).div_ceil(GROUP) * GROUP;
+        let r = if folded { vec![0.0; n] } else { Vec::new() };
+        Ok(CanonRows { n, cols, nbp, q: vec![0; n * nbp * BLOCK], d: vec![0.0; n * nbp], s: vec![0; n * nbp], r })
+    }
+
+    /// Quantize `n` rows of `x` as they are (attention output, the SwiGLU's h).
+    pub fn pack(x: &[f32], n: usize, cols: usize) -> Result<CanonRows, KernelError> {
+        Self::build(x, n, cols, None)
+    }
+
+    /// The folded RMS norm of `n` rows of `x` with weights `w`: u = x * w quantized, and each
+    /// row's r = 1 / sqrt(ss / cols + eps) from its sum of squares in the canonical order.
+    pub fn norm(x: &[f32], n: usize, cols: usize, w: &[f32], eps: f32) -> Result<CanonRows, KernelError> {
+        if w.len() != cols {
+            return Err(KernelError::Shape(format!("norm weights of {} values for rows of {cols}", w.len())));
+        }
+        Self::build(x, n, cols, Some((w, eps)))
+    }
+
+    fn build(x: &[f32], n: usize, cols: usize, norm: Option<(&[f32], f32)>) -> Result<CanonRows, KernelError> {
+        if x.len() != n * cols {
+            return Err(KernelError::Shape(format!("activations of {} values, want {n} x {cols}", x.len())));
+        }
+        let mut a = Self::with(n, cols, norm.is_some())?;
+        let cut = Cut::of(cols).ok_or(KernelError::PartialBlock { ty: GgmlType::Q8_0, cols })?;
+        let nbp = a.nbp;
+        let ptrs = (SendPtr(a.q.as_mut_ptr()), SendPtr(a.d.as_mut_ptr()), SendPtr(a.s.as_mut_ptr()), SendPtr(a.r.as_mut_ptr()));
+        let row = |i: usize| {
+            let (qp, dp, sp, rp) = (&ptrs.0, &ptrs.1, &ptrs.2, &ptrs.3);
+            let xr = &x[i * cols..(i + 1) * cols];
+            let nb = cols / BLOCK;
+            // SAFETY: row i writes only its own blocks i * nbp .. (i + 1) * nbp.
+            let (q, d, s) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(qp.0.add(i * nbp * BLOCK), nb * BLOCK),
+                    std::slice::from_raw_parts_mut(dp.0.add(i * nbp), nb),
+                    std::slice::from_raw_parts_mut(sp.0.add(i * nbp), nb),
+                )
+            };
+            quantize_row(xr, norm.map(|(w, _)| w), q, d, s);
+            if let Some((_, eps)) = norm {
+                // SAFETY: r has n values (folded) and row i writes only its own.
+                unsafe { *rp.0.add(i) = canon_rms_scale(canon_sumsq(xr, &cut), cols, eps) };
+            }
+        };
+        if n * cols < 1 << 16 {
+            (0..n).for_each(row);
+        } else {
+            (0..n.div_ceil(ROWS_PER_TASK)).into_par_iter().for_each(|t| (t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(n)).for_each(row));
+        }
+        Ok(a)
+    }
+
+    /// Rows.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Row `i` as the scalar reference takes it.
+    pub fn row(&self, i: usize) -> CanonActs {
+        let nb = self.cols / BLOCK;
+        let (q0, b0) = (i * self.nbp * BLOCK, i * self.nbp);
+        CanonActs { q: self.q[q0..q0 + nb * BLOCK].to_vec(), d: self.d[b0..b0 + nb].to_vec(), s: self.s[b0..b0 + nb].to_vec() }
+    }
+
+    /// r of row `i` (1 where no norm was folded).
+    pub fn r(&self, i: usize) -> f32 {
+        self.r.get(i).copied().unwrap_or(1.0)
+    }
+}
+
+/// One row's blocks: u = x (or x * w) quantized block by block.
+#[inline(always)]
+fn row_body(x: &[f32], w: Option<&[f32]>, q: &mut [i8], d: &mut [f32], s: &mut [i32]) {
+    let mut u = [0f32; BLOCK];
+    for (b, xb) in x.chunks_exact(BLOCK).enumerate() {
+        let src: &[f32] = match w {
+            Some(w) => {
+                for ((o, v), g) in u.iter_mut().zip(xb).zip(&w[b * BLOCK..(b + 1) * BLOCK]) {
+                    *o = v * g;
+                }
+                &u
+            }
+            None => xb,
+        };
+        let mut qb = [0i8; BLOCK];
+        (d[b], s[b]) = quant_block(src, &mut qb);
+        q[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&qb);
+    }
+}
+
+/// `row_body` compiled for the vector units this machine has (rounding to even is one
+/// instruction there, a library call on the baseline); IEEE operations give the same bits
+/// in every build.
+fn quantize_row(x: &[f32], w: Option<&[f32]>, q: &mut [i8], d: &mut [f32], s: &mut [i32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+        unsafe fn avx512(x: &[f32], w: Option<&[f32]>, q: &mut [i8], d: &mut [f32], s: &mut [i32]) {
+            row_body(x, w, q, d, s)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(x: &[f32], w: Option<&[f32]>, q: &mut [i8], d: &mut [f32], s: &mut [i32]) {
+            row_body(x, w, q, d, s)
+        }
+        if std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vl") {
+            // SAFETY: the features were detected.
+            return unsafe { avx512(x, w, q, d, s) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the features were detected.
+            return unsafe { avx2(x, w, q, d, s) };
+        }
+    }
+    row_body(x, w, q, d, s)
+}
+
+/// Whether `w` takes the canonical product: a format with a canonical expression, whole blocks.
+pub fn canon_takes(w: &QMatrix) -> bool {
+    canon_format(w.ty) && w.cols.is_multiple_of(BLOCK)
+}
+
+/// What the canonical product does with its output: store y (r * y' where a norm was folded)
+/// or add it to what `out` holds (the residual sum: y + x).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epilogue {
+    Store,
+    Add,
+}
+
+/// `out[i * w.rows + m]` = the canonical product of weight row m and activation row i, then
+/// the epilogue, on the path detected at run time.
+pub fn canon_matmul(w: &QMatrix, x: &CanonRows, out: &mut [f32], epi: Epilogue) -> Result<(), KernelError> {
+    canon_many_on(Simd::detected(), &mut [(w, out)], x, epi)
+}
+
+/// Several canonical products of the same activations (q, k and v; gate and up) in one
+/// parallel region; each output equals what `canon_matmul` gives for its weight.
+pub fn canon_many(jobs: &mut [(&QMatrix, &mut [f32])], x: &CanonRows, epi: Epilogue) -> Result<(), KernelError> {
+    canon_many_on(Simd::detected(), jobs, x, epi)
+}
+
+/// Weight rows a tile of the SIMD paths (one a lane).
+pub(super) const TILE: usize = 8;
+/// Bytes of weights one task keeps hot (about half of L2).
+const CHUNK_BYTES: usize = 256 << 10;
+
+/// `canon_many` on a given path (tests and benches).
+pub fn canon_many_on(simd: Simd, jobs: &mut [(&QMatrix, &mut [f32])], x: &CanonRows, epi: Epilogue) -> Result<(), KernelError> {
+    if !simd.is_available() {
+        return Err(KernelError::Unavailable(simd.name()));
+    }
+    let cut = Cut::of(x.cols).ok_or(KernelError::PartialBlock { ty: GgmlType::Q8_0, cols: x.cols })?;
+    let threads = rayon::current_num_threads().max(1);
+    let mut tasks = Vec::new();
+    let mut outs = Vec::with_capacity(jobs.len());
+    let mut bytes = 0u64;
+    for (j, (w, out)) in jobs.iter_mut().enumerate() {
+        if !canon_takes(w) {
+            return Err(KernelError::Unsupported(w.ty));
+        }
+        if w.cols != x.cols {
+            return Err(KernelError::Shape(format!("activations of {} columns, weights of {}", x.cols, w.cols)));
+        }
+        if out.len() != x.n * w.rows {
+            return Err(KernelError::Shape(format!("output {j} of {} values, want {} x {}", out.len(), x.n, w.rows)));
+        }
+        let by_cache = (CHUNK_BYTES / w.row_bytes().max(1)).max(TILE);
+        let chunk = by_cache.min(w.rows.div_ceil(threads * 4)).div_ceil(TILE).max(1) * TILE;
+        tasks.extend((0..w.rows.div_ceil(chunk)).map(|c| (j, c * chunk, ((c + 1) * chunk).min(w.rows))));
+        bytes += w.data.len() as u64;
+        outs.push(SendPtr(out.as_mut_ptr()));
+    }
+    if x.n == 0 {
+        return Ok(());
+    }
+    let weights: Vec<&QMatrix> = jobs.iter().map(|(w, _)| &**w).collect();
+    let work = |&(j, r0, r1): &(usize, usize, usize)| {
+        let w = weights[j];
+        let out = &outs[j];
+        match simd {
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 | Simd::Avx512Vnni => super::canon_x86::rows(simd, w, x, &cut, r0, r1, out.0, epi),
+            _ => portable_rows(w, x, &cut, r0, r1, out.0, epi),
+        }
+    };
+    if tasks.len() == 1 || bytes * (x.n as u64) < 32 << 10 {
+        tasks.iter().for_each(work);
+    } else {
+        tasks.par_iter().for_each(work);
+    }
+    Ok(())
+}
+
+/// The epilogue of one output element.
+#[inline(always)]
+pub(super) fn finish(y: f32, r: Option<f32>, old: f32, epi: Epilogue) -> f32 {
+    let y = match r {
+        Some(r) => r * y,
+        None => y,
+    };
+    match epi {
+        Epilogue::Store => y,
+        Epilogue::Add => y + old,
+    }
+}
+
+/// The portable path: the scalar reference for weight rows r0..r1 of every activation row.
+fn portable_rows(w: &QMatrix, x: &CanonRows, cut: &Cut, r0: usize, r1: usize, out: *mut f32, epi: Epilogue) {
+    for i in 0..x.n {
+        let row = x.row(i);
+        let r = (!x.r.is_empty()).then(|| x.r[i]);
+        for m in r0..r1 {
+            // SAFETY: (i, m) is inside out and only this task writes rows r0..r1.
+            unsafe {
+                let o = out.add(i * w.rows + m);
+                *o = finish(canon_dot(w.ty, w.row(m), &row, cut), r, *o, epi);
+            }
+        }
+    }
+}
