@@ -5,29 +5,15 @@
 //! poisoned first and every element is checked; a control that sums the same blocks left to
 //! right (llama.cpp's order) must differ somewhere.
 
+mod common;
+
+use common::Rng;
 use resin_core::canon::Cut;
 use resin_cpu::kernels::canon::{canon_block, canon_dot, canon_rms_scale, canon_sumsq, CanonActs};
 use resin_cpu::kernels::{canon_many_on, CanonRows, Epilogue, QMatrix, Simd};
 use resin_gguf::{formats, GgmlType};
 
 const FORMATS: [GgmlType; 7] = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
-
-/// xorshift64*: reproducible, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn gauss(&mut self) -> f32 {
-        (0..4).map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32).sum::<f32>() - 2.0
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.gauss() * scale).collect()
-    }
-}
 
 /// Row lengths: 576 (18 blocks: a short last group, 3 chunks), 896, 4864 (19 chunks), 14336
 /// (chunks of 16 blocks); the K-quants take whole super-blocks.

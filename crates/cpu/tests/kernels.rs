@@ -12,6 +12,9 @@
 //! - `F32_BAR` (F32, F16, BF16 weights, activations kept in f32): f32 accumulation in chains
 //!   of at most cols/8 + 32 additions: |got - exact| <= (cols/8 + 32) * 2^-23 * sum |w_e x_e|.
 
+mod common;
+
+use common::Rng;
 use resin_cpu::kernels::{matmul_on, Acts, QMatrix, Simd};
 use resin_gguf::GgmlType;
 
@@ -30,23 +33,6 @@ const ALL: [GgmlType; 13] = [
     GgmlType::Q5_K,
     GgmlType::Q6_K,
 ];
-
-/// xorshift64*: reproducible, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    fn gauss(&mut self) -> f32 {
-        (0..4).map(|_| self.unit()).sum::<f32>() - 2.0
-    }
-}
 
 fn h(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_bits().to_le_bytes()
