@@ -200,9 +200,9 @@ const NORMPACK_BLOCKS: usize = 512;
 /// How the integer dot products are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DotTier {
-    /// bitfieldExtract multiply-adds (`mv_<fmt>`, `mm_<fmt>`): any device.
+    /// bitfieldExtract multiply-adds (`mv_<fmt>`, `mr_<fmt>`): any device.
     Emulated,
-    /// OpSDot on packed 4x8-bit vectors (`mvx_<fmt>`, `mmx_<fmt>`): needs the integer dot
+    /// OpSDot on packed 4x8-bit vectors (`mvx_<fmt>`, `mrx_<fmt>`): needs the integer dot
     /// product feature (`DeviceInfo::int_dot`).
     Hardware,
     /// 16x16x32 int8 tensor-core tiles for products of more than NROW_MAX rows (`mm_cm_<fmt>`;
@@ -488,7 +488,7 @@ impl Recorder<'_> {
             return bad("a folded norm (normpack the rows)".into());
         }
         if m.n as usize > NROW_MAX {
-            return self.mm(tier, f, m, Some(ex));
+            return self.mv_wide(tier, f, m, Some(ex));
         }
         self.mv_rows(tier, f, m, Some(ex))
     }
@@ -526,7 +526,7 @@ impl Recorder<'_> {
     pub fn mv_tier(&mut self, tier: DotTier, m: Mv<'_>) -> Result<(), VkError> {
         let f = self.mv_check(tier, &m)?;
         if m.n as usize > NROW_MAX {
-            return self.mm(tier, f, m, None);
+            return self.mv_wide(tier, f, m, None);
         }
         self.mv_rows(tier, f, m, None)
     }
@@ -592,9 +592,10 @@ impl Recorder<'_> {
         }
     }
 
-    /// mm.comp: the product of more than NROW_MAX rows, or (`ex`) an expert product of any
-    /// (packed or normpacked input; its checks on the shape as `mv_tier` makes them).
-    fn mm(&mut self, tier: DotTier, f: &str, m: Mv<'_>, ex: Option<Experts<'_>>) -> Result<(), VkError> {
+    /// The product of more than NROW_MAX rows, or (`ex`) an expert product of any (packed or
+    /// normpacked input; its checks on the shape as `mv_tier` makes them): mr.comp in the dot4
+    /// and OpSDot tiers, mm.comp in `Tiles`.
+    fn mv_wide(&mut self, tier: DotTier, f: &str, m: Mv<'_>, ex: Option<Experts<'_>>) -> Result<(), VkError> {
         let Mv { n, w, input, out, shape: s, .. } = m;
         // Rows of activations read and of outputs written: the step's rows, or (experts) its
         // slots' activation rows and its slots.
@@ -628,8 +629,7 @@ impl Recorder<'_> {
         let form = if ex.is_some() { "x_" } else { "" };
         let mm = MmPush { mv, n };
         if tier != DotTier::Tiles {
-            // mr.comp: 32 row slots x CS chunk slots a workgroup, NC columns.
-            // Chunk slots: up to 8 (a thread then owns up to 4 chunks: K's at most 32).
+            // mr.comp: 32 row slots x CS chunk slots a workgroup, NC columns. Chunk slots: up to 8 (a thread then owns up to 4 chunks: K's at most 32).
             let cs = lpow.min(8);
             let nv = if outk == 2 { 2 } else { 1 };
             // An expert's slots are few (a step's rows spread over its experts).
@@ -655,11 +655,8 @@ impl Recorder<'_> {
             return bad(format!("workgroups of {MM_THREADS} threads and {MM_SHARED_BYTES} bytes of shared memory"));
         }
         let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, lpow.trailing_zeros(), xin, outk];
-        let name = match tier {
-            DotTier::Emulated => format!("mm_{form}{f}"),
-            DotTier::Hardware => format!("mmx_{form}{f}"),
-            DotTier::Tiles => format!("mm_cm_{form}{f}"),
-        };
+        // mm.comp: the int8 tiles.
+        let name = format!("mm_cm_{form}{f}");
         // 16-row regions a tile: 4 (SwiGLU's 32 gate rows and their up rows; and wherever
         // 64-row tiles are enough to fill the device), else 1. Experts: each takes its own
         // tiles, so the stack's tiles count.
