@@ -124,19 +124,34 @@ impl Harness {
 
     /// Microseconds a run of `f` takes when `reps` of them are chained by barriers in one
     /// submission (as in a token command: latency, not overlapped throughput), after one
-    /// run that makes the pipelines and warms the caches. For the ignored speed tests.
+    /// run that makes the pipelines and warms the caches. For the ignored speed tests. Timed
+    /// on the device between two timestamps where it has them, so the host's recording and
+    /// the submission are not in it; else the submission's wall time.
     #[allow(dead_code)]
     pub fn time_chained(&mut self, reps: u32, f: &mut dyn FnMut(&mut Recorder<'_>) -> Result<(), resin_vulkan::VkError>) -> f64 {
         self.run(|rec| f(rec));
+        let ts = resin_vulkan::buffers::Timestamps::new(&self.gpu, 2).unwrap();
         let t = std::time::Instant::now();
         self.run(|rec| {
+            if let Some(ts) = &ts {
+                ts.reset(rec.cmd);
+                ts.write(rec.cmd, 0);
+            }
             for _ in 0..reps {
                 f(rec)?;
                 rec.barrier();
             }
+            if let Some(ts) = &ts {
+                ts.write(rec.cmd, 1);
+            }
             Ok(())
         });
-        t.elapsed().as_secs_f64() * 1e6 / reps as f64
+        let wall = t.elapsed().as_secs_f64() * 1e6;
+        let us = match &ts {
+            Some(ts) => ts.read(2).map(|v| (v[1] - v[0]) / 1e3).unwrap_or(wall),
+            None => wall,
+        };
+        us / reps as f64
     }
 }
 
