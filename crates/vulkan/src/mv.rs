@@ -243,9 +243,14 @@ pub fn tiles_ok(info: &DeviceInfo) -> bool {
         && info.coopmat_shapes.iter().any(|s| (s.m, s.n, s.k) == (16, 16, 32) && s.types == "s8xs8->s32")
 }
 
-/// Shared memory mr.comp declares at most: the chunk slots' roots of 8 slots x 2 weight rows x
-/// 16 columns x 32 row slots.
-const MR_SHARED_MAX: u32 = 4 * 8 * 2 * 16 * 32;
+/// Shared memory an mr.comp workgroup of `cs` chunk slots, `nv` weight rows a thread and `nc`
+/// columns declares: each chunk slot's subtree roots of its 32 row slots.
+const fn mr_shared_bytes(cs: u32, nv: u32, nc: u32) -> u32 {
+    4 * cs * nv * nc * 32
+}
+
+/// The most mr.comp declares: 8 chunk slots, gate and up rows, 16 columns.
+const MR_SHARED_MAX: u32 = mr_shared_bytes(8, 2, 16);
 
 /// Rows from which a product takes the int8 tiles where the device has them: below, mr.comp's
 /// registers were as fast or faster on the H100.
@@ -551,10 +556,7 @@ impl Recorder<'_> {
             Err(what) => return bad(what),
         };
         let Io { x, nw, eps, xd_off, xs_off, y, pk, up_off, pd_off, ps_off, .. } = io;
-        if io.xin == 2 {
-            spec.xin = 2;
-        }
-        spec.out = io.out;
+        (spec.xin, spec.out) = (io.xin, io.out);
         let push =
             MvPush { rows: s.rows, cols: s.cols, row_bytes: s.row_bytes, x_stride: s.x_stride, y_stride: s.y_stride, y_off: s.y_off, xd_off, xs_off, eps, up_off, pd_off, ps_off };
         // The expert form is the N-row form's (its column count a specialization constant).
@@ -629,12 +631,13 @@ impl Recorder<'_> {
         let form = if ex.is_some() { "x_" } else { "" };
         let mm = MmPush { mv, n };
         if tier != DotTier::Tiles {
-            // mr.comp: 32 row slots x CS chunk slots a workgroup, NC columns. Chunk slots: up to 8 (a thread then owns up to 4 chunks: K's at most 32).
+            // mr.comp: 32 row slots x CS chunk slots a workgroup, NC columns. Chunk slots: up
+            // to 8 (a thread then owns up to 4 chunks: K's at most 32).
             let cs = lpow.min(8);
             let nv = if outk == 2 { 2 } else { 1 };
             // An expert's slots are few (a step's rows spread over its experts).
             let nc = if ex.is_some() { 8 } else { 16 };
-            let shared = 4 * cs * nv * nc * 32;
+            let shared = mr_shared_bytes(cs, nv, nc);
             if shared > info.shared_memory || 32 * cs > info.max_workgroup_invocations {
                 return bad(format!("workgroups of {} threads and {shared} bytes of shared memory", 32 * cs));
             }

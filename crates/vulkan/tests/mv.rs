@@ -647,9 +647,10 @@ fn fold_and_normpack_agree() {
     assert!(bad.is_empty(), "{bad:#?}");
 }
 
-/// Wall time of the canonical product of many rows in each tier the device has (mr.comp's dot4
-/// and OpSDot, mm.comp's int8 tiles), beside 8-row products once an 8-row group (the lanes,
-/// one after another) and the prefill GEMM (f32 rows, no split) over the same weights. `cargo test --release --test mv -- --ignored --nocapture wide_speed`.
+/// Time of the canonical product of many rows in each tier the device has (mr.comp's dot4 and
+/// OpSDot, mm.comp's int8 tiles), beside 8-row products once an 8-row group (the lanes, one
+/// after another) and the prefill GEMM (f32 rows, no split) over the same weights
+/// (`Harness::time_chained`). `cargo test --release --test mv -- --ignored --nocapture wide_speed`.
 #[test]
 #[ignore]
 fn wide_speed() {
