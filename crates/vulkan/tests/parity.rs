@@ -294,36 +294,73 @@ fn a_prewarmed_home_runs_as_one_built_on_demand() {
     assert_eq!(bits(&out[0].2), bits(&out[1].2), "the 10-row wide step's logits differ");
 }
 
-/// The Vulkan home with f32 activations against the independent float32 numpy forward pass
-/// (testdata/reference, the CPU home's reference test): the first step's top-200 logits of
-/// every case. This measures the device's own accuracy, without the 8-bit activations that
-/// put the CPU home 1-2e-2 from float32 (see crates/cpu/tests/reference.rs).
-fn reference_top200(name: &str, bar: f64) {
-    let Some((_, mut vk)) = homes_with(name, 256, 1, false) else { return };
+/// A case of testdata/reference/<name>.json (the independent float32 numpy forward pass): its
+/// prompt, the first step's top-200 ids and their logits, the greedy ids.
+struct RefCase {
+    label: String,
+    prompt: Vec<u32>,
+    top_ids: Vec<u32>,
+    top: Vec<f64>,
+    greedy: Vec<u32>,
+}
+
+impl RefCase {
+    /// The reference's logits of `l`'s first row at the top-200 ids.
+    fn pick(&self, l: &resin_core::Logits) -> Vec<f64> {
+        self.top_ids.iter().map(|&i| l.row(0)[i as usize] as f64).collect()
+    }
+    /// Sum of (k * got - want)^2 over the top 200, and of want^2.
+    fn sq(&self, got: &[f64], k: f64) -> (f64, f64) {
+        (got.iter().zip(&self.top).map(|(a, b)| (k * a - b).powi(2)).sum(), self.top.iter().map(|b| b * b).sum())
+    }
+}
+
+fn reference_cases(name: &str) -> Vec<RefCase> {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference").join(format!("{name}.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
     let ids = |v: &serde_json::Value| -> Vec<u32> { v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect() };
+    let cases = reference["cases"].as_array().unwrap();
+    cases
+        .iter()
+        .map(|case| RefCase {
+            label: format!("{:?}", case["prompt"].as_str().unwrap_or("")),
+            prompt: ids(&case["prompt_ids"]),
+            top_ids: ids(&case["top_logits"]["ids"]),
+            top: case["top_logits"]["values"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect(),
+            greedy: ids(&case["greedy_ids"]),
+        })
+        .collect()
+}
+
+/// The Vulkan home with f32 activations against the float32 reference: the first step's
+/// top-200 logits of every case. This measures the device's own accuracy, without the 8-bit
+/// activations that put the CPU home 1-2e-2 from float32 (see crates/cpu/tests/reference.rs).
+fn reference_top200(name: &str, bar: f64) {
+    let Some((_, mut vk)) = homes_with(name, 256, 1, false) else { return };
     let mut worst = 0f64;
     let mut control = f64::INFINITY;
-    for case in reference["cases"].as_array().unwrap() {
-        let prompt = ids(&case["prompt_ids"]);
-        let l = vk.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &prompt }]).unwrap();
-        let top = &case["top_logits"];
-        let want: Vec<f64> = top["values"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        let got: Vec<f64> = ids(&top["ids"]).iter().map(|&i| l.row(0)[i as usize] as f64).collect();
-        let err = |g: &[f64]| (g.iter().zip(&want).map(|(a, b)| (a - b).powi(2)).sum::<f64>() / want.iter().map(|b| b * b).sum::<f64>()).sqrt();
-        let e = err(&got);
-        eprintln!("{name}: {:?}: top-200 relative L2 {e:.2e} (bar {bar:.0e})", case["prompt"].as_str().unwrap_or(""));
+    for case in reference_cases(name) {
+        let l = vk.prefill(&[Segment { region: RegionId(0), start: 0, tokens: &case.prompt }]).unwrap();
+        let got = case.pick(&l);
+        let err = |k: f64| {
+            let (d, n) = case.sq(&got, k);
+            (d / n).sqrt()
+        };
+        let e = err(1.0);
+        eprintln!("{name}: {}: top-200 relative L2 {e:.2e} (bar {bar:.0e})", case.label);
         worst = worst.max(e);
         // Control: logits off by 3% (a perturbed final norm would do this) must fail.
-        let scaled: Vec<f64> = got.iter().map(|g| g * 1.03).collect();
-        control = control.min(err(&scaled));
-        assert_eq!(argmax(l.row(0)), ids(&case["greedy_ids"])[0], "{name}: first greedy id");
+        control = control.min(err(1.03));
+        assert_eq!(argmax(l.row(0)), case.greedy[0], "{name}: first greedy id");
     }
     assert!(worst < bar, "{name}: top-200 relative L2 {worst:.3e} >= {bar}");
     assert!(control >= bar, "control: 3% scaled logits passed the bar ({control:.3e})");
 }
+
+/// How much farther than the CPU home the Vulkan home may be: two homes whose activations
+/// round apart land on either side of each other from prompt to prompt.
+const Q8_NOISE: f64 = 0.05;
 
 /// Both homes with 8-bit activations (the default) against the float32 reference: over every
 /// case's first-step top-200 logits, the Vulkan home is no farther (relative L2 over all the
@@ -332,35 +369,16 @@ fn reference_top200(name: &str, bar: f64) {
 /// tokens) take the canonical product on the Vulkan home (32-value activation blocks for every
 /// format) and the CPU home's own kernels (256-value blocks for the K-quants). Control: the
 /// Vulkan home's logits off by 3% are farther.
-/// How much farther than the CPU home the Vulkan home may be: two homes whose activations
-/// round apart land on either side of each other from prompt to prompt.
-const Q8_NOISE: f64 = 0.05;
-
 fn q8_no_farther_than_the_cpu_home(name: &str) {
     let Some((mut cpu, mut vk)) = homes_with(name, 64, 1, true) else { return };
-    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference").join(format!("{name}.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let ids = |v: &serde_json::Value| -> Vec<u32> { v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect() };
     // Sums of squared differences (Vulkan, CPU, scaled Vulkan) and of the reference's squares.
     let (mut dv, mut dc, mut ds, mut norm) = (0f64, 0f64, 0f64, 0f64);
-    for case in reference["cases"].as_array().unwrap() {
-        let prompt = ids(&case["prompt_ids"]);
-        let seg = [Segment { region: RegionId(0), start: 0, tokens: &prompt }];
-        let (lv, lc) = (vk.prefill(&seg).unwrap(), cpu.prefill(&seg).unwrap());
-        let top = &case["top_logits"];
-        let want: Vec<f64> = top["values"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        let pick = |l: &resin_core::Logits| -> Vec<f64> { ids(&top["ids"]).iter().map(|&i| l.row(0)[i as usize] as f64).collect() };
-        let (gv, gc) = (pick(&lv), pick(&lc));
-        let sq = |g: &[f64], k: f64| g.iter().zip(&want).map(|(a, b)| (k * a - b).powi(2)).sum::<f64>();
-        let n = want.iter().map(|b| b * b).sum::<f64>();
-        eprintln!(
-            "{name}: {:?}: top-200 relative L2 to float32: vulkan {:.3e}, cpu {:.3e}",
-            case["prompt"].as_str().unwrap_or(""),
-            (sq(&gv, 1.0) / n).sqrt(),
-            (sq(&gc, 1.0) / n).sqrt()
-        );
-        (dv, dc, ds, norm) = (dv + sq(&gv, 1.0), dc + sq(&gc, 1.0), ds + sq(&gv, 1.03), norm + n);
+    for case in reference_cases(name) {
+        let seg = [Segment { region: RegionId(0), start: 0, tokens: &case.prompt }];
+        let (gv, gc) = (case.pick(&vk.prefill(&seg).unwrap()), case.pick(&cpu.prefill(&seg).unwrap()));
+        let ((v, n), (c, _), (sv, _)) = (case.sq(&gv, 1.0), case.sq(&gc, 1.0), case.sq(&gv, 1.03));
+        eprintln!("{name}: {}: top-200 relative L2 to float32: vulkan {:.3e}, cpu {:.3e}", case.label, (v / n).sqrt(), (c / n).sqrt());
+        (dv, dc, ds, norm) = (dv + v, dc + c, ds + sv, norm + n);
     }
     let (ev, ec, es) = ((dv / norm).sqrt(), (dc / norm).sqrt(), (ds / norm).sqrt());
     eprintln!("{name}: all cases: vulkan {ev:.3e}, cpu {ec:.3e}");
