@@ -1,12 +1,13 @@
 //! `resin bench`: prompt processing and generation speed in the style of llama-bench
 //! (median of reps after a warm-up), or aggregate decode speed of N concurrent streams.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
 use resin_core::{Home, RegionId, Row, Segment, StepAll};
-use resin_engine::{argmax, Engine, EngineConfig, GenEvent, GenRequest, SamplingParams};
+use resin_engine::{argmax, Engine, EngineConfig, GenEvent, GenHandle, GenRequest, SamplingParams};
 use serde_json::json;
 
 use super::load::ModelArgs;
@@ -26,6 +27,12 @@ pub struct BenchArgs {
     pub streams: usize,
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub format: String,
+    /// With --streams: prompts of --prompt-tokens that arrive together while the streams
+    /// decode (once each stream has its first ARRIVE_AFTER tokens), one token each: the
+    /// decoding streams' inter-token latency before and while they are prefilled, and their
+    /// time to first token. Give the streams enough --gen-tokens to decode through it.
+    #[arg(long, default_value_t = 0)]
+    pub arrivals: usize,
     /// With --streams: sessions whose prompts may share a prefill window (1: one at a time).
     #[arg(long)]
     pub max_segments: Option<usize>,
@@ -137,6 +144,35 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The q-quantile (0..=1) of `v` by the nearest rank; None when `v` is empty.
+fn percentile(mut v: Vec<f64>, q: f64) -> Option<f64> {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len().max(1));
+    v.get(rank - 1).copied()
+}
+
+/// Tokens each decoding stream has before `--arrivals` come.
+const ARRIVE_AFTER: usize = 16;
+
+/// The decoding streams' inter-token gaps (seconds, from their token arrivals): those that end
+/// by `at` once every stream had its first token (quiet), and those that end after `at`, up
+/// to `until` (while the arrivals were prefilled; a gap spanning `at` held a stall of theirs).
+fn gaps_around(streams: &[Vec<(f64, usize)>], at: f64, until: f64) -> (Vec<f64>, Vec<f64>) {
+    let all_in = streams.iter().map(|a| a.first().map_or(f64::INFINITY, |x| x.0)).fold(0.0, f64::max);
+    let (mut quiet, mut busy) = (Vec::new(), Vec::new());
+    for a in streams {
+        for w in a.windows(2) {
+            let (start, end) = (w[0].0, w[1].0);
+            if end <= at && start >= all_in {
+                quiet.push(end - start);
+            } else if end > at && end <= until {
+                busy.push(end - start);
+            }
+        }
+    }
+    (quiet, busy)
+}
+
 fn peak_rss_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -152,12 +188,20 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         bail!("--reps, --prompt-tokens and --gen-tokens must be at least 1");
     }
     if args.lockstep {
-        if args.streams < 2 || args.temperature != 0.0 || args.top_p != 1.0 || args.top_k != 0 || args.repeat_penalty != 1.0 || args.penalty_streams.is_some() || args.profile {
-            bail!("--lockstep takes --streams of 2 or more, greedy (no --temperature, --top-p, --top-k, --repeat-penalty, --penalty-streams or --profile)");
+        if args.streams < 2
+            || args.arrivals > 0
+            || args.temperature != 0.0
+            || args.top_p != 1.0
+            || args.top_k != 0
+            || args.repeat_penalty != 1.0
+            || args.penalty_streams.is_some()
+            || args.profile
+        {
+            bail!("--lockstep takes --streams of 2 or more, greedy (no --arrivals, --temperature, --top-p, --top-k, --repeat-penalty, --penalty-streams or --profile)");
         }
         return bench_lockstep(args);
     }
-    if args.streams > 1 {
+    if args.streams > 1 || args.arrivals > 0 {
         let params = SamplingParams { temperature: args.temperature, top_p: args.top_p, top_k: args.top_k, ..SamplingParams::default() };
         params.validate().map_err(anyhow::Error::msg)?;
         let penalized = SamplingParams { repetition_penalty: args.repeat_penalty, ..params.clone() };
@@ -355,6 +399,31 @@ impl StreamsRun {
     }
 }
 
+/// A stream's token arrivals (seconds since `t0`, tokens), `count` kept at the tokens so far.
+fn token_arrivals(mut h: GenHandle, t0: Instant, count: &AtomicUsize) -> Result<Vec<(f64, usize)>> {
+    let mut arrivals = Vec::new();
+    while let Some(ev) = h.blocking_next() {
+        match ev {
+            GenEvent::Delta { ids, .. } if !ids.is_empty() => {
+                arrivals.push((t0.elapsed().as_secs_f64(), ids.len()));
+                count.fetch_add(ids.len(), Ordering::Relaxed);
+            }
+            GenEvent::Delta { .. } => {}
+            GenEvent::Done(_) => break,
+            GenEvent::Error(e) => bail!(e),
+        }
+    }
+    Ok(arrivals)
+}
+
+/// One run's `--arrivals`: the decoding streams' inter-token gaps before and while the
+/// arrivals were prefilled, and each arrival's time to first token (seconds from submission).
+struct ArrivalsRun {
+    quiet: Vec<f64>,
+    busy: Vec<f64>,
+    ttft: Vec<f64>,
+}
+
 /// One lockstep run's figures and each stream's generated ids.
 struct Lockstep {
     prefill_tps: f64,
@@ -459,7 +528,8 @@ fn bench_streams(args: BenchArgs, params: SamplingParams, penalized: SamplingPar
     let penalty_streams = args.penalty_streams.unwrap_or(args.streams).min(args.streams);
     let mut model = args.model.clone();
     model.ctx = Some(model.ctx.unwrap_or(0).max(args.prompt_tokens + args.gen_tokens + 1));
-    let loaded = model.load(args.streams)?;
+    // A region for each stream and each arrival, so that none waits for one.
+    let loaded = model.load(args.streams + args.arrivals)?;
     let vocab = loaded.home.spec().vocab;
     let kind = loaded.home.spec().kind;
     let mut config = EngineConfig::default();
@@ -471,8 +541,11 @@ fn bench_streams(args: BenchArgs, params: SamplingParams, penalized: SamplingPar
     }
     let engine = Engine::start(loaded.home, loaded.tokenizer.clone(), config);
     let mut results = Vec::new();
+    let mut arrival_runs = Vec::new();
     for rep in 0..args.reps {
         let t0 = Instant::now();
+        // Tokens each stream has had (usize::MAX once it ended), for when the arrivals come.
+        let counts: Arc<Vec<AtomicUsize>> = Arc::new((0..args.streams).map(|_| AtomicUsize::new(0)).collect());
         let handles: Vec<_> = (0..args.streams)
             .map(|i| {
                 let mut req = GenRequest::new(prompt_ids(args.prompt_tokens, vocab, (rep * 1000 + i) as u64 + 7), args.gen_tokens);
@@ -485,24 +558,47 @@ fn bench_streams(args: BenchArgs, params: SamplingParams, penalized: SamplingPar
         // Each stream's (seconds since t0, tokens) arrivals.
         let threads: Vec<_> = handles
             .into_iter()
-            .map(|mut h| {
-                std::thread::spawn(move || -> Result<Vec<(f64, usize)>> {
-                    let mut arrivals = Vec::new();
-                    while let Some(ev) = h.blocking_next() {
-                        match ev {
-                            GenEvent::Delta { ids, .. } if !ids.is_empty() => arrivals.push((t0.elapsed().as_secs_f64(), ids.len())),
-                            GenEvent::Delta { .. } => {}
-                            GenEvent::Done(_) => break,
-                            GenEvent::Error(e) => bail!(e),
-                        }
-                    }
-                    Ok(arrivals)
+            .enumerate()
+            .map(|(i, h)| {
+                let counts = counts.clone();
+                std::thread::spawn(move || {
+                    let got = token_arrivals(h, t0, &counts[i]);
+                    counts[i].store(usize::MAX, Ordering::Relaxed);
+                    got
                 })
             })
             .collect();
+        // The arrivals: submitted together once every stream has decoded ARRIVE_AFTER tokens.
+        let mut arrived = None;
+        if args.arrivals > 0 {
+            let after = ARRIVE_AFTER.min(args.gen_tokens);
+            while counts.iter().any(|c| c.load(Ordering::Relaxed) < after) {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            let at = t0.elapsed().as_secs_f64();
+            let handles: Vec<_> = (0..args.arrivals)
+                .map(|i| {
+                    let mut req = GenRequest::new(prompt_ids(args.prompt_tokens, vocab, (rep * 1000 + 500 + i) as u64 + 7), 1);
+                    req.stop_ids = Some(Vec::new());
+                    engine.submit(req)
+                })
+                .collect::<Result<_, _>>()?;
+            let waits: Vec<_> = handles.into_iter().map(|h| std::thread::spawn(move || token_arrivals(h, t0, &AtomicUsize::new(0)))).collect();
+            let mut firsts = Vec::new();
+            for w in waits {
+                let a = w.join().map_err(|_| anyhow::anyhow!("arrival thread panicked"))??;
+                firsts.push(a.first().map(|x| x.0).ok_or_else(|| anyhow::anyhow!("an arrival ended without a token"))?);
+            }
+            arrived = Some((at, firsts));
+        }
         let mut streams = Vec::new();
         for t in threads {
             streams.push(t.join().map_err(|_| anyhow::anyhow!("stream thread panicked"))??);
+        }
+        if let Some((at, firsts)) = arrived {
+            let until = firsts.iter().cloned().fold(at, f64::max);
+            let (quiet, busy) = gaps_around(&streams, at, until);
+            arrival_runs.push(ArrivalsRun { ttft: firsts.iter().map(|t| t - at).collect(), quiet, busy });
         }
         results.push(StreamsRun::from_arrivals(&streams, t0.elapsed().as_secs_f64()));
     }
@@ -515,6 +611,24 @@ fn bench_streams(args: BenchArgs, params: SamplingParams, penalized: SamplingPar
     let steps = c.decode_steps.load(Ordering::Relaxed).max(1) as f64;
     let ms = |us: &std::sync::atomic::AtomicU64| us.load(Ordering::Relaxed) as f64 / 1000.0 / steps;
     let step_ms = json!({ "home": ms(&c.decode_home_microseconds), "host": ms(&c.decode_host_microseconds), "steps": steps });
+    // --arrivals: the median over runs of each run's figure (milliseconds, seconds).
+    let over_runs = |f: &dyn Fn(&ArrivalsRun) -> Option<f64>| -> Option<f64> {
+        let v: Vec<f64> = arrival_runs.iter().filter_map(f).collect();
+        (!v.is_empty()).then(|| median(v))
+    };
+    let arrivals = (args.arrivals > 0).then(|| {
+        json!({
+            "prompts": args.arrivals,
+            "itl_p50_ms_quiet": over_runs(&|r| percentile(r.quiet.clone(), 0.5).map(|s| 1e3 * s)),
+            "itl_p99_ms_quiet": over_runs(&|r| percentile(r.quiet.clone(), 0.99).map(|s| 1e3 * s)),
+            "itl_p50_ms_arrivals": over_runs(&|r| percentile(r.busy.clone(), 0.5).map(|s| 1e3 * s)),
+            "itl_p99_ms_arrivals": over_runs(&|r| percentile(r.busy.clone(), 0.99).map(|s| 1e3 * s)),
+            "gaps_quiet": over_runs(&|r| Some(r.quiet.len() as f64)),
+            "gaps_arrivals": over_runs(&|r| Some(r.busy.len() as f64)),
+            "ttft_p50_s": over_runs(&|r| percentile(r.ttft.clone(), 0.5)),
+            "ttft_max_s": over_runs(&|r| percentile(r.ttft.clone(), 1.0)),
+        })
+    });
     let out = json!({
         "home": kind,
         "streams": args.streams,
@@ -534,13 +648,14 @@ fn bench_streams(args: BenchArgs, params: SamplingParams, penalized: SamplingPar
         "penalty_streams": if args.repeat_penalty != 1.0 { penalty_streams } else { 0 },
         "counters": counters_json(engine.counters()),
         "decode_step_ms": step_ms,
+        "arrivals": arrivals,
     });
     // The home is dropped on the engine thread before the process exits.
     engine.shutdown();
     print_result(
         &args.format,
         &out,
-        &format!(
+        &(format!(
             "{} streams on {kind}: aggregate decode {decode:.1} t/s ({}), median TTFT {ttft_p50:.3} s; a decode step {:.2} ms in the home + {:.2} ms on the host",
             args.streams,
             match full_width {
@@ -549,14 +664,28 @@ fn bench_streams(args: BenchArgs, params: SamplingParams, penalized: SamplingPar
             },
             step_ms["home"].as_f64().unwrap_or(0.0),
             step_ms["host"].as_f64().unwrap_or(0.0),
-        ),
+        ) + &arrivals.as_ref().map_or(String::new(), |a| {
+            let ms = |k: &str| a[k].as_f64().map_or("-".to_string(), |v| format!("{v:.1}"));
+            let s = |k: &str| a[k].as_f64().map_or("-".to_string(), |v| format!("{v:.3}"));
+            format!(
+                "\n{} prompts of {} arriving while they decode: the decoding streams' inter-token latency p50 / p99 {} / {} ms before, {} / {} ms while they are prefilled; their time to first token median {} s, last {} s",
+                args.arrivals,
+                args.prompt_tokens,
+                ms("itl_p50_ms_quiet"),
+                ms("itl_p99_ms_quiet"),
+                ms("itl_p50_ms_arrivals"),
+                ms("itl_p99_ms_arrivals"),
+                s("ttft_p50_s"),
+                s("ttft_max_s"),
+            )
+        })),
     );
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{lockstep_run, StreamsRun};
+    use super::{gaps_around, lockstep_run, percentile, StreamsRun};
     use resin_core::{Counters, Home, HomeSpec, KvCodec, Logits, Result, Row, Segment};
     use std::sync::Arc;
 
@@ -644,5 +773,30 @@ mod tests {
         let r = StreamsRun::from_arrivals(&[early, b], 14.5);
         assert_eq!(r.full_width_tps, None);
         assert_eq!(r.decode_tps, 9.0 / 9.0);
+    }
+
+    /// Nearest-rank quantiles: p50 of 1..=10 is 5, p99 and p100 are 10, p0 the least.
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let v: Vec<f64> = (1..=10).rev().map(|x| x as f64).collect();
+        assert_eq!(percentile(v.clone(), 0.5), Some(5.0));
+        assert_eq!(percentile(v.clone(), 0.99), Some(10.0));
+        assert_eq!(percentile(v.clone(), 1.0), Some(10.0));
+        assert_eq!(percentile(v, 0.0), Some(1.0));
+        assert_eq!(percentile(Vec::new(), 0.5), None);
+    }
+
+    /// Stream A decodes a token every 1 s from 1 s, B every 1 s from 2.5 s; the arrivals come
+    /// at 5 s and are done at 8 s, A's gap 5 -> 7 holding their stall. Quiet gaps are those
+    /// ending by 5 s that start once both decode (from 2.5 s): A's 3 -> 4 and 4 -> 5, B's
+    /// 2.5 -> 3.5 and 3.5 -> 4.5; A's 2 -> 3 began before B's first token and is left out.
+    #[test]
+    fn gaps_part_at_the_arrivals() {
+        let a = vec![(1.0, 1), (2.0, 1), (3.0, 1), (4.0, 1), (5.0, 1), (7.0, 1), (8.0, 1), (9.0, 1)];
+        let b = vec![(2.5, 1), (3.5, 1), (4.5, 1), (7.5, 1), (8.5, 1)];
+        let (quiet, busy) = gaps_around(&[a, b], 5.0, 8.0);
+        assert_eq!(quiet, vec![1.0, 1.0, 1.0, 1.0]);
+        assert_eq!(busy, vec![2.0, 1.0, 3.0]);
+        assert_eq!(percentile(busy, 0.99), Some(3.0));
     }
 }
