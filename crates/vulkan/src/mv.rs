@@ -21,6 +21,7 @@
 //! `float(q) * d` is [`Recorder::qact`]'s 32-block output bit for bit.
 
 use resin_core::canon::{Cut, BLOCK};
+use resin_core::NROW_MAX;
 use resin_gguf::GgmlType;
 
 use crate::device::DeviceInfo;
@@ -92,7 +93,7 @@ pub enum MvOut<'a> {
 pub type MvShape = crate::kernels::GemvPush;
 
 /// One product: `n` activation rows through the weights `w` of format `ty` (mv.comp up to
-/// MV_ROWS_MAX rows, mm.comp past it: the same bits for each row either way).
+/// NROW_MAX rows, mm.comp past it: the same bits for each row either way).
 #[derive(Clone, Copy)]
 pub struct Mv<'a> {
     pub ty: GgmlType,
@@ -204,7 +205,7 @@ pub enum DotTier {
     /// OpSDot on packed 4x8-bit vectors (`mvx_<fmt>`, `mrx_<fmt>`): needs the integer dot
     /// product feature (`DeviceInfo::int_dot`).
     Hardware,
-    /// 16x16x32 int8 tensor-core tiles for products of more than MV_ROWS_MAX rows (`mm_cm_<fmt>`;
+    /// 16x16x32 int8 tensor-core tiles for products of more than NROW_MAX rows (`mm_cm_<fmt>`;
     /// fewer rows take `Hardware`): needs [`tiles_ok`].
     Tiles,
 }
@@ -219,7 +220,7 @@ impl DotTier {
             DotTier::Emulated
         }
     }
-    /// The tier of a product of `n` rows, more than MV_ROWS_MAX: `Tiles` where the device has
+    /// The tier of a product of `n` rows, more than NROW_MAX: `Tiles` where the device has
     /// them and the rows are many enough that the tile arithmetic pays (docs/lessons.md), else
     /// mr.comp's.
     pub fn wide_for_device(info: &DeviceInfo, n: u32) -> DotTier {
@@ -324,11 +325,8 @@ pub fn mv_ok(info: &DeviceInfo) -> bool {
     info.subgroup_size.is_power_of_two() && NSG * info.subgroup_size <= info.max_workgroup_invocations
 }
 
-/// Subgroups a workgroup of the product (a subgroup takes one or two rows at a time), at most.
+/// Subgroups a workgroup of the product (a subgroup takes one or two rows at a time).
 const NSG: u32 = 4;
-
-/// Activation rows mv.comp takes in one pass at most (its NMAX); more take mr.comp or mm.comp.
-pub const MV_ROWS_MAX: u32 = 32;
 /// Rows of SwiGLU packed a workgroup (a 32-value block of the next matrix's input).
 const SWIGLU_TILE: u32 = 32;
 
@@ -337,7 +335,7 @@ const SWIGLU_TILE: u32 = 32;
 /// a matrix of few tiles), fewer where their shared memory would not fit.
 fn mv_subgroups(info: &DeviceInfo, swiglu: bool) -> Vec<u32> {
     if !swiglu {
-        return (0..=NSG.trailing_zeros()).rev().map(|i| 1 << i).collect();
+        return vec![NSG];
     }
     let most = (info.max_workgroup_invocations / info.subgroup_size.max(1)).max(1);
     (1..=SWIGLU_TILE).rev().filter(|&g| g <= most && SWIGLU_TILE.is_multiple_of(g)).collect()
@@ -356,12 +354,10 @@ struct MvSpec {
     passes: u32,
     /// Weight rows a subgroup takes at once.
     rows_sg: u32,
-    /// Shared floats of the chunk partials, of the SwiGLU tile, of a pass's block terms and of
-    /// the folded norm's chunk sums of squares.
+    /// Shared floats of the chunk partials, of the SwiGLU tile and of a pass's block terms.
     part: u32,
     hv: u32,
     fs: u32,
-    xcs: u32,
     /// Subgroups a workgroup.
     subgroups: u32,
 }
@@ -410,7 +406,6 @@ impl MvSpec {
             part: subgroups * 2 * n * cut.lanes as u32,
             hv: if swiglu { n * 64 } else { 1 },
             fs: subgroups * rows_sg * n * info.subgroup_size,
-            xcs: if normed { n * 32 } else { 1 },
             subgroups,
         })
     }
@@ -420,14 +415,14 @@ impl MvSpec {
     }
     /// Bytes of shared memory the kernel declares (mv.comp).
     fn shared_bytes(&self) -> u64 {
-        4 * (self.xq_words as u64 + 3 * self.x_blocks as u64 + self.part as u64 + self.hv as u64 + self.fs as u64 + self.xcs as u64 + MV_ROWS_MAX as u64)
+        4 * (self.xq_words as u64 + 3 * self.x_blocks as u64 + self.part as u64 + self.hv as u64 + self.fs as u64 + 8 * 33)
     }
 }
 
 /// Whether an `n`-row product over rows of `cols` values fits the device with its norm folded
 /// in (the rows quantized in shared memory) and, with `swiglu`, its SwiGLU epilogue.
 pub fn mv_fits(info: &DeviceInfo, n: u32, cols: u32, normed: bool, swiglu: bool) -> bool {
-    if n > MV_ROWS_MAX {
+    if n as usize > NROW_MAX {
         return !normed && cols.is_multiple_of(32) && MM_SHARED_BYTES.max(MR_SHARED_MAX) <= info.shared_memory && MM_THREADS <= info.max_workgroup_invocations;
     }
     !(normed && n > 1) && MvSpec::new(info, n, 0, cols, normed, swiglu).is_some_and(|s| s.shared_bytes() <= info.shared_memory as u64)
@@ -460,7 +455,7 @@ impl Recorder<'_> {
     /// The product `m` in the device's [`DotTier`] for its rows.
     pub fn mv(&mut self, m: Mv<'_>) -> Result<(), VkError> {
         let info = &self.gpu.info;
-        let tier = if m.n > MV_ROWS_MAX { DotTier::wide_for_device(info, m.n) } else { DotTier::for_device(info) };
+        let tier = if m.n as usize > NROW_MAX { DotTier::wide_for_device(info, m.n) } else { DotTier::for_device(info) };
         self.mv_tier(tier, m)
     }
 
@@ -472,7 +467,7 @@ impl Recorder<'_> {
     }
 
     /// [`Recorder::mv_experts`] with a chosen way of taking the integer dot products: mv.comp
-    /// EXPERT for steps of up to MV_ROWS_MAX rows, mm.comp EXPERT past it (its tiles' columns an
+    /// EXPERT for steps of up to NROW_MAX rows, mm.comp EXPERT past it (its tiles' columns an
     /// expert's slots).
     pub fn mv_experts_tier(&mut self, tier: DotTier, m: Mv<'_>, ex: Experts<'_>) -> Result<(), VkError> {
         let f = self.mv_check(tier, &m)?;
@@ -497,7 +492,7 @@ impl Recorder<'_> {
         if matches!(m.input, MvIn::Normed { .. }) {
             return bad("a folded norm (normpack the rows)".into());
         }
-        if m.n > MV_ROWS_MAX {
+        if m.n as usize > NROW_MAX {
             return self.mv_wide(tier, f, m, Some(ex));
         }
         self.mv_rows(tier, f, m, Some(ex))
@@ -535,14 +530,14 @@ impl Recorder<'_> {
     /// [`Recorder::mv`] with a chosen way of taking the integer dot products.
     pub fn mv_tier(&mut self, tier: DotTier, m: Mv<'_>) -> Result<(), VkError> {
         let f = self.mv_check(tier, &m)?;
-        if m.n > MV_ROWS_MAX {
+        if m.n as usize > NROW_MAX {
             return self.mv_wide(tier, f, m, None);
         }
         self.mv_rows(tier, f, m, None)
     }
 
-    /// mv.comp: the product of up to MV_ROWS_MAX rows, or (`ex`) an expert product of a step of
-    /// up to MV_ROWS_MAX rows (its checks on the shape as `mv_tier` makes them).
+    /// mv.comp: the product of up to NROW_MAX rows, or (`ex`) an expert product of a step of
+    /// up to NROW_MAX rows (its checks on the shape as `mv_tier` makes them).
     fn mv_rows(&mut self, tier: DotTier, f: &str, m: Mv<'_>, ex: Option<Experts<'_>>) -> Result<(), VkError> {
         let Mv { n, w, input, out, shape: s, .. } = m;
         let (nx, ny) = slot_rows(n, ex.as_ref());
@@ -586,7 +581,6 @@ impl Recorder<'_> {
             spec.part,
             spec.hv,
             spec.fs,
-            spec.xcs,
         ];
         let wgs = grid(s.rows.div_ceil(spec.tile()));
         match ex {
@@ -600,7 +594,7 @@ impl Recorder<'_> {
         }
     }
 
-    /// The product of more than MV_ROWS_MAX rows, or (`ex`) an expert product of any (packed or
+    /// The product of more than NROW_MAX rows, or (`ex`) an expert product of any (packed or
     /// normpacked input; its checks on the shape as `mv_tier` makes them): mr.comp in the dot4
     /// and OpSDot tiers, mm.comp in `Tiles`.
     fn mv_wide(&mut self, tier: DotTier, f: &str, m: Mv<'_>, ex: Option<Experts<'_>>) -> Result<(), VkError> {

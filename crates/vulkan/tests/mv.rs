@@ -1,7 +1,7 @@
 //! The canonical matrix product (src/mv.rs) against the scalar reference of
 //! docs/canonical-order.md (`resin_cpu::kernels::canon`): packed activations, every format's
-//! product bit for bit for any row count (mv.comp's 1..MV_ROWS_MAX rows, mr.comp's and mm.comp's
-//! more: one pass over the weights), the residual and folded-norm forms, the SwiGLU epilogue's packed
+//! product bit for bit for any row count (mv.comp's 1..8 rows and mm.comp's more, one pass
+//! over the weights), the residual and folded-norm forms, the SwiGLU epilogue's packed
 //! output; every way of taking the integer dot products the device has (dot4, OpSDot, int8
 //! tensor-core tiles); the expert form (mm.comp EXPERT) over slots grouped by expert
 //! (moe.comp GROUP).
@@ -13,7 +13,7 @@ use resin_core::canon::Cut;
 use resin_cpu::kernels::canon::{canon_dot, canon_rms_scale, canon_sumsq, CanonActs};
 use resin_gguf::{formats, GgmlType};
 use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
-use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, DotTier, Experts, Mv, MvIn, MvOut, MvShape, QPack, MV_ROWS_MAX};
+use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, DotTier, Experts, Mv, MvIn, MvOut, MvShape, QPack};
 use resin_vulkan::pipelines::Bind;
 
 fn poisoned_words(h: &Harness, words: usize) -> Buffer {
@@ -66,9 +66,8 @@ fn tiers(h: &Harness) -> Vec<DotTier> {
 
 /// Activation rows the format tests take: past one mm.comp tile of 32.
 const NA: usize = 40;
-/// Row counts of the format tests: mv.comp's forms up to its most, and past it mr.comp's and
-/// mm.comp's at, past and across tiles.
-const NS: [usize; 8] = [1, 3, 8, 9, 16, MV_ROWS_MAX as usize, 33, NA];
+/// Row counts of the format tests: mv.comp's forms, and mm.comp's at, past and across tiles.
+const NS: [usize; 7] = [1, 3, 8, 9, 16, 33, NA];
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -678,12 +677,12 @@ fn wide_speed() {
                 let us = h.time_chained(reps, &mut |rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
                 line += &format!(" {tier:?} {us:.0} us ({:.0} GB/s, {:.1} TOPS);", gbytes / us / 1e3, 2.0 * (n * rows * cols) as f64 / us / 1e6);
             }
-            // What groups pay: a product of g rows (mv.comp) once a group of g (the lanes: 8).
-            for g in [8usize, 16, MV_ROWS_MAX as usize] {
+            // What the lanes pay: an 8-row product (mv.comp) once an 8-row group.
+            {
                 let input = MvIn::Packed { x: (&pk).into(), layout };
                 let tier = DotTier::for_device(&h.gpu.info);
-                let us = h.time_chained(reps, &mut |rec| rec.mv_tier(tier, Mv { ty, n: g as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
-                line += &format!(" groups of {g} {:.0} us;", us * n.div_ceil(g) as f64);
+                let us = h.time_chained(reps, &mut |rec| rec.mv_tier(tier, Mv { ty, n: 8, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
+                line += &format!(" lanes {:.0} us;", us * (n / 8) as f64);
             }
             let xb = h.buf_f32(&xs);
             let us = h.time_chained(reps, &mut |rec| rec.gemm(ty, n as u32, (&wbuf).into(), (&xb).into(), (&y).into(), shape, None));

@@ -28,8 +28,8 @@
 //   together, h = silu(g) * u, and each 32 rows of h are packed as the next matrix's input
 //   (QPACK 32 at binding 4: quants, d at pd_off, sums at ps_off).
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
-// constant, 1..NMAX). DOT_HW: the integer dot products by OpSDot (dotfmt.glsl).
-// EXPERT (N-row form, XIN 0 or 2): mm.comp's EXPERT form for steps of up to NMAX rows: workgroup
+// constant, 1..8). DOT_HW: the integer dot products by OpSDot (dotfmt.glsl).
+// EXPERT (N-row form, XIN 0 or 2): mm.comp's EXPERT form for steps of up to 8 rows: workgroup
 // z takes expert z's rows of the stack (experts of `rows` rows) for the slots that chose it,
 // grp[list_off + grp[z] ..] (at most NCOLS, the step's rows: a row's slots choose distinct
 // experts); column c is its c-th slot, reading activation row slot / x_div and writing output
@@ -57,13 +57,12 @@ layout(constant_id = 11) const uint NVS = 1;    // weight rows a subgroup takes 
 layout(constant_id = 12) const uint PARTW = 1;  // shared floats of the chunk partials: NSG * 2 * NCOLS * LPOW
 layout(constant_id = 13) const uint HVW = 1;    // shared floats of OUT 2's tile: NCOLS * HMAX
 layout(constant_id = 14) const uint FSW = 1;    // shared floats of a pass's block terms: NSG * NVS * NCOLS * S
-layout(constant_id = 15) const uint XCW = 1;    // shared floats of XIN 1's chunk sums of squares: NCOLS * 32
 #ifdef FORM_ONE
 #define NCOLS 1u
 #else
 #define NCOLS NCOLS_SC
 #endif
-#define NMAX 32u   // columns of the N-row form at most (mv.rs MV_ROWS_MAX)
+#define NMAX 8u
 #define HMAX 64u   // rows of a SwiGLU tile at most
 
 layout(std430, set = 0, binding = 0) readonly buffer Wt { uint WDATA[]; };
@@ -109,7 +108,7 @@ shared uint xq[XQW];      // XIN 1: [column][block][8 words] quants of u
 shared float xdv[XBW];    // XIN 1: [column][block] d
 shared int xsv[XBW];      // XIN 1: [column][block] sum of the quants
 shared float xss[XBW];    // XIN 1: [column][block] sum of the squares of x
-shared float xcs[XCW];    // XIN 1: [column][chunk] the chunks' sums of squares
+shared float xcs[NMAX * 32u];   // XIN 1: [column][chunk] the chunks' sums of squares
 shared float rr[NMAX];    // XIN 1: r of each column
 shared float part[PARTW];   // [subgroup][weight row][column][chunk] chunk partials
 shared float hv[HVW];       // OUT 2: [column][tile row] h
@@ -224,14 +223,12 @@ void main() {
             }
             precise float acc[2][NMAX];   // a chunk longer than a pass: its running sum
             for (uint k = 0u; k < 2u; k++)
-                for (uint c = 0u; c < NCOLS; c++) acc[k][c] = 0.0;
+                for (uint c = 0u; c < NMAX; c++) acc[k][c] = 0.0;
             for (uint ps = 0u; ps < passes; ps++) {
                 uint b = ps * S + lane;
-                // Each chunk's blocks left to right from +0.0 (blocks past the row add +0.0,
-                // which leaves a sum that is never -0.0 as it was). The pass's block terms go
-                // through shared memory and one lane adds each chunk's (a shuffle a term would
-                // cost every lane every column's whole chunk).
-                uint fo = sg * NVS * NCOLS;   // this subgroup's first [weight row][column]
+                float f[2][NMAX];
+                for (uint k = 0u; k < 2u; k++)
+                    for (uint c = 0u; c < NMAX; c++) f[k][c] = 0.0;
                 if (b < nb) {
                     uint qw[2][8];
                     vec2 wf[2];
@@ -240,12 +237,17 @@ void main() {
                         if (live[k]) dot_load(roff[k], b, qw[k], wf[k], wi[k]);
                     for (uint c = 0u; c < NCOLS; c++) {
                         XUnit x = x_block(c, b);
-                        for (uint k = 0u; k < NVS; k++) fs[(fo + k * NCOLS + c) * S + lane] = live[k] ? dot_term(qw[k], wf[k], wi[k], x) : 0.0;
+                        for (uint k = 0u; k < NVS; k++)
+                            if (live[k]) f[k][c] = dot_term(qw[k], wf[k], wi[k], x);
                     }
-                } else {
-                    for (uint k = 0u; k < NVS; k++)
-                        for (uint c = 0u; c < NCOLS; c++) fs[(fo + k * NCOLS + c) * S + lane] = 0.0;
                 }
+                // Each chunk's blocks left to right from +0.0 (blocks past the row add +0.0,
+                // which leaves a sum that is never -0.0 as it was). The pass's block terms go
+                // through shared memory and one lane adds each chunk's (a shuffle a term would
+                // cost every lane every column's whole chunk).
+                uint fo = sg * NVS * NCOLS;   // this subgroup's first [weight row][column]
+                for (uint k = 0u; k < NVS; k++)
+                    for (uint c = 0u; c < NCOLS; c++) fs[(fo + k * NCOLS + c) * S + lane] = f[k][c];
                 subgroupMemoryBarrierShared();
                 subgroupBarrier();
                 if (CB <= S) {
