@@ -341,6 +341,27 @@ fn mv_subgroups(info: &DeviceInfo, swiglu: bool) -> Vec<u32> {
     (1..=SWIGLU_TILE).rev().filter(|&g| g <= most && SWIGLU_TILE.is_multiple_of(g)).collect()
 }
 
+/// Subgroups that share each row's passes over K (mv.comp's KS): as many as split the passes
+/// evenly, up to 4 and the workgroup's subgroups, where each pass holds whole chunks. More
+/// subgroups then stream a matrix of few rows (the FFN's down matrix, the N-row command's
+/// smaller ones) at once; an uneven split (3 passes) and the folded norm's one-row form were
+/// slower split (docs/lessons.md).
+fn mv_ksplit(subgroup_size: u32, cut: &Cut, normed: bool, subgroups: u32) -> u32 {
+    let s = subgroup_size.max(1);
+    let passes = (cut.blocks as u32).div_ceil(s);
+    if normed || cut.chunk_blocks as u32 > s {
+        return 1;
+    }
+    let mut k = 1;
+    while k < KSPLIT_MAX && 2 * k <= subgroups && passes.is_multiple_of(2 * k) {
+        k *= 2;
+    }
+    k
+}
+
+/// Subgroups that share a row's passes at most.
+const KSPLIT_MAX: u32 = 4;
+
 /// The specialization constants after the workgroup size and the row count (mv.comp).
 struct MvSpec {
     lanes: u32,
@@ -360,6 +381,8 @@ struct MvSpec {
     fs: u32,
     /// Subgroups a workgroup.
     subgroups: u32,
+    /// Subgroups that share a row group's passes over K.
+    ksplit: u32,
 }
 
 impl MvSpec {
@@ -380,6 +403,7 @@ impl MvSpec {
 
     fn with(info: &DeviceInfo, n: u32, rows: u32, cols: u32, normed: bool, swiglu: bool, subgroups: u32) -> Option<MvSpec> {
         let cut = Cut::of(cols as usize)?;
+        let ksplit = mv_ksplit(info.subgroup_size, &cut, normed, subgroups);
         // Two rows a subgroup share each activation block's loads where there are several
         // activation rows; SwiGLU's two are the gate row and its up row.
         let rows_sg = if swiglu || n > 1 { 2 } else { 1 };
@@ -387,7 +411,7 @@ impl MvSpec {
         // SwiGLU packs 32 rows a workgroup; the folded norm's prologue is shared by the
         // workgroup's rows, so it takes more of them where the matrix has many.
         let passes = if swiglu {
-            SWIGLU_TILE / subgroups
+            SWIGLU_TILE / (subgroups / ksplit)
         } else if normed {
             (rows / (NSG * outs * 264)).clamp(1, 16)
         } else {
@@ -406,12 +430,13 @@ impl MvSpec {
             part: subgroups * 2 * n * cut.lanes as u32,
             hv: if swiglu { n * 64 } else { 1 },
             fs: subgroups * rows_sg * n * info.subgroup_size,
+            ksplit,
             subgroups,
         })
     }
     /// Output rows a workgroup.
     fn tile(&self) -> u32 {
-        self.passes * self.subgroups * if self.out == 2 { 1 } else { self.rows_sg }
+        self.passes * (self.subgroups / self.ksplit) * if self.out == 2 { 1 } else { self.rows_sg }
     }
     /// Bytes of shared memory the kernel declares (mv.comp).
     fn shared_bytes(&self) -> u64 {
@@ -581,6 +606,7 @@ impl Recorder<'_> {
             spec.part,
             spec.hv,
             spec.fs,
+            spec.ksplit,
         ];
         let wgs = grid(s.rows.div_ceil(spec.tile()));
         match ex {
@@ -678,5 +704,28 @@ impl Recorder<'_> {
             }
             None => self.run(&name, &consts, &[w, x, nr, y, pk], &mm.bytes(), [row_tiles, cols, 1]),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The split follows the row's passes: 2048 values (2 passes of 32 lanes) in two, 8192
+    /// (8 passes) in four, 3072 (3) and 576 (1) not at all; never the folded norm's form, nor
+    /// past the workgroup's subgroups, nor where a chunk spans passes (16-block chunks in
+    /// lavapipe's 8-lane passes).
+    #[test]
+    fn k_splits_where_the_passes_divide_evenly() {
+        let cut = |k: usize| Cut::of(k).unwrap();
+        assert_eq!(mv_ksplit(32, &cut(2048), false, 4), 2);
+        assert_eq!(mv_ksplit(32, &cut(8192), false, 4), 4);
+        assert_eq!(mv_ksplit(32, &cut(8192), false, 2), 2);
+        assert_eq!(mv_ksplit(32, &cut(8192), false, 32), KSPLIT_MAX);
+        assert_eq!(mv_ksplit(32, &cut(3072), false, 4), 1);
+        assert_eq!(mv_ksplit(32, &cut(576), false, 4), 1);
+        assert_eq!(mv_ksplit(32, &cut(8192), true, 4), 1);
+        assert_eq!(mv_ksplit(8, &cut(2048), false, 4), 4);
+        assert_eq!(mv_ksplit(8, &cut(16384), false, 4), 1);
     }
 }

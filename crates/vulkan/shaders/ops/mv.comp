@@ -7,9 +7,12 @@
 // block p * S + l of pass p, so a subgroup's loads are neighbouring bytes, and computes its
 // f_b (dotfmt.glsl: an exact integer dot of the weight quants with the activation quants, then
 // the format's float expression). Each chunk's blocks are then added left to right by one
-// lane, from the pass's terms in shared memory; the chunk partials go to shared memory, and lane 0 adds them by the pairwise tree and runs the
-// epilogue. No float operation's order depends on NCOLS, the tile, S or which lane loaded a
-// block, so a row's result is the same bits in every form and on every device.
+// lane, from the pass's terms in shared memory; the chunk partials go to shared memory, and
+// one thread a column adds them by the pairwise tree and runs the epilogue. Where a row has
+// several passes, KS subgroups may share them (each a run of whole passes, so each chunk is
+// one subgroup's): more subgroups stream a matrix of few rows. No float operation's order
+// depends on NCOLS, the tile, KS, S or which lane loaded a block, so a row's result is the
+// same bits in every form and on every device.
 // Input (specialization constant XIN):
 // - 0: activations packed in 32-value int8 blocks (qact.comp QPACK 32, or what the attention
 //   combine or a SwiGLU epilogue wrote): binding 1, block scales at xd_off, sums at xs_off.
@@ -57,6 +60,7 @@ layout(constant_id = 11) const uint NVS = 1;    // weight rows a subgroup takes 
 layout(constant_id = 12) const uint PARTW = 1;  // shared floats of the chunk partials: NSG * 2 * NCOLS * LPOW
 layout(constant_id = 13) const uint HVW = 1;    // shared floats of OUT 2's tile: NCOLS * HMAX
 layout(constant_id = 14) const uint FSW = 1;    // shared floats of a pass's block terms: NSG * NVS * NCOLS * S
+layout(constant_id = 15) const uint KS = 1;     // subgroups that share a row's passes over K (a power of two dividing NSG; above 1 only where CB <= S)
 #ifdef FORM_ONE
 #define NCOLS 1u
 #else
@@ -191,6 +195,38 @@ void prologue(uint t) {
     barrier();
 }
 
+// The pairwise tree over row group rg's chunk partials (+0.0 past the last chunk) for
+// column c, and the epilogue; the group's rows start at out0.
+void finish(uint rg, uint c, uint out0, uint outs, uint wg, uint tile) {
+    float y2[2];
+    for (uint k = 0u; k < NVS; k++) {
+        float v[32];
+        for (uint i = 0u; i < LPOW; i++) v[i] = i < NCH ? part[((rg * 2u + k) * NCOLS + c) * LPOW + i] : 0.0;
+        for (uint dd = 1u; dd < LPOW; dd <<= 1)
+            for (uint i = 0u; i < LPOW; i += 2u * dd) {
+                precise float a = v[i] + v[i + dd];
+                v[i] = a;
+            }
+        y2[k] = v[0];
+    }
+    for (uint k = 0u; k < outs; k++) {
+        uint row = out0 + k;
+        if (row >= p.rows) break;
+        precise float g = y2[k];
+        float r = XIN == 1u ? rr[c] : XIN == 2u ? nr[col_x(c)] : 1.0;
+        if (XIN != 0u) g = r * g;
+        uint yi = col_out(c) * p.y_stride + p.y_off + row;
+        if (OUT == 0u) {
+            y[yi] = g;
+        } else if (OUT == 1u) {
+            precise float s = g + y[yi];
+            y[yi] = s;
+        } else {
+            hv[c * HMAX + (row - wg * tile)] = canon_swiglu(y2[0], y2[1], r, XIN != 0u);
+        }
+    }
+}
+
 void main() {
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint t = gl_LocalInvocationIndex;
@@ -200,7 +236,8 @@ void main() {
     uint passes = (nb + S - 1u) / S;
     // Output rows a subgroup: NVS rows, or one (OUT 2: its gate and up rows).
     uint outs = OUT == 2u ? 1u : NVS;
-    uint tile = TP * NSG * outs;
+    uint groups = NSG / KS;   // row groups the workgroup's subgroups take at once
+    uint tile = TP * groups * outs;
 #ifdef EXPERT
     ebase = gl_WorkGroupID.z * p.rows;
     lbase = grp[gl_WorkGroupID.z];
@@ -213,7 +250,12 @@ void main() {
     if (XIN == 1u) prologue(t);
     for (uint tp = 0u; tp < TP; tp++) {
         for (uint sg = gl_SubgroupID; sg < NSG; sg += gl_NumSubgroups) {
-            uint out0 = wg * tile + (tp * NSG + sg) * outs;
+            // Row group rg's passes over K, in KS runs of whole passes (a pass holds whole
+            // chunks where KS is above 1): subgroup sg takes run kp.
+            uint rg = sg / KS;
+            uint kp = sg % KS;
+            uint run = (passes + KS - 1u) / KS;
+            uint out0 = wg * tile + (tp * groups + rg) * outs;
             uint roff[2];
             bool live[2];
             for (uint k = 0u; k < NVS; k++) {
@@ -224,7 +266,7 @@ void main() {
             precise float acc[2][NMAX];   // a chunk longer than a pass: its running sum
             for (uint k = 0u; k < 2u; k++)
                 for (uint c = 0u; c < NMAX; c++) acc[k][c] = 0.0;
-            for (uint ps = 0u; ps < passes; ps++) {
+            for (uint ps = kp * run; ps < min(passes, (kp + 1u) * run); ps++) {
                 uint b = ps * S + lane;
                 float f[2][NMAX];
                 for (uint k = 0u; k < 2u; k++)
@@ -258,7 +300,7 @@ void main() {
                         uint ch = ps * per + j;
                         precise float a = 0.0;
                         for (uint i = 0u; i < CB; i++) a = a + fs[(fo + kc) * S + j * CB + i];
-                        if (ch < NCH) part[((sg * 2u + kc / NCOLS) * NCOLS + kc % NCOLS) * LPOW + ch] = a;
+                        if (ch < NCH) part[((rg * 2u + kc / NCOLS) * NCOLS + kc % NCOLS) * LPOW + ch] = a;
                     }
                 } else {
                     // A chunk spans CB / S passes: lane k * NCOLS + c (and every S-th after
@@ -271,7 +313,7 @@ void main() {
                         uint c = e % NCOLS;
                         for (uint j = 0u; j < S; j++) acc[k][c] = acc[k][c] + fs[(fo + e) * S + j];
                         if (ends) {
-                            if (ch < NCH) part[((sg * 2u + k) * NCOLS + c) * LPOW + ch] = acc[k][c];
+                            if (ch < NCH) part[((rg * 2u + k) * NCOLS + c) * LPOW + ch] = acc[k][c];
                             acc[k][c] = 0.0;
                         }
                     }
@@ -279,40 +321,23 @@ void main() {
                 subgroupMemoryBarrierShared();
                 subgroupBarrier();   // fs is read before the next pass writes it
             }
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
-            // The pairwise tree over the chunk partials (+0.0 past the last chunk) and the
-            // epilogue: lane c takes column c.
-            for (uint c = lane; c < ncol; c += S) {
-                float y2[2];
-                for (uint k = 0u; k < NVS; k++) {
-                    float v[32];
-                    for (uint i = 0u; i < LPOW; i++) v[i] = i < NCH ? part[((sg * 2u + k) * NCOLS + c) * LPOW + i] : 0.0;
-                    for (uint dd = 1u; dd < LPOW; dd <<= 1)
-                        for (uint i = 0u; i < LPOW; i += 2u * dd) {
-                            precise float a = v[i] + v[i + dd];
-                            v[i] = a;
-                        }
-                    y2[k] = v[0];
-                }
-                for (uint k = 0u; k < outs; k++) {
-                    uint row = out0 + k;
-                    if (row >= p.rows) break;
-                    precise float g = y2[k];
-                    float r = XIN == 1u ? rr[c] : XIN == 2u ? nr[col_x(c)] : 1.0;
-                    if (XIN != 0u) g = r * g;
-                    uint yi = col_out(c) * p.y_stride + p.y_off + row;
-                    if (OUT == 0u) {
-                        y[yi] = g;
-                    } else if (OUT == 1u) {
-                        precise float s = g + y[yi];
-                        y[yi] = s;
-                    } else {
-                        hv[c * HMAX + (row - wg * tile)] = canon_swiglu(y2[0], y2[1], r, XIN != 0u);
-                    }
-                }
+            if (KS == 1u) {
+                // The subgroup wrote all of its rows' chunk partials: lane c takes column c.
+                subgroupMemoryBarrierShared();
+                subgroupBarrier();
+                for (uint c = lane; c < ncol; c += S) finish(rg, c, out0, outs, wg, tile);
+                subgroupBarrier();   // part is read before the subgroup's next rows write it
             }
-            subgroupBarrier();   // part is read before the subgroup's next rows write it
+        }
+        if (KS > 1u) {
+            // KS subgroups wrote each row group's partials: once all are written, the
+            // workgroup's threads take (row group, column) pairs.
+            barrier();
+            for (uint e = t; e < groups * ncol; e += WG) {
+                uint rg = e / ncol;
+                finish(rg, e % ncol, wg * tile + (tp * groups + rg) * outs, outs, wg, tile);
+            }
+            barrier();   // part is read before the next rows write it
         }
     }
     if (OUT != 2u) return;
