@@ -578,7 +578,7 @@ pub fn synth_with(spec: &SynthSpec, ty: SynthType, out: &Path, seed: u64, progre
     }
     let total: u64 = plan.iter().map(|t| t.ty.bytes_for(t.dims.iter().product()).unwrap_or(0)).sum();
 
-    let pb = if progress {
+    let bar = if progress {
         let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         pb.set_style(
             ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "),
@@ -588,6 +588,9 @@ pub fn synth_with(spec: &SynthSpec, ty: SynthType, out: &Path, seed: u64, progre
     } else {
         ProgressBar::hidden()
     };
+    // Where stderr is no terminal (a script's log), a line every tenth instead of the bar.
+    let lines = progress && !std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let pb = Progress { bar, lines, what: format!("{} {}", spec.name, ty), total, done: std::cell::Cell::new(0), started: std::time::Instant::now() };
 
     let mut tmp = out.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -603,9 +606,9 @@ pub fn synth_with(spec: &SynthSpec, ty: SynthType, out: &Path, seed: u64, progre
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
-        pb.abandon();
+        pb.bar.abandon();
     } else {
-        pb.finish();
+        pb.bar.finish();
     }
     result
 }
@@ -629,9 +632,32 @@ fn pad_vocab(tokenizer: &mut [(String, Value)], min: usize) {
     }
 }
 
+/// The bytes written so far: a bar on a terminal, else (`lines`) a log line every tenth.
+struct Progress {
+    bar: ProgressBar,
+    lines: bool,
+    what: String,
+    total: u64,
+    done: std::cell::Cell<u64>,
+    started: std::time::Instant,
+}
+
+impl Progress {
+    fn inc(&self, n: u64) {
+        self.bar.inc(n);
+        let (before, after) = (self.done.get(), self.done.get() + n);
+        self.done.set(after);
+        let tenth = |b: u64| b * 10 / self.total.max(1);
+        if self.lines && tenth(after) > tenth(before) {
+            let secs = self.started.elapsed().as_secs_f64();
+            tracing::info!("synth {}: {}% ({} of {} MB, {:.0} MB/s)", self.what, tenth(after) * 10, after >> 20, self.total >> 20, after as f64 / 1048576.0 / secs.max(1e-3));
+        }
+    }
+}
+
 /// Generate, quantize and write one tensor's bytes, a batch of row chunks at a time; the next
 /// batch is computed while the previous one is written.
-fn write_tensor(t: &PlannedTensor, index: u64, seed: u64, std: f32, dst: &mut dyn Write, pb: &ProgressBar) -> std::io::Result<()> {
+fn write_tensor(t: &PlannedTensor, index: u64, seed: u64, std: f32, dst: &mut dyn Write, pb: &Progress) -> std::io::Result<()> {
     let cols = t.dims[0] as usize;
     let rows = t.dims.iter().skip(1).product::<u64>() as usize;
     if t.ones {
