@@ -23,6 +23,7 @@
 use resin_core::canon::{Cut, BLOCK};
 use resin_core::NROW_MAX;
 use resin_gguf::GgmlType;
+use resin_model::FfnAct;
 
 use crate::device::DeviceInfo;
 use crate::kernels::{format_name, grid, CountPush, NormPackPush, Push, Recorder};
@@ -83,8 +84,9 @@ pub enum MvOut<'a> {
     /// y += W x (the residual sum).
     Add(Bind<'a>),
     /// The bound weights hold the gate matrix's rows and, `up_off` bytes on, the up matrix's:
-    /// silu(gate x) * (up x), packed as `layout` for the next matrix.
-    SwiGlu { up_off: u32, out: Bind<'a>, layout: QPack },
+    /// act(gate x) * (up x) (silu: SwiGLU; GELU's tanh form: GeGLU), packed as `layout` for
+    /// the next matrix.
+    SwiGlu { act: FfnAct, up_off: u32, out: Bind<'a>, layout: QPack },
 }
 
 /// The rows of a product: `rows` weight rows of `cols` values (`row_bytes` each), activation
@@ -155,6 +157,8 @@ struct Io<'a> {
     pk: Bind<'a>,
     /// 0 store, 1 add, 2 SwiGLU; the shaders' OUT.
     out: u32,
+    /// OUT 2's gate activation: 0 silu, 1 GELU (the shaders' ACT).
+    act: u32,
     up_off: u32,
     pd_off: u32,
     ps_off: u32,
@@ -180,7 +184,7 @@ impl<'a> Io<'a> {
         let (y, pk, outk, up_off, pd_off, ps_off) = match out {
             MvOut::Store(y) => (y, y, 0, 0, 0, 0),
             MvOut::Add(y) => (y, y, 1, 0, 0, 0),
-            MvOut::SwiGlu { up_off, out, layout } => {
+            MvOut::SwiGlu { up_off, out, layout, .. } => {
                 if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (ny - 1) * s.y_stride + s.y_off + s.rows > layout.count {
                     return Err(format!("a SwiGLU packed in 32-row blocks from row {} at stride {} ({} values)", s.y_off, s.y_stride, layout.count));
                 }
@@ -190,7 +194,11 @@ impl<'a> Io<'a> {
                 (out, out, 2, up_off, layout.d_off(), layout.s_off())
             }
         };
-        Ok(Io { x, nw, xin, eps, xd_off, xs_off, y, pk, out: outk, up_off, pd_off, ps_off })
+        let act = match out {
+            MvOut::SwiGlu { act: FfnAct::GeluTanh, .. } => 1,
+            _ => 0,
+        };
+        Ok(Io { x, nw, xin, eps, xd_off, xs_off, y, pk, out: outk, act, up_off, pd_off, ps_off })
     }
 }
 
@@ -607,6 +615,7 @@ impl Recorder<'_> {
             spec.hv,
             spec.fs,
             spec.ksplit,
+            io.act,
         ];
         let wgs = grid(s.rows.div_ceil(spec.tile()));
         match ex {
@@ -638,7 +647,7 @@ impl Recorder<'_> {
             Ok(_) => return bad("a folded norm of one row".into()),
             Err(what) => return bad(what),
         };
-        let Io { x, nw: nr, xin, xd_off, xs_off, y, pk, out: outk, up_off, pd_off, ps_off, .. } = io;
+        let Io { x, nw: nr, xin, xd_off, xs_off, y, pk, out: outk, act, up_off, pd_off, ps_off, .. } = io;
         let mv = MvPush {
             rows: s.rows,
             cols: s.cols,
@@ -669,7 +678,7 @@ impl Recorder<'_> {
             }
             let hw = if tier == DotTier::Hardware { "x" } else { "" };
             let name = format!("mr{hw}_{form}{f}");
-            let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, cs, xin, outk, nv, 32 * cs, nc];
+            let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, cs, xin, outk, nv, 32 * cs, nc, act];
             let outs = if outk == 2 { 32 } else { 32 * nv };
             let grid = [n.div_ceil(nc), s.rows.div_ceil(outs), ex.as_ref().map_or(1, |e| e.n_expert)];
             return match ex {
@@ -693,7 +702,7 @@ impl Recorder<'_> {
         let stacks = ex.as_ref().map_or(1, |e| e.n_expert);
         let rt = if outk == 2 || s.rows.div_ceil(64) * cols * stacks >= MM_SMALL_TILES_BELOW { 4 } else { 1 };
         let outs = if outk == 2 { 32 } else { 16 * rt };
-        let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], rt, 64 * rt];
+        let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], rt, 64 * rt, act];
         let row_tiles = s.rows.div_ceil(outs);
         match ex {
             // An expert has at most n slots (a row's slots choose distinct experts): n's

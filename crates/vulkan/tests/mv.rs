@@ -12,6 +12,7 @@ use common::*;
 use resin_core::canon::Cut;
 use resin_cpu::kernels::canon::{canon_dot, canon_rms_scale, canon_sumsq, CanonActs};
 use resin_gguf::{formats, GgmlType};
+use resin_model::FfnAct;
 use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
 use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, DotTier, Experts, Mv, MvIn, MvOut, MvShape, QPack};
 use resin_vulkan::pipelines::Bind;
@@ -248,16 +249,27 @@ fn mv_q5_0() {
     mv_format(GgmlType::Q5_0);
 }
 
-/// The SwiGLU epilogue: gate and up rows in one buffer, silu(g) * u packed for the next
-/// matrix, against the reference (the exp is each home's: quants within one step); normpack
-/// and an 8-row or a 33-row pass give each row the bits of that row folded alone.
+/// The SwiGLU and GeGLU epilogues: gate and up rows in one buffer, act(g) * u packed for the
+/// next matrix, against the reference (the exp is each home's: quants within one step);
+/// normpack and an 8-row or a 33-row pass give each row the bits of that row folded alone; the
+/// two activations' packs differ (the control that the epilogue takes its activation).
 #[test]
 fn mv_swiglu_packs_the_ffn_product() {
     let Some(mut h) = Harness::new() else { return };
     if !mv_ok(&h.gpu.info) {
         return;
     }
+    let mut packs = Vec::new();
+    for act in [FfnAct::Silu, FfnAct::GeluTanh] {
+        packs.push(glu_packs(&mut h, act));
+    }
+    assert!(packs[0] != packs[1], "SwiGLU and GeGLU packed the same values");
+}
+
+/// One activation's run of `mv_swiglu_packs_the_ffn_product`; returns the 33-row packs.
+fn glu_packs(h: &mut Harness, act: FfnAct) -> Vec<Vec<u32>> {
     let mut rng = Rng(0x5e1);
+    let mut packs = Vec::new();
     for (ty, rows, cols) in [(GgmlType::Q8_0, 64usize, 576usize), (GgmlType::Q4_K, 96, 1024)] {
         assert!(mv_fits(&h.gpu.info, 1, cols as u32, true, true) && mv_fits(&h.gpu.info, 8, cols as u32, false, true), "{ty} {rows}x{cols}: the test's shape must fit the device");
         let cut = Cut::of(cols).unwrap();
@@ -277,21 +289,21 @@ fn mv_swiglu_packs_the_ffn_product() {
         let mut ones = Vec::new();
         for c in 0..8 {
             let xc = h.buf_f32(&xs[c * cols..(c + 1) * cols]);
-            let out = poisoned_words(&h, one_layout.words() as usize);
+            let out = poisoned_words(h, one_layout.words() as usize);
             let input = MvIn::Normed { x: (&xc).into(), w: (&nwb).into(), eps: 1e-5 };
-            let o = MvOut::SwiGlu { up_off, out: (&out).into(), layout: one_layout };
+            let o = MvOut::SwiGlu { act, up_off, out: (&out).into(), layout: one_layout };
             h.run(|rec| rec.mv(Mv { ty, n: 1, w: (&wbuf).into(), input, out: o, shape }));
             ones.push(out.read_u32(0, one_layout.words() as usize).unwrap());
         }
-        let (pk, xl, rsb) = normpacked(&mut h, &xs, cols, &nwb, 1e-5);
+        let (pk, xl, rsb) = normpacked(h, &xs, cols, &nwb, 1e-5);
         let (qw, nbk) = (rows / 4, rows / 32);
         let (d_off, s_off) = (layout.d_off() as usize, layout.s_off() as usize);
         let (d1, s1) = (one_layout.d_off() as usize, one_layout.s_off() as usize);
         let mut all = Vec::new();
         for n in [8usize, WIDE] {
-            let out = poisoned_words(&h, layout.words() as usize);
+            let out = poisoned_words(h, layout.words() as usize);
             let input = MvIn::NormPacked { x: (&pk).into(), layout: xl, r: (&rsb).into() };
-            h.run(|rec| rec.mv(Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::SwiGlu { up_off, out: (&out).into(), layout }, shape }));
+            h.run(|rec| rec.mv(Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::SwiGlu { act, up_off, out: (&out).into(), layout }, shape }));
             all = out.read_u32(0, layout.words() as usize).unwrap();
             for (c, one) in ones.iter().enumerate() {
                 let same = one[..qw] == all[c * qw..(c + 1) * qw]
@@ -309,7 +321,10 @@ fn mv_swiglu_packs_the_ffn_product() {
                 .map(|i| {
                     let g = r * canon_dot(ty, &gate[i * rb..(i + 1) * rb], &a, &cut);
                     let u = r * canon_dot(ty, &up[i * rb..(i + 1) * rb], &a, &cut);
-                    g / (1.0 + (-g).exp()) * u
+                    match act {
+                        FfnAct::Silu => g / (1.0 + (-g).exp()) * u,
+                        FfnAct::GeluTanh => 0.5 * g * (1.0 + (0.797_884_6 * g * (1.0 + 0.044_715 * g * g)).tanh()) * u,
+                    }
                 })
                 .collect();
             let want = CanonActs::quantize(&hv);
@@ -326,7 +341,9 @@ fn mv_swiglu_packs_the_ffn_product() {
                 assert_eq!(all[s_off + c * rows / 32 + b] as i32, s, "{ty} col {c} block {b}: the sum of the quants");
             }
         }
+        packs.push(all);
     }
+    packs
 }
 
 /// Experts of the grouped product's tests, chosen a row.
@@ -412,13 +429,13 @@ fn expert_step(h: &mut Harness, rng: &mut Rng, n: usize, control_differs: &mut b
         let (ol, pl) = (QPack::new((slots * per) as u32).unwrap(), QPack::new((n * per) as u32).unwrap());
         let out = poisoned_words(h, ol.words() as usize);
         let ex = Experts { n_expert: NE as u32, used: KU as u32, x_div: KU as u32, groups: (&grp).into() };
-        h.run(|rec| rec.mv_experts(Mv { ty, n: n as u32, w: (&gubuf).into(), input, out: MvOut::SwiGlu { up_off, out: (&out).into(), layout: ol }, shape }, ex));
+        h.run(|rec| rec.mv_experts(Mv { ty, n: n as u32, w: (&gubuf).into(), input, out: MvOut::SwiGlu { act: FfnAct::Silu, up_off, out: (&out).into(), layout: ol }, shape }, ex));
         let got = out.read_u32(0, ol.words() as usize).unwrap();
         let mut checked = 0;
         for e in 0..NE {
             let w = Bind { buf: &gubuf, offset: (e * per * row_bytes) as u64, range: gubuf.size - (e * per * row_bytes) as u64 };
             let plain = poisoned_words(h, pl.words() as usize);
-            h.run(|rec| rec.mv(Mv { ty, n: n as u32, w, input, out: MvOut::SwiGlu { up_off, out: (&plain).into(), layout: pl }, shape }));
+            h.run(|rec| rec.mv(Mv { ty, n: n as u32, w, input, out: MvOut::SwiGlu { act: FfnAct::Silu, up_off, out: (&plain).into(), layout: pl }, shape }));
             let plain = plain.read_u32(0, pl.words() as usize).unwrap();
             let (qw, nb) = (per / 4, per / 32);
             for s in (0..slots).filter(|&s| sel[s] as usize == e) {
@@ -525,14 +542,14 @@ fn mv_refusals() {
         errs.push(rec.mv(mv(GgmlType::Q4_K, 9, packed, store, shape)).is_err());
         errs.push(rec.mv(mv(GgmlType::Q4_K, 3, packed, store, shape)).is_err());
         errs.push(rec.mv(mv(GgmlType::Q8_0, 1, packed, store, MvShape { cols: 48, x_stride: 64, ..shape })).is_err());
-        errs.push(rec.mv(mv(GgmlType::Q4_K, 1, packed, MvOut::SwiGlu { up_off: 144, out: (&x).into(), layout: l }, shape)).is_err());
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 1, packed, MvOut::SwiGlu { act: FfnAct::Silu, up_off: 144, out: (&x).into(), layout: l }, shape)).is_err());
         // A folded norm of 3 rows or of 9 (one row only: more take normpack); a SwiGLU of 9
         // rows of 1 weight row.
         errs.push(rec.mv(mv(GgmlType::Q4_K, 3, MvIn::Normed { x: (&x).into(), w: (&x).into(), eps: 1e-5 }, store, shape)).is_err());
         errs.push(rec.mv(mv(GgmlType::Q4_K, 9, MvIn::Normed { x: (&x).into(), w: (&x).into(), eps: 1e-5 }, store, shape)).is_err());
         let l16 = QPack::new(16 * 256).unwrap();
         let x16 = MvIn::Packed { x: (&x).into(), layout: l16 };
-        errs.push(rec.mv(mv(GgmlType::Q4_K, 9, x16, MvOut::SwiGlu { up_off: 144, out: (&x).into(), layout: l16 }, shape)).is_err());
+        errs.push(rec.mv(mv(GgmlType::Q4_K, 9, x16, MvOut::SwiGlu { act: FfnAct::Silu, up_off: 144, out: (&x).into(), layout: l16 }, shape)).is_err());
     })
     .unwrap();
     assert!(errs.iter().all(|e| *e), "{errs:?}");

@@ -3,16 +3,23 @@
 #ifndef RESIN_CANON_EPI_GLSL
 #define RESIN_CANON_EPI_GLSL
 
-// h = silu(g) * u of a gate and up product's finished sums, each scaled by the row's r first
-// where the norm was folded (scaled).
-float canon_swiglu(float g0, float u0, float r, bool scaled) {
+#include "act.glsl"
+
+// h = act(g) * u of a gate and up product's finished sums (act: silu, or with `gelu` GELU's
+// tanh form: GeGLU), each scaled by the row's r first where the norm was folded (scaled).
+float canon_glu(float g0, float u0, float r, bool scaled, bool gelu) {
     precise float g = g0;
     precise float u = u0;
     if (scaled) {
         g = r * g;
         u = r * u;
     }
-    precise float h = g / (1.0 + exp(-g)) * u;
+    precise float h;
+    if (gelu) {
+        h = gelu_tanh(g) * u;
+    } else {
+        h = g / (1.0 + exp(-g)) * u;
+    }
     return h;
 }
 

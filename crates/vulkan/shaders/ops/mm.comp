@@ -45,6 +45,7 @@ layout(constant_id = 4) const uint XIN = 0;     // 0: packed; 2: normpack's pack
 layout(constant_id = 5) const uint OUT = 0;     // 0: store; 1: add; 2: SwiGLU packed
 layout(constant_id = 6) const uint RT = 4;      // 16-row regions of weight rows a tile (4 for SwiGLU)
 layout(constant_id = 7) const uint WG = 256;    // threads: 2 RT subgroups of 32
+layout(constant_id = 8) const uint ACT = 0;     // OUT 2's gate activation: 0 silu (SwiGLU), 1 GELU's tanh form (GeGLU)
 
 #define WR (16u * RT)   // weight rows staged a tile
 #define BN 32u     // activation rows a tile
@@ -300,7 +301,7 @@ void main() {
     uint col = c0 + t;
     float r = XIN != 0u ? nr[col_x(col)] : 1.0;
     float h[32];
-    for (uint i = 0u; i < 32u; i++) h[i] = canon_swiglu(res[i * BN + t], res[(32u + i) * BN + t], r, XIN != 0u);
+    for (uint i = 0u; i < 32u; i++) h[i] = canon_glu(res[i * BN + t], res[(32u + i) * BN + t], r, XIN != 0u, ACT == 1u);
     uint q[8];
     float d;
     int s;

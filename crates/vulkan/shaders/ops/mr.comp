@@ -35,6 +35,7 @@ layout(constant_id = 5) const uint OUT = 0;     // 0: store; 1: add; 2: SwiGLU p
 layout(constant_id = 6) const uint NV = 1;      // weight rows a thread (2 for OUT 2: gate and up)
 layout(constant_id = 7) const uint WG = 256;    // threads: 32 CS
 layout(constant_id = 8) const uint NC = 16;     // columns a workgroup (at most NCMAX)
+layout(constant_id = 9) const uint ACT = 0;     // OUT 2's gate activation: 0 silu (SwiGLU), 1 GELU's tanh form (GeGLU)
 
 #define NVMAX 2u
 #define NCMAX 16u
@@ -221,7 +222,7 @@ void main() {
     uint col = c0 + t;
     float r = XIN != 0u ? nr[col_x(col)] : 1.0;
     float h[32];
-    for (uint i = 0u; i < 32u; i++) h[i] = canon_swiglu(res[t * 32u + i], res[(NC + t) * 32u + i], r, XIN != 0u);
+    for (uint i = 0u; i < 32u; i++) h[i] = canon_glu(res[t * 32u + i], res[(NC + t) * 32u + i], r, XIN != 0u, ACT == 1u);
     uint q[8];
     float d;
     int s;

@@ -231,9 +231,9 @@ fn shape(m: &Mat, part: &Part, y_stride: usize) -> MvShape {
     MvShape { rows: part.rows as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: part.r0 as u32 }
 }
 
-/// The FFN input of n rows: gate and up of norm(x) * ffn_norm, SwiGLU, packed or rounded for
+/// The FFN input of n rows: gate and up of norm(x) * ffn_norm, SwiGLU or GeGLU, packed or rounded for
 /// `down`; then a barrier. Where gate and up share a buffer and every matrix takes the
-/// canonical product, one product with SwiGLU in its epilogue (its norm folded at one row,
+/// canonical product, one product with the activation in its epilogue (its norm folded at one row,
 /// `normpack` ahead of it for more), else `norm_mm` (marking `gate_up`) and `swiglu_for`.
 pub(super) fn ffn_in<'a>(
     rec: &mut Recorder<'_>,
@@ -247,12 +247,11 @@ pub(super) fn ffn_in<'a>(
     let (cfg, s) = (ctx.cfg, ctx.s);
     let pair = ly.gate.pair_with(&ly.up);
     let how = canon_norm(rec, n, r, &[&ly.gate, &ly.up], s, true);
-    let silu = cfg.ffn_act == FfnAct::Silu;
-    if let (Some((w, up_off)), true, true, Some(how), true) =
-        (pair, silu, canon(&ly.down, n, s), how, mv_fits(&rec.gpu.info, n as u32, ly.gate.cols as u32, how == Some(CanonNorm::Fold), true))
+    if let (Some((w, up_off)), true, Some(how), true) =
+        (pair, canon(&ly.down, n, s), how, mv_fits(&rec.gpu.info, n as u32, ly.gate.cols as u32, how == Some(CanonNorm::Fold), true))
     {
         let input = canon_input(rec, how, n, r, &norm, ly.gate.cols, s, clock)?;
-        let out = MvOut::SwiGlu { up_off, out: (&s.xp32).into(), layout: packed(n, ly.down.cols)? };
+        let out = MvOut::SwiGlu { act: cfg.ffn_act, up_off, out: (&s.xp32).into(), layout: packed(n, ly.down.cols)? };
         rec.mv(Mv { ty: ly.gate.ty, n: n as u32, w, input, out, shape: shape(&ly.gate, &ly.gate.parts[0], cfg.n_ff) })?;
         rec.barrier();
         mark(clock, rec.cmd, "gate_up", norm.layer);
@@ -662,10 +661,10 @@ fn moe_experts(
     let expert = |m, y_stride| expert_mat(m, moe.n_expert, y_stride);
     let act_layout = QPack::new(slots * ff as u32)?;
     let act_out = Bind::from(&s.moe_act);
-    match ly.gate.pair_with(&ly.up).filter(|_| act == FfnAct::Silu) {
+    match ly.gate.pair_with(&ly.up) {
         Some((w, up_off)) => {
             let (_, shape) = expert(&ly.gate, ff)?;
-            let out = MvOut::SwiGlu { up_off, out: act_out, layout: act_layout };
+            let out = MvOut::SwiGlu { act, up_off, out: act_out, layout: act_layout };
             rec.mv_experts(Mv { ty: ly.gate.ty, n: n as u32, w, input, out, shape }, experts(k))?;
             rec.barrier();
             mark(clock, rec.cmd, "gate_up", layer);
