@@ -202,6 +202,20 @@ impl<'a> Io<'a> {
     }
 }
 
+/// What [`Recorder::normpack`] adds to the rows first: `y`, or (`post`, gemma3's post-norms)
+/// rmsnorm(y) * post with `y`'s own r found as the norm's (the same eps).
+#[derive(Clone, Copy)]
+pub struct NormAdd<'a> {
+    pub y: Bind<'a>,
+    pub post: Option<Bind<'a>>,
+}
+
+impl<'a> From<&'a crate::buffers::Buffer> for NormAdd<'a> {
+    fn from(y: &'a crate::buffers::Buffer) -> NormAdd<'a> {
+        NormAdd { y: y.into(), post: None }
+    }
+}
+
 /// Blocks a row [`Recorder::normpack`] takes at most (its shared memory).
 const NORMPACK_BLOCKS: usize = 512;
 
@@ -472,17 +486,33 @@ impl Recorder<'_> {
     }
 
     /// The RMS norm of `rows` rows of `cols` values in the canonical order, for products that
-    /// read [`MvIn::NormPacked`]: x += add first where given (written back), then u = x * w
-    /// packed as `layout` into `out` and each row's r into `r` (`shaders/ops/normpack.comp`).
+    /// read [`MvIn::NormPacked`]: x += add first where given (written back; [`NormAdd`]: its
+    /// own RMS norm first where it has one), then u = x * w packed as `layout` into `out` and
+    /// each row's r into `r` (`shaders/ops/normpack.comp`).
     #[allow(clippy::too_many_arguments)]
-    pub fn normpack(&mut self, rows: u32, cols: u32, eps: f32, x: Bind<'_>, add: Option<Bind<'_>>, w: Bind<'_>, layout: QPack, out: Bind<'_>, r: Bind<'_>) -> Result<(), VkError> {
+    pub fn normpack(
+        &mut self,
+        rows: u32,
+        cols: u32,
+        eps: f32,
+        x: Bind<'_>,
+        add: Option<NormAdd<'_>>,
+        w: Bind<'_>,
+        layout: QPack,
+        out: Bind<'_>,
+        r: Bind<'_>,
+    ) -> Result<(), VkError> {
         let cut = Cut::of(cols as usize).filter(|c| c.blocks <= NORMPACK_BLOCKS).ok_or_else(|| VkError::Unsupported(format!("a canonical norm of rows of {cols} values")))?;
         if rows * cols > layout.count || out.range < layout.bytes() || r.range < 4 * rows as u64 {
             return Err(VkError::OutOfRange(format!("{rows} rows of {cols}: {} packed values, {} bytes of r", layout.count, r.range)));
         }
         let push = NormPackPush { n: cols, eps, count: layout.count };
-        let name = if add.is_some() { "normpack_add" } else { "normpack" };
-        self.run(name, &[cut.lanes as u32, cut.chunk_blocks as u32, cut.chunks as u32], &[x, add.unwrap_or(x), w, out, r], &push.bytes(), [rows, 1, 1])
+        let consts = [cut.lanes as u32, cut.chunk_blocks as u32, cut.chunks as u32];
+        match add {
+            None => self.run("normpack", &consts, &[x, x, w, out, r], &push.bytes(), [rows, 1, 1]),
+            Some(NormAdd { y, post: None }) => self.run("normpack_add", &consts, &[x, y, w, out, r], &push.bytes(), [rows, 1, 1]),
+            Some(NormAdd { y, post: Some(wp) }) => self.run("normpack_post", &consts, &[x, y, w, out, r, wp], &push.bytes(), [rows, 1, 1]),
+        }
     }
 
     /// The product `m` in the device's [`DotTier`] for its rows.

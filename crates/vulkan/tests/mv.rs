@@ -14,7 +14,8 @@ use resin_cpu::kernels::canon::{canon_dot, canon_rms_scale, canon_sumsq, CanonAc
 use resin_gguf::{formats, GgmlType};
 use resin_model::FfnAct;
 use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
-use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, DotTier, Experts, Mv, MvIn, MvOut, MvShape, QPack};
+use resin_vulkan::kernels::NormPush;
+use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, DotTier, Experts, Mv, MvIn, MvOut, MvShape, NormAdd, QPack};
 use resin_vulkan::pipelines::Bind;
 
 fn poisoned_words(h: &Harness, words: usize) -> Buffer {
@@ -515,6 +516,41 @@ fn normpack_adds_the_residual_first() {
         let got = f32::from_bits(runs[0].1[c]);
         assert!((got - r).abs() <= 4.0 * f32::EPSILON * r, "row {c}: r {got} vs {r}");
     }
+}
+
+/// normpack with a post-normed add (gemma3): x += rmsnorm(add) * w_post folded in gives the
+/// bits of the post-norm's own dispatch (rmsnorm into a buffer, then normpack with that add):
+/// x written back and the packs and r. Control: the add without its post-norm differs.
+#[test]
+fn normpack_folds_the_post_norm() {
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0x7a3);
+    let (rows, cols) = (3usize, 640usize);
+    let (x, add, nw, wp) = (rng.vec(rows * cols, 2.0), rng.vec(rows * cols, 3.0), rng.vec(cols, 1.0), rng.vec(cols, 1.0));
+    let layout = QPack::new((rows * cols) as u32).unwrap();
+    let (nwb, wpb, ab) = (h.buf_f32(&nw), h.buf_f32(&wp), h.buf_f32(&add));
+    let np = NormPush { n: cols as u32, eps: 1e-6 };
+    let mut runs = Vec::new();
+    for how in ["folded", "dispatch", "control"] {
+        let xb = h.buf_f32(&x);
+        let spare = h.poisoned(rows * cols);
+        let (pk, rsb) = (poisoned_words(&h, layout.words() as usize), h.poisoned(rows));
+        h.run(|rec| {
+            let add = match how {
+                "folded" => NormAdd { y: (&ab).into(), post: Some((&wpb).into()) },
+                "dispatch" => {
+                    rec.rmsnorm(rows as u32, (&ab).into(), None, (&wpb).into(), (&spare).into(), np)?;
+                    rec.barrier();
+                    NormAdd::from(&spare)
+                }
+                _ => NormAdd::from(&ab),
+            };
+            rec.normpack(rows as u32, cols as u32, np.eps, (&xb).into(), Some(add), (&nwb).into(), layout, (&pk).into(), (&rsb).into())
+        });
+        runs.push((bits(&xb.read_f32(0, rows * cols).unwrap()), pk.read_u32(0, layout.words() as usize).unwrap(), bits(&rsb.read_f32(0, rows).unwrap())));
+    }
+    assert!(runs[0] == runs[1], "the folded post-norm differs from its own dispatch");
+    assert!(runs[0] != runs[2], "control: the add without its post-norm gave the same bits");
 }
 
 #[test]

@@ -15,6 +15,7 @@
 #define NVT 256u
 #define MAXC 8u
 #define MAXCH 2048u   // MAXC * NVT chunks a row
+#include "norm_scale.glsl"
 
 void norm_row(uint r, uint t, uint n, float eps) {
     uint base = r * n;
@@ -58,14 +59,7 @@ void norm_row(uint r, uint t, uint n, float eps) {
             ss += a * a;
         }
     }
-    red[t] = ss;
-    barrier();
-    for (uint s = NVT / 2u; s > 0u; s >>= 1) {
-        if (t < s) red[t] = red[t] + red[t + s];
-        barrier();
-    }
-    float scale = 1.0 / sqrt(red[0] / float(n) + eps);
-    barrier();   // red is read by every thread before a next row writes it
+    float scale = norm_scale(t, ss, n, eps);
     // xv becomes the outputs.
     for (uint k = 0u; k < MAXC; k++) {
         uint c = t + k * NVT;

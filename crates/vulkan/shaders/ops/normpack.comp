@@ -2,7 +2,10 @@
 // one workgroup a row writes u = x * w_norm in 32-value int8 blocks (the packed layout of
 // src/mv.rs over `count` values) and r = 1 / rms(x) to rs[row], the bits mv.comp's folded
 // prologue finds for that row (common/canon_norm.glsl). FUSE_ADD: x += add first, written
-// back. A thread takes blocks t, t + 256, ...; the chunks' sums of squares and the tree follow.
+// back. FUSE_POST (with FUSE_ADD, gemma3's post-norms): x += rmsnorm(add) * w_post, in
+// rmsnorm.comp's arithmetic (common/norm_scale.glsl: the bits of the post-norm dispatch this
+// replaces). A thread takes blocks t, t + 256, ...; the chunks' sums of squares and the tree
+// follow.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 
@@ -18,6 +21,9 @@ layout(std430, set = 0, binding = 1) readonly buffer Add4 { vec4 add4[]; };
 layout(std430, set = 0, binding = 2) readonly buffer W4 { vec4 w4[]; };
 layout(std430, set = 0, binding = 3) writeonly buffer P { uint pk[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer R { float rs[]; };
+#ifdef FUSE_POST
+layout(std430, set = 0, binding = 5) readonly buffer WP4 { vec4 wp4[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint cols;    // values a row, a multiple of 32 (NormPackPush::n)
@@ -26,6 +32,11 @@ layout(push_constant) uniform Push {
 } p;
 
 #include "canon_norm.glsl"
+#ifdef FUSE_POST
+#define NVT NT
+shared float red[NT];
+#include "norm_scale.glsl"
+#endif
 
 shared float bss[MAXB];
 shared float css[32];
@@ -36,13 +47,29 @@ void main() {
     uint nb = p.cols / 32u;
     uint d_off = p.count / 4u;
     uint s_off = d_off + p.count / 32u;
+#ifdef FUSE_POST
+    // The addend's 1 / rms as rmsnorm.comp finds it: thread t's chunks of 8 values t, t + NT,
+    // ... in order, then norm_scale's tree.
+    precise float ss = 0.0;
+    for (uint c = t; c < p.cols / 8u; c += NT) {
+        uint q = (row * p.cols + c * 8u) / 4u;
+        vec4 v0 = add4[q], v1 = add4[q + 1u];
+        for (uint i = 0u; i < 4u; i++) ss += v0[i] * v0[i];
+        for (uint i = 0u; i < 4u; i++) ss += v1[i] * v1[i];
+    }
+    float ra = norm_scale(t, ss, p.cols, p.eps);
+#endif
     for (uint b = t; b < nb; b += NT) {
         uint v = row * p.cols + b * 32u;   // value index, a multiple of 32
         vec4 xv[8], wv[8];
         for (uint j = 0u; j < 8u; j++) {
             vec4 a = x4[v / 4u + j];
 #ifdef FUSE_ADD
-            precise vec4 sum = a + add4[v / 4u + j];
+            precise vec4 ad = add4[v / 4u + j];
+#ifdef FUSE_POST
+            ad = (ad * ra) * wp4[b * 8u + j];
+#endif
+            precise vec4 sum = a + ad;
             x4[v / 4u + j] = sum;
             a = sum;
 #endif

@@ -9,7 +9,7 @@ use resin_model::{FfnAct, ModelConfig};
 
 use crate::buffers::Buffer;
 use crate::kernels::*;
-use crate::mv::{mv_fits, mv_format, Experts, Mv, MvIn, MvOut, MvShape, QPack};
+use crate::mv::{mv_fits, mv_format, Experts, Mv, MvIn, MvOut, MvShape, NormAdd, QPack};
 use crate::pipelines::Bind;
 use crate::VkError;
 
@@ -116,7 +116,8 @@ pub(super) fn attn_round<'a>(attn_out: &Mat, n: usize, cfg: &ModelConfig, s: &'a
 
 /// s.xn = rmsnorm(r.x (+= r.add)) * w, and in the same dispatch what the matrices `ms` read
 /// of it (what `prep` would write after it); then a barrier.
-pub(super) fn norm_for(rec: &mut Recorder<'_>, rows: usize, r: &Resid<'_>, w: &Buffer, ms: &[&Mat], s: &Scratch, p: NormPush) -> Result<(), VkError> {
+pub(super) fn norm_for(rec: &mut Recorder<'_>, rows: usize, r: &mut Resid<'_>, w: &Buffer, ms: &[&Mat], s: &Scratch, p: NormPush) -> Result<(), VkError> {
+    r.settle(rec, rows, p)?;
     let (x, add, out) = (r.x, r.add.map(Bind::from), &s.xn);
     if ms.iter().any(|m| canon(m, rows, s)) {
         // Mixed: norm, then pack and round what each matrix reads (prep).
@@ -141,6 +142,23 @@ pub(super) fn norm_for(rec: &mut Recorder<'_>, rows: usize, r: &Resid<'_>, w: &B
 pub(super) struct Resid<'a> {
     pub(super) x: &'a Buffer,
     pub(super) add: Option<&'a Buffer>,
+    /// gemma3's post-norm of `add` (its weights, and a buffer of the pass's rows that nothing
+    /// reads until it is written again): what is added is rmsnorm(add) * w. `normpack` folds
+    /// it in; the other norms take it first (`settle`).
+    pub(super) post: Option<(&'a Buffer, &'a Buffer)>,
+}
+
+impl<'a> Resid<'a> {
+    /// Apply a pending post-norm on its own (rmsnorm(add) * w into its spare buffer, then a
+    /// barrier), for the norms that do not fold it in.
+    fn settle(&mut self, rec: &mut Recorder<'_>, rows: usize, p: NormPush) -> Result<(), VkError> {
+        if let (Some(y), Some((w, spare))) = (self.add, self.post.take()) {
+            rec.rmsnorm(rows as u32, y.into(), None, w.into(), spare.into(), p)?;
+            rec.barrier();
+            self.add = Some(spare);
+        }
+        Ok(())
+    }
 }
 
 /// A norm of a pass: its weights and push block, and the stage label it marks (`label.layer`).
@@ -166,7 +184,7 @@ fn canon_norm(rec: &Recorder<'_>, n: usize, r: &Resid<'_>, ms: &[&Mat], s: &Scra
     if !ms.iter().all(|m| canon(m, n, s)) {
         return None;
     }
-    Some(if n == 1 && r.add.is_none() && mv_fits(&rec.gpu.info, 1, ms[0].cols as u32, true, swiglu) { CanonNorm::Fold } else { CanonNorm::Pack })
+    Some(if n == 1 && r.add.is_none() && r.post.is_none() && mv_fits(&rec.gpu.info, 1, ms[0].cols as u32, true, swiglu) { CanonNorm::Fold } else { CanonNorm::Pack })
 }
 
 /// The canonical products' input of n rows of `r`: `Normed` to fold, or `normpack` now (then
@@ -186,7 +204,8 @@ fn canon_input<'a>(
         return Ok(MvIn::Normed { x: r.x.into(), w: norm.w.into(), eps: norm.p.eps });
     }
     let layout = packed(n, cols)?;
-    rec.normpack(n as u32, cols as u32, norm.p.eps, r.x.into(), r.add.map(Bind::from), norm.w.into(), layout, (&s.xpn).into(), (&s.rs).into())?;
+    let add = r.add.map(|y| NormAdd { y: y.into(), post: r.post.take().map(|(w, _)| w.into()) });
+    rec.normpack(n as u32, cols as u32, norm.p.eps, r.x.into(), add, norm.w.into(), layout, (&s.xpn).into(), (&s.rs).into())?;
     rec.barrier();
     r.add = None;
     mark(clock, rec.cmd, norm.label, norm.layer);
@@ -217,7 +236,7 @@ pub(super) fn norm_mm<'a>(
         }
         return Ok(());
     }
-    norm_for(rec, n, r, norm.w, &mats, s, norm.p)?;
+    norm_for(rec, n, &mut *r, norm.w, &mats, s, norm.p)?;
     r.add = None;
     mark(clock, rec.cmd, norm.label, norm.layer);
     for (slot, &(m, y, stride)) in ms.iter().enumerate() {
@@ -269,17 +288,16 @@ pub(super) fn ffn_in<'a>(
 
 /// r.x += M x for a matrix that ends a sub-block (attention output, down), x as `prep` (or a
 /// fused stage) left it: the canonical product adds in its epilogue; else (or with gemma3's
-/// post-norm `post`) the product goes to `y` and the next norm adds it, or its norm written to
-/// `spare` (r.add). The caller puts the barrier after it.
-#[allow(clippy::too_many_arguments)]
+/// post-norm `post`) the product goes to `y` and the next norm adds it (r.add), with the
+/// post-norm pending (r.post: `normpack` folds it in, other norms write it to `spare` first).
+/// The caller puts the barrier after it.
 pub(super) fn resid_mm<'a>(
     rec: &mut Recorder<'_>,
     n: usize,
     m: &Mat,
     x: &Buffer,
     r: &mut Resid<'a>,
-    (y, post, spare): (&'a Buffer, Option<&Buffer>, &'a Buffer),
-    p: NormPush,
+    (y, post, spare): (&'a Buffer, Option<&'a Buffer>, &'a Buffer),
     s: &Scratch,
 ) -> Result<(), VkError> {
     if canon(m, n, s) && post.is_none() {
@@ -290,10 +308,8 @@ pub(super) fn resid_mm<'a>(
         return Ok(());
     }
     mm(rec, n, m, x, (y, m.rows), s, 0)?;
-    if post.is_some() {
-        rec.barrier();
-    }
-    r.add = Some(post_norm(rec, n, y, post, spare, p)?);
+    r.add = Some(y);
+    r.post = post.map(|w| (w, spare));
     Ok(())
 }
 
@@ -398,7 +414,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     // one), but it pays at one row only (docs/lessons.md).
     let rope_in = shape.narrow.is_none() && n == 1 && !cfg.qk_norm && attn_rope_ok(codec, cfg.head_dim as u32);
     // After the last layer's attention a window keeps only the rows that need logits.
-    let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None }, &s.att, n);
+    let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None, post: None }, &s.att, n);
     let out = output.unwrap_or(embd);
     for (l, ly) in layers.iter().enumerate() {
         let last = l + 1 == layers.len();
@@ -468,19 +484,20 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
             prep(rec, m, att, &[&ly.attn_out], s)?;
         }
         // x += o (gemma3: its norm, into `down`, which holds nothing until this layer's FFN)
-        resid_mm(rec, m, &ly.attn_out, att, &mut r, (&s.o, ly.attn_post_norm.as_ref(), &s.down), norm, s)?;
+        resid_mm(rec, m, &ly.attn_out, att, &mut r, (&s.o, ly.attn_post_norm.as_ref(), &s.down), s)?;
         rec.barrier();
         mark(&mut clock, cmd, "attn_out", l);
         let fnorm = Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l };
         if let Some(router) = &ly.router {
             moe_ffn(rec, m, &mut r, ly, router, cfg, s, fnorm, &mut clock)?;
-            // x += down (its sum in `down`)
-            r.add = Some(post_norm(rec, m, &s.down, ly.ffn_post_norm.as_ref(), &s.o, norm)?);
+            // x += down (its sum in `down`; gemma3: its norm, into `o` where not folded)
+            r.add = Some(&s.down);
+            r.post = ly.ffn_post_norm.as_ref().map(|w| (w, &s.o));
         } else {
             // then the FFN's input: gate and up of norm(x) * ffn_norm, its activation
             ffn_in(rec, m, &mut r, fnorm, ly, ctx, &mut clock)?;
             // x += down (gemma3: its norm, into `o`, which the FFN's norm has added already)
-            resid_mm(rec, m, &ly.down, &s.gate, &mut r, (&s.down, ly.ffn_post_norm.as_ref(), &s.o), norm, s)?;
+            resid_mm(rec, m, &ly.down, &s.gate, &mut r, (&s.down, ly.ffn_post_norm.as_ref(), &s.o), s)?;
             rec.barrier();
             mark(&mut clock, cmd, "down", l);
         }
@@ -527,16 +544,6 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     Ok(n_pieces)
 }
 
-/// The residual's next addend: `y` itself, or (gemma3's post-norms) rmsnorm(y) * w written to
-/// `spare` (a buffer of the pass's rows that nothing reads until it is written again), then a
-/// barrier.
-fn post_norm<'a>(rec: &mut Recorder<'_>, rows: usize, y: &'a Buffer, w: Option<&Buffer>, spare: &'a Buffer, p: NormPush) -> Result<&'a Buffer, VkError> {
-    let Some(w) = w else { return Ok(y) };
-    rec.rmsnorm(rows as u32, y.into(), None, w.into(), spare.into(), p)?;
-    rec.barrier();
-    Ok(spare)
-}
-
 /// The 8-bit activation rounding the GEMV of `m` reads (as `mm` picks it), or None for f32.
 fn rounding(m: &Mat, s: &Scratch) -> Option<u32> {
     act_block(m.ty).filter(|&b| s.q8 && m.cols.is_multiple_of(b as usize))
@@ -573,6 +580,7 @@ fn moe_ffn(
     let blocks = [gate, up].map(|m| rounding(m, s).filter(|_| !canonical));
     let q32 = blocks.contains(&Some(32)).then(|| Bind::from(&s.xq32));
     let q256 = blocks.contains(&Some(256)).then(|| Bind::from(&s.xq256));
+    r.settle(rec, n, norm.p)?;
     let add = r.add.map(Bind::from);
     if q32.is_some() || q256.is_some() {
         rec.rmsnorm_q(n as u32, r.x.into(), add, norm.w.into(), (&s.xn).into(), q32, q256, norm.p)?;
