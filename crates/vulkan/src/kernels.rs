@@ -223,6 +223,8 @@ pub struct AttnRope<'a> {
     pub style: RopeStyle,
     /// Add the q/k/v bias.
     pub bias_on: bool,
+    /// The QK norm (qwen3, gemma3): its weights (q's head_dim, then k's) and eps.
+    pub qk_norm: Option<(Bind<'a>, f32)>,
 }
 
 /// Whether the merged decode attention can rope and store itself over a mirror of `codec`
@@ -238,8 +240,9 @@ struct AttnRopePush {
     merge: AttnMergePush,
     rope_dims: u32,
     rflags: u32,
+    qk_eps: f32,
 }
-const _: () = assert!(std::mem::size_of::<AttnRopePush>() == 40);
+const _: () = assert!(std::mem::size_of::<AttnRopePush>() == 44);
 impl Push for AttnRopePush {}
 
 /// The push block of the attention that merges its own pieces (attn.comp COMBINE).
@@ -765,9 +768,10 @@ impl<'a> Recorder<'a> {
             match rope {
                 None => rec.run(&format!("attn_{form}_{c}"), &[WG, block], &[q, mk, mv, meta, part, out, y, done], &mp.bytes(), groups),
                 Some(rp) => {
-                    let rflags = u32::from(rp.bias_on) | if rp.style == RopeStyle::Neox { 2 } else { 0 };
-                    let push = AttnRopePush { merge: mp, rope_dims: rp.rope_dims, rflags };
-                    rec.run(&format!("attn_{form}_{c}_rope"), &[WG, block], &[q, mk, mv, meta, part, out, y, done, rp.k, rp.v, rp.bias, rp.table], &push.bytes(), groups)
+                    let rflags = u32::from(rp.bias_on) | if rp.style == RopeStyle::Neox { 2 } else { 0 } | if rp.qk_norm.is_some() { 4 } else { 0 };
+                    let (qkn, qk_eps) = rp.qk_norm.unwrap_or((rp.bias, 0.0));
+                    let push = AttnRopePush { merge: mp, rope_dims: rp.rope_dims, rflags, qk_eps };
+                    rec.run(&format!("attn_{form}_{c}_rope"), &[WG, block], &[q, mk, mv, meta, part, out, y, done, rp.k, rp.v, rp.bias, rp.table, qkn], &push.bytes(), groups)
                 }
             }
         };

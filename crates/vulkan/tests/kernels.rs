@@ -1112,10 +1112,10 @@ fn grid_sync_floor() {
 
 /// The merged decode attention that ropes and stores its rows' q, k and v itself (attn.comp
 /// ROPE_IN) against rope_store, a barrier, then the merged attention: the same mirror bytes
-/// and the same outputs, bit for bit, for NORM and NEOX pairs, with and without bias, rope
-/// over all dims and over part of them, f16 and f32 mirrors, 1 and 4 workgroups a head, rows
-/// of three regions (one key, a few chunks). Controls: another rope style, or no bias, must
-/// move the outputs.
+/// and the same outputs, bit for bit, for NORM and NEOX pairs, with and without bias, with and
+/// without the QK norm, rope over all dims and over part of them, f16 and f32 mirrors, 1 and
+/// 4 workgroups a head, rows of three regions (one key, a few chunks). Controls: another rope
+/// style, the bias flipped, or the QK norm flipped must move the outputs.
 #[test]
 fn attention_that_ropes_equals_rope_store_then_attention() {
     let Some(mut h) = Harness::new() else { return };
@@ -1127,13 +1127,13 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
     let rows = rr.len();
     let meta: Vec<RowMeta> = rr.iter().map(|&(keys, reg)| RowMeta { token: 0, pos: keys as u32 - 1, kv_base: (reg * n_ctx * kv_dim) as u32, keys: keys as u32 }).collect();
     let mb = h.buf_bytes(&RowMeta::words(&meta));
-    for (style, codec, bias_on, rope_dims) in [
-        (resin_model::RopeStyle::Norm, resin_core::KvCodec::F16, false, hd),
-        (resin_model::RopeStyle::Neox, resin_core::KvCodec::F16, true, hd),
-        (resin_model::RopeStyle::Norm, resin_core::KvCodec::F32, true, 32),
-        (resin_model::RopeStyle::Neox, resin_core::KvCodec::F32, false, 48),
+    for (style, codec, bias_on, rope_dims, qk) in [
+        (resin_model::RopeStyle::Norm, resin_core::KvCodec::F16, false, hd, false),
+        (resin_model::RopeStyle::Neox, resin_core::KvCodec::F16, true, hd, true),
+        (resin_model::RopeStyle::Norm, resin_core::KvCodec::F32, true, 32, true),
+        (resin_model::RopeStyle::Neox, resin_core::KvCodec::F32, false, 48, false),
     ] {
-        let what = format!("{style:?} {codec:?} bias {bias_on} rope_dims {rope_dims}");
+        let what = format!("{style:?} {codec:?} bias {bias_on} rope_dims {rope_dims} qk norm {qk}");
         let elems = 3 * n_ctx * kv_dim;
         let mirror: Vec<u8> = if codec == resin_core::KvCodec::F16 {
             rng.vec(elems, 2.0).iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect()
@@ -1144,10 +1144,10 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
         let (k, v) = (rng.vec(rows * kv_dim, 2.0), rng.vec(rows * kv_dim, 2.0));
         let bias = rng.vec(q_dim + 2 * kv_dim, 0.5);
         let table = resin_vulkan::home::rope_table(n_ctx, rope_dims, 10000.0);
-        let (kb, vb, bb, tb, nb) = (h.buf_f32(&k), h.buf_f32(&v), h.buf_f32(&bias), h.buf_f32(&table), h.buf_f32(&vec![1.0; 2 * hd]));
+        let (kb, vb, bb, tb, nb) = (h.buf_f32(&k), h.buf_f32(&v), h.buf_f32(&bias), h.buf_f32(&table), h.buf_f32(&rng.vec(2 * hd, 1.5)));
         let scale = 1.0 / (hd as f32).sqrt();
         // One path: (outputs, K mirror bytes, V mirror bytes).
-        let run = |h: &mut Harness, own: bool, style: resin_model::RopeStyle, bias_on: bool, pieces: u32| -> (Vec<f32>, Vec<u32>, Vec<u32>) {
+        let run = |h: &mut Harness, own: bool, style: resin_model::RopeStyle, bias_on: bool, qk: bool, pieces: u32| -> (Vec<f32>, Vec<u32>, Vec<u32>) {
             let (mk, mv) = (h.buf_bytes(&mirror), h.buf_bytes(&mirror));
             let qb = h.buf_f32(&q);
             let part = h.poisoned(attn_part_len(rows, n_head, hd, ATTN_SLOTS as usize));
@@ -1157,7 +1157,8 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
             let binds = AttnBinds { q: (&qb).into(), mk: (&mk).into(), mv: (&mv).into(), meta: (&mb).into(), part: (&part).into(), out: (&ob).into() };
             h.run(|rec| {
                 if own {
-                    let rope = AttnRope { k: (&kb).into(), v: (&vb).into(), bias: (&bb).into(), table: (&tb).into(), rope_dims: rope_dims as u32, style, bias_on };
+                    let qk_norm = qk.then(|| ((&nb).into(), 1e-6));
+                    let rope = AttnRope { k: (&kb).into(), v: (&vb).into(), bias: (&bb).into(), table: (&tb).into(), rope_dims: rope_dims as u32, style, bias_on, qk_norm };
                     return rec.attention_round(codec, rows as u32, binds, None, Some((&done).into()), Some(rope), p);
                 }
                 let rp = RopePush {
@@ -1165,7 +1166,7 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
                     n_head_kv: n_head_kv as u32,
                     head_dim: hd as u32,
                     rope_dims: rope_dims as u32,
-                    flags: if bias_on { ROPE_BIAS } else { 0 },
+                    flags: if bias_on { ROPE_BIAS } else { 0 } | if qk { ROPE_QK_NORM } else { 0 },
                     eps: 1e-6,
                 };
                 rec.rope_store(
@@ -1182,8 +1183,8 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
             (ob.read_f32(0, rows * q_dim).unwrap(), mk.read_u32(0, words).unwrap(), mv.read_u32(0, words).unwrap())
         };
         for pieces in [1u32, 4] {
-            let (out_a, mk_a, mv_a) = run(&mut h, false, style, bias_on, pieces);
-            let (out_b, mk_b, mv_b) = run(&mut h, true, style, bias_on, pieces);
+            let (out_a, mk_a, mv_a) = run(&mut h, false, style, bias_on, qk, pieces);
+            let (out_b, mk_b, mv_b) = run(&mut h, true, style, bias_on, qk, pieces);
             assert!(mk_a == mk_b, "{what} pieces {pieces}: the K mirror differs ({} words)", mk_a.iter().zip(&mk_b).filter(|(a, b)| a != b).count());
             assert!(mv_a == mv_b, "{what} pieces {pieces}: the V mirror differs");
             assert!(mk_a != words_of(&mirror), "{what}: the newest keys were stored");
@@ -1200,9 +1201,10 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
         }
         // Controls: the other pair style; the bias flipped.
         let other = if style == resin_model::RopeStyle::Norm { resin_model::RopeStyle::Neox } else { resin_model::RopeStyle::Norm };
-        let (base, _, _) = run(&mut h, true, style, bias_on, 1);
-        assert!(!bits_equal(&run(&mut h, true, other, bias_on, 1).0, &base), "control {what}: another rope style must move the outputs");
-        assert!(!bits_equal(&run(&mut h, true, style, !bias_on, 1).0, &base), "control {what}: the bias must move the outputs");
+        let (base, _, _) = run(&mut h, true, style, bias_on, qk, 1);
+        assert!(!bits_equal(&run(&mut h, true, other, bias_on, qk, 1).0, &base), "control {what}: another rope style must move the outputs");
+        assert!(!bits_equal(&run(&mut h, true, style, !bias_on, qk, 1).0, &base), "control {what}: the bias must move the outputs");
+        assert!(!bits_equal(&run(&mut h, true, style, bias_on, !qk, 1).0, &base), "control {what}: the QK norm must move the outputs");
     }
 }
 

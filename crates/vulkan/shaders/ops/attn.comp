@@ -13,8 +13,9 @@
 // summed in key order, the values by fused multiply-adds), so up to 64 keys differ from the
 // oracle by exp's ulps alone: fewer flips of the 8-bit roundings downstream.
 // ROPE_IN (with COMBINE; f16 and f32 mirrors): the rope-and-store of the rows' q, k and v
-// happens here, not in a dispatch before: each workgroup ropes its head of q (common/rope.glsl,
-// rope_store.comp's arithmetic), the workgroup whose pieces hold the row's newest key (its own,
+// happens here, not in a dispatch before: each workgroup norms (the QK norm where the model
+// has one: common/qk_norm.glsl) and ropes its head of q (common/rope.glsl, rope_store.comp's
+// arithmetic), the workgroup whose pieces hold the row's newest key (its own,
 // at pos = keys - 1) ropes that key and takes its value from k and v, rounded as the mirror
 // holds them, and the first head of each kv group writes them into the mirror. Every row's
 // region must differ from the other rows' (a row reads no key another row of the pass
@@ -56,6 +57,8 @@ layout(std430, set = 0, binding = 8) readonly buffer K { float kin[]; };
 layout(std430, set = 0, binding = 9) readonly buffer V { float vin[]; };
 layout(std430, set = 0, binding = 10) readonly buffer Bias { float bias[]; };
 layout(std430, set = 0, binding = 11) readonly buffer Rope { float cs[]; };
+// The QK norm's weights, q's head_dim then k's (rflags & 4; qwen3, gemma3).
+layout(std430, set = 0, binding = 12) readonly buffer QkNorm { float qkn[]; };
 #endif
 layout(std430, set = 0, binding = 3) readonly buffer Meta { uint meta[]; };
 // Partials: [row][head][ATTN_SLOTS] -> (m, l) and acc[head_dim].
@@ -88,7 +91,8 @@ layout(push_constant) uniform Push {
 #endif
 #ifdef ROPE_IN
     uint rope_dims;
-    uint rflags;  // 1: add the q/k/v bias, 2: NEOX pairs (halves), else NORM (neighbours)
+    uint rflags;  // 1: add the q/k/v bias, 2: NEOX pairs (halves), else NORM (neighbours), 4: the QK norm
+    float qk_eps;
 #endif
 } p;
 
@@ -114,6 +118,13 @@ bool fresh_wg;          // this workgroup's pieces hold the newest key
 uint fresh_e;           // the newest key's mirror element (its row's first)
 #endif
 shared float sc[256];   // the chunk's scores
+#ifdef ROPE_IN
+// The QK norm runs before the first chunk, its tree in the scores' array.
+#define QK_H rin
+#define QK_W qkn
+#define QK_RED sc
+#include "qk_norm.glsl"
+#endif
 shared float pe[256];   // the chunk's exp(s - max) (0 past the keys)
 
 #define MAXD 4u   // dims a thread accumulates: head_dim <= MAXD * WG
@@ -266,6 +277,10 @@ void main() {
             }
         }
         barrier();
+        if ((p.rflags & 4u) != 0u) {
+            qk_norm_head(t, hd, 0u, 0u, p.qk_eps);
+            if (fresh_wg) qk_norm_head(t, hd, 256u, hd, p.qk_eps);
+        }
         uint half_r = p.rope_dims / 2u;
         uint crow = pos * half_r;
         bool neox = (p.rflags & 2u) != 0u;

@@ -58,6 +58,10 @@ const bool NEOX = false;
 shared float hin[512];
 shared float hout[512];
 shared float red[256];
+#define QK_H hin
+#define QK_W qkn
+#define QK_RED red
+#include "qk_norm.glsl"
 #ifdef KV_Q8
 shared uint qd[32];     // f16 bits of each block's scale: K blocks, then V blocks at 16
 shared float qid[32];   // each block's inverse scale 1 / d (0 when d is 0)
@@ -119,24 +123,7 @@ void main() {
         hin[i] = a;
     }
     barrier();
-    if ((p.flags & 2u) != 0u) {
-        precise float ss = 0.0;
-        for (uint i = t; i < hd; i += WG) ss += hin[i] * hin[i];
-        red[t] = ss;
-        barrier();
-        for (uint s = WG / 2u; s > 0u; s >>= 1) {
-            if (t < s) red[t] = red[t] + red[t + s];
-            barrier();
-        }
-        float scale = 1.0 / sqrt(red[0] / float(hd) + p.eps);
-        uint nw = is_q ? 0u : hd;
-        barrier();
-        for (uint i = t; i < hd; i += WG) {
-            precise float o = hin[i] * (scale * qkn[nw + i]);
-            hin[i] = o;
-        }
-        barrier();
-    }
+    if ((p.flags & 2u) != 0u) qk_norm_head(t, hd, 0u, is_q ? 0u : hd, p.eps);
     uint half_r = p.rope_dims / 2u;
     uint crow = pos * half_r;
     for (uint i = t; i < hd; i += WG) {

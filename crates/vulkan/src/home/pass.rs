@@ -412,7 +412,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     // The one-row token command's attention ropes and stores (the same bits as the rope_store
     // dispatch). The kernel serves any rows of regions of their own (a peel's rows share
     // one), but it pays at one row only (docs/lessons.md).
-    let rope_in = shape.narrow.is_none() && n == 1 && !cfg.qk_norm && attn_rope_ok(codec, cfg.head_dim as u32);
+    let rope_in = shape.narrow.is_none() && n == 1 && attn_rope_ok(codec, cfg.head_dim as u32);
     // After the last layer's attention a window keeps only the rows that need logits.
     let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None, post: None }, &s.att, n);
     let out = output.unwrap_or(embd);
@@ -452,6 +452,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
                 rope_dims: cfg.rope_dims as u32,
                 style,
                 bias_on: cfg.qkv_bias,
+                qk_norm: cfg.qk_norm.then(|| ((&ly.qk_norm).into(), cfg.rms_eps)),
             });
             rec.attention_round(
                 codec,
