@@ -15,6 +15,8 @@
 #define NVT 256u
 #define MAXC 8u
 #define MAXCH 2048u   // MAXC * NVT chunks a row
+#define NS_WIDTH NVT
+#define NS_RED red
 #include "norm_scale.glsl"
 
 void norm_row(uint r, uint t, uint n, float eps) {

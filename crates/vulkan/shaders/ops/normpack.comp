@@ -33,8 +33,9 @@ layout(push_constant) uniform Push {
 
 #include "canon_norm.glsl"
 #ifdef FUSE_POST
-#define NVT NT
 shared float red[NT];
+#define NS_WIDTH NT
+#define NS_RED red
 #include "norm_scale.glsl"
 #endif
 
