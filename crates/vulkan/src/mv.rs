@@ -181,22 +181,19 @@ impl<'a> Io<'a> {
             }
             MvIn::Normed { x, w, eps } => (x, w, 1, eps, 0, 0),
         };
-        let (y, pk, outk, up_off, pd_off, ps_off) = match out {
-            MvOut::Store(y) => (y, y, 0, 0, 0, 0),
-            MvOut::Add(y) => (y, y, 1, 0, 0, 0),
-            MvOut::SwiGlu { up_off, out, layout, .. } => {
+        let (y, pk, outk, act, up_off, pd_off, ps_off) = match out {
+            MvOut::Store(y) => (y, y, 0, 0, 0, 0, 0),
+            MvOut::Add(y) => (y, y, 1, 0, 0, 0, 0),
+            MvOut::SwiGlu { act, up_off, out, layout } => {
                 if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (ny - 1) * s.y_stride + s.y_off + s.rows > layout.count {
                     return Err(format!("a SwiGLU packed in 32-row blocks from row {} at stride {} ({} values)", s.y_off, s.y_stride, layout.count));
                 }
                 if out.range < layout.bytes() || !up_off.is_multiple_of(16) {
                     return Err(format!("{} bytes for the packed output, the up rows {up_off} bytes on", out.range));
                 }
-                (out, out, 2, up_off, layout.d_off(), layout.s_off())
+                let act = u32::from(act == FfnAct::GeluTanh);
+                (out, out, 2, act, up_off, layout.d_off(), layout.s_off())
             }
-        };
-        let act = match out {
-            MvOut::SwiGlu { act: FfnAct::GeluTanh, .. } => 1,
-            _ => 0,
         };
         Ok(Io { x, nw, xin, eps, xd_off, xs_off, y, pk, out: outk, act, up_off, pd_off, ps_off })
     }

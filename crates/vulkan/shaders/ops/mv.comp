@@ -28,8 +28,9 @@
 // - 0: y = (r *) y' stored (binding 3).
 // - 1: y = y' + y (the residual sum, binding 3).
 // - 2: SwiGLU: weight rows i and up_off + i (the gate and up matrices, one binding) are taken
-//   together, h = silu(g) * u (ACT 1: GeGLU, gelu_tanh(g) * u), and each 32 rows of h are packed as the next matrix's input
-//   (QPACK 32 at binding 4: quants, d at pd_off, sums at ps_off).
+//   together, h = silu(g) * u (ACT 1: GeGLU, gelu_tanh(g) * u), and each 32 rows of h are
+//   packed as the next matrix's input (QPACK 32 at binding 4: quants, d at pd_off, sums at
+//   ps_off).
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
 // constant, 1..8). DOT_HW: the integer dot products by OpSDot (dotfmt.glsl).
 // EXPERT (N-row form, XIN 0 or 2): mm.comp's EXPERT form for steps of up to 8 rows: workgroup
@@ -61,7 +62,7 @@ layout(constant_id = 12) const uint PARTW = 1;  // shared floats of the chunk pa
 layout(constant_id = 13) const uint HVW = 1;    // shared floats of OUT 2's tile: NCOLS * HMAX
 layout(constant_id = 14) const uint FSW = 1;    // shared floats of a pass's block terms: NSG * NVS * NCOLS * S
 layout(constant_id = 15) const uint KS = 1;     // subgroups that share a row's passes over K (a power of two dividing NSG; above 1 only where CB <= S)
-layout(constant_id = 16) const uint ACT = 0;     // OUT 2's gate activation: 0 silu (SwiGLU), 1 GELU's tanh form (GeGLU)
+layout(constant_id = 16) const uint ACT = 0;    // OUT 2's gate activation: 0 silu (SwiGLU), 1 GELU's tanh form (GeGLU)
 #ifdef FORM_ONE
 #define NCOLS 1u
 #else

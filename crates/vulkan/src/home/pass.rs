@@ -236,7 +236,7 @@ pub(super) fn norm_mm<'a>(
         }
         return Ok(());
     }
-    norm_for(rec, n, &mut *r, norm.w, &mats, s, norm.p)?;
+    norm_for(rec, n, r, norm.w, &mats, s, norm.p)?;
     r.add = None;
     mark(clock, rec.cmd, norm.label, norm.layer);
     for (slot, &(m, y, stride)) in ms.iter().enumerate() {
@@ -250,10 +250,11 @@ fn shape(m: &Mat, part: &Part, y_stride: usize) -> MvShape {
     MvShape { rows: part.rows as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: part.r0 as u32 }
 }
 
-/// The FFN input of n rows: gate and up of norm(x) * ffn_norm, SwiGLU or GeGLU, packed or rounded for
-/// `down`; then a barrier. Where gate and up share a buffer and every matrix takes the
-/// canonical product, one product with the activation in its epilogue (its norm folded at one row,
-/// `normpack` ahead of it for more), else `norm_mm` (marking `gate_up`) and `swiglu_for`.
+/// The FFN input of n rows: gate and up of norm(x) * ffn_norm, SwiGLU or GeGLU, packed or
+/// rounded for `down`; then a barrier. Where gate and up share a buffer and every matrix takes
+/// the canonical product, one product with the activation in its epilogue (its norm folded at
+/// one row, `normpack` ahead of it for more), else `norm_mm` (marking `gate_up`) and
+/// `swiglu_for`.
 pub(super) fn ffn_in<'a>(
     rec: &mut Recorder<'_>,
     n: usize,
