@@ -7,8 +7,8 @@
 #   STAGE=ours bash scripts/gpu/bench_gpu_models.sh   # the files, resin's runs, the peer built beside
 #   STAGE=peer bash scripts/gpu/bench_gpu_models.sh   # the build finished, the peer, resin again
 # One line a run; logs and JSON in $OUT/m. MODELS narrows the list ("shape type" entries, |-separated).
-# The files go to F, memory by default: on the device machine's disk the 30B file's 17 GB took
-# longer than a call (synth's log lines say its rate).
+# The files go to F, memory by default: the device machine's disk wrote the 30B file more
+# slowly than a call lasts (synth's log lines say its rate).
 S=$SECONDS; W=/tmp/w; F=${F:-/dev/shm/m}; K=.kit; O=${OUT:-/tmp/out}/m; mkdir -p $O $W $F
 MODELS=${MODELS:-"gemma3-270m q4_k_m|gemma3-1b q4_k_m|qwen3-30b-a3b q4_k_m"}
 bash $K/peer.sh $K $W gl >/dev/null
