@@ -63,6 +63,10 @@ enum Command {
         out: PathBuf,
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Write this many layers instead of the shape's: a layer's cost (`resin bench
+        /// --profile`) from a file a fraction of the size.
+        #[arg(long)]
+        layers: Option<usize>,
     },
 }
 
@@ -95,7 +99,7 @@ fn dispatch(command: Command) -> Result<()> {
             Ok(())
         }
         Command::Inspect { file, all } => resin::inspect::inspect(&file, &mut std::io::stdout().lock(), all),
-        Command::Synth { shape, ty, vocab, out, seed } => {
+        Command::Synth { shape, ty, vocab, out, seed, layers } => {
             let shape = resin::synth::SynthShape::parse(&shape)?;
             let ty = resin::synth::SynthType::parse(&ty)?;
             let vocab = match vocab {
@@ -106,7 +110,10 @@ fn dispatch(command: Command) -> Result<()> {
                 }
                 None => anyhow::bail!("--vocab is needed for the {shape} shape (a vocabulary-only GGUF, e.g. ggml-vocab-llama-bpe.gguf)"),
             };
-            resin::synth::synth(shape, ty, vocab, &out, seed, true)
+            match layers {
+                None => resin::synth::synth(shape, ty, vocab, &out, seed, true),
+                Some(n) => resin::synth::synth_layers(shape, ty, vocab, &out, seed, n, true),
+            }
         }
     }
 }

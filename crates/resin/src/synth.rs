@@ -471,10 +471,25 @@ pub fn tensor_plan(spec: &SynthSpec, ty: SynthType, n_vocab: usize) -> Vec<Plann
 
 /// Write a synthetic model of a known shape. See [`synth_with`].
 pub fn synth(shape: SynthShape, ty: SynthType, vocab: SynthVocab, out: &Path, seed: u64, progress: bool) -> Result<()> {
+    synth_with(&shape_spec(shape, vocab)?, ty, out, seed, progress)
+}
+
+/// [`synth`] with `layers` layers in place of the shape's own: a layer's cost (`resin bench
+/// --profile`) from a file a fraction of the size.
+pub fn synth_layers(shape: SynthShape, ty: SynthType, vocab: SynthVocab, out: &Path, seed: u64, layers: usize, progress: bool) -> Result<()> {
+    if layers == 0 {
+        bail!("a model needs at least one layer");
+    }
+    let mut spec = shape_spec(shape, vocab)?;
+    spec.layers = layers;
+    synth_with(&spec, ty, out, seed, progress)
+}
+
+fn shape_spec(shape: SynthShape, vocab: SynthVocab) -> Result<SynthSpec> {
     if shape.is_gemma() && vocab == SynthVocab::ByteLevel {
         bail!("the {shape} shape needs a gemma3 vocabulary (--vocab GEMMA3.gguf, e.g. the file `resin pull gemma3-270m` fetches): its 262,144-token embedding is what the shape is for");
     }
-    synth_with(&shape.spec(vocab), ty, out, seed, progress)
+    Ok(shape.spec(vocab))
 }
 
 /// The built-in byte-level vocabulary ([`SynthVocab::ByteLevel`]) as `tokenizer.*` metadata:

@@ -302,6 +302,22 @@ fn tiny_moe_shapes_read_back_as_moe_models() {
 
 /// Q4_K_M of MoE shapes follows llama.cpp: ffn_down_exps Q6_K where use_more_bits holds, and
 /// with exactly 8 experts (Mixtral) attn_k / attn_v Q8_0 and attn_output Q5_K; the router F32.
+/// `--layers`: the shape's tensors for fewer layers, and no model of none.
+#[test]
+fn a_shape_takes_fewer_layers() {
+    use resin::synth::SynthShape;
+    let d = tmp_dir("layers");
+    let out = d.join("one.gguf");
+    resin::synth::synth_layers(SynthShape::Qwen3MoeTiny, SynthType::Q8_0, SynthVocab::ByteLevel, &out, 1, 1, false).unwrap();
+    let f = GgufFile::open(&out).unwrap();
+    let cfg = resin_model::ModelConfig::from_gguf(&f).unwrap();
+    assert_eq!((cfg.n_layer, cfg.n_embd, cfg.moe.map(|m| m.n_expert)), (1, 256, Some(8)));
+    assert!(f.tensor("blk.0.ffn_gate_exps.weight").is_some() && f.tensor("blk.1.attn_q.weight").is_none());
+    let err = resin::synth::synth_layers(SynthShape::Qwen3MoeTiny, SynthType::Q8_0, SynthVocab::ByteLevel, &d.join("none.gguf"), 1, 0, false).unwrap_err();
+    assert!(err.to_string().contains("at least one layer"), "{err}");
+    assert!(!d.join("none.gguf").exists());
+}
+
 #[test]
 fn moe_q4_k_m_follows_the_llama_cpp_mix() {
     use resin::synth::{SynthMoe, SynthShape};
