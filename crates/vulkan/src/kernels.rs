@@ -545,20 +545,18 @@ impl<'a> Recorder<'a> {
         }
     }
 
-    /// Each of `rows` rows' chosen experts (shaders/ops/moe.comp ROUTE): the router's logits
-    /// (`router`: [n_expert][d] f32) of the row of `x` ([rows][d]), softmax, the top `k`,
-    /// renormalised; slot r * k + j (j in rank order) gets its expert id in `sel` and its
-    /// weight in `wt`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn moe_route(&mut self, rows: u32, d: u32, n_expert: u32, k: u32, router: Bind<'_>, x: Bind<'_>, sel: Bind<'_>, wt: Bind<'_>) -> Result<(), VkError> {
+    /// Each of `rows` rows' chosen experts (shaders/ops/moe.comp ROUTE): from the row's router
+    /// logits (`logits`: [rows][n_expert]), softmax, the top `k`, renormalised; slot r * k + j
+    /// (j in rank order) gets its expert id in `sel` and its weight in `wt`.
+    pub fn moe_route(&mut self, rows: u32, n_expert: u32, k: u32, logits: Bind<'_>, sel: Bind<'_>, wt: Bind<'_>) -> Result<(), VkError> {
         if n_expert == 0 || n_expert > MOE_MAX_EXPERTS || k == 0 || k > MOE_MAX_USED || k > n_expert {
             return Err(VkError::Unsupported(format!("routing {k} of {n_expert} experts (at most {MOE_MAX_USED} of {MOE_MAX_EXPERTS})")));
         }
         let slots = rows as u64 * k as u64 * 4;
-        if router.range < n_expert as u64 * d as u64 * 4 || x.range < rows as u64 * d as u64 * 4 || sel.range < slots || wt.range < slots {
-            return Err(VkError::OutOfRange(format!("router buffers for {rows} rows of {d}, {n_expert} experts, {k} a row")));
+        if logits.range < rows as u64 * n_expert as u64 * 4 || sel.range < slots || wt.range < slots {
+            return Err(VkError::OutOfRange(format!("router buffers for {rows} rows, {n_expert} experts, {k} a row")));
         }
-        self.run("moe_route", &[], &[router, x, sel, wt], &MoePush { a: d, d: n_expert, k }.bytes(), grid(rows))
+        self.run("moe_route", &[], &[logits, sel, wt], &MoePush { a: n_expert, d: k, k: 0 }.bytes(), grid(rows))
     }
 
     /// The slots that chose each expert (shaders/ops/moe.comp GROUP), from the expert ids `sel`

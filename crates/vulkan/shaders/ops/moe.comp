@@ -1,8 +1,9 @@
 // The small steps of the mixture-of-experts FFN (src/home/pass.rs moe_ffn); the experts' own
 // products are gemv.comp's EXPERT form, or the canonical product's (mm.comp EXPERT) over the
 // slot lists GROUP writes.
-// - ROUTE: one workgroup a row. The router's logits (F32 weights [n_expert][d] . the row's
-//   normed input; each logit one thread's sum in index order), the softmax over every expert,
+// - ROUTE: one workgroup a row. From the row's router logits (the F32 router's product with
+//   the row's normed input, src/home/pass.rs moe_ffn: a matrix product spread over the device,
+//   where a thread's sum of a logit was one long chain of loads a layer), the softmax over every expert,
 //   the k largest probabilities (ties: the lower index) and their weights divided by their
 //   sum (clamped below at 2^-14), as crates/cpu/src/moe.rs `route`. Writes the row's slots
 //   r * k + j, j in rank order: sel (expert ids) and wt (weights).
@@ -32,14 +33,13 @@ layout(local_size_x = 64) in;
 #define MAX_USED 8u
 
 #ifdef ROUTE
-layout(std430, set = 0, binding = 0) readonly buffer R { float router[]; };
-layout(std430, set = 0, binding = 1) readonly buffer X { float x[]; };
-layout(std430, set = 0, binding = 2) writeonly buffer S { uint sel[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer W { float wt[]; };
+layout(std430, set = 0, binding = 0) readonly buffer L { float logits[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer S { uint sel[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer W { float wt[]; };
 layout(push_constant) uniform Push {
-    uint d;
     uint n_expert;
     uint k;
+    uint unused;
 } p;
 
 shared float prob[MAX_EXPERTS];
@@ -47,14 +47,7 @@ shared float prob[MAX_EXPERTS];
 void main() {
     uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint t = gl_LocalInvocationID.x;
-    for (uint e = t; e < p.n_expert; e += gl_WorkGroupSize.x) {
-        precise float acc = 0.0;
-        for (uint i = 0u; i < p.d; i++) {
-            precise float m = router[e * p.d + i] * x[row * p.d + i];
-            acc += m;
-        }
-        prob[e] = acc;
-    }
+    for (uint e = t; e < p.n_expert; e += gl_WorkGroupSize.x) prob[e] = logits[row * p.n_expert + e];
     barrier();
     if (t != 0u) return;
     float mx = prob[0];

@@ -600,7 +600,18 @@ fn moe_ffn(
     } else {
         None
     };
-    rec.moe_route(n as u32, d as u32, moe.n_expert as u32, k as u32, router.into(), (&s.xn).into(), (&s.moe_sel).into(), (&s.moe_wt).into())?;
+    // The router's logits as a matrix product spread over the device (the GEMV's per-row code
+    // up to NROW_MAX rows, so a row's choice does not depend on the step's other rows), then
+    // each row's top k.
+    let ne = moe.n_expert;
+    let lp = GemvPush { rows: ne as u32, cols: d as u32, row_bytes: (d * 4) as u32, x_stride: d as u32, y_stride: ne as u32, y_off: 0 };
+    if n <= NROW_MAX {
+        rec.gemv(resin_gguf::GgmlType::F32, n as u32, router.into(), (&s.xn).into(), (&s.moe_logits).into(), lp)?;
+    } else {
+        rec.gemm(resin_gguf::GgmlType::F32, n as u32, router.into(), (&s.xn).into(), (&s.moe_logits).into(), lp, None)?;
+    }
+    rec.barrier();
+    rec.moe_route(n as u32, ne as u32, k as u32, (&s.moe_logits).into(), (&s.moe_sel).into(), (&s.moe_wt).into())?;
     rec.barrier();
     mark(clock, rec.cmd, "router", norm.layer);
     if let Some(input) = packed_in {

@@ -80,10 +80,15 @@ pub(super) fn moe_used(cfg: &ModelConfig) -> usize {
     cfg.moe.map_or(0, |m| m.n_expert_used)
 }
 
-/// Words a row of the mixture-of-experts scratch (`Scratch::moe_*`): each of its slots' gate,
-/// up, activation and down rows, expert id and weight.
+/// Words a row of the mixture-of-experts scratch (`Scratch::moe_*`): its router logits, and
+/// each of its slots' gate, up, activation and down rows, expert id and weight.
 pub(super) fn moe_slot_words(cfg: &ModelConfig) -> usize {
-    moe_used(cfg) * (3 * cfg.n_ff + cfg.n_embd + 2)
+    moe_experts(cfg) + moe_used(cfg) * (3 * cfg.n_ff + cfg.n_embd + 2)
+}
+
+/// Experts of a mixture-of-experts model (0 for a dense model).
+pub(super) fn moe_experts(cfg: &ModelConfig) -> usize {
+    cfg.moe.map_or(0, |m| m.n_expert)
 }
 
 /// Key pairs of each of the top-k's scratch lists for `out_rows` rows.

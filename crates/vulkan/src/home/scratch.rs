@@ -60,6 +60,8 @@ pub(super) struct Scratch {
     /// which a SwiGLU epilogue writes while its product reads these), and each row's r.
     pub(super) xpn: Buffer,
     pub(super) rs: Buffer,
+    /// A mixture-of-experts FFN's router logits, [rows][n_expert].
+    pub(super) moe_logits: Buffer,
     /// The mixture-of-experts FFN's slots (row r's j-th expert is slot r * k + j): gate and up
     /// rows, the activation rows `down` reads, down rows, expert ids, weights (a word each for
     /// a dense model).
@@ -138,6 +140,7 @@ impl Scratch {
             xp32: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
             xpn: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
             rs: dev(NROW_MAX)?,
+            moe_logits: dev((r * moe_experts(cfg)).max(1))?,
             moe_gate: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
             moe_up: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
             moe_act: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
