@@ -2,10 +2,10 @@
 // products are gemv.comp's EXPERT form, or the canonical product's (mm.comp EXPERT) over the
 // slot lists GROUP writes.
 // - ROUTE: one workgroup a row. From the row's router logits (the F32 router's product with
-//   the row's normed input, src/home/pass.rs moe_ffn: a matrix product spread over the device,
-//   where a thread's sum of a logit was one long chain of loads a layer), the softmax over every expert,
-//   the k largest probabilities (ties: the lower index) and their weights divided by their
-//   sum (clamped below at 2^-14), as crates/cpu/src/moe.rs `route`. Writes the row's slots
+//   the row's normed input, a matrix product ahead of this: src/home/pass.rs moe_ffn), the
+//   softmax over every expert, the k largest probabilities (ties: the lower index) and their weights divided by
+//   their sum (clamped below at 2^-14), as crates/cpu/src/moe.rs `route`; each by the
+//   workgroup's threads together, with fixed trees. Writes the row's slots
 //   r * k + j, j in rank order: sel (expert ids) and wt (weights).
 // - COMBINE: out[r][i] = the sum over j, in rank order, of wt[r*k + j] * y[r*k + j][i].
 // - GROUP: one workgroup. The slots that chose each expert, from the expert ids of `slots`
@@ -42,44 +42,96 @@ layout(push_constant) uniform Push {
     uint unused;
 } p;
 
+#define RWG 64u   // the workgroup's threads
 shared float prob[MAX_EXPERTS];
+shared float rv[RWG];
+shared uint ri[RWG];
+
+// The better of two candidates (NONE: no candidate): the larger probability, the lower index
+// on a tie, so the pick does not depend on which thread held which expert. A NaN probability
+// wins no comparison, but a candidate is still taken over none (k distinct experts).
+#define NONE 0xFFFFFFFFu
+bool better(uint ib, float vb, uint ia, float va) {
+    if (ib == NONE) return false;
+    if (ia == NONE) return true;
+    return vb > va || (vb == va && ib < ia);
+}
 
 void main() {
     uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint t = gl_LocalInvocationID.x;
-    for (uint e = t; e < p.n_expert; e += gl_WorkGroupSize.x) prob[e] = logits[row * p.n_expert + e];
+    uint ne = p.n_expert;
+    float mx = -1.0 / 0.0;
+    for (uint e = t; e < ne; e += RWG) {
+        float l = logits[row * ne + e];
+        prob[e] = l;
+        mx = max(mx, l);
+    }
+    // The largest logit, then the softmax's sum: each thread's experts in index order, the
+    // threads' partial sums by a fixed pairwise tree.
+    rv[t] = mx;
     barrier();
-    if (t != 0u) return;
-    float mx = prob[0];
-    for (uint e = 1u; e < p.n_expert; e++) mx = max(mx, prob[e]);
-    precise float sum = 0.0;
-    for (uint e = 0u; e < p.n_expert; e++) {
+    for (uint h = RWG / 2u; h > 0u; h >>= 1) {
+        if (t < h) rv[t] = max(rv[t], rv[t + h]);
+        barrier();
+    }
+    mx = rv[0];
+    barrier();
+    precise float part = 0.0;
+    for (uint e = t; e < ne; e += RWG) {
         float v = exp(prob[e] - mx);
         prob[e] = v;
-        sum += v;
+        part += v;
     }
-    float inv = 1.0 / sum;
-    for (uint e = 0u; e < p.n_expert; e++) prob[e] *= inv;
-    uint taken[MAX_EXPERTS / 32u];
-    for (uint w = 0u; w < MAX_EXPERTS / 32u; w++) taken[w] = 0u;
-    uint chosen[MAX_USED];
-    precise float csum = 0.0;
-    for (uint j = 0u; j < p.k; j++) {
-        // The first expert not yet taken, then any later one strictly larger: ties keep the
-        // lower index, and a NaN probability never displaces a pick (k distinct experts).
-        uint best = 0u;
-        while ((taken[best >> 5] & (1u << (best & 31u))) != 0u) best++;
-        for (uint e = best + 1u; e < p.n_expert; e++) {
-            if ((taken[e >> 5] & (1u << (e & 31u))) == 0u && prob[e] > prob[best]) best = e;
+    rv[t] = part;
+    barrier();
+    for (uint h = RWG / 2u; h > 0u; h >>= 1) {
+        if (t < h) {
+            precise float s2 = rv[t] + rv[t + h];
+            rv[t] = s2;
         }
-        taken[best >> 5] |= 1u << (best & 31u);
-        chosen[j] = best;
-        csum += prob[best];
+        barrier();
     }
+    float inv = 1.0 / rv[0];
+    for (uint e = t; e < ne; e += RWG) prob[e] *= inv;
+    barrier();
+    // The k largest, one round each: every thread's best untaken expert, then the tree. A
+    // taken expert's probability becomes -1 (probabilities are never negative).
+    uint chosen[MAX_USED];
+    float cp[MAX_USED];
+    for (uint j = 0u; j < p.k; j++) {
+        uint bi = NONE;
+        float bv = 0.0;
+        for (uint e = t; e < ne; e += RWG) {
+            float v = prob[e];
+            if (!(v < 0.0) && better(e, v, bi, bv)) {
+                bi = e;
+                bv = v;
+            }
+        }
+        ri[t] = bi;
+        rv[t] = bv;
+        barrier();
+        for (uint h = RWG / 2u; h > 0u; h >>= 1) {
+            if (t < h && better(ri[t + h], rv[t + h], ri[t], rv[t])) {
+                ri[t] = ri[t + h];
+                rv[t] = rv[t + h];
+            }
+            barrier();
+        }
+        chosen[j] = ri[0];
+        cp[j] = rv[0];
+        barrier();
+        if (t == 0u) prob[chosen[j]] = -1.0;
+        barrier();
+    }
+    if (t != 0u) return;
+    precise float csum = 0.0;
+    for (uint j = 0u; j < p.k; j++) csum += cp[j];
     float norm = 1.0 / max(csum, 6.103516e-5);
     for (uint j = 0u; j < p.k; j++) {
         sel[row * p.k + j] = chosen[j];
-        wt[row * p.k + j] = prob[chosen[j]] * norm;
+        wt[row * p.k + j] = cp[j] * norm;
     }
 }
 #endif
