@@ -52,7 +52,14 @@ pub(super) const ATTN_SPREAD: usize = 256;
 /// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp): a token
 /// command's matrices of the formats it reads, on a device that runs it.
 pub(super) fn canon(m: &Mat, n: usize, s: &Scratch) -> bool {
-    s.dot && n <= NROW_MAX && mv_format(m.ty).is_some() && m.cols.is_multiple_of(32)
+    canon_reads(m, s) && n <= NROW_MAX
+}
+
+/// Whether the canonical product reads matrix `m` at all: its format, on a device that runs
+/// it. A mixture-of-experts FFN takes it at any row count (windows too): its grouped form
+/// reads each expert once for the slots that chose it, where the GEMV would read it a slot.
+fn canon_reads(m: &Mat, s: &Scratch) -> bool {
+    s.dot && mv_format(m.ty).is_some() && m.cols.is_multiple_of(32)
 }
 
 /// Whether `m`, outside the canonical product, reads its input rounded through 8-bit blocks
@@ -576,9 +583,9 @@ fn moe_ffn(
     let slots = n * k;
     let (gate, up, down) = (&ly.gate, &ly.up, &ly.down);
     // The grouped canonical product where it reads the formats and its forms (gate and up with
-    // the SwiGLU epilogue, down) fit the device.
+    // the SwiGLU epilogue, down) fit the device, whatever the row count.
     let info = &rec.gpu.info;
-    let canonical = [gate, up, down].into_iter().all(|m| canon(m, n, s)) && mv_fits(info, n as u32, d as u32, false, true) && mv_fits(info, n as u32, ff as u32, false, false);
+    let canonical = [gate, up, down].into_iter().all(|m| canon_reads(m, s)) && mv_fits(info, n as u32, d as u32, false, true) && mv_fits(info, n as u32, ff as u32, false, false);
     let blocks = [gate, up].map(|m| rounding(m, s).filter(|_| !canonical));
     let q32 = blocks.contains(&Some(32)).then(|| Bind::from(&s.xq32));
     let q256 = blocks.contains(&Some(256)).then(|| Bind::from(&s.xq256));

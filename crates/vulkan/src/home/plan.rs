@@ -80,10 +80,12 @@ pub(super) fn moe_used(cfg: &ModelConfig) -> usize {
     cfg.moe.map_or(0, |m| m.n_expert_used)
 }
 
-/// Words a row of the mixture-of-experts scratch (`Scratch::moe_*`): its router logits, and
-/// each of its slots' gate, up, activation and down rows, expert id and weight.
+/// Words a row of the mixture-of-experts scratch (`Scratch::moe_*`): its router logits, its
+/// packed normed input and r (`Scratch::xpn`, `rs`: the grouped product takes windows too),
+/// and each of its slots' gate, up, activation and down rows, expert id and weight.
 pub(super) fn moe_slot_words(cfg: &ModelConfig) -> usize {
-    moe_experts(cfg) + moe_used(cfg) * (3 * cfg.n_ff + cfg.n_embd + 2)
+    let packed = if cfg.moe.is_some() { cfg.n_embd + 1 } else { 0 };
+    moe_experts(cfg) + packed + moe_used(cfg) * (3 * cfg.n_ff + cfg.n_embd + 2)
 }
 
 /// Experts of a mixture-of-experts model (0 for a dense model).

@@ -138,8 +138,8 @@ impl Scratch {
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xp32: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
-            xpn: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
-            rs: dev(NROW_MAX)?,
+            xpn: Buffer::new(gpu, packed_bytes(cfg).max(moe_packed_bytes(cfg, r)), Location::Device)?,
+            rs: dev(NROW_MAX.max(if cfg.moe.is_some() { r } else { 0 }))?,
             moe_logits: dev((r * moe_experts(cfg)).max(1))?,
             moe_gate: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
             moe_up: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
@@ -164,6 +164,15 @@ impl Scratch {
                 b
             },
         })
+    }
+}
+
+/// Bytes of a mixture-of-experts model's packed normed input for `rows` rows (its FFN's grouped
+/// canonical product takes windows too); none for a dense model.
+fn moe_packed_bytes(cfg: &ModelConfig, rows: usize) -> u64 {
+    match cfg.moe {
+        Some(_) => QPack::new((rows * cfg.n_embd.next_multiple_of(32)) as u32).map(|q| q.bytes()).unwrap_or(4),
+        None => 0,
     }
 }
 
