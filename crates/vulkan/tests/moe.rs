@@ -1,5 +1,6 @@
-//! The mixture-of-experts grouping kernel (shaders/ops/moe.comp GROUP, `Recorder::moe_group`)
-//! against a listing computed on the host: for each expert its offset, the total, then each
+//! The mixture-of-experts route (moe.comp ROUTE) against the CPU home's `route`, and the
+//! grouping kernel (shaders/ops/moe.comp GROUP, `Recorder::moe_group`) against a listing
+//! computed on the host: for each expert its offset, the total, then each
 //! expert's slots in ascending slot order. Outputs are poisoned before each run and every word
 //! is checked, words past the listing included (they must stay poisoned). The shapes reach a
 //! whole prefill window of Qwen3-30B-A3B (512 rows, 8 of 128 experts each: 4096 slots), tiles
@@ -139,4 +140,61 @@ fn group_time() {
     let grp = Buffer::new(&h.gpu, (words * 4) as u64, Location::Device).unwrap();
     let us = h.time_chained(50, &mut |rec| rec.moe_group(4096, 128, (&selb).into(), (&grp).into()));
     eprintln!("moe_group, 4096 slots over 128 experts: {us:.1} us on {}", h.gpu.info.name);
+}
+
+/// moe_route on the device for `logits` ([rows][n_expert]): each row's k expert ids and weights.
+fn route_on_device(h: &mut Harness, logits: &[f32], n_expert: u32, k: u32) -> (Vec<u32>, Vec<f32>) {
+    let rows = logits.len() as u32 / n_expert;
+    let lb = h.buf_f32(logits);
+    let mut sel = Buffer::new(&h.gpu, (rows * k * 4) as u64, Location::Device).unwrap();
+    sel.fill_u32(POISON).unwrap();
+    let wt = h.poisoned((rows * k) as usize);
+    h.run(|rec| rec.moe_route(rows, n_expert, k, (&lb).into(), (&sel).into(), (&wt).into()));
+    (sel.read_u32(0, (rows * k) as usize).unwrap(), wt.read_f32(0, (rows * k) as usize).unwrap())
+}
+
+/// The route (softmax, top k with ties to the lower index, the weights renormalised) against
+/// the CPU home's `route`: the same ids in the same rank order and the weights within 1e-6, on
+/// random logits, logits with ties (the top k among equal values), one row all equal, and a
+/// NaN (k distinct experts all the same). Control: the device's ids against those of each row
+/// ranked from the smallest probability must differ.
+#[test]
+fn route_picks_the_cpu_homes_experts() {
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+    for (n_expert, k) in [(128u32, 8u32), (8, 2), (60, 4), (MOE_MAX_EXPERTS, 8)] {
+        let rows = 37usize;
+        let mut logits = rng.vec(rows * n_expert as usize, 4.0);
+        // Row 1: values from a few levels (many ties); row 2: every logit equal; row 3: a NaN.
+        for e in 0..n_expert as usize {
+            logits[n_expert as usize + e] = (e % 3) as f32;
+            logits[2 * n_expert as usize + e] = 0.5;
+        }
+        logits[3 * n_expert as usize + 5] = f32::NAN;
+        let (sel, wt) = route_on_device(&mut h, &logits, n_expert, k);
+        let mut reversed_differs = false;
+        for r in 0..rows {
+            let row = &logits[r * n_expert as usize..(r + 1) * n_expert as usize];
+            let got: Vec<u32> = sel[r * k as usize..(r + 1) * k as usize].to_vec();
+            let mut distinct = got.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert!(distinct.len() == k as usize && got.iter().all(|&e| e < n_expert), "{n_expert}/{k} row {r}: ids {got:?}");
+            if r == 3 {
+                continue; // A NaN row: any k distinct experts.
+            }
+            let mut want = vec![(0usize, 0f32); k as usize];
+            resin_cpu::route(row, &mut want);
+            let ids: Vec<u32> = want.iter().map(|w| w.0 as u32).collect();
+            assert_eq!(got, ids, "{n_expert}/{k} row {r}: the experts or their rank");
+            for (j, w) in want.iter().enumerate() {
+                let g = wt[r * k as usize + j];
+                assert!((g - w.1).abs() <= 1e-6, "{n_expert}/{k} row {r} rank {j}: weight {g} vs {}", w.1);
+            }
+            let mut asc: Vec<usize> = (0..n_expert as usize).collect();
+            asc.sort_by(|&a, &b| row[a].partial_cmp(&row[b]).unwrap());
+            reversed_differs |= asc[..k as usize].iter().map(|&e| e as u32).collect::<Vec<_>>() != got;
+        }
+        assert!(reversed_differs, "control: the smallest experts passed for {n_expert}/{k}");
+    }
 }
