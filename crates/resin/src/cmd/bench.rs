@@ -227,6 +227,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     // --profile also times a wide step of WIDE_PROFILE_ROWS rows, one a region.
     let loaded = model.load(if args.profile { WIDE_PROFILE_ROWS } else { 1 })?;
     let file_bytes = loaded.file.file_len();
+    let row_bytes = row_weight_bytes(&loaded.file, &loaded.cfg);
     let mut home = loaded.home;
     let vocab = home.spec().vocab;
     let region = RegionId(0);
@@ -313,9 +314,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         "tg_tps_all": tgs,
         "tg_greedy_tps": tg_greedy_tps,
         "file_bytes": file_bytes,
+        "row_weight_bytes": row_bytes,
         "peak_rss_bytes": peak_rss_bytes(),
         "counters": counters_json(home.counters()),
-        "weights_gb_s_at_tg": file_bytes as f64 * tg_tps / 1e9,
+        "weights_gb_s_at_tg": row_bytes as f64 * tg_tps / 1e9,
         "depth": depth,
         "layers": loaded.cfg.n_layer,
         "step_stages": shape.map(|s| s.stages),
@@ -350,6 +352,25 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         }) + &if depth > 0 { format!("\nat depth {depth}") } else { String::new() }),
     );
     Ok(())
+}
+
+/// The weight bytes one decode row reads: every tensor, but of the token embedding one row
+/// where the output matrix is its own, and of each mixture-of-experts stack its chosen
+/// experts' share (used / n_expert). `weights_gb_s_at_tg` is this at the tg rate: what a
+/// dense and a routed model are compared on.
+fn row_weight_bytes(file: &resin_gguf::GgufFile, cfg: &resin_model::ModelConfig) -> u64 {
+    file.tensors()
+        .iter()
+        .map(|t| {
+            if t.name.ends_with("_exps.weight") {
+                cfg.moe.map_or(t.size, |m| t.size * m.n_expert_used as u64 / m.n_expert.max(1) as u64)
+            } else if t.name == resin_model::TOKEN_EMBD && !cfg.tied_output {
+                t.size / cfg.vocab.max(1) as u64
+            } else {
+                t.size
+            }
+        })
+        .sum()
 }
 
 fn counters_json(c: &resin_core::Counters) -> serde_json::Value {
@@ -685,7 +706,7 @@ fn bench_streams(args: BenchArgs, params: SamplingParams, penalized: SamplingPar
 
 #[cfg(test)]
 mod tests {
-    use super::{gaps_around, lockstep_run, percentile, StreamsRun};
+    use super::{gaps_around, lockstep_run, percentile, row_weight_bytes, StreamsRun};
     use resin_core::{Counters, Home, HomeSpec, KvCodec, Logits, Result, Row, Segment};
     use std::sync::Arc;
 
@@ -798,5 +819,30 @@ mod tests {
         assert_eq!(quiet, vec![1.0, 1.0, 1.0, 1.0]);
         assert_eq!(busy, vec![2.0, 1.0, 3.0]);
         assert_eq!(percentile(busy, 0.99), Some(3.0));
+    }
+
+    /// A routed row reads its experts' share of each stack and one embedding row (its output
+    /// matrix its own); a tied model reads its embedding whole (it is the classifier).
+    #[test]
+    fn a_row_reads_its_experts_share() {
+        use resin::synth::{synth, SynthShape, SynthType, SynthVocab};
+        let d = std::env::temp_dir().join(format!("resin-rowbytes-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        for (shape, tied) in [(SynthShape::Qwen3MoeTiny, false), (SynthShape::MixtralTiny, true)] {
+            let path = d.join(format!("{shape}.gguf"));
+            synth(shape, SynthType::Q8_0, SynthVocab::ByteLevel, &path, 1, false).unwrap();
+            let f = resin_gguf::GgufFile::open(&path).unwrap();
+            let cfg = resin_model::ModelConfig::from_gguf(&f).unwrap();
+            assert_eq!(cfg.tied_output, tied);
+            let size = |pred: &dyn Fn(&str) -> bool| f.tensors().iter().filter(|t| pred(&t.name)).map(|t| t.size).sum::<u64>();
+            let exps = size(&|n| n.ends_with("_exps.weight"));
+            let embd = size(&|n| n == resin_model::TOKEN_EMBD);
+            let rest = size(&|n| !n.ends_with("_exps.weight") && n != resin_model::TOKEN_EMBD);
+            // 2 of 8 experts a row.
+            let want = rest + exps / 4 + if tied { embd } else { embd / cfg.vocab as u64 };
+            assert!(exps > 0 && embd > 0);
+            assert_eq!(row_weight_bytes(&f, &cfg), want, "{shape}");
+        }
+        std::fs::remove_dir_all(&d).ok();
     }
 }
