@@ -11,6 +11,7 @@ use resin_model::{FfnAct, Moe};
 
 use crate::forward::project;
 use crate::home::CpuHome;
+use crate::kernels::{matmul_each, Acts, QMatrix};
 use crate::ops::{axpy, gated};
 use crate::weights::{MatRef, MoeFfn};
 
@@ -101,13 +102,20 @@ impl CpuHome {
             jobs.push((u, ou));
         }
         project(self, xn, 1, d, &mut jobs);
-        for (j, ((gate, up), &(e, _))) in gu.iter_mut().zip(sel).enumerate() {
-            gated(act, gate, up);
-            let dn = ffn.expert(&ffn.down, e);
-            let mut down = Vec::new();
-            project(self, gate, 1, ff, &mut [(&dn, &mut down)]);
-            y[j * d..(j + 1) * d].copy_from_slice(&down);
-        }
+        // Each expert's down from its own activations, all in one parallel region (one
+        // fork-join a layer, not one an expert).
+        let downs: Vec<MatRef> = sel.iter().map(|&(e, _)| ffn.expert(&ffn.down, e)).collect();
+        let acts: Vec<Acts> = gu
+            .iter_mut()
+            .zip(&downs)
+            .map(|((gate, up), dn)| {
+                gated(act, gate, up);
+                Acts::prepare(gate, 1, ff, dn.ty)
+            })
+            .collect();
+        let mats: Vec<QMatrix> = downs.iter().map(|dn| self.weights.mat(dn)).collect();
+        let mut outs: Vec<(&QMatrix, &Acts, &mut [f32])> = mats.iter().zip(&acts).zip(y.chunks_exact_mut(d)).map(|((m, a), out)| (m, a, out)).collect();
+        matmul_each(&mut outs);
     }
 }
 

@@ -181,32 +181,36 @@ pub fn matmul_on(simd: Simd, w: &QMatrix, acts: &Acts, out: &mut [f32]) {
 /// one fork-join instead of one each. Each output equals what `matmul` gives for its weight
 /// (the same chunks run the same tiles; only the scheduling differs).
 pub fn matmul_many(jobs: &mut [(&QMatrix, &mut [f32])], acts: &Acts) {
+    let mut each: Vec<(&QMatrix, &Acts, &mut [f32])> = jobs.iter_mut().map(|(w, out)| (&**w, acts, &mut **out)).collect();
+    matmul_each(&mut each);
+}
+
+/// Products each of its own activations (a row's experts' down projections) in ONE parallel
+/// region; each output equals what `matmul` gives for its weight and activations.
+pub fn matmul_each(jobs: &mut [(&QMatrix, &Acts, &mut [f32])]) {
     let simd = Simd::detected();
     let threads = rayon::current_num_threads().max(1);
     let mut tasks = Vec::new();
-    let mut weights = Vec::with_capacity(jobs.len());
-    let mut outs = Vec::with_capacity(jobs.len());
-    let mut bytes = 0u64;
-    for (j, (w, out)) in jobs.iter_mut().enumerate() {
-        assert_eq!(acts.cols, w.cols, "matmul_many: activations have {} columns, weights {}", acts.cols, w.cols);
-        assert_eq!(out.len(), acts.n * w.rows, "matmul_many: output {j} has the wrong length");
+    let mut parts = Vec::with_capacity(jobs.len());
+    let mut work_bytes = 0u64;
+    for (j, (w, acts, out)) in jobs.iter_mut().enumerate() {
+        assert_eq!(acts.cols, w.cols, "matmul_each: activations have {} columns, weights {}", acts.cols, w.cols);
+        assert_eq!(out.len(), acts.n * w.rows, "matmul_each: output {j} has the wrong length");
+        parts.push((&**w, &**acts, SendPtr(out.as_mut_ptr())));
+        if acts.n == 0 {
+            continue;
+        }
         let row_bytes = w.row_bytes().max(1);
         let chunk = (CHUNK_BYTES / row_bytes).max(4).min(w.rows.div_ceil(threads * 4).max(1));
         tasks.extend((0..w.rows.div_ceil(chunk)).map(|c| (j, c * chunk, ((c + 1) * chunk).min(w.rows))));
         acts.prepared(Family::of(w.ty));
-        bytes += w.data.len() as u64;
-        weights.push(&**w);
-        outs.push(SendPtr(out.as_mut_ptr()));
-    }
-    if acts.n == 0 {
-        return;
+        work_bytes += w.data.len() as u64 * acts.n as u64;
     }
     let work = |&(j, r0, r1): &(usize, usize, usize)| {
-        let w: &QMatrix = weights[j];
-        let out = &outs[j];
+        let (w, acts, out) = &parts[j];
         run_chunk(simd, w, acts, acts.prepared(Family::of(w.ty)), r0, r1, out.0);
     };
-    if tasks.len() == 1 || bytes * (acts.n as u64) < 32 << 10 {
+    if tasks.len() <= 1 || work_bytes < 32 << 10 {
         tasks.iter().for_each(work);
     } else {
         use rayon::prelude::*;
