@@ -268,6 +268,7 @@ unsafe fn pair_tile<const M: usize, const K: usize, const F: u8>(w: [&[u8]; M], 
     let mut acc = [[_mm512_setzero_ps(); K]; M];
     for g in 0..nb.div_ceil(16) {
         let cnt = (nb - 16 * g).min(16);
+        prefetch_rows(&w, (16 * (g + PF_GROUPS) * bb).min(nb * bb), 16 * bb);
         if cnt <= 8 {
             for m in 0..M {
                 let (u, dv, cv) = group8_weights::<F>(w[m].as_ptr().add(16 * g * bb), cnt);
@@ -303,6 +304,24 @@ unsafe fn pair_tile<const M: usize, const K: usize, const F: u8>(w: [&[u8]; M], 
     for m in 0..M {
         for j in 0..K {
             o[m][j] = _mm512_reduce_add_ps(acc[m][j]);
+        }
+    }
+}
+
+/// Groups (of 16 blocks) or superblocks ahead a one-row tile asks the weights of: the
+/// hardware's prefetchers do not run far enough ahead of a decode step's streams of weight
+/// rows, whose first loads otherwise wait on memory.
+const PF_GROUPS: usize = 2;
+
+/// Ask for bytes `off .. off + len` of each weight row (past a row's end: nothing).
+#[inline(always)]
+unsafe fn prefetch_rows<const M: usize>(w: &[&[u8]; M], off: usize, len: usize) {
+    for row in w {
+        let end = (off + len).min(row.len());
+        let mut o = off;
+        while o < end {
+            _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().add(o) as *const i8);
+            o += 64;
         }
     }
 }
@@ -467,6 +486,7 @@ unsafe fn k_tile<const M: usize, const K: usize, const T: u8>(w: [&[u8]; M], col
     let mut acc = [[_mm512_setzero_ps(); K]; M];
     let mut accm = [[_mm256_setzero_ps(); K]; M];
     for sb in 0..cols / 256 {
+        prefetch_rows(&w, (sb + PF_GROUPS) * bb, bb);
         let blk: [*const u8; M] = std::array::from_fn(|m| w[m].as_ptr().add(sb * bb));
         let head: [KHead; M] = std::array::from_fn(|m| k_head::<T>(blk[m]));
         let mut ai = [[_mm512_setzero_si512(); K]; M];
