@@ -311,7 +311,7 @@ unsafe fn pair_tile<const M: usize, const K: usize, const F: u8>(w: [&[u8]; M], 
 /// Groups (of 16 blocks) or superblocks ahead a one-row tile asks the weights of: the
 /// hardware's prefetchers do not run far enough ahead of a decode step's streams of weight
 /// rows, whose first loads otherwise wait on memory.
-const PF_GROUPS: usize = 2;
+const PF_GROUPS: usize = 1;
 
 /// Ask for bytes `off .. off + len` of each weight row (past a row's end: nothing).
 #[inline(always)]
