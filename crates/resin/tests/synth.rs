@@ -300,8 +300,6 @@ fn tiny_moe_shapes_read_back_as_moe_models() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
-/// Q4_K_M of MoE shapes follows llama.cpp: ffn_down_exps Q6_K where use_more_bits holds, and
-/// with exactly 8 experts (Mixtral) attn_k / attn_v Q8_0 and attn_output Q5_K; the router F32.
 /// `--layers`: the shape's tensors for fewer layers, and no model of none.
 #[test]
 fn a_shape_takes_fewer_layers() {
@@ -318,6 +316,8 @@ fn a_shape_takes_fewer_layers() {
     assert!(!d.join("none.gguf").exists());
 }
 
+/// Q4_K_M of MoE shapes follows llama.cpp: ffn_down_exps Q6_K where use_more_bits holds, and
+/// with exactly 8 experts (Mixtral) attn_k / attn_v Q8_0 and attn_output Q5_K; the router F32.
 #[test]
 fn moe_q4_k_m_follows_the_llama_cpp_mix() {
     use resin::synth::{SynthMoe, SynthShape};

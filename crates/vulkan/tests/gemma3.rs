@@ -148,20 +148,22 @@ fn greedy_against_reference(vk: &mut VulkanHome, near_tie: f64, what: &str) -> u
 /// moves this model's logits by up to about 0.2: crates/cpu/tests/reference.rs).
 #[test]
 fn gemma3_270m_q8_activations_follow_the_float32_reference() {
-    let Some(gpu) = common::gpu() else { return };
-    let m = common::model("gemma3-270m");
-    let mut vk = vk_home(gpu, m.file, 64, true);
-    let n = greedy_against_reference(&mut vk, 0.3, "8-bit activations");
-    assert!(n >= 32, "only {n} tokens compared before near-ties");
+    follows_reference(true, 0.3, "8-bit activations");
 }
 
 /// f32 activations: the reference's own near-tie, 0.1 (issue 32's bar), on every prompt.
 #[test]
 fn gemma3_270m_f32_activations_follow_the_float32_reference() {
+    follows_reference(false, 0.1, "f32 activations");
+}
+
+/// Gemma 3 270M on the Vulkan home, 8-bit activations or not, against the reference's greedy
+/// ids up to `near_tie`: at least 32 tokens compared over the prompts.
+fn follows_reference(q8_activations: bool, near_tie: f64, what: &str) {
     let Some(gpu) = common::gpu() else { return };
     let m = common::model("gemma3-270m");
-    let mut vk = vk_home(gpu, m.file, 64, false);
-    let n = greedy_against_reference(&mut vk, 0.1, "f32 activations");
+    let mut vk = vk_home(gpu, m.file, 64, q8_activations);
+    let n = greedy_against_reference(&mut vk, near_tie, what);
     assert!(n >= 32, "only {n} tokens compared before near-ties");
 }
 

@@ -268,7 +268,7 @@ unsafe fn pair_tile<const M: usize, const K: usize, const F: u8>(w: [&[u8]; M], 
     let mut acc = [[_mm512_setzero_ps(); K]; M];
     for g in 0..nb.div_ceil(16) {
         let cnt = (nb - 16 * g).min(16);
-        prefetch_rows(&w, (16 * (g + PF_GROUPS) * bb).min(nb * bb), 16 * bb);
+        prefetch_rows(&w, 16 * (g + PF_GROUPS) * bb, 16 * bb);
         if cnt <= 8 {
             for m in 0..M {
                 let (u, dv, cv) = group8_weights::<F>(w[m].as_ptr().add(16 * g * bb), cnt);

@@ -3,9 +3,9 @@
 // slot lists GROUP writes.
 // - ROUTE: one workgroup a row. From the row's router logits (the F32 router's product with
 //   the row's normed input, a matrix product ahead of this: src/home/pass.rs moe_ffn), the
-//   softmax over every expert, the k largest probabilities (ties: the lower index) and their weights divided by
-//   their sum (clamped below at 2^-14), as crates/cpu/src/moe.rs `route`; each by the
-//   workgroup's threads together, with fixed trees. Writes the row's slots
+//   softmax over every expert, the k largest probabilities (ties: the lower index) and their
+//   weights divided by their sum (clamped below at 2^-14), as crates/cpu/src/moe.rs `route`;
+//   each by the workgroup's threads together, with fixed trees. Writes the row's slots
 //   r * k + j, j in rank order: sel (expert ids) and wt (weights).
 // - COMBINE: out[r][i] = the sum over j, in rank order, of wt[r*k + j] * y[r*k + j][i].
 // - GROUP: one workgroup. The slots that chose each expert, from the expert ids of `slots`
