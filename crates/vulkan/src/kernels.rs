@@ -359,10 +359,20 @@ pub const MOE_MAX_EXPERTS: u32 = 256;
 pub const MOE_MAX_USED: u32 = 8;
 
 /// Words of what [`Recorder::moe_group`] writes for `slots` slots over `n_expert` experts: an
-/// offset an expert and the total, then every slot once in the experts' lists.
+/// offset an expert and the total, then every slot once in the experts' lists, then the
+/// [`moe_active_entries`] entries of the chosen experts.
 pub fn moe_group_words(n_expert: u32, slots: u32) -> u32 {
-    n_expert + 1 + slots
+    n_expert + 1 + slots + moe_active_entries(n_expert, slots)
 }
+
+/// Entries of [`Recorder::moe_group`]'s list of chosen experts: the most distinct experts
+/// `slots` slots can choose.
+pub fn moe_active_entries(n_expert: u32, slots: u32) -> u32 {
+    n_expert.min(slots)
+}
+
+/// The entry [`Recorder::moe_group`] writes past its chosen experts.
+pub const MOE_NO_EXPERT: u32 = u32::MAX;
 
 /// The expert GEMV's push block: the GEMV's, then the slots a row of activations.
 #[repr(C)]
@@ -563,7 +573,9 @@ impl<'a> Recorder<'a> {
     /// of `slots` slots: `grp` gets [`moe_group_words`] words, expert e's slots (in slot order)
     /// at words n_expert + 1 + grp[e] .. n_expert + 1 + grp[e + 1]: the columns of the
     /// canonical product's expert form ([`crate::mv::Experts`]). An id of no expert (n_expert
-    /// or more) is in no list, and the words past the lists' end are left as they were.
+    /// or more) is in no list, and the words past the lists' end are left as they were. From
+    /// word n_expert + 1 + slots, [`moe_active_entries`] words: the experts some slot chose,
+    /// in index order, then [`MOE_NO_EXPERT`] (the expert products take a workgroup an entry).
     pub fn moe_group(&mut self, slots: u32, n_expert: u32, sel: Bind<'_>, grp: Bind<'_>) -> Result<(), VkError> {
         if n_expert == 0 || n_expert > MOE_MAX_EXPERTS {
             return Err(VkError::Unsupported(format!("grouping slots by {n_expert} experts (at most {MOE_MAX_EXPERTS})")));

@@ -26,7 +26,7 @@ use resin_gguf::GgmlType;
 use resin_model::FfnAct;
 
 use crate::device::DeviceInfo;
-use crate::kernels::{format_name, grid, CountPush, NormPackPush, Push, Recorder};
+use crate::kernels::{format_name, grid, moe_active_entries, CountPush, NormPackPush, Push, Recorder};
 use crate::pipelines::Bind;
 use crate::VkError;
 
@@ -121,6 +121,16 @@ pub struct Experts<'a> {
     pub x_div: u32,
     /// What [`Recorder::moe_group`] wrote from the step's expert ids.
     pub groups: Bind<'a>,
+}
+
+impl Experts<'_> {
+    /// The expert form's push block after the product's `mv` for `slots` slots, and its
+    /// workgroups along z: one an entry of the groups' chosen experts.
+    fn push<P: Copy>(&self, mv: P, slots: u32) -> (ExpertPush<P>, u32) {
+        let list_off = self.n_expert + 1;
+        let push = ExpertPush { mv, x_div: self.x_div, list_off, act_off: list_off + slots };
+        (push, moe_active_entries(self.n_expert, slots))
+    }
 }
 
 #[repr(C)]
@@ -296,17 +306,21 @@ struct MmPush {
 const _: () = assert!(std::mem::size_of::<MmPush>() == 52);
 impl Push for MmPush {}
 
-/// mv.comp EXPERT's push block: the product's, then the slots a row of activations and the
-/// word offset of the slot lists.
+/// The EXPERT forms' push block (mv.comp after [`MvPush`], mm.comp and mr.comp after
+/// [`MmPush`]): the product's, then the slots a row of activations and the word offsets of
+/// the slot lists and of the chosen experts.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-struct MvExpertPush {
-    mv: MvPush,
+struct ExpertPush<P> {
+    mv: P,
     x_div: u32,
     list_off: u32,
+    act_off: u32,
 }
-const _: () = assert!(std::mem::size_of::<MvExpertPush>() == 56);
-impl Push for MvExpertPush {}
+const _: () = assert!(std::mem::size_of::<ExpertPush<MvPush>>() == 60);
+const _: () = assert!(std::mem::size_of::<ExpertPush<MmPush>>() == 64);
+impl Push for ExpertPush<MvPush> {}
+impl Push for ExpertPush<MmPush> {}
 
 /// Rows of activations a product of `n` rows reads and rows of outputs it writes: n, or (an
 /// expert product) its slots' activation rows and its slots.
@@ -316,18 +330,6 @@ fn slot_rows(n: u32, ex: Option<&Experts<'_>>) -> (u32, u32) {
         None => (n, n),
     }
 }
-
-/// mm.comp EXPERT's push block: the product's, then the slots a row of activations and the
-/// word offset of the slot lists.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct MmExpertPush {
-    mm: MmPush,
-    x_div: u32,
-    list_off: u32,
-}
-const _: () = assert!(std::mem::size_of::<MmExpertPush>() == 60);
-impl Push for MmExpertPush {}
 
 /// The shader suffix of a format the canonical product reads (the spec's table).
 pub fn mv_format(ty: GgmlType) -> Option<&'static str> {
@@ -647,10 +649,11 @@ impl Recorder<'_> {
         let wgs = grid(s.rows.div_ceil(spec.tile()));
         match ex {
             // An expert has at most n slots (a row's slots choose distinct experts): n columns
-            // for each expert, those past its count loading its last slot's and writing nothing.
+            // for each chosen expert, those past its count loading its last slot's and writing
+            // nothing.
             Some(e) => {
-                let push = MvExpertPush { mv: push, x_div: e.x_div, list_off: e.n_expert + 1 };
-                self.run(&format!("mv{hw}_x_{f}{form}"), &consts, &[w, x, nw, y, pk, e.groups], &push.bytes(), [wgs[0], wgs[1], e.n_expert])
+                let (push, chosen) = e.push(push, ny);
+                self.run(&format!("mv{hw}_x_{f}{form}"), &consts, &[w, x, nw, y, pk, e.groups], &push.bytes(), [wgs[0], wgs[1], chosen])
             }
             None => self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), wgs),
         }
@@ -707,11 +710,11 @@ impl Recorder<'_> {
             let name = format!("mr{hw}_{form}{f}");
             let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, cs, xin, outk, nv, 32 * cs, nc, act];
             let outs = if outk == 2 { 32 } else { 32 * nv };
-            let grid = [n.div_ceil(nc), s.rows.div_ceil(outs), ex.as_ref().map_or(1, |e| e.n_expert)];
+            let grid = [n.div_ceil(nc), s.rows.div_ceil(outs), 1];
             return match ex {
                 Some(e) => {
-                    let push = MmExpertPush { mm, x_div: e.x_div, list_off: e.n_expert + 1 };
-                    self.run(&name, &consts, &[w, x, nr, y, pk, e.groups], &push.bytes(), grid)
+                    let (push, chosen) = e.push(mm, ny);
+                    self.run(&name, &consts, &[w, x, nr, y, pk, e.groups], &push.bytes(), [grid[0], grid[1], chosen])
                 }
                 None => self.run(&name, &consts, &[w, x, nr, y, pk], &mm.bytes(), grid),
             };
@@ -726,17 +729,17 @@ impl Recorder<'_> {
         // 64-row tiles are enough to fill the device), else 1. Experts: each takes its own
         // tiles, so the stack's tiles count.
         let cols = n.div_ceil(MM_TILE_N);
-        let stacks = ex.as_ref().map_or(1, |e| e.n_expert);
+        let stacks = ex.as_ref().map_or(1, |e| moe_active_entries(e.n_expert, ny));
         let rt = if outk == 2 || s.rows.div_ceil(64) * cols * stacks >= MM_SMALL_TILES_BELOW { 4 } else { 1 };
         let outs = if outk == 2 { 32 } else { 16 * rt };
         let consts = [consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], rt, 64 * rt, act];
         let row_tiles = s.rows.div_ceil(outs);
         match ex {
             // An expert has at most n slots (a row's slots choose distinct experts): n's
-            // column tiles for each expert, those past its count leaving at once.
+            // column tiles for each chosen expert, those past its count leaving at once.
             Some(e) => {
-                let push = MmExpertPush { mm, x_div: e.x_div, list_off: e.n_expert + 1 };
-                self.run(&name, &consts, &[w, x, nr, y, pk, e.groups], &push.bytes(), [row_tiles, cols, e.n_expert])
+                let (push, chosen) = e.push(mm, ny);
+                self.run(&name, &consts, &[w, x, nr, y, pk, e.groups], &push.bytes(), [row_tiles, cols, chosen])
             }
             None => self.run(&name, &consts, &[w, x, nr, y, pk], &mm.bytes(), [row_tiles, cols, 1]),
         }

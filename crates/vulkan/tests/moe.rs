@@ -12,7 +12,7 @@ mod common;
 
 use common::*;
 use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
-use resin_vulkan::kernels::{moe_group_words, MOE_MAX_EXPERTS};
+use resin_vulkan::kernels::{moe_active_entries, moe_group_words, MOE_MAX_EXPERTS, MOE_NO_EXPERT};
 
 /// Words written past the listing's end, which must stay poisoned.
 const SPARE: usize = 64;
@@ -35,6 +35,13 @@ fn listing(sel: &[u32], n_expert: u32) -> Vec<u32> {
     }
     w.push(at);
     w.extend(lists.iter().flatten());
+    // Where the lists stop short of every slot (ids of no expert), the words up to the chosen
+    // experts are the device's to leave: the host's listing has them as they were.
+    w.resize(n_expert as usize + 1 + sel.len(), POISON);
+    let chosen = moe_active_entries(n_expert, sel.len() as u32) as usize;
+    let mut act: Vec<u32> = (0..n_expert).filter(|&e| !lists[e as usize].is_empty()).collect();
+    act.resize(chosen, MOE_NO_EXPERT);
+    w.extend(act);
     w
 }
 

@@ -14,7 +14,7 @@ use resin_cpu::kernels::canon::{canon_dot, canon_rms_scale, canon_sumsq, CanonAc
 use resin_gguf::{formats, GgmlType};
 use resin_model::FfnAct;
 use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
-use resin_vulkan::kernels::NormPush;
+use resin_vulkan::kernels::{moe_active_entries, NormPush, MOE_NO_EXPERT};
 use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, DotTier, Experts, Mv, MvIn, MvOut, MvShape, NormAdd, QPack};
 use resin_vulkan::pipelines::Bind;
 
@@ -368,6 +368,9 @@ fn group_host(sel: &[u32]) -> Vec<u32> {
     }
     w.push(lists.len() as u32);
     w.extend(lists);
+    let mut chosen: Vec<u32> = (0..NE as u32).filter(|e| sel.contains(e)).collect();
+    chosen.resize(moe_active_entries(NE as u32, sel.len() as u32) as usize, MOE_NO_EXPERT);
+    w.extend(chosen);
     w
 }
 

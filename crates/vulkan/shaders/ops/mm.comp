@@ -21,9 +21,10 @@
 // product are mr.comp's (src/mv.rs picks by rows).
 //
 // EXPERT: the weights are a mixture-of-experts stack of experts of `rows` rows each, and the
-// product's columns are slots (a step's (row, chosen expert) pairs): workgroup z takes expert
-// z's rows once for the slots that chose it, grp[list_off + grp[z] .. list_off + grp[z + 1])
-// in slot order (moe.comp GROUP). Slot s reads activation row s / x_div (and its r) and writes
+// product's columns are slots (a step's (row, chosen expert) pairs): workgroup z takes the
+// z-th chosen expert e = grp[act_off + z] (moe.comp GROUP; none past the last, and the
+// workgroup leaves), its rows once for the slots that chose it, grp[list_off + grp[e] ..
+// list_off + grp[e + 1]) in slot order. Slot s reads activation row s / x_div (and its r) and writes
 // output row s. The host sizes the grid for the most slots an expert can have (a step's row
 // count: a row's slots choose distinct experts), as the counts live on the device; tiles past
 // an expert's count leave at once. A slot's result is the bits the plain product gives its
@@ -65,6 +66,7 @@ layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
 #ifdef EXPERT
 layout(std430, set = 0, binding = 5) readonly buffer G { uint grp[]; };
+#define NO_EXPERT 0xFFFFFFFFu   // moe.comp GROUP's entry past the chosen experts
 #endif
 
 layout(push_constant) uniform Push {
@@ -84,6 +86,7 @@ layout(push_constant) uniform Push {
 #ifdef EXPERT
     uint x_div;      // slots a row of activations
     uint list_off;   // word offset of the slot lists in grp
+    uint act_off;    // word offset of the chosen experts in grp
 #endif
 } p;
 
@@ -204,9 +207,11 @@ void main() {
     uint r0 = gl_WorkGroupID.x * outs;
     uint c0 = gl_WorkGroupID.y * BN;
 #ifdef EXPERT
-    ebase = gl_WorkGroupID.z * p.rows;
-    lbase = grp[gl_WorkGroupID.z];
-    ncols = grp[gl_WorkGroupID.z + 1u] - lbase;
+    uint ex = grp[p.act_off + gl_WorkGroupID.z];
+    if (ex == NO_EXPERT) return;   // the whole workgroup: past the chosen experts
+    ebase = ex * p.rows;
+    lbase = grp[ex];
+    ncols = grp[ex + 1u] - lbase;
 #else
     ebase = 0u;
     lbase = 0u;

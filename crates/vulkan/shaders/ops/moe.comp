@@ -10,7 +10,10 @@
 // - COMBINE: out[r][i] = the sum over j, in rank order, of wt[r*k + j] * y[r*k + j][i].
 // - GROUP: one workgroup. The slots that chose each expert, from the expert ids of `slots`
 //   slots: grp[e] .. grp[e + 1] is expert e's range of the lists at grp[n_expert + 1 ..], each
-//   expert's slots in slot order; ids out of range are in no list. A prefill window holds
+//   expert's slots in slot order; ids out of range are in no list. Then, from word
+//   n_expert + 1 + slots, the experts some slot chose in index order and NONE up to
+//   min(slots, n_expert) entries: the expert products take a workgroup an entry, so a decode
+//   step's few experts are not found among idle workgroups of every expert. A prefill window holds
 //   thousands of slots, so no thread walks them all: the threads count every expert's slots
 //   together (shared atomics), take the prefix sums of the counts in parallel, then place the
 //   slots a tile of GROUP_WG at a time, each slot at its expert's cursor plus the number of the
@@ -176,6 +179,8 @@ layout(push_constant) uniform Push {
 // Each expert's count, then its cursor: where its next slot goes in its list.
 shared uint cursor[MAX_EXPERTS];
 shared uint sums[GROUP_WG];
+shared uint chosen[GROUP_WG];   // prefix sums of "some slot chose the expert"
+#define NONE 0xFFFFFFFFu
 // Per expert, a bit for each slot of the current tile that chose it.
 shared uint tile[MAX_EXPERTS * TILE_WORDS];
 
@@ -192,18 +197,26 @@ void main() {
     // Inclusive prefix sums of the counts, a thread an expert (the experts past n_expert
     // counted none), by doubling strides.
     uint count = cursor[t];
+    uint used = count > 0u ? 1u : 0u;
     sums[t] = count;
+    chosen[t] = used;
     barrier();
     for (uint off = 1u; off < GROUP_WG; off <<= 1u) {
         uint add = t >= off ? sums[t - off] : 0u;
+        uint addc = t >= off ? chosen[t - off] : 0u;
         barrier();
         sums[t] += add;
+        chosen[t] += addc;
         barrier();
     }
     uint start = sums[t] - count;
     cursor[t] = start;
     if (t < p.n_expert) grp[t] = start;
     if (t == 0u) grp[p.n_expert] = sums[GROUP_WG - 1u];
+    uint act = p.n_expert + 1u + p.slots;
+    uint nact = chosen[GROUP_WG - 1u];
+    if (used == 1u) grp[act + chosen[t] - 1u] = t;
+    if (t >= nact && t < min(p.slots, p.n_expert)) grp[act + t] = NONE;
     barrier();
     uint lists = p.n_expert + 1u;
     uint word = t / 32u;

@@ -16,8 +16,9 @@
 // operation's order depends on the column count, NC, CS, the subgroup size or which thread
 // loaded a block.
 //
-// EXPERT: mm.comp's EXPERT form (see there): workgroup z takes expert z's rows for the slots
-// that chose it, grp[list_off + grp[z] ..] in slot order; column tiles past its count leave.
+// EXPERT: mm.comp's EXPERT form (see there): workgroup z takes the z-th chosen expert e's rows
+// for the slots that chose it, grp[list_off + grp[e] ..] in slot order; column tiles past its
+// count leave.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -50,6 +51,7 @@ layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
 #ifdef EXPERT
 layout(std430, set = 0, binding = 5) readonly buffer G { uint grp[]; };
+#define NO_EXPERT 0xFFFFFFFFu   // moe.comp GROUP's entry past the chosen experts
 #endif
 
 layout(push_constant) uniform Push {
@@ -69,6 +71,7 @@ layout(push_constant) uniform Push {
 #ifdef EXPERT
     uint x_div;      // slots a row of activations
     uint list_off;   // word offset of the slot lists in grp
+    uint act_off;    // word offset of the chosen experts in grp
 #endif
 } p;
 
@@ -121,9 +124,11 @@ void main() {
     uint c0 = gl_WorkGroupID.x * NC;
     uint r0 = gl_WorkGroupID.y * outs;
 #ifdef EXPERT
-    ebase = gl_WorkGroupID.z * p.rows;
-    lbase = grp[gl_WorkGroupID.z];
-    ncols = grp[gl_WorkGroupID.z + 1u] - lbase;
+    uint ex = grp[p.act_off + gl_WorkGroupID.z];
+    if (ex == NO_EXPERT) return;   // the whole workgroup: past the chosen experts
+    ebase = ex * p.rows;
+    lbase = grp[ex];
+    ncols = grp[ex + 1u] - lbase;
 #else
     ebase = 0u;
     lbase = 0u;

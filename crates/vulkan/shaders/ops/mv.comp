@@ -34,9 +34,9 @@
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
 // constant, 1..8). DOT_HW: the integer dot products by OpSDot (dotfmt.glsl).
 // EXPERT (N-row form, XIN 0 or 2): mm.comp's EXPERT form for steps of up to 8 rows: workgroup
-// z takes expert z's rows of the stack (experts of `rows` rows) for the slots that chose it,
-// grp[list_off + grp[z] ..] (at most NCOLS, the step's rows: a row's slots choose distinct
-// experts); column c is its c-th slot, reading activation row slot / x_div and writing output
+// z takes the z-th chosen expert e's rows of the stack (experts of `rows` rows) for the slots
+// that chose it, grp[list_off + grp[e] ..] (at most NCOLS, the step's rows: a row's slots
+// choose distinct experts); column c is its c-th slot, reading activation row slot / x_div and writing output
 // row slot. Columns past the expert's count repeat its last slot's loads and write nothing.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -82,6 +82,7 @@ layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
 #ifdef EXPERT
 layout(std430, set = 0, binding = 5) readonly buffer G { uint grp[]; };
+#define NO_EXPERT 0xFFFFFFFFu   // moe.comp GROUP's entry past the chosen experts
 #endif
 
 layout(push_constant) uniform Push {
@@ -100,6 +101,7 @@ layout(push_constant) uniform Push {
 #ifdef EXPERT
     uint x_div;      // slots a row of activations
     uint list_off;   // word offset of the slot lists in grp
+    uint act_off;    // word offset of the chosen experts in grp
 #endif
 } p;
 
@@ -241,10 +243,11 @@ void main() {
     uint groups = NSG / KS;   // row groups the workgroup's subgroups take at once
     uint tile = TP * groups * outs;
 #ifdef EXPERT
-    ebase = gl_WorkGroupID.z * p.rows;
-    lbase = grp[gl_WorkGroupID.z];
-    ncol = min(grp[gl_WorkGroupID.z + 1u] - lbase, NCOLS);
-    if (ncol == 0u) return;   // the whole workgroup: an expert no slot chose
+    uint ex = grp[p.act_off + gl_WorkGroupID.z];
+    if (ex == NO_EXPERT) return;   // the whole workgroup: past the chosen experts
+    ebase = ex * p.rows;
+    lbase = grp[ex];
+    ncol = min(grp[ex + 1u] - lbase, NCOLS);
 #else
     ebase = 0u;
     ncol = NCOLS;
