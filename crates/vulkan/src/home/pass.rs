@@ -615,7 +615,9 @@ fn moe_ffn(
     if n <= NROW_MAX {
         rec.gemv(resin_gguf::GgmlType::F32, n as u32, router.into(), (&s.xn).into(), (&s.moe_logits).into(), lp)?;
     } else {
-        rec.gemm(resin_gguf::GgmlType::F32, n as u32, router.into(), (&s.xn).into(), (&s.moe_logits).into(), lp, None)?;
+        // K split as every window's matrix (a router's few row tiles would leave the device idle).
+        let split = s.split_part > 0 && crate::gemm::gemm_split(lp.rows, lp.cols).1 > 1;
+        rec.gemm(resin_gguf::GgmlType::F32, n as u32, router.into(), (&s.xn).into(), (&s.moe_logits).into(), lp, split.then(|| s.split_slot(0)).transpose()?)?;
     }
     rec.barrier();
     rec.moe_route(n as u32, ne as u32, k as u32, (&s.moe_logits).into(), (&s.moe_sel).into(), (&s.moe_wt).into())?;

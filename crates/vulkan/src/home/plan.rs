@@ -22,7 +22,9 @@ pub(super) fn split_slot_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConf
     let (d, q, kv, ff) = (cfg.n_embd as u32, cfg.q_dim() as u32, cfg.kv_dim() as u32, cfg.n_ff as u32);
     // (rows, cols) of every matrix a pass multiplies; the classifier's rows never split K
     // (its many row tiles fill the device), but it is counted the same way.
-    let shapes = [(q, d), (kv, d), (d, q), (ff, d), (d, ff), (cfg.vocab as u32, d)];
+    // A mixture of experts' router too (the experts take the canonical product).
+    let router = cfg.moe.map_or((q, d), |m| (m.n_expert as u32, d));
+    let shapes = [(q, d), (kv, d), (d, q), (ff, d), (d, ff), (cfg.vocab as u32, d), router];
     let n = PF_WINDOW as u32;
     let part = shapes.iter().map(|&(r, c)| crate::gemm::gemm_part_floats(r, c, n) as u64 * 4).max().unwrap_or(0);
     let done = shapes.iter().filter(|&&(r, c)| crate::gemm::gemm_split(r, c).1 > 1).map(|&(r, _)| crate::gemm::gemm_done_words(r, n) as u64 * 4).max().unwrap_or(0);
