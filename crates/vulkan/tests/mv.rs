@@ -521,6 +521,49 @@ fn normpack_adds_the_residual_first() {
     }
 }
 
+/// normpack_xn (a mixture of experts' norm): the packs, r and x of normpack, with and without
+/// the residual add, and the normed rows (x * r) * w in f32 with that r, bit for bit.
+/// Control: x * (r * w), rounded otherwise, differs somewhere.
+#[test]
+fn normpack_writes_the_normed_rows_beside_the_packs() {
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0x7a4);
+    let (rows, cols) = (3usize, 2048usize);
+    let (x, add, nw) = (rng.vec(rows * cols, 2.0), rng.vec(rows * cols, 2.0), rng.vec(cols, 1.0));
+    let sum: Vec<f32> = x.iter().zip(&add).map(|(a, b)| a + b).collect();
+    let layout = QPack::new((rows * cols) as u32).unwrap();
+    let nwb = h.buf_f32(&nw);
+    let mut control_differs = false;
+    for fused in [true, false] {
+        let mut runs = Vec::new();
+        for with_xn in [false, true] {
+            let xb = h.buf_f32(if fused { &x } else { &sum });
+            let ab = h.buf_f32(&add);
+            let (pk, rsb, xn) = (poisoned_words(&h, layout.words() as usize), h.poisoned(rows), h.poisoned(rows * cols));
+            let add = fused.then(|| (&ab).into());
+            if with_xn {
+                h.run(|rec| rec.normpack_xn(rows as u32, cols as u32, 1e-5, (&xb).into(), add, (&nwb).into(), layout, ((&pk).into(), (&rsb).into()), (&xn).into()));
+            } else {
+                h.run(|rec| rec.normpack(rows as u32, cols as u32, 1e-5, (&xb).into(), add, (&nwb).into(), layout, (&pk).into(), (&rsb).into()));
+            }
+            assert!(bits(&xb.read_f32(0, rows * cols).unwrap()) == bits(&sum), "fused {fused}: x is not x + add");
+            let rv = rsb.read_f32(0, rows).unwrap();
+            if with_xn {
+                let got = xn.read_f32(0, rows * cols).unwrap();
+                for (i, g) in got.iter().enumerate() {
+                    let (c, k) = (i / cols, i % cols);
+                    let want = (sum[i] * rv[c]) * nw[k];
+                    assert_eq!(g.to_bits(), want.to_bits(), "fused {fused}: normed value {k} of row {c}: {g} vs {want}");
+                    control_differs |= g.to_bits() != (sum[i] * (rv[c] * nw[k])).to_bits();
+                }
+            }
+            runs.push((pk.read_u32(0, layout.words() as usize).unwrap(), bits(&rv)));
+        }
+        assert!(runs[0] == runs[1], "fused {fused}: normpack_xn's packs or r differ from normpack's");
+    }
+    assert!(control_differs, "control: x * (r * w) must differ from (x * r) * w somewhere");
+}
+
 /// normpack with a post-normed add (gemma3): x += rmsnorm(add) * w_post folded in gives the
 /// bits of the post-norm's own dispatch (rmsnorm into a buffer, then normpack with that add):
 /// x written back and the packs and r. Control: the add without its post-norm differs.

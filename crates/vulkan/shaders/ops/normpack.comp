@@ -5,7 +5,9 @@
 // back. FUSE_POST (with FUSE_ADD, gemma3's post-norms): x += rmsnorm(add) * w_post, in
 // rmsnorm.comp's arithmetic (common/norm_scale.glsl: the bits of the post-norm dispatch this
 // replaces). A thread takes blocks t, t + 256, ...; the chunks' sums of squares and the tree
-// follow.
+// follow. WRITE_XN (a mixture of experts' FFN, whose router reads the normed rows in f32):
+// also xn = (x * r) * w_norm, rmsnorm.comp's expression with this r, so no norm dispatch runs
+// ahead of the pack.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 
@@ -23,6 +25,10 @@ layout(std430, set = 0, binding = 3) writeonly buffer P { uint pk[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer R { float rs[]; };
 #ifdef FUSE_POST
 layout(std430, set = 0, binding = 5) readonly buffer WP4 { vec4 wp4[]; };
+#endif
+#ifdef WRITE_XN
+layout(std430, set = 0, binding = 5) writeonly buffer XN4 { vec4 xn4[]; };
+shared float rsh;
 #endif
 
 layout(push_constant) uniform Push {
@@ -96,6 +102,22 @@ void main() {
     if (t == 0u) {
         float v[32];
         for (uint i = 0u; i < LPOW; i++) v[i] = css[i];
-        rs[row] = canon_r(v, LPOW, p.cols, p.eps);
+        float r = canon_r(v, LPOW, p.cols, p.eps);
+        rs[row] = r;
+#ifdef WRITE_XN
+        rsh = r;
+#endif
     }
+#ifdef WRITE_XN
+    barrier();
+    float r = rsh;
+    // The thread's own blocks, whose sums it wrote above.
+    for (uint b = t; b < nb; b += NT) {
+        uint v = row * p.cols + b * 32u;
+        for (uint j = 0u; j < 8u; j++) {
+            precise vec4 o = (x4[v / 4u + j] * r) * w4[b * 8u + j];
+            xn4[v / 4u + j] = o;
+        }
+    }
+#endif
 }

@@ -591,22 +591,24 @@ fn moe_ffn(
     let q256 = blocks.contains(&Some(256)).then(|| Bind::from(&s.xq256));
     r.settle(rec, n, norm.p)?;
     let add = r.add.map(Bind::from);
-    if q32.is_some() || q256.is_some() {
-        rec.rmsnorm_q(n as u32, r.x.into(), add, norm.w.into(), (&s.xn).into(), q32, q256, norm.p)?;
+    // The canonical products' input: u = x * w packed and each row's r, with the router's f32
+    // normed rows from the same dispatch; else the norm, rounded where the experts' GEMV reads it so.
+    let packed_in = if canonical {
+        let layout = packed(n, d)?;
+        let add = add.map(|y| NormAdd { y, post: None });
+        rec.normpack_xn(n as u32, d as u32, norm.p.eps, r.x.into(), add, norm.w.into(), layout, ((&s.xpn).into(), (&s.rs).into()), (&s.xn).into())?;
+        Some(MvIn::NormPacked { x: (&s.xpn).into(), layout, r: (&s.rs).into() })
     } else {
-        rec.rmsnorm(n as u32, r.x.into(), add, norm.w.into(), (&s.xn).into(), norm.p)?;
-    }
+        if q32.is_some() || q256.is_some() {
+            rec.rmsnorm_q(n as u32, r.x.into(), add, norm.w.into(), (&s.xn).into(), q32, q256, norm.p)?;
+        } else {
+            rec.rmsnorm(n as u32, r.x.into(), add, norm.w.into(), (&s.xn).into(), norm.p)?;
+        }
+        None
+    };
     r.add = None;
     rec.barrier();
     mark(clock, rec.cmd, norm.label, norm.layer);
-    // The canonical products' input beside the route: u = x * w packed and each row's r.
-    let packed_in = if canonical {
-        let layout = packed(n, d)?;
-        rec.normpack(n as u32, d as u32, norm.p.eps, r.x.into(), None, norm.w.into(), layout, (&s.xpn).into(), (&s.rs).into())?;
-        Some(MvIn::NormPacked { x: (&s.xpn).into(), layout, r: (&s.rs).into() })
-    } else {
-        None
-    };
     // The router's logits as a matrix product spread over the device (the GEMV's per-row code
     // up to NROW_MAX rows, so a row's choice does not depend on the step's other rows), then
     // each row's top k.
