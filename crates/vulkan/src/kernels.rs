@@ -562,6 +562,14 @@ impl<'a> Recorder<'a> {
         if n_expert == 0 || n_expert > MOE_MAX_EXPERTS || k == 0 || k > MOE_MAX_USED || k > n_expert {
             return Err(VkError::Unsupported(format!("routing {k} of {n_expert} experts (at most {MOE_MAX_USED} of {MOE_MAX_EXPERTS})")));
         }
+        let info = &self.gpu.info;
+        if !info.subgroup_ops.contains(&"shuffle") || !info.subgroup_size.is_power_of_two() {
+            return Err(VkError::Unsupported(format!(
+                "the route needs subgroup shuffles over a power-of-two subgroup (device: {} lanes, [{}])",
+                info.subgroup_size,
+                info.subgroup_ops.join(" ")
+            )));
+        }
         let slots = rows as u64 * k as u64 * 4;
         if logits.range < rows as u64 * n_expert as u64 * 4 || sel.range < slots || wt.range < slots {
             return Err(VkError::OutOfRange(format!("router buffers for {rows} rows, {n_expert} experts, {k} a row")));

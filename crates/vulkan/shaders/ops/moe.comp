@@ -5,8 +5,10 @@
 //   the row's normed input, a matrix product ahead of this: src/home/pass.rs moe_ffn), the
 //   softmax over every expert, the k largest probabilities (ties: the lower index) and their
 //   weights divided by their sum (clamped below at 2^-14), as crates/cpu/src/moe.rs `route`;
-//   each by the workgroup's threads together, with fixed trees. Writes the row's slots
-//   r * k + j, j in rank order: sel (expert ids) and wt (weights).
+//   each by the workgroup's threads together, each thread's experts in registers, every
+//   reduction by subgroup shuffles and then across the subgroups (one barrier each), the
+//   softmax's sum by the pairwise tree over the threads. Writes the row's slots r * k + j, j
+//   in rank order: sel (expert ids) and wt (weights).
 // - COMBINE: out[r][i] = the sum over j, in rank order, of wt[r*k + j] * y[r*k + j][i].
 // - GROUP: one workgroup. The slots that chose each expert, from the expert ids of `slots`
 //   slots: grp[e] .. grp[e + 1] is expert e's range of the lists at grp[n_expert + 1 ..], each
@@ -22,6 +24,10 @@
 //   the lists depend on the ids alone.
 // Either way a row's result depends on that row alone.
 #version 450
+#ifdef ROUTE
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 
 #ifdef GROUP
 // A thread a slot of a tile, and a thread an expert in the prefix sums (MAX_EXPERTS of them).
@@ -46,9 +52,12 @@ layout(push_constant) uniform Push {
 } p;
 
 #define RWG 64u   // the workgroup's threads
-shared float prob[MAX_EXPERTS];
-shared float rv[RWG];
-shared uint ri[RWG];
+#define PER (MAX_EXPERTS / RWG)   // experts a thread holds at most: t, t + RWG, ...
+// A subgroup's results where a reduction crosses subgroups: two sets (by round parity), so a
+// round needs one barrier (a thread reading round j's set is past it before any thread can
+// write that set again, in round j + 2, behind round j + 1's barrier).
+shared float xv[2][RWG];
+shared uint xi[2][RWG];
 
 // The better of two candidates (NONE: no candidate): the larger probability, the lower index
 // on a tie, so the pick does not depend on which thread held which expert. A NaN probability
@@ -60,73 +69,108 @@ bool better(uint ib, float vb, uint ia, float va) {
     return vb > va || (vb == va && ib < ia);
 }
 
+// Subgroups of the workgroup and the lanes a reduction pairs within one.
+uint nsg() { return max(RWG / gl_SubgroupSize, 1u); }
+uint width() { return min(gl_SubgroupSize, RWG); }
+
+// The largest of the threads' v, in every thread (max's order does not matter).
+float all_max(float v, uint set) {
+    for (uint h = 1u; h < width(); h <<= 1) v = max(v, subgroupShuffleXor(v, h));
+    if (gl_SubgroupInvocationID == 0u) xv[set][gl_SubgroupID] = v;
+    barrier();
+    v = xv[set][0];
+    for (uint g = 1u; g < nsg(); g++) v = max(v, xv[set][g]);
+    return v;
+}
+
+// The sum of the threads' v by the pairwise tree over thread index (thread 2j with 2j + 1,
+// then pairs of those, ...), in every thread: the pairs within a subgroup by shuffles (both
+// lanes of a pair add the same two values), the subgroups' sums by the same tree after.
+float all_sum(float v0, uint set) {
+    precise float v = v0;
+    for (uint h = 1u; h < width(); h <<= 1) {
+        precise float s = v + subgroupShuffleXor(v, h);
+        v = s;
+    }
+    if (gl_SubgroupInvocationID == 0u) xv[set][gl_SubgroupID] = v;
+    barrier();
+    float w[RWG];
+    uint n = nsg();
+    for (uint g = 0u; g < n; g++) w[g] = xv[set][g];
+    for (uint d = 1u; d < n; d <<= 1)
+        for (uint g = 0u; g < n; g += 2u * d) {
+            precise float s = w[g] + w[g + d];
+            w[g] = s;
+        }
+    return w[0];
+}
+
+// The best of the threads' candidates, in every thread (better() is a total order on distinct
+// experts, so the order of the comparisons does not matter).
+void all_best(inout uint bi, inout float bv, uint set) {
+    for (uint h = 1u; h < width(); h <<= 1) {
+        uint oi = subgroupShuffleXor(bi, h);
+        float ov = subgroupShuffleXor(bv, h);
+        if (better(oi, ov, bi, bv)) {
+            bi = oi;
+            bv = ov;
+        }
+    }
+    if (gl_SubgroupInvocationID == 0u) {
+        xi[set][gl_SubgroupID] = bi;
+        xv[set][gl_SubgroupID] = bv;
+    }
+    barrier();
+    bi = xi[set][0];
+    bv = xv[set][0];
+    for (uint g = 1u; g < nsg(); g++)
+        if (better(xi[set][g], xv[set][g], bi, bv)) {
+            bi = xi[set][g];
+            bv = xv[set][g];
+        }
+}
+
 void main() {
     uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-    uint t = gl_LocalInvocationID.x;
+    uint t = gl_LocalInvocationIndex;
     uint ne = p.n_expert;
+    // This thread's experts t, t + RWG, ... in registers.
+    float pr[PER];
     float mx = -1.0 / 0.0;
-    for (uint e = t; e < ne; e += RWG) {
-        float l = logits[row * ne + e];
-        prob[e] = l;
-        mx = max(mx, l);
+    for (uint j = 0u; j < PER; j++) {
+        uint e = t + j * RWG;
+        pr[j] = e < ne ? logits[row * ne + e] : 0.0;
+        if (e < ne) mx = max(mx, pr[j]);
     }
-    // The largest logit, then the softmax's sum: each thread's experts in index order, the
-    // threads' partial sums by a fixed pairwise tree.
-    rv[t] = mx;
-    barrier();
-    for (uint h = RWG / 2u; h > 0u; h >>= 1) {
-        if (t < h) rv[t] = max(rv[t], rv[t + h]);
-        barrier();
-    }
-    mx = rv[0];
-    barrier();
+    mx = all_max(mx, 0u);
+    // The softmax: each thread's experts in index order, then the tree over the threads.
     precise float part = 0.0;
-    for (uint e = t; e < ne; e += RWG) {
-        float v = exp(prob[e] - mx);
-        prob[e] = v;
+    for (uint j = 0u; j < PER; j++) {
+        if (t + j * RWG >= ne) break;
+        float v = exp(pr[j] - mx);
+        pr[j] = v;
         part += v;
     }
-    rv[t] = part;
-    barrier();
-    for (uint h = RWG / 2u; h > 0u; h >>= 1) {
-        if (t < h) {
-            precise float s2 = rv[t] + rv[t + h];
-            rv[t] = s2;
-        }
-        barrier();
-    }
-    float inv = 1.0 / rv[0];
-    for (uint e = t; e < ne; e += RWG) prob[e] *= inv;
-    barrier();
-    // The k largest, one round each: every thread's best untaken expert, then the tree. A
-    // taken expert's probability becomes -1 (probabilities are never negative).
+    float inv = 1.0 / all_sum(part, 1u);
+    for (uint j = 0u; j < PER; j++) pr[j] *= inv;
+    // The k largest, one round each: every thread's best untaken expert, then the workgroup's.
+    uint taken = 0u;   // a bit an expert of this thread's
     uint chosen[MAX_USED];
     float cp[MAX_USED];
-    for (uint j = 0u; j < p.k; j++) {
+    for (uint r = 0u; r < p.k; r++) {
         uint bi = NONE;
         float bv = 0.0;
-        for (uint e = t; e < ne; e += RWG) {
-            float v = prob[e];
-            if (!(v < 0.0) && better(e, v, bi, bv)) {
+        for (uint j = 0u; j < PER; j++) {
+            uint e = t + j * RWG;
+            if (e < ne && (taken & (1u << j)) == 0u && better(e, pr[j], bi, bv)) {
                 bi = e;
-                bv = v;
+                bv = pr[j];
             }
         }
-        ri[t] = bi;
-        rv[t] = bv;
-        barrier();
-        for (uint h = RWG / 2u; h > 0u; h >>= 1) {
-            if (t < h && better(ri[t + h], rv[t + h], ri[t], rv[t])) {
-                ri[t] = ri[t + h];
-                rv[t] = rv[t + h];
-            }
-            barrier();
-        }
-        chosen[j] = ri[0];
-        cp[j] = rv[0];
-        barrier();
-        if (t == 0u) prob[chosen[j]] = -1.0;
-        barrier();
+        all_best(bi, bv, r & 1u);
+        chosen[r] = bi;
+        cp[r] = bv;
+        if (bi != NONE && bi % RWG == t) taken |= 1u << (bi / RWG);
     }
     if (t != 0u) return;
     precise float csum = 0.0;
