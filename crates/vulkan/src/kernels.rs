@@ -588,6 +588,14 @@ impl<'a> Recorder<'a> {
         if n_expert == 0 || n_expert > MOE_MAX_EXPERTS {
             return Err(VkError::Unsupported(format!("grouping slots by {n_expert} experts (at most {MOE_MAX_EXPERTS})")));
         }
+        let info = &self.gpu.info;
+        if !info.subgroup_ops.contains(&"arithmetic") || !info.subgroup_size.is_power_of_two() || info.subgroup_size > MOE_MAX_EXPERTS {
+            return Err(VkError::Unsupported(format!(
+                "grouping slots needs subgroup arithmetic over a power-of-two subgroup (device: {} lanes, [{}])",
+                info.subgroup_size,
+                info.subgroup_ops.join(" ")
+            )));
+        }
         if sel.range < slots as u64 * 4 || grp.range < moe_group_words(n_expert, slots) as u64 * 4 {
             return Err(VkError::OutOfRange(format!("expert lists of {slots} slots over {n_expert} experts in {} bytes", grp.range)));
         }

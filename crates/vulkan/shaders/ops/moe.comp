@@ -28,6 +28,10 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
+#ifdef GROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 
 #ifdef GROUP
 // A thread a slot of a tile, and a thread an expert in the prefix sums (MAX_EXPERTS of them).
@@ -222,8 +226,8 @@ layout(push_constant) uniform Push {
 
 // Each expert's count, then its cursor: where its next slot goes in its list.
 shared uint cursor[MAX_EXPERTS];
-shared uint sums[GROUP_WG];
-shared uint chosen[GROUP_WG];   // prefix sums of "some slot chose the expert"
+shared uint sgs[GROUP_WG];   // each subgroup's total count, and its total of chosen experts
+shared uint sgc[GROUP_WG];
 #define NONE 0xFFFFFFFFu
 // Per expert, a bit for each slot of the current tile that chose it.
 shared uint tile[MAX_EXPERTS * TILE_WORDS];
@@ -238,28 +242,34 @@ void main() {
         if (e < p.n_expert) atomicAdd(cursor[e], 1u);
     }
     barrier();
-    // Inclusive prefix sums of the counts, a thread an expert (the experts past n_expert
-    // counted none), by doubling strides.
+    // Inclusive prefix sums of the counts and of "some slot chose it", a thread an expert
+    // (the experts past n_expert counted none): within each subgroup (integer sums, exact in
+    // any order), then the earlier subgroups' totals.
     uint count = cursor[t];
     uint used = count > 0u ? 1u : 0u;
-    sums[t] = count;
-    chosen[t] = used;
-    barrier();
-    for (uint off = 1u; off < GROUP_WG; off <<= 1u) {
-        uint add = t >= off ? sums[t - off] : 0u;
-        uint addc = t >= off ? chosen[t - off] : 0u;
-        barrier();
-        sums[t] += add;
-        chosen[t] += addc;
-        barrier();
+    uint incl = subgroupInclusiveAdd(count);
+    uint inclc = subgroupInclusiveAdd(used);
+    if (gl_SubgroupInvocationID == gl_SubgroupSize - 1u) {
+        sgs[gl_SubgroupID] = incl;
+        sgc[gl_SubgroupID] = inclc;
     }
-    uint start = sums[t] - count;
+    barrier();
+    uint total = 0u;
+    uint nact = 0u;
+    for (uint g = 0u; g < gl_NumSubgroups; g++) {
+        if (g == gl_SubgroupID) {
+            incl += total;
+            inclc += nact;
+        }
+        total += sgs[g];
+        nact += sgc[g];
+    }
+    uint start = incl - count;
     cursor[t] = start;
     if (t < p.n_expert) grp[t] = start;
-    if (t == 0u) grp[p.n_expert] = sums[GROUP_WG - 1u];
+    if (t == 0u) grp[p.n_expert] = total;
     uint act = p.n_expert + 1u + p.slots;
-    uint nact = chosen[GROUP_WG - 1u];
-    if (used == 1u) grp[act + chosen[t] - 1u] = t;
+    if (used == 1u) grp[act + inclc - 1u] = t;
     if (t >= nact && t < min(p.slots, p.n_expert)) grp[act + t] = NONE;
     barrier();
     uint lists = p.n_expert + 1u;
