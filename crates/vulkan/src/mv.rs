@@ -501,11 +501,14 @@ impl Recorder<'_> {
         out: Bind<'_>,
         r: Bind<'_>,
     ) -> Result<(), VkError> {
-        self.normpack_in(rows, cols, eps, x, add, w, layout, out, r, None)
+        self.normpack_xn(rows, cols, eps, x, add, w, layout, (out, r), None)
     }
 
+    /// [`Recorder::normpack`] that also writes the normed rows in f32 to `xn` where given:
+    /// (x * r) * w, the expression of [`Recorder::rmsnorm`] with the pack's r (a mixture of
+    /// experts' router reads them beside the experts' packs).
     #[allow(clippy::too_many_arguments)]
-    fn normpack_in(
+    pub fn normpack_xn(
         &mut self,
         rows: u32,
         cols: u32,
@@ -514,10 +517,12 @@ impl Recorder<'_> {
         add: Option<NormAdd<'_>>,
         w: Bind<'_>,
         layout: QPack,
-        out: Bind<'_>,
-        r: Bind<'_>,
+        (out, r): (Bind<'_>, Bind<'_>),
         xn: Option<Bind<'_>>,
     ) -> Result<(), VkError> {
+        if xn.is_some_and(|b| b.range < 4 * (rows as u64) * (cols as u64)) {
+            return Err(VkError::OutOfRange(format!("{rows} normed rows of {cols} values")));
+        }
         let cut = Cut::of(cols as usize).filter(|c| c.blocks <= NORMPACK_BLOCKS).ok_or_else(|| VkError::Unsupported(format!("a canonical norm of rows of {cols} values")))?;
         if rows * cols > layout.count || out.range < layout.bytes() || r.range < 4 * rows as u64 {
             return Err(VkError::OutOfRange(format!("{rows} rows of {cols}: {} packed values, {} bytes of r", layout.count, r.range)));
@@ -532,28 +537,6 @@ impl Recorder<'_> {
             (Some(NormAdd { y, post: None }), Some(xn)) => self.run("normpack_add_xn", &consts, &[x, y, w, out, r, xn], &push.bytes(), [rows, 1, 1]),
             (Some(NormAdd { post: Some(_), .. }), Some(_)) => Err(VkError::Unsupported("the normed rows beside a post-norm's pack".into())),
         }
-    }
-
-    /// [`Recorder::normpack`] that also writes the normed rows in f32 to `xn`: (x * r) * w,
-    /// the expression of [`Recorder::rmsnorm`] with the pack's r (a mixture of experts' router
-    /// reads them beside the experts' packs).
-    #[allow(clippy::too_many_arguments)]
-    pub fn normpack_xn(
-        &mut self,
-        rows: u32,
-        cols: u32,
-        eps: f32,
-        x: Bind<'_>,
-        add: Option<NormAdd<'_>>,
-        w: Bind<'_>,
-        layout: QPack,
-        (out, r): (Bind<'_>, Bind<'_>),
-        xn: Bind<'_>,
-    ) -> Result<(), VkError> {
-        if xn.range < 4 * (rows as u64) * (cols as u64) {
-            return Err(VkError::OutOfRange(format!("{rows} normed rows of {cols} in {} bytes", xn.range)));
-        }
-        self.normpack_in(rows, cols, eps, x, add, w, layout, out, r, Some(xn))
     }
 
     /// The product `m` in the device's [`DotTier`] for its rows.

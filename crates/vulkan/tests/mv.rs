@@ -542,7 +542,7 @@ fn normpack_writes_the_normed_rows_beside_the_packs() {
             let (pk, rsb, xn) = (poisoned_words(&h, layout.words() as usize), h.poisoned(rows), h.poisoned(rows * cols));
             let add = fused.then(|| (&ab).into());
             if with_xn {
-                h.run(|rec| rec.normpack_xn(rows as u32, cols as u32, 1e-5, (&xb).into(), add, (&nwb).into(), layout, ((&pk).into(), (&rsb).into()), (&xn).into()));
+                h.run(|rec| rec.normpack_xn(rows as u32, cols as u32, 1e-5, (&xb).into(), add, (&nwb).into(), layout, ((&pk).into(), (&rsb).into()), Some((&xn).into())));
             } else {
                 h.run(|rec| rec.normpack(rows as u32, cols as u32, 1e-5, (&xb).into(), add, (&nwb).into(), layout, (&pk).into(), (&rsb).into()));
             }

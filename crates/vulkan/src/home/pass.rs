@@ -596,7 +596,7 @@ fn moe_ffn(
     let packed_in = if canonical {
         let layout = packed(n, d)?;
         let add = add.map(|y| NormAdd { y, post: None });
-        rec.normpack_xn(n as u32, d as u32, norm.p.eps, r.x.into(), add, norm.w.into(), layout, ((&s.xpn).into(), (&s.rs).into()), (&s.xn).into())?;
+        rec.normpack_xn(n as u32, d as u32, norm.p.eps, r.x.into(), add, norm.w.into(), layout, ((&s.xpn).into(), (&s.rs).into()), Some((&s.xn).into()))?;
         Some(MvIn::NormPacked { x: (&s.xpn).into(), layout, r: (&s.rs).into() })
     } else {
         if q32.is_some() || q256.is_some() {
