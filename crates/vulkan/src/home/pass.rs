@@ -622,9 +622,10 @@ fn moe_ffn(
         rec.gemm(resin_gguf::GgmlType::F32, n as u32, router.into(), (&s.xn).into(), (&s.moe_logits).into(), lp, split.then(|| s.split_slot(0)).transpose()?)?;
     }
     rec.barrier();
+    mark(clock, rec.cmd, "router", norm.layer);
     rec.moe_route(n as u32, ne as u32, k as u32, (&s.moe_logits).into(), (&s.moe_sel).into(), (&s.moe_wt).into())?;
     rec.barrier();
-    mark(clock, rec.cmd, "router", norm.layer);
+    mark(clock, rec.cmd, "route", norm.layer);
     if let Some(input) = packed_in {
         return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, norm.layer, clock);
     }
@@ -689,6 +690,7 @@ fn moe_experts(
     let slots = n as u32 * k;
     rec.moe_group(slots, ne, (&s.moe_sel).into(), (&s.moe_grp).into())?;
     rec.barrier();
+    mark(clock, rec.cmd, "group", layer);
     let experts = |x_div| Experts { n_expert: ne, used: k, x_div, groups: (&s.moe_grp).into() };
     let expert = |m, y_stride| expert_mat(m, moe.n_expert, y_stride);
     let act_layout = QPack::new(slots * ff as u32)?;

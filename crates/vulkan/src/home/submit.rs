@@ -193,7 +193,7 @@ impl VulkanHome {
     }
 
     pub(super) fn profile_pass(&mut self, rows: &[(u32, u32, u32)], narrow: Option<&[u32]>) -> Result<Option<Vec<(String, f64)>>, VkError> {
-        let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (12 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
+        let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (16 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
         self.write_meta(0, rows)?;
         let mut clock = StageClock { ts: &ts, labels: Vec::new() };
         let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true, top: false, listed: false }, Some(&mut clock))?;
