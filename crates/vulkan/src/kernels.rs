@@ -374,6 +374,15 @@ pub fn moe_active_entries(n_expert: u32, slots: u32) -> u32 {
 /// The entry [`Recorder::moe_group`] writes past its chosen experts.
 pub const MOE_NO_EXPERT: u32 = u32::MAX;
 
+/// moe.comp's reductions: subgroup operations `op` over a power-of-two subgroup no wider than
+/// a router's experts, else why `what` declines.
+fn subgroups_for(info: &crate::device::DeviceInfo, op: &str, what: &str) -> Result<(), VkError> {
+    if info.subgroup_ops.contains(&op) && info.subgroup_size.is_power_of_two() && info.subgroup_size <= MOE_MAX_EXPERTS {
+        return Ok(());
+    }
+    Err(VkError::Unsupported(format!("{what} needs subgroup {op} over a power-of-two subgroup (device: {} lanes, [{}])", info.subgroup_size, info.subgroup_ops.join(" "))))
+}
+
 /// The expert GEMV's push block: the GEMV's, then the slots a row of activations.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -562,14 +571,7 @@ impl<'a> Recorder<'a> {
         if n_expert == 0 || n_expert > MOE_MAX_EXPERTS || k == 0 || k > MOE_MAX_USED || k > n_expert {
             return Err(VkError::Unsupported(format!("routing {k} of {n_expert} experts (at most {MOE_MAX_USED} of {MOE_MAX_EXPERTS})")));
         }
-        let info = &self.gpu.info;
-        if !info.subgroup_ops.contains(&"shuffle") || !info.subgroup_size.is_power_of_two() {
-            return Err(VkError::Unsupported(format!(
-                "the route needs subgroup shuffles over a power-of-two subgroup (device: {} lanes, [{}])",
-                info.subgroup_size,
-                info.subgroup_ops.join(" ")
-            )));
-        }
+        subgroups_for(&self.gpu.info, "shuffle", "the route")?;
         let slots = rows as u64 * k as u64 * 4;
         if logits.range < rows as u64 * n_expert as u64 * 4 || sel.range < slots || wt.range < slots {
             return Err(VkError::OutOfRange(format!("router buffers for {rows} rows, {n_expert} experts, {k} a row")));
@@ -588,14 +590,7 @@ impl<'a> Recorder<'a> {
         if n_expert == 0 || n_expert > MOE_MAX_EXPERTS {
             return Err(VkError::Unsupported(format!("grouping slots by {n_expert} experts (at most {MOE_MAX_EXPERTS})")));
         }
-        let info = &self.gpu.info;
-        if !info.subgroup_ops.contains(&"arithmetic") || !info.subgroup_size.is_power_of_two() || info.subgroup_size > MOE_MAX_EXPERTS {
-            return Err(VkError::Unsupported(format!(
-                "grouping slots needs subgroup arithmetic over a power-of-two subgroup (device: {} lanes, [{}])",
-                info.subgroup_size,
-                info.subgroup_ops.join(" ")
-            )));
-        }
+        subgroups_for(&self.gpu.info, "arithmetic", "grouping slots")?;
         if sel.range < slots as u64 * 4 || grp.range < moe_group_words(n_expert, slots) as u64 * 4 {
             return Err(VkError::OutOfRange(format!("expert lists of {slots} slots over {n_expert} experts in {} bytes", grp.range)));
         }

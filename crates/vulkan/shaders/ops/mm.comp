@@ -22,12 +22,12 @@
 //
 // EXPERT: the weights are a mixture-of-experts stack of experts of `rows` rows each, and the
 // product's columns are slots (a step's (row, chosen expert) pairs): workgroup z takes the
-// z-th chosen expert e = grp[act_off + z] (moe.comp GROUP; none past the last, and the
-// workgroup leaves), its rows once for the slots that chose it, grp[list_off + grp[e] ..
-// list_off + grp[e + 1]) in slot order. Slot s reads activation row s / x_div (and its r) and writes
-// output row s. The host sizes the grid for the most slots an expert can have (a step's row
-// count: a row's slots choose distinct experts), as the counts live on the device; tiles past
-// an expert's count leave at once. A slot's result is the bits the plain product gives its
+// z-th chosen expert e = grp[act_off + z] (moe.comp GROUP, common/experts.glsl; none past the
+// last, and the workgroup leaves), its rows once for the slots that chose it,
+// grp[list_off + grp[e] .. list_off + grp[e + 1]) in slot order. Slot s reads activation row
+// s / x_div (and its r) and writes output row s. The host sizes the grid for the most slots an
+// expert can have (a step's row count: a row's slots choose distinct experts), as the counts
+// live on the device; tiles past an expert's count leave at once. A slot's result is the bits the plain product gives its
 // activation row, however many slots share its expert.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -66,7 +66,6 @@ layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
 #ifdef EXPERT
 layout(std430, set = 0, binding = 5) readonly buffer G { uint grp[]; };
-#define NO_EXPERT 0xFFFFFFFFu   // moe.comp GROUP's entry past the chosen experts
 #endif
 
 layout(push_constant) uniform Push {
@@ -89,6 +88,9 @@ layout(push_constant) uniform Push {
     uint act_off;    // word offset of the chosen experts in grp
 #endif
 } p;
+#ifdef EXPERT
+#include "experts.glsl"
+#endif
 
 #define HAVE_WDATA4
 #define ROW_COLS p.cols
@@ -207,11 +209,7 @@ void main() {
     uint r0 = gl_WorkGroupID.x * outs;
     uint c0 = gl_WorkGroupID.y * BN;
 #ifdef EXPERT
-    uint ex = grp[p.act_off + gl_WorkGroupID.z];
-    if (ex == NO_EXPERT) return;   // the whole workgroup: past the chosen experts
-    ebase = ex * p.rows;
-    lbase = grp[ex];
-    ncols = grp[ex + 1u] - lbase;
+    if (!expert_slice(ebase, lbase, ncols)) return;   // the whole workgroup: past the chosen experts
 #else
     ebase = 0u;
     lbase = 0u;

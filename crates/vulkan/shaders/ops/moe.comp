@@ -13,11 +13,12 @@
 // - GROUP: one workgroup. The slots that chose each expert, from the expert ids of `slots`
 //   slots: grp[e] .. grp[e + 1] is expert e's range of the lists at grp[n_expert + 1 ..], each
 //   expert's slots in slot order; ids out of range are in no list. Then, from word
-//   n_expert + 1 + slots, the experts some slot chose in index order and NONE up to
-//   min(slots, n_expert) entries: the expert products take a workgroup an entry, so a decode
-//   step's few experts are not found among idle workgroups of every expert. A prefill window holds
-//   thousands of slots, so no thread walks them all: the threads count every expert's slots
-//   together (shared atomics), take the prefix sums of the counts in parallel, then place the
+//   n_expert + 1 + slots, the experts some slot chose in index order and NO_EXPERT up to
+//   min(slots, n_expert) entries (common/experts.glsl): the expert products take a workgroup
+//   an entry, so a decode step's few experts are not found among idle workgroups of every
+//   expert. A prefill window holds thousands of slots, so no thread walks them all: the
+//   threads count every expert's slots together (shared atomics), take the prefix sums of the
+//   counts by subgroups (integer sums, exact in any order), then place the
 //   slots a tile of GROUP_WG at a time, each slot at its expert's cursor plus the number of the
 //   tile's earlier slots with its expert (a bit a slot of the tile, per expert), which keeps
 //   each list in slot order. Counts and bits do not depend on the order the atomics land, so
@@ -29,6 +30,7 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
 #ifdef GROUP
+#extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
@@ -228,7 +230,7 @@ layout(push_constant) uniform Push {
 shared uint cursor[MAX_EXPERTS];
 shared uint sgs[GROUP_WG];   // each subgroup's total count, and its total of chosen experts
 shared uint sgc[GROUP_WG];
-#define NONE 0xFFFFFFFFu
+#include "experts.glsl"
 // Per expert, a bit for each slot of the current tile that chose it.
 shared uint tile[MAX_EXPERTS * TILE_WORDS];
 
@@ -270,7 +272,7 @@ void main() {
     if (t == 0u) grp[p.n_expert] = total;
     uint act = p.n_expert + 1u + p.slots;
     if (used == 1u) grp[act + inclc - 1u] = t;
-    if (t >= nact && t < min(p.slots, p.n_expert)) grp[act + t] = NONE;
+    if (t >= nact && t < min(p.slots, p.n_expert)) grp[act + t] = NO_EXPERT;
     barrier();
     uint lists = p.n_expert + 1u;
     uint word = t / 32u;

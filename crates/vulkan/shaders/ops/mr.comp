@@ -51,7 +51,6 @@ layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
 #ifdef EXPERT
 layout(std430, set = 0, binding = 5) readonly buffer G { uint grp[]; };
-#define NO_EXPERT 0xFFFFFFFFu   // moe.comp GROUP's entry past the chosen experts
 #endif
 
 layout(push_constant) uniform Push {
@@ -74,6 +73,9 @@ layout(push_constant) uniform Push {
     uint act_off;    // word offset of the chosen experts in grp
 #endif
 } p;
+#ifdef EXPERT
+#include "experts.glsl"
+#endif
 
 #define HAVE_WDATA4
 #define ROW_COLS p.cols
@@ -124,11 +126,7 @@ void main() {
     uint c0 = gl_WorkGroupID.x * NC;
     uint r0 = gl_WorkGroupID.y * outs;
 #ifdef EXPERT
-    uint ex = grp[p.act_off + gl_WorkGroupID.z];
-    if (ex == NO_EXPERT) return;   // the whole workgroup: past the chosen experts
-    ebase = ex * p.rows;
-    lbase = grp[ex];
-    ncols = grp[ex + 1u] - lbase;
+    if (!expert_slice(ebase, lbase, ncols)) return;   // the whole workgroup: past the chosen experts
 #else
     ebase = 0u;
     lbase = 0u;

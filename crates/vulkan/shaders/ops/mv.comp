@@ -36,8 +36,9 @@
 // EXPERT (N-row form, XIN 0 or 2): mm.comp's EXPERT form for steps of up to 8 rows: workgroup
 // z takes the z-th chosen expert e's rows of the stack (experts of `rows` rows) for the slots
 // that chose it, grp[list_off + grp[e] ..] (at most NCOLS, the step's rows: a row's slots
-// choose distinct experts); column c is its c-th slot, reading activation row slot / x_div and writing output
-// row slot. Columns past the expert's count repeat its last slot's loads and write nothing.
+// choose distinct experts; common/experts.glsl); column c is its c-th slot, reading activation
+// row slot / x_div and writing output row slot. Columns past the expert's count repeat its
+// last slot's loads and write nothing.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -82,7 +83,6 @@ layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
 #ifdef EXPERT
 layout(std430, set = 0, binding = 5) readonly buffer G { uint grp[]; };
-#define NO_EXPERT 0xFFFFFFFFu   // moe.comp GROUP's entry past the chosen experts
 #endif
 
 layout(push_constant) uniform Push {
@@ -104,6 +104,9 @@ layout(push_constant) uniform Push {
     uint act_off;    // word offset of the chosen experts in grp
 #endif
 } p;
+#ifdef EXPERT
+#include "experts.glsl"
+#endif
 
 #define HAVE_WDATA4
 #define ROW_COLS p.cols   // formats.glsl: the device's Q8_0 / Q6_K rows hold their scales after the quants
@@ -243,11 +246,8 @@ void main() {
     uint groups = NSG / KS;   // row groups the workgroup's subgroups take at once
     uint tile = TP * groups * outs;
 #ifdef EXPERT
-    uint ex = grp[p.act_off + gl_WorkGroupID.z];
-    if (ex == NO_EXPERT) return;   // the whole workgroup: past the chosen experts
-    ebase = ex * p.rows;
-    lbase = grp[ex];
-    ncol = min(grp[ex + 1u] - lbase, NCOLS);
+    if (!expert_slice(ebase, lbase, ncol)) return;   // the whole workgroup: past the chosen experts
+    ncol = min(ncol, NCOLS);
 #else
     ebase = 0u;
     ncol = NCOLS;
