@@ -10,7 +10,7 @@ use crate::device::{DeviceInfo, Gpu};
 use crate::mv::QPack;
 use crate::pipelines::{Bind, Descriptors, Pipelines};
 use crate::VkError;
-use resin_core::KvCodec;
+use resin_core::{KvCodec, NROW_MAX};
 
 /// Workgroup size (specialization constant 0) of the kernels that take one.
 pub const WG: u32 = 64;
@@ -374,13 +374,43 @@ pub fn moe_active_entries(n_expert: u32, slots: u32) -> u32 {
 /// The entry [`Recorder::moe_group`] writes past its chosen experts.
 pub const MOE_NO_EXPERT: u32 = u32::MAX;
 
-/// moe.comp's reductions: subgroup operations `op` over a power-of-two subgroup no wider than
-/// a router's experts, else why `what` declines.
-fn subgroups_for(info: &crate::device::DeviceInfo, op: &str, what: &str) -> Result<(), VkError> {
-    if info.subgroup_ops.contains(&op) && info.subgroup_size.is_power_of_two() && info.subgroup_size <= MOE_MAX_EXPERTS {
+/// moe.comp's reductions: subgroup operations `ops` over a power-of-two subgroup of 8 to 64
+/// lanes (a route's lane holds at most a 32-bit mask of experts; ROUTE's workgroup holds 64
+/// threads), else why `what` declines.
+fn subgroups_for(info: &crate::device::DeviceInfo, ops: &[&str], what: &str) -> Result<(), VkError> {
+    let lanes = info.subgroup_size;
+    if ops.iter().all(|op| info.subgroup_ops.contains(op)) && lanes.is_power_of_two() && (8..=64).contains(&lanes) {
         return Ok(());
     }
-    Err(VkError::Unsupported(format!("{what} needs subgroup {op} over a power-of-two subgroup (device: {} lanes, [{}])", info.subgroup_size, info.subgroup_ops.join(" "))))
+    Err(VkError::Unsupported(format!(
+        "{what} needs subgroup {} over a power-of-two subgroup of 8 to 64 lanes (device: {lanes} lanes, [{}])",
+        ops.join(" and "),
+        info.subgroup_ops.join(" ")
+    )))
+}
+
+/// The router's checks: its experts and their count a row, within what moe.comp holds.
+fn route_shape(n_expert: u32, k: u32) -> Result<(), VkError> {
+    if n_expert == 0 || n_expert > MOE_MAX_EXPERTS || k == 0 || k > MOE_MAX_USED || k > n_expert {
+        return Err(VkError::Unsupported(format!("routing {k} of {n_expert} experts (at most {MOE_MAX_USED} of {MOE_MAX_EXPERTS})")));
+    }
+    Ok(())
+}
+
+/// Experts a workgroup of [`Recorder::moe_router`] takes (moe.comp EPW).
+const ROUTER_EXPERTS_A_WG: u32 = 2;
+
+/// The buffers of [`Recorder::moe_router`]: the F32 router, the rows' normed inputs, and what
+/// it writes (the logits, the slots' experts and weights, the slot lists), and its counter.
+pub struct RouterBinds<'a> {
+    pub router: Bind<'a>,
+    pub xn: Bind<'a>,
+    pub logits: Bind<'a>,
+    pub sel: Bind<'a>,
+    pub wt: Bind<'a>,
+    pub grp: Bind<'a>,
+    /// A word left zero between dispatches.
+    pub done: Bind<'a>,
 }
 
 /// The expert GEMV's push block: the GEMV's, then the slots a row of activations.
@@ -402,6 +432,17 @@ struct MoePush {
     k: u32,
 }
 impl Push for MoePush {}
+
+/// moe.comp ROUTER's push block.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct RouterPush {
+    rows: u32,
+    n_expert: u32,
+    k: u32,
+    d: u32,
+}
+impl Push for RouterPush {}
 
 /// Largest head dimension the attention and rope kernels take.
 pub const MAX_HEAD_DIM: usize = 256;
@@ -568,15 +609,41 @@ impl<'a> Recorder<'a> {
     /// logits (`logits`: [rows][n_expert]), softmax, the top `k`, renormalised; slot r * k + j
     /// (j in rank order) gets its expert id in `sel` and its weight in `wt`.
     pub fn moe_route(&mut self, rows: u32, n_expert: u32, k: u32, logits: Bind<'_>, sel: Bind<'_>, wt: Bind<'_>) -> Result<(), VkError> {
-        if n_expert == 0 || n_expert > MOE_MAX_EXPERTS || k == 0 || k > MOE_MAX_USED || k > n_expert {
-            return Err(VkError::Unsupported(format!("routing {k} of {n_expert} experts (at most {MOE_MAX_USED} of {MOE_MAX_EXPERTS})")));
-        }
-        subgroups_for(&self.gpu.info, "shuffle", "the route")?;
+        route_shape(n_expert, k)?;
+        subgroups_for(&self.gpu.info, &["shuffle"], "the route")?;
         let slots = rows as u64 * k as u64 * 4;
         if logits.range < rows as u64 * n_expert as u64 * 4 || sel.range < slots || wt.range < slots {
             return Err(VkError::OutOfRange(format!("router buffers for {rows} rows, {n_expert} experts, {k} a row")));
         }
-        self.run("moe_route", &[], &[logits, sel, wt], &MoePush { a: n_expert, d: k, k: 0 }.bytes(), grid(rows))
+        let rows_a_wg = 64 / self.gpu.info.subgroup_size;
+        self.run("moe_route", &[], &[logits, sel, wt], &MoePush { a: rows, d: n_expert, k }.bytes(), grid(rows.div_ceil(rows_a_wg)))
+    }
+
+    /// A token command's router in one dispatch (shaders/ops/moe.comp ROUTER): for `rows`
+    /// (1..=8) rows of `d` normed values, the logits of the F32 router ([n_expert][d]), each
+    /// row's route as [`Recorder::moe_route`] writes it, and the slots' lists as
+    /// [`Recorder::moe_group`] writes them. A row's logits are the same bits whatever rows
+    /// share the dispatch.
+    pub fn moe_router(&mut self, rows: u32, n_expert: u32, k: u32, d: u32, b: RouterBinds<'_>) -> Result<(), VkError> {
+        route_shape(n_expert, k)?;
+        subgroups_for(&self.gpu.info, &["shuffle", "arithmetic"], "the router")?;
+        if !(1..=NROW_MAX as u32).contains(&rows) || d == 0 || !d.is_multiple_of(4) {
+            return Err(VkError::Unsupported(format!("a router over {rows} rows of {d} values (1..={NROW_MAX} rows, a multiple of 4)")));
+        }
+        let slots = (rows * k) as u64 * 4;
+        let f = |n: u32| n as u64 * 4;
+        if b.router.range < n_expert as u64 * f(d)
+            || b.xn.range < rows as u64 * f(d)
+            || b.logits.range < rows as u64 * f(n_expert)
+            || b.sel.range < slots
+            || b.wt.range < slots
+            || b.grp.range < f(moe_group_words(n_expert, rows * k))
+            || b.done.range < 4
+        {
+            return Err(VkError::OutOfRange(format!("router buffers for {rows} rows of {d}, {n_expert} experts, {k} a row")));
+        }
+        let push = RouterPush { rows, n_expert, k, d };
+        self.run("moe_router", &[], &[b.router, b.xn, b.logits, b.sel, b.wt, b.grp, b.done], &push.bytes(), [n_expert.div_ceil(ROUTER_EXPERTS_A_WG), 1, 1])
     }
 
     /// The slots that chose each expert (shaders/ops/moe.comp GROUP), from the expert ids `sel`
@@ -590,7 +657,7 @@ impl<'a> Recorder<'a> {
         if n_expert == 0 || n_expert > MOE_MAX_EXPERTS {
             return Err(VkError::Unsupported(format!("grouping slots by {n_expert} experts (at most {MOE_MAX_EXPERTS})")));
         }
-        subgroups_for(&self.gpu.info, "arithmetic", "grouping slots")?;
+        subgroups_for(&self.gpu.info, &["arithmetic"], "grouping slots")?;
         if sel.range < slots as u64 * 4 || grp.range < moe_group_words(n_expert, slots) as u64 * 4 {
             return Err(VkError::OutOfRange(format!("expert lists of {slots} slots over {n_expert} experts in {} bytes", grp.range)));
         }

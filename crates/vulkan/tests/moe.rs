@@ -12,7 +12,7 @@ mod common;
 
 use common::*;
 use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
-use resin_vulkan::kernels::{moe_active_entries, moe_group_words, MOE_MAX_EXPERTS, MOE_NO_EXPERT};
+use resin_vulkan::kernels::{moe_active_entries, moe_group_words, RouterBinds, MOE_MAX_EXPERTS, MOE_NO_EXPERT};
 
 /// Words written past the listing's end, which must stay poisoned.
 const SPARE: usize = 64;
@@ -203,5 +203,129 @@ fn route_picks_the_cpu_homes_experts() {
             reversed_differs |= asc[..k as usize].iter().map(|&e| e as u32).collect::<Vec<_>>() != got;
         }
         assert!(reversed_differs, "control: the smallest experts passed for {n_expert}/{k}");
+    }
+}
+
+/// What one moe_router dispatch wrote: the logits, the slots' experts and weights, the lists.
+struct Routed {
+    logits: Vec<f32>,
+    sel: Vec<u32>,
+    wt: Vec<f32>,
+    grp: Vec<u32>,
+}
+
+/// The router's outputs, poisoned, for `rows` rows.
+struct RouterOut {
+    logits: Buffer,
+    sel: Buffer,
+    wt: Buffer,
+    grp: Buffer,
+}
+
+impl RouterOut {
+    fn new(h: &Harness, rows: u32, n_expert: u32, k: u32) -> RouterOut {
+        let words = moe_group_words(n_expert, rows * k) as usize + SPARE;
+        let mut sel = Buffer::new(&h.gpu, (rows * k * 4) as u64, Location::Device).unwrap();
+        sel.fill_u32(POISON).unwrap();
+        let mut grp = Buffer::new(&h.gpu, (words * 4) as u64, Location::Device).unwrap();
+        grp.fill_u32(POISON).unwrap();
+        RouterOut { logits: h.poisoned((rows * n_expert) as usize), sel, wt: h.poisoned((rows * k) as usize), grp }
+    }
+
+    fn binds<'a>(&'a self, router: &'a Buffer, xn: &'a Buffer, done: &'a Buffer) -> RouterBinds<'a> {
+        RouterBinds {
+            router: router.into(),
+            xn: xn.into(),
+            logits: (&self.logits).into(),
+            sel: (&self.sel).into(),
+            wt: (&self.wt).into(),
+            grp: (&self.grp).into(),
+            done: done.into(),
+        }
+    }
+
+    fn read(&self, rows: u32, n_expert: u32, k: u32) -> Routed {
+        let words = moe_group_words(n_expert, rows * k) as usize + SPARE;
+        Routed {
+            logits: self.logits.read_f32(0, (rows * n_expert) as usize).unwrap(),
+            sel: self.sel.read_u32(0, (rows * k) as usize).unwrap(),
+            wt: self.wt.read_f32(0, (rows * k) as usize).unwrap(),
+            grp: self.grp.read_u32(0, words).unwrap(),
+        }
+    }
+}
+
+/// The token command's router in one dispatch (moe.comp ROUTER) for every step width 1..=8:
+/// each row's logits within 1e-5 of the host's float64 product (relative to the sum of the
+/// products' magnitudes), its experts and weights the CPU home's `route` of those logits (ids
+/// exact, weights within 1e-6), the slots' lists every word as `moe_group` lists them, nothing
+/// past them written; a row's logits, experts and weights the same bits in every width (each
+/// row stepped alone against the 8-row step). Two dispatches in one command check the counter
+/// is left at zero. Control: the logits against the host's product of the next expert's
+/// router row must fail the same bar.
+#[test]
+fn router_routes_and_groups_each_row_as_alone() {
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    for (n_expert, k, d) in [(128u32, 8u32, 2048u32), (8, 2, 4096), (60, 4, 512), (MOE_MAX_EXPERTS, 8, 256)] {
+        let (ne, du) = (n_expert as usize, d as usize);
+        let w = rng.vec(ne * du, 1.0 / (du as f32).sqrt());
+        let x = rng.vec(8 * du, 1.0);
+        let (wb, done) = (h.buf_f32(&w), h.buf_bytes(&[0; 4]));
+        // The 8-row step, then a second dispatch in the same command (rows reversed).
+        let xr: Vec<f32> = x.chunks(du).rev().flatten().copied().collect();
+        let (xb, xrb) = (h.buf_f32(&x), h.buf_f32(&xr));
+        let (a, b) = (RouterOut::new(&h, 8, n_expert, k), RouterOut::new(&h, 8, n_expert, k));
+        h.run(|rec| {
+            rec.moe_router(8, n_expert, k, d, a.binds(&wb, &xb, &done))?;
+            rec.barrier();
+            rec.moe_router(8, n_expert, k, d, b.binds(&wb, &xrb, &done))
+        });
+        let (wide, second) = (a.read(8, n_expert, k), b.read(8, n_expert, k));
+        assert_eq!(done.read_u32(0, 1).unwrap(), vec![0], "{n_expert}: the counter was left set");
+        let mut control_failed = false;
+        for r in 0..8usize {
+            let (lo, hi) = (r * ne, (r + 1) * ne);
+            let xrow = &x[r * du..(r + 1) * du];
+            for e in 0..ne {
+                let dot = |e: usize| -> (f64, f64) {
+                    let row = &w[e * du..(e + 1) * du];
+                    (row.iter().zip(xrow).map(|(&a, &b)| a as f64 * b as f64).sum(), row.iter().zip(xrow).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum())
+                };
+                let ((want, mag), got) = (dot(e), wide.logits[lo + e] as f64);
+                assert!((got - want).abs() <= 1e-5 * mag, "{n_expert}/{d} row {r} expert {e}: logit {got} vs {want}");
+                let (other, _) = dot((e + 1) % ne);
+                control_failed |= (got - other).abs() > 1e-5 * mag;
+            }
+            let mut want = vec![(0usize, 0f32); k as usize];
+            resin_cpu::route(&wide.logits[lo..hi], &mut want);
+            let ids: Vec<u32> = want.iter().map(|w| w.0 as u32).collect();
+            assert_eq!(&wide.sel[r * k as usize..(r + 1) * k as usize], ids.as_slice(), "{n_expert} row {r}: the experts or their rank");
+            for (j, w) in want.iter().enumerate() {
+                let g = wide.wt[r * k as usize + j];
+                assert!((g - w.1).abs() <= 1e-6, "{n_expert} row {r} rank {j}: weight {g} vs {}", w.1);
+            }
+            // The second dispatch's row 7 - r is this row.
+            let s = 7 - r;
+            assert!(bits_equal(&second.logits[s * ne..(s + 1) * ne], &wide.logits[lo..hi]), "{n_expert} row {r}: the second dispatch's logits");
+            assert_eq!(second.sel[s * k as usize..(s + 1) * k as usize], wide.sel[r * k as usize..(r + 1) * k as usize], "{n_expert} row {r}: the second dispatch's experts");
+        }
+        assert!(control_failed, "control: the next expert's logits passed for {n_expert}/{d}");
+        let want = listing(&wide.sel, n_expert);
+        assert_eq!(&wide.grp[..want.len()], want.as_slice(), "{n_expert}: the 8-row step's lists");
+        assert!(wide.grp[want.len()..].iter().all(|&g| g == POISON), "{n_expert}: a word past the lists was written");
+        // Every width: each step's rows are the 8-row step's first rows, bit for bit.
+        for rows in 1..8u32 {
+            let xb = h.buf_f32(&x[..rows as usize * du]);
+            let o = RouterOut::new(&h, rows, n_expert, k);
+            h.run(|rec| rec.moe_router(rows, n_expert, k, d, o.binds(&wb, &xb, &done)));
+            let got = o.read(rows, n_expert, k);
+            let (nl, ns) = (rows as usize * ne, (rows * k) as usize);
+            assert!(bits_equal(&got.logits, &wide.logits[..nl]), "{n_expert}: {rows} rows' logits against the 8-row step's");
+            assert_eq!(got.sel, wide.sel[..ns], "{n_expert}: {rows} rows' experts");
+            assert!(bits_equal(&got.wt, &wide.wt[..ns]), "{n_expert}: {rows} rows' weights");
+            let want = listing(&got.sel, n_expert);
+            assert_eq!(&got.grp[..want.len()], want.as_slice(), "{n_expert}: {rows} rows' lists");
+        }
     }
 }

@@ -1,14 +1,13 @@
 // The small steps of the mixture-of-experts FFN (src/home/pass.rs moe_ffn); the experts' own
-// products are gemv.comp's EXPERT form, or the canonical product's (mm.comp EXPERT) over the
-// slot lists GROUP writes.
-// - ROUTE: one workgroup a row. From the row's router logits (the F32 router's product with
-//   the row's normed input, a matrix product ahead of this: src/home/pass.rs moe_ffn), the
-//   softmax over every expert, the k largest probabilities (ties: the lower index) and their
-//   weights divided by their sum (clamped below at 2^-14), as crates/cpu/src/moe.rs `route`;
-//   each by the workgroup's threads together, each thread's experts in registers, every
-//   reduction by subgroup shuffles and then across the subgroups (one barrier each), the
-//   softmax's sum by the pairwise tree over the threads. Writes the row's slots r * k + j, j
-//   in rank order: sel (expert ids) and wt (weights).
+// products are gemv.comp's EXPERT form, or the canonical product's (mv.comp / mr.comp /
+// mm.comp EXPERT) over the slot lists GROUP writes.
+// - ROUTE: a subgroup a row. From the row's router logits (the F32 router's product with the
+//   row's normed input), the softmax over every expert, the k largest probabilities (ties: the
+//   lower index) and their weights divided by their sum (clamped below at 2^-14), as
+//   crates/cpu/src/moe.rs `route`; lane l holds experts l, l + S, ... in registers, every
+//   reduction is by shuffles over the subgroup's S lanes (no barrier), the softmax's sum each
+//   lane's experts in index order, then the pairwise tree over the lanes. Writes the row's
+//   slots r * k + j, j in rank order: sel (expert ids) and wt (weights).
 // - COMBINE: out[r][i] = the sum over j, in rank order, of wt[r*k + j] * y[r*k + j][i].
 // - GROUP: one workgroup. The slots that chose each expert, from the expert ids of `slots`
 //   slots: grp[e] .. grp[e + 1] is expert e's range of the lists at grp[n_expert + 1 ..], each
@@ -23,23 +22,31 @@
 //   tile's earlier slots with its expert (a bit a slot of the tile, per expert), which keeps
 //   each list in slot order. Counts and bits do not depend on the order the atomics land, so
 //   the lists depend on the ids alone.
+// - ROUTER: a token command's router, route and group in one dispatch (up to 8 rows: the
+//   stages between the norm and the experts' products are one). Each workgroup takes EPW
+//   experts' logits for every row (an expert's SPAN threads each sum their vec4 units of the
+//   row in order, then the pairwise tree over the threads: the same operations for a row
+//   whatever the rows beside it); the workgroup that finishes last (a counter in `done`, left
+//   zero) routes the rows, a subgroup a row, and groups their slots as GROUP does.
 // Either way a row's result depends on that row alone.
 #version 450
-#ifdef ROUTE
+#extension GL_GOOGLE_include_directive : require
+#if defined(ROUTE) || defined(ROUTER)
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
-#ifdef GROUP
-#extension GL_GOOGLE_include_directive : require
+#if defined(GROUP) || defined(ROUTER)
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
 
-#ifdef GROUP
+#if defined(GROUP) || defined(ROUTER)
 // A thread a slot of a tile, and a thread an expert in the prefix sums (MAX_EXPERTS of them).
 #define GROUP_WG 256u
 layout(local_size_x = 256) in;
 #else
+// ROUTE: subgroups of 8 to 64 lanes (src/kernels.rs), a row each.
+#define RWG 64u
 layout(local_size_x = 64) in;
 #endif
 
@@ -52,69 +59,66 @@ layout(std430, set = 0, binding = 0) readonly buffer L { float logits[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer S { uint sel[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer W { float wt[]; };
 layout(push_constant) uniform Push {
+    uint rows;
     uint n_expert;
     uint k;
-    uint unused;
 } p;
+#endif
 
-#define RWG 64u   // the workgroup's threads
-#define PER (MAX_EXPERTS / RWG)   // experts a thread holds at most: t, t + RWG, ...
-// A subgroup's results where a reduction crosses subgroups: two sets (by round parity), so a
-// round needs one barrier (a thread reading round j's set is past it before any thread can
-// write that set again, in round j + 2, behind round j + 1's barrier).
-shared float xv[2][RWG];
-shared uint xi[2][RWG];
+#ifdef ROUTER
+layout(std430, set = 0, binding = 0) readonly buffer RW { vec4 rw[]; };   // [n_expert][d]
+layout(std430, set = 0, binding = 1) readonly buffer XN { vec4 xn[]; };   // [rows][d]
+// Written by every workgroup, read by the last one: coherent.
+layout(std430, set = 0, binding = 2) coherent buffer L { float logits[]; };
+layout(std430, set = 0, binding = 3) coherent buffer S { uint sel[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer W { float wt[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer G { uint grp[]; };
+layout(std430, set = 0, binding = 6) coherent buffer Done { uint done_wgs[]; };
+layout(push_constant) uniform Push {
+    uint rows;
+    uint n_expert;
+    uint k;
+    uint d;
+} p;
+#endif
+
+#if defined(ROUTE) || defined(ROUTER)
+#define PER (MAX_EXPERTS / 8u)   // experts a lane holds at most: l, l + S, ...
 
 // The better of two candidates (NONE: no candidate): the larger probability, the lower index
-// on a tie, so the pick does not depend on which thread held which expert. A NaN probability
-// wins no comparison, but a candidate is still taken over none (k distinct experts).
+// on a tie, a total order (a NaN probability counts as -inf), so every lane of a reduction
+// ends with the same pick whichever lane held which expert; a candidate is taken over none
+// (k distinct experts).
 #define NONE 0xFFFFFFFFu
-bool better(uint ib, float vb, uint ia, float va) {
+bool better(uint ib, float vb0, uint ia, float va0) {
     if (ib == NONE) return false;
     if (ia == NONE) return true;
+    float vb = isnan(vb0) ? -1.0 / 0.0 : vb0;
+    float va = isnan(va0) ? -1.0 / 0.0 : va0;
     return vb > va || (vb == va && ib < ia);
 }
 
-// Subgroups of the workgroup and the lanes a reduction pairs within one.
-uint nsg() { return max(RWG / gl_SubgroupSize, 1u); }
-uint width() { return min(gl_SubgroupSize, RWG); }
-
-// The largest of the threads' v, in every thread (max's order does not matter).
-float all_max(float v, uint set) {
-    for (uint h = 1u; h < width(); h <<= 1) v = max(v, subgroupShuffleXor(v, h));
-    if (gl_SubgroupInvocationID == 0u) xv[set][gl_SubgroupID] = v;
-    barrier();
-    v = xv[set][0];
-    for (uint g = 1u; g < nsg(); g++) v = max(v, xv[set][g]);
+// The largest of the lanes' v, in every lane (max's order does not matter).
+float sg_max(float v) {
+    for (uint h = 1u; h < gl_SubgroupSize; h <<= 1) v = max(v, subgroupShuffleXor(v, h));
     return v;
 }
 
-// The sum of the threads' v by the pairwise tree over thread index (thread 2j with 2j + 1,
-// then pairs of those, ...), in every thread: the pairs within a subgroup by shuffles (both
-// lanes of a pair add the same two values), the subgroups' sums by the same tree after.
-float all_sum(float v0, uint set) {
+// The sum of the lanes' v by the pairwise tree over lane index (lane 2j with 2j + 1, then
+// pairs of those, ...), in every lane (both lanes of a pair add the same two values).
+float sg_sum(float v0) {
     precise float v = v0;
-    for (uint h = 1u; h < width(); h <<= 1) {
+    for (uint h = 1u; h < gl_SubgroupSize; h <<= 1) {
         precise float s = v + subgroupShuffleXor(v, h);
         v = s;
     }
-    if (gl_SubgroupInvocationID == 0u) xv[set][gl_SubgroupID] = v;
-    barrier();
-    float w[RWG];
-    uint n = nsg();
-    for (uint g = 0u; g < n; g++) w[g] = xv[set][g];
-    for (uint d = 1u; d < n; d <<= 1)
-        for (uint g = 0u; g < n; g += 2u * d) {
-            precise float s = w[g] + w[g + d];
-            w[g] = s;
-        }
-    return w[0];
+    return v;
 }
 
-// The best of the threads' candidates, in every thread (better() is a total order on distinct
+// The best of the lanes' candidates, in every lane (better() is a total order on distinct
 // experts, so the order of the comparisons does not matter).
-void all_best(inout uint bi, inout float bv, uint set) {
-    for (uint h = 1u; h < width(); h <<= 1) {
+void sg_best(inout uint bi, inout float bv) {
+    for (uint h = 1u; h < gl_SubgroupSize; h <<= 1) {
         uint oi = subgroupShuffleXor(bi, h);
         float ov = subgroupShuffleXor(bv, h);
         if (better(oi, ov, bi, bv)) {
@@ -122,70 +126,67 @@ void all_best(inout uint bi, inout float bv, uint set) {
             bv = ov;
         }
     }
-    if (gl_SubgroupInvocationID == 0u) {
-        xi[set][gl_SubgroupID] = bi;
-        xv[set][gl_SubgroupID] = bv;
-    }
-    barrier();
-    bi = xi[set][0];
-    bv = xv[set][0];
-    for (uint g = 1u; g < nsg(); g++)
-        if (better(xi[set][g], xv[set][g], bi, bv)) {
-            bi = xi[set][g];
-            bv = xv[set][g];
-        }
 }
 
-void main() {
-    uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-    uint t = gl_LocalInvocationIndex;
-    uint ne = p.n_expert;
-    // This thread's experts t, t + RWG, ... in registers.
+// Row `row`'s route by the calling subgroup (every lane of it).
+void route_row(uint row, uint ne, uint k) {
+    uint S = gl_SubgroupSize;
+    uint lane = gl_SubgroupInvocationID;
     float pr[PER];
     float mx = -1.0 / 0.0;
     for (uint j = 0u; j < PER; j++) {
-        uint e = t + j * RWG;
+        uint e = lane + j * S;
         pr[j] = e < ne ? logits[row * ne + e] : 0.0;
         if (e < ne) mx = max(mx, pr[j]);
     }
-    mx = all_max(mx, 0u);
-    // The softmax: each thread's experts in index order, then the tree over the threads.
+    mx = sg_max(mx);
+    // The softmax: each lane's experts in index order, then the tree over the lanes.
     precise float part = 0.0;
     for (uint j = 0u; j < PER; j++) {
-        if (t + j * RWG >= ne) break;
-        float v = exp(pr[j] - mx);
-        pr[j] = v;
-        part += v;
+        if (lane + j * S < ne) {
+            float v = exp(pr[j] - mx);
+            pr[j] = v;
+            part += v;
+        }
     }
-    float inv = 1.0 / all_sum(part, 1u);
+    float inv = 1.0 / sg_sum(part);
     for (uint j = 0u; j < PER; j++) pr[j] *= inv;
-    // The k largest, one round each: every thread's best untaken expert, then the workgroup's.
-    uint taken = 0u;   // a bit an expert of this thread's
+    // The k largest, one round each: every lane's best untaken expert, then the subgroup's.
+    uint taken = 0u;   // a bit an expert of this lane's
     uint chosen[MAX_USED];
     float cp[MAX_USED];
-    for (uint r = 0u; r < p.k; r++) {
+    for (uint r = 0u; r < k; r++) {
         uint bi = NONE;
         float bv = 0.0;
         for (uint j = 0u; j < PER; j++) {
-            uint e = t + j * RWG;
+            uint e = lane + j * S;
             if (e < ne && (taken & (1u << j)) == 0u && better(e, pr[j], bi, bv)) {
                 bi = e;
                 bv = pr[j];
             }
         }
-        all_best(bi, bv, r & 1u);
+        sg_best(bi, bv);
         chosen[r] = bi;
         cp[r] = bv;
-        if (bi != NONE && bi % RWG == t) taken |= 1u << (bi / RWG);
+        if (bi != NONE && bi % S == lane) taken |= 1u << (bi / S);
     }
-    if (t != 0u) return;
-    precise float csum = 0.0;
-    for (uint j = 0u; j < p.k; j++) csum += cp[j];
-    float norm = 1.0 / max(csum, 6.103516e-5);
-    for (uint j = 0u; j < p.k; j++) {
-        sel[row * p.k + j] = chosen[j];
-        wt[row * p.k + j] = cp[j] * norm;
+    if (lane == 0u) {
+        precise float csum = 0.0;
+        for (uint j = 0u; j < k; j++) csum += cp[j];
+        float norm = 1.0 / max(csum, 6.103516e-5);
+        for (uint j = 0u; j < k; j++) {
+            sel[row * k + j] = chosen[j];
+            wt[row * k + j] = cp[j] * norm;
+        }
     }
+}
+#endif
+
+#ifdef ROUTE
+void main() {
+    uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    uint row = wg * (RWG / gl_SubgroupSize) + gl_SubgroupID;
+    if (row < p.rows) route_row(row, p.n_expert, p.k);
 }
 #endif
 
@@ -222,6 +223,9 @@ layout(push_constant) uniform Push {
     uint n_expert;
     uint unused;
 } p;
+#endif
+
+#if defined(GROUP) || defined(ROUTER)
 
 // Words of a tile's bits per expert.
 #define TILE_WORDS (GROUP_WG / 32u)
@@ -234,14 +238,14 @@ shared uint sgc[GROUP_WG];
 // Per expert, a bit for each slot of the current tile that chose it.
 shared uint tile[MAX_EXPERTS * TILE_WORDS];
 
-void main() {
-    uint t = gl_LocalInvocationID.x;
+// GROUP's lists of `slots` slots' ids over `ne` experts, by the workgroup's thread t.
+void group(uint slots, uint ne, uint t) {
     cursor[t] = 0u;
     for (uint i = t; i < MAX_EXPERTS * TILE_WORDS; i += GROUP_WG) tile[i] = 0u;
     barrier();
-    for (uint s = t; s < p.slots; s += GROUP_WG) {
+    for (uint s = t; s < slots; s += GROUP_WG) {
         uint e = sel[s];
-        if (e < p.n_expert) atomicAdd(cursor[e], 1u);
+        if (e < ne) atomicAdd(cursor[e], 1u);
     }
     barrier();
     // Inclusive prefix sums of the counts and of "some slot chose it", a thread an expert
@@ -268,20 +272,20 @@ void main() {
     }
     uint start = incl - count;
     cursor[t] = start;
-    if (t < p.n_expert) grp[t] = start;
-    if (t == 0u) grp[p.n_expert] = total;
-    uint act = p.n_expert + 1u + p.slots;
+    if (t < ne) grp[t] = start;
+    if (t == 0u) grp[ne] = total;
+    uint act = ne + 1u + slots;
     if (used == 1u) grp[act + inclc - 1u] = t;
-    if (t >= nact && t < min(p.slots, p.n_expert)) grp[act + t] = NO_EXPERT;
+    if (t >= nact && t < min(slots, ne)) grp[act + t] = NO_EXPERT;
     barrier();
-    uint lists = p.n_expert + 1u;
+    uint lists = ne + 1u;
     uint word = t / 32u;
     uint bit = 1u << (t % 32u);
-    for (uint base = 0u; base < p.slots; base += GROUP_WG) {
+    for (uint base = 0u; base < slots; base += GROUP_WG) {
         uint s = base + t;
-        uint e = p.n_expert;
-        if (s < p.slots) e = sel[s];
-        bool listed = e < p.n_expert;
+        uint e = ne;
+        if (s < slots) e = sel[s];
+        bool listed = e < ne;
         if (listed) atomicOr(tile[e * TILE_WORDS + word], bit);
         barrier();
         // The tile's slots before this one that chose its expert, and all the tile's.
@@ -305,5 +309,78 @@ void main() {
         }
         barrier();
     }
+}
+#endif
+
+#ifdef GROUP
+void main() {
+    group(p.slots, p.n_expert, gl_LocalInvocationID.x);
+}
+#endif
+
+#ifdef ROUTER
+#define EPW 2u                 // experts a workgroup
+#define SPAN (GROUP_WG / EPW)  // threads an expert
+#define NMAX 8u                // rows at most
+shared float red[NMAX * (GROUP_WG / 8u)];   // [row][subgroup] partial sums (subgroups of 8+ lanes)
+shared bool last_wg;
+
+void main() {
+    uint t = gl_LocalInvocationIndex;
+    uint ne = p.n_expert;
+    uint d4 = p.d / 4u;
+    uint el = t / SPAN;
+    uint e = gl_WorkGroupID.x * EPW + el;
+    // The expert's logit of each row: this thread's units i0, i0 + SPAN, ... in order, then
+    // the tree over the subgroup's lanes, then over the expert's subgroups.
+    precise float acc[NMAX];
+    for (uint r = 0u; r < NMAX; r++) acc[r] = 0.0;
+    if (e < ne) {
+        for (uint i = t % SPAN; i < d4; i += SPAN) {
+            vec4 w = rw[e * d4 + i];
+            for (uint r = 0u; r < NMAX; r++) {
+                if (r < p.rows) {
+                    vec4 x = xn[r * d4 + i];
+                    precise float s = w.x * x.x + w.y * x.y + w.z * x.z + w.w * x.w;
+                    acc[r] = acc[r] + s;
+                }
+            }
+        }
+    }
+    uint S = gl_SubgroupSize;
+    uint nsg = GROUP_WG / S;
+    for (uint r = 0u; r < NMAX; r++) {
+        if (r < p.rows) {
+            precise float v = sg_sum(acc[r]);
+            if (gl_SubgroupInvocationID == 0u) red[r * nsg + gl_SubgroupID] = v;
+        }
+    }
+    barrier();
+    uint per = SPAN / S;   // subgroups an expert (a power of two)
+    if (t < EPW * p.rows) {
+        uint le = t % EPW;
+        uint r = t / EPW;
+        uint ge = gl_WorkGroupID.x * EPW + le;
+        float v[GROUP_WG / 8u];
+        for (uint g = 0u; g < per; g++) v[g] = red[r * nsg + le * per + g];
+        for (uint dd = 1u; dd < per; dd <<= 1)
+            for (uint g = 0u; g < per; g += 2u * dd) {
+                precise float a = v[g] + v[g + dd];
+                v[g] = a;
+            }
+        if (ge < ne) logits[r * ne + ge] = v[0];
+    }
+    // The last workgroup to finish routes and groups: no dispatch and barrier of their own.
+    memoryBarrierBuffer();
+    barrier();
+    if (t == 0u) last_wg = atomicAdd(done_wgs[0], 1u) == gl_NumWorkGroups.x - 1u;
+    barrier();
+    if (!last_wg) return;
+    memoryBarrierBuffer();
+    for (uint row = gl_SubgroupID; row < p.rows; row += gl_NumSubgroups) route_row(row, ne, p.k);
+    memoryBarrierBuffer();
+    barrier();
+    group(p.rows * p.k, ne, t);
+    if (t == 0u) done_wgs[0] = 0u;
 }
 #endif

@@ -609,25 +609,36 @@ fn moe_ffn(
     r.add = None;
     rec.barrier();
     mark(clock, rec.cmd, norm.label, norm.layer);
-    // The router's logits as a matrix product spread over the device (the GEMV's per-row code
-    // up to NROW_MAX rows, so a row's choice does not depend on the step's other rows), then
-    // each row's top k.
+    // The router's logits, each row's top k and (for the grouped products) the slots' lists:
+    // a token command's in one dispatch (per-row code, so a row's choice does not depend on
+    // its step's other rows); a window's as a matrix product spread over the device, then
+    // the route (and the group in `moe_experts`).
     let ne = moe.n_expert;
-    let lp = GemvPush { rows: ne as u32, cols: d as u32, row_bytes: (d * 4) as u32, x_stride: d as u32, y_stride: ne as u32, y_off: 0 };
-    if n <= NROW_MAX {
-        rec.gemv(resin_gguf::GgmlType::F32, n as u32, router.into(), (&s.xn).into(), (&s.moe_logits).into(), lp)?;
+    let grouped = n <= NROW_MAX;
+    if grouped {
+        let b = RouterBinds {
+            router: router.into(),
+            xn: (&s.xn).into(),
+            logits: (&s.moe_logits).into(),
+            sel: (&s.moe_sel).into(),
+            wt: (&s.moe_wt).into(),
+            grp: (&s.moe_grp).into(),
+            done: (&s.moe_done).into(),
+        };
+        rec.moe_router(n as u32, ne as u32, k as u32, d as u32, b)?;
     } else {
+        let lp = GemvPush { rows: ne as u32, cols: d as u32, row_bytes: (d * 4) as u32, x_stride: d as u32, y_stride: ne as u32, y_off: 0 };
         // K split as every window's matrix (a router's few row tiles would leave the device idle).
         let split = s.split_part > 0 && crate::gemm::gemm_split(lp.rows, lp.cols).1 > 1;
         rec.gemm(resin_gguf::GgmlType::F32, n as u32, router.into(), (&s.xn).into(), (&s.moe_logits).into(), lp, split.then(|| s.split_slot(0)).transpose()?)?;
+        rec.barrier();
+        mark(clock, rec.cmd, "router", norm.layer);
+        rec.moe_route(n as u32, ne as u32, k as u32, (&s.moe_logits).into(), (&s.moe_sel).into(), (&s.moe_wt).into())?;
     }
-    rec.barrier();
-    mark(clock, rec.cmd, "router", norm.layer);
-    rec.moe_route(n as u32, ne as u32, k as u32, (&s.moe_logits).into(), (&s.moe_sel).into(), (&s.moe_wt).into())?;
     rec.barrier();
     mark(clock, rec.cmd, "route", norm.layer);
     if let Some(input) = packed_in {
-        return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, norm.layer, clock);
+        return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, (norm.layer, grouped), clock);
     }
     let input = |m: &Mat| match rounding(m, s) {
         Some(32) => &s.xq32,
@@ -668,7 +679,7 @@ fn moe_ffn(
 }
 
 /// The experts of `moe_ffn` in the canonical order, after the route: the slots grouped by
-/// expert (`moe_group`), then gate and up (SwiGLU in the product's epilogue where gate and up
+/// expert (`moe_group`, unless `grouped`: the token command's router wrote the lists), then gate and up (SwiGLU in the product's epilogue where gate and up
 /// share a buffer and the activation is silu, else stored and `swiglu_p` after), down and the
 /// weighted sum, each expert's rows read once for the slots that chose it (mm.comp EXPERT).
 /// A slot's products are the bits its row's product through its expert would be alone, so a
@@ -682,15 +693,17 @@ fn moe_experts(
     act: FfnAct,
     input: MvIn<'_>,
     s: &Scratch,
-    layer: usize,
+    (layer, grouped): (usize, bool),
     clock: &mut Option<&mut StageClock<'_>>,
 ) -> Result<(), VkError> {
     let (d, ne, k) = (ly.down.rows / moe.n_expert, moe.n_expert as u32, moe.n_expert_used as u32);
     let ff = ly.down.cols;
     let slots = n as u32 * k;
-    rec.moe_group(slots, ne, (&s.moe_sel).into(), (&s.moe_grp).into())?;
-    rec.barrier();
-    mark(clock, rec.cmd, "group", layer);
+    if !grouped {
+        rec.moe_group(slots, ne, (&s.moe_sel).into(), (&s.moe_grp).into())?;
+        rec.barrier();
+        mark(clock, rec.cmd, "group", layer);
+    }
     let experts = |x_div| Experts { n_expert: ne, used: k, x_div, groups: (&s.moe_grp).into() };
     let expert = |m, y_stride| expert_mat(m, moe.n_expert, y_stride);
     let act_layout = QPack::new(slots * ff as u32)?;

@@ -74,6 +74,9 @@ pub(super) struct Scratch {
     /// The slots that chose each expert (`Recorder::moe_group`), the canonical expert
     /// product's columns.
     pub(super) moe_grp: Buffer,
+    /// The word the token command's router (`Recorder::moe_router`) counts its workgroups in
+    /// (zero between dispatches).
+    pub(super) moe_done: Buffer,
     /// Whether `prep` rounds activations (VulkanOptions::q8_activations).
     pub(super) q8: bool,
     /// Whether token passes take the canonical product (q8 activations on a device that runs it).
@@ -148,6 +151,11 @@ impl Scratch {
             moe_sel: dev((r * moe_used(cfg)).max(1))?,
             moe_wt: dev((r * moe_used(cfg)).max(1))?,
             moe_grp: dev(cfg.moe.map_or(1, |m| moe_group_words(m.n_expert as u32, (r * m.n_expert_used) as u32) as usize))?,
+            moe_done: {
+                let mut b = dev(1)?;
+                b.fill_u32(0)?;
+                b
+            },
             q8,
             dot: q8 && crate::mv::mv_ok(&gpu.info),
             done: {
