@@ -121,6 +121,19 @@ pub struct Experts<'a> {
     pub x_div: u32,
     /// What [`Recorder::moe_group`] wrote from the step's expert ids.
     pub groups: Bind<'a>,
+    /// A stored product of up to NROW_MAX rows may also sum each row's slots (mv.comp OUT 3).
+    pub combine: Option<Combine<'a>>,
+}
+
+/// The weighted sum of each row's slots that a token command's expert product (the down)
+/// writes beside its slots' rows: out[r][i] = the sum over j in rank order of
+/// wt[r * used + j] * y[r * used + j][i], moe.comp COMBINE's arithmetic, by the workgroup
+/// that finishes a tile of rows last (counted in `done`, a word a tile, left zero).
+#[derive(Clone, Copy)]
+pub struct Combine<'a> {
+    pub wt: Bind<'a>,
+    pub out: Bind<'a>,
+    pub done: Bind<'a>,
 }
 
 impl Experts<'_> {
@@ -128,7 +141,7 @@ impl Experts<'_> {
     /// workgroups along z: one an entry of the groups' chosen experts.
     fn push<P: Copy>(&self, mv: P, slots: u32) -> (ExpertPush<P>, u32) {
         let list_off = self.n_expert + 1;
-        let push = ExpertPush { mv, x_div: self.x_div, list_off, act_off: list_off + slots };
+        let push = ExpertPush { mv, x_div: self.x_div, list_off, act_off: list_off + slots, used: self.used };
         (push, moe_active_entries(self.n_expert, slots))
     }
 }
@@ -316,9 +329,10 @@ struct ExpertPush<P> {
     x_div: u32,
     list_off: u32,
     act_off: u32,
+    used: u32,
 }
-const _: () = assert!(std::mem::size_of::<ExpertPush<MvPush>>() == 60);
-const _: () = assert!(std::mem::size_of::<ExpertPush<MmPush>>() == 64);
+const _: () = assert!(std::mem::size_of::<ExpertPush<MvPush>>() == 64);
+const _: () = assert!(std::mem::size_of::<ExpertPush<MmPush>>() == 68);
 impl Push for ExpertPush<MvPush> {}
 impl Push for ExpertPush<MmPush> {}
 
@@ -579,6 +593,18 @@ impl Recorder<'_> {
         if matches!(m.input, MvIn::Normed { .. }) {
             return bad("a folded norm (normpack the rows)".into());
         }
+        if let Some(c) = ex.combine {
+            let MvOut::Store(_) = m.out else {
+                return bad("a sum of the slots after a product that does not store them".into());
+            };
+            if m.n as usize > NROW_MAX || s.y_off != 0 || s.y_stride < s.rows {
+                return bad(format!("a sum of the slots of {} rows {} values apart", m.n, s.y_stride));
+            }
+            let tiles = s.rows as u64; // a word a tile of at least a row
+            if c.wt.range < slots as u64 * 4 || c.out.range < (m.n as u64 - 1) * s.y_stride as u64 * 4 + s.rows as u64 * 4 || c.done.range < tiles * 4 {
+                return bad(format!("{} / {} / {} bytes for the slots' weights, the sums and the counters", c.wt.range, c.out.range, c.done.range));
+            }
+        }
         if m.n as usize > NROW_MAX {
             return self.mv_wide(tier, f, m, Some(ex));
         }
@@ -643,7 +669,7 @@ impl Recorder<'_> {
             Err(what) => return bad(what),
         };
         let Io { x, nw, eps, xd_off, xs_off, y, pk, up_off, pd_off, ps_off, .. } = io;
-        (spec.xin, spec.out) = (io.xin, io.out);
+        (spec.xin, spec.out) = (io.xin, if ex.is_some_and(|e| e.combine.is_some()) { 3 } else { io.out });
         let push =
             MvPush { rows: s.rows, cols: s.cols, row_bytes: s.row_bytes, x_stride: s.x_stride, y_stride: s.y_stride, y_off: s.y_off, xd_off, xs_off, eps, up_off, pd_off, ps_off };
         // The expert form is the N-row form's (its column count a specialization constant).
@@ -678,7 +704,9 @@ impl Recorder<'_> {
             // nothing.
             Some(e) => {
                 let (push, chosen) = e.push(push, ny);
-                self.run(&format!("mv{hw}_x_{f}{form}"), &consts, &[w, x, nw, y, pk, e.groups], &push.bytes(), [wgs[0], wgs[1], chosen])
+                // Without a sum the form's sum bindings are the lists again (never read).
+                let c = e.combine.unwrap_or(Combine { wt: e.groups, out: e.groups, done: e.groups });
+                self.run(&format!("mv{hw}_x_{f}{form}"), &consts, &[w, x, nw, y, pk, e.groups, c.wt, c.out, c.done], &push.bytes(), [wgs[0], wgs[1], chosen])
             }
             None => self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), wgs),
         }

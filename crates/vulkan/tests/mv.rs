@@ -15,7 +15,7 @@ use resin_gguf::{formats, GgmlType};
 use resin_model::FfnAct;
 use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
 use resin_vulkan::kernels::{moe_active_entries, NormPush, MOE_NO_EXPERT};
-use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, DotTier, Experts, Mv, MvIn, MvOut, MvShape, NormAdd, QPack};
+use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, Combine, DotTier, Experts, Mv, MvIn, MvOut, MvShape, NormAdd, QPack};
 use resin_vulkan::pipelines::Bind;
 
 fn poisoned_words(h: &Harness, words: usize) -> Buffer {
@@ -405,7 +405,7 @@ fn expert_step(h: &mut Harness, rng: &mut Rng, n: usize, control_differs: &mut b
             let layout = QPack::new((nx * cols) as u32).unwrap();
             for tier in tiers(h) {
                 let y = h.poisoned((slots + 1) * per);
-                let ex = Experts { n_expert: NE as u32, used: KU as u32, x_div: x_div as u32, groups: (&grp).into() };
+                let ex = Experts { n_expert: NE as u32, used: KU as u32, x_div: x_div as u32, groups: (&grp).into(), combine: None };
                 let m = Mv { ty, n: n as u32, w: (&wbuf).into(), input: MvIn::Packed { x: (&pk).into(), layout }, out: MvOut::Store((&y).into()), shape };
                 h.run(|rec| rec.mv_experts_tier(tier, m, ex));
                 let got = y.read_f32(0, (slots + 1) * per).unwrap();
@@ -414,6 +414,9 @@ fn expert_step(h: &mut Harness, rng: &mut Rng, n: usize, control_differs: &mut b
                     assert!(bits(&got[at.clone()]) == bits(&want[at]), "{tier:?} {ty} x_div {x_div}: slot {s} (expert {e}) is not the reference's bits");
                 }
                 assert!(got[slots * per..].iter().all(|v| v.to_bits() == POISON), "{tier:?} {ty}: wrote past the slots");
+                if x_div == 1 && n <= 8 {
+                    check_combine(h, (tier, m, ex), &got[..slots * per], rng, n, per);
+                }
             }
             for s in 0..slots {
                 for i in 0..per {
@@ -432,7 +435,7 @@ fn expert_step(h: &mut Harness, rng: &mut Rng, n: usize, control_differs: &mut b
         let input = MvIn::NormPacked { x: (&pk).into(), layout: xl, r: (&rsb).into() };
         let (ol, pl) = (QPack::new((slots * per) as u32).unwrap(), QPack::new((n * per) as u32).unwrap());
         let out = poisoned_words(h, ol.words() as usize);
-        let ex = Experts { n_expert: NE as u32, used: KU as u32, x_div: KU as u32, groups: (&grp).into() };
+        let ex = Experts { n_expert: NE as u32, used: KU as u32, x_div: KU as u32, groups: (&grp).into(), combine: None };
         h.run(|rec| rec.mv_experts(Mv { ty, n: n as u32, w: (&gubuf).into(), input, out: MvOut::SwiGlu { act: FfnAct::Silu, up_off, out: (&out).into(), layout: ol }, shape }, ex));
         let got = out.read_u32(0, ol.words() as usize).unwrap();
         let mut checked = 0;
@@ -453,6 +456,33 @@ fn expert_step(h: &mut Harness, rng: &mut Rng, n: usize, control_differs: &mut b
         }
         assert_eq!(checked, slots);
     }
+}
+
+/// The down of a token command's experts with the slots' sum (`Experts::combine`, mv.comp
+/// OUT 3): the same slot rows as the product alone (`slots_y`), and each row's sum the bits
+/// moe_combine writes from them and the host's sum in rank order, its counters left zero.
+fn check_combine(h: &mut Harness, (tier, m, ex): (DotTier, Mv<'_>, Experts<'_>), slots_y: &[f32], rng: &mut Rng, n: usize, per: usize) {
+    let slots = n * KU;
+    let wt: Vec<f32> = rng.vec(slots, 1.0).iter().map(|v| v.abs()).collect();
+    let (wtb, y, out) = (h.buf_f32(&wt), h.poisoned((slots + 1) * per), h.poisoned(n * per + 1));
+    let done = h.buf_bytes(&vec![0u8; per * 4]);
+    let combine = Combine { wt: (&wtb).into(), out: (&out).into(), done: (&done).into() };
+    h.run(|rec| rec.mv_experts_tier(tier, Mv { out: MvOut::Store((&y).into()), ..m }, Experts { combine: Some(combine), ..ex }));
+    let what = format!("{tier:?} {} n {n}", m.ty);
+    assert!(bits(&y.read_f32(0, slots * per).unwrap()) == bits(slots_y), "{what}: the slot rows differ with the sum");
+    let got = out.read_f32(0, n * per + 1).unwrap();
+    let host: Vec<f32> = (0..n * per)
+        .map(|e| {
+            let (r, i) = (e / per, e % per);
+            (0..KU).fold(0f32, |a, j| a + wt[r * KU + j] * slots_y[(r * KU + j) * per + i])
+        })
+        .collect();
+    assert!(bits(&got[..n * per]) == bits(&host), "{what}: the rows' sums are not the host's in rank order");
+    assert_eq!(got[n * per].to_bits(), POISON, "{what}: wrote past the sums");
+    let sep = h.poisoned(n * per);
+    h.run(|rec| rec.moe_combine(n as u32, per as u32, KU as u32, (&wtb).into(), (&y).into(), (&sep).into()));
+    assert!(bits(&sep.read_f32(0, n * per).unwrap()) == bits(&got[..n * per]), "{what}: the sums differ from moe_combine's");
+    assert!(done.read_u32(0, per).unwrap().iter().all(|&c| c == 0), "{what}: a counter was left set");
 }
 
 /// The grouped expert product (mv.comp EXPERT for steps of up to 8 rows, mm.comp EXPERT for
@@ -482,7 +512,7 @@ fn mv_experts_group_slots_canonically() {
     let short = h.buf_bytes(&[0u8; 8]);
     let grp = h.buf_bytes(&u32_bytes(&group_host(&expert_ids(2))));
     for (x_div, groups) in [(3u32, Bind::from(&grp)), (1, Bind::from(&short))] {
-        let ex = Experts { n_expert: NE as u32, used: KU as u32, x_div, groups };
+        let ex = Experts { n_expert: NE as u32, used: KU as u32, x_div, groups, combine: None };
         assert!(h.try_run(|rec| rec.mv_experts(m, ex)).is_err(), "x_div {x_div}, {} bytes of lists: refused", groups.range);
     }
 }

@@ -38,7 +38,11 @@
 // that chose it, grp[list_off + grp[e] ..] (at most NCOLS, the step's rows: a row's slots
 // choose distinct experts; common/experts.glsl); column c is its c-th slot, reading activation
 // row slot / x_div and writing output row slot. Columns past the expert's count repeat its
-// last slot's loads and write nothing.
+// last slot's loads and write nothing. OUT 3 (EXPERT only): as 0, and the workgroup that
+// finishes a tile of rows last among the z-slices (those past the chosen experts count
+// too; a word a tile at binding 8, left zero) writes each step row's weighted sum of its
+// slots over the tile's rows (binding 7; the slots' weights at binding 6), moe.comp
+// COMBINE's arithmetic: the experts' sum needs no dispatch and barrier of its own.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -83,6 +87,11 @@ layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
 #ifdef EXPERT
 layout(std430, set = 0, binding = 5) readonly buffer G { uint grp[]; };
+layout(std430, set = 0, binding = 6) readonly buffer CW { float cwt[]; };
+layout(std430, set = 0, binding = 7) writeonly buffer CO { float co[]; };
+layout(std430, set = 0, binding = 8) coherent buffer CD { uint done_wgs[]; };
+// OUT 3 reads the other workgroups' slot rows: coherent.
+layout(std430, set = 0, binding = 3) coherent buffer YC { float yc[]; };
 #endif
 
 layout(push_constant) uniform Push {
@@ -102,6 +111,7 @@ layout(push_constant) uniform Push {
     uint x_div;      // slots a row of activations
     uint list_off;   // word offset of the slot lists in grp
     uint act_off;    // word offset of the chosen experts in grp
+    uint used;       // OUT 3: slots a row
 #endif
 } p;
 #ifdef EXPERT
@@ -223,7 +233,7 @@ void finish(uint rg, uint c, uint out0, uint outs, uint wg, uint tile) {
         float r = XIN == 1u ? rr[c] : XIN == 2u ? nr[col_x(c)] : 1.0;
         if (XIN != 0u) g = r * g;
         uint yi = col_out(c) * p.y_stride + p.y_off + row;
-        if (OUT == 0u) {
+        if (OUT == 0u || OUT == 3u) {
             y[yi] = g;
         } else if (OUT == 1u) {
             precise float s = g + y[yi];
@@ -233,6 +243,34 @@ void finish(uint rg, uint c, uint out0, uint outs, uint wg, uint tile) {
         }
     }
 }
+
+#ifdef EXPERT
+shared bool last_wg;
+// OUT 3: count this workgroup among its tile's z-slices; the last one sums each step row's
+// slots over the tile's rows, in rank order.
+void combine_last(uint wg, uint tile, uint t) {
+    memoryBarrierBuffer();
+    barrier();
+    if (t == 0u) last_wg = atomicAdd(done_wgs[wg], 1u) == gl_NumWorkGroups.z - 1u;
+    barrier();
+    if (!last_wg) return;
+    memoryBarrierBuffer();
+    uint r0 = wg * tile;
+    uint nr = min(tile, p.rows - r0);
+    for (uint e = t; e < NCOLS * nr; e += WG) {
+        uint c = e / nr;
+        uint i = r0 + e % nr;
+        precise float acc = 0.0;
+        for (uint j = 0u; j < p.used; j++) {
+            uint s = c * p.used + j;
+            precise float m = cwt[s] * yc[s * p.y_stride + i];
+            acc += m;
+        }
+        co[c * p.y_stride + i] = acc;
+    }
+    if (t == 0u) done_wgs[wg] = 0u;
+}
+#endif
 
 void main() {
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
@@ -246,7 +284,10 @@ void main() {
     uint groups = NSG / KS;   // row groups the workgroup's subgroups take at once
     uint tile = TP * groups * outs;
 #ifdef EXPERT
-    if (!expert_slice(ebase, lbase, ncol)) return;   // the whole workgroup: past the chosen experts
+    if (!expert_slice(ebase, lbase, ncol)) {   // the whole workgroup: past the chosen experts
+        if (OUT == 3u) combine_last(wg, tile, t);
+        return;
+    }
     ncol = min(ncol, NCOLS);
 #else
     ebase = 0u;
@@ -345,6 +386,9 @@ void main() {
             barrier();   // part is read before the next rows write it
         }
     }
+#ifdef EXPERT
+    if (OUT == 3u) combine_last(wg, tile, t);
+#endif
     if (OUT != 2u) return;
     // Pack each 32 rows of h a column (as qact.comp QPACK 32 would).
     barrier();

@@ -9,7 +9,7 @@ use resin_model::{FfnAct, ModelConfig};
 
 use crate::buffers::Buffer;
 use crate::kernels::*;
-use crate::mv::{mv_fits, mv_format, Experts, Mv, MvIn, MvOut, MvShape, NormAdd, QPack};
+use crate::mv::{mv_fits, mv_format, Combine, Experts, Mv, MvIn, MvOut, MvShape, NormAdd, QPack};
 use crate::pipelines::Bind;
 use crate::VkError;
 
@@ -623,7 +623,7 @@ fn moe_ffn(
             sel: (&s.moe_sel).into(),
             wt: (&s.moe_wt).into(),
             grp: (&s.moe_grp).into(),
-            done: (&s.moe_done).into(),
+            done: Bind { buf: &s.moe_done, offset: 0, range: 4 },
         };
         rec.moe_router(n as u32, ne as u32, k as u32, d as u32, b)?;
     } else {
@@ -704,7 +704,7 @@ fn moe_experts(
         rec.barrier();
         mark(clock, rec.cmd, "group", layer);
     }
-    let experts = |x_div| Experts { n_expert: ne, used: k, x_div, groups: (&s.moe_grp).into() };
+    let experts = |x_div| Experts { n_expert: ne, used: k, x_div, groups: (&s.moe_grp).into(), combine: None };
     let expert = |m, y_stride| expert_mat(m, moe.n_expert, y_stride);
     let act_layout = QPack::new(slots * ff as u32)?;
     let act_out = Bind::from(&s.moe_act);
@@ -730,11 +730,17 @@ fn moe_experts(
     }
     let (w, shape) = expert(&ly.down, d)?;
     let input = MvIn::Packed { x: act_out, layout: act_layout };
-    rec.mv_experts(Mv { ty: ly.down.ty, n: n as u32, w, input, out: MvOut::Store((&s.moe_down).into()), shape }, experts(1))?;
+    // A token command's down also sums each row's slots (its last workgroup a tile of rows);
+    // a window's sum is a dispatch of its own.
+    let combine = (n <= NROW_MAX).then(|| Combine { wt: (&s.moe_wt).into(), out: (&s.down).into(), done: Bind { buf: &s.moe_done, offset: 4, range: s.moe_done.size - 4 } });
+    let summed = combine.is_some();
+    rec.mv_experts(Mv { ty: ly.down.ty, n: n as u32, w, input, out: MvOut::Store((&s.moe_down).into()), shape }, Experts { combine, ..experts(1) })?;
     rec.barrier();
     mark(clock, rec.cmd, "down", layer);
-    rec.moe_combine(n as u32, d as u32, k, (&s.moe_wt).into(), (&s.moe_down).into(), (&s.down).into())?;
-    rec.barrier();
+    if !summed {
+        rec.moe_combine(n as u32, d as u32, k, (&s.moe_wt).into(), (&s.moe_down).into(), (&s.down).into())?;
+        rec.barrier();
+    }
     Ok(())
 }
 

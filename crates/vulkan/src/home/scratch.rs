@@ -74,8 +74,9 @@ pub(super) struct Scratch {
     /// The slots that chose each expert (`Recorder::moe_group`), the canonical expert
     /// product's columns.
     pub(super) moe_grp: Buffer,
-    /// The word the token command's router (`Recorder::moe_router`) counts its workgroups in
-    /// (zero between dispatches).
+    /// The words a token command's MoE stages count their workgroups in (zero between
+    /// dispatches): the router's (`Recorder::moe_router`), then a word a tile of the experts'
+    /// down with the slots' sum (`mv::Combine`).
     pub(super) moe_done: Buffer,
     /// Whether `prep` rounds activations (VulkanOptions::q8_activations).
     pub(super) q8: bool,
@@ -152,7 +153,7 @@ impl Scratch {
             moe_wt: dev((r * moe_used(cfg)).max(1))?,
             moe_grp: dev(cfg.moe.map_or(1, |m| moe_group_words(m.n_expert as u32, (r * m.n_expert_used) as u32) as usize))?,
             moe_done: {
-                let mut b = dev(1)?;
+                let mut b = dev(1 + if cfg.moe.is_some() { cfg.n_embd } else { 0 })?;
                 b.fill_u32(0)?;
                 b
             },
