@@ -128,12 +128,14 @@ pub struct Experts<'a> {
 /// The weighted sum of each row's slots that a token command's expert product (the down)
 /// writes beside its slots' rows: out[r][i] = the sum over j in rank order of
 /// wt[r * used + j] * y[r * used + j][i], moe.comp COMBINE's arithmetic, by the workgroup
-/// that finishes a tile of rows last (counted in `done`, a word a tile, left zero).
+/// that finishes a tile of rows last (counted in `done`, a word a tile, left zero); with
+/// `add`, out[r][i] += that sum (the residual's add).
 #[derive(Clone, Copy)]
 pub struct Combine<'a> {
     pub wt: Bind<'a>,
     pub out: Bind<'a>,
     pub done: Bind<'a>,
+    pub add: bool,
 }
 
 impl Experts<'_> {
@@ -669,7 +671,11 @@ impl Recorder<'_> {
             Err(what) => return bad(what),
         };
         let Io { x, nw, eps, xd_off, xs_off, y, pk, up_off, pd_off, ps_off, .. } = io;
-        (spec.xin, spec.out) = (io.xin, if ex.is_some_and(|e| e.combine.is_some()) { 3 } else { io.out });
+        let out = match ex.and_then(|e| e.combine) {
+            Some(c) => 3 + u32::from(c.add),
+            None => io.out,
+        };
+        (spec.xin, spec.out) = (io.xin, out);
         let push =
             MvPush { rows: s.rows, cols: s.cols, row_bytes: s.row_bytes, x_stride: s.x_stride, y_stride: s.y_stride, y_off: s.y_off, xd_off, xs_off, eps, up_off, pd_off, ps_off };
         // The expert form is the N-row form's (its column count a specialization constant).
@@ -705,7 +711,7 @@ impl Recorder<'_> {
             Some(e) => {
                 let (push, chosen) = e.push(push, ny);
                 // Without a sum the form's sum bindings are the lists again (never read).
-                let c = e.combine.unwrap_or(Combine { wt: e.groups, out: e.groups, done: e.groups });
+                let c = e.combine.unwrap_or(Combine { wt: e.groups, out: e.groups, done: e.groups, add: false });
                 self.run(&format!("mv{hw}_x_{f}{form}"), &consts, &[w, x, nw, y, pk, e.groups, c.wt, c.out, c.done], &push.bytes(), [wgs[0], wgs[1], chosen])
             }
             None => self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), wgs),

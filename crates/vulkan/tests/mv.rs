@@ -459,30 +459,39 @@ fn expert_step(h: &mut Harness, rng: &mut Rng, n: usize, control_differs: &mut b
 }
 
 /// The down of a token command's experts with the slots' sum (`Experts::combine`, mv.comp
-/// OUT 3): the same slot rows as the product alone (`slots_y`), and each row's sum the bits
-/// moe_combine writes from them and the host's sum in rank order, its counters left zero.
+/// OUT 3, and OUT 4 adding it to a residual): the same slot rows as the product alone
+/// (`slots_y`), and each row's sum the bits moe_combine writes from them and the host's sum
+/// in rank order (added to the residual's value: the host's f32 add), nothing written past
+/// the rows, the counters left zero.
 fn check_combine(h: &mut Harness, (tier, m, ex): (DotTier, Mv<'_>, Experts<'_>), slots_y: &[f32], rng: &mut Rng, n: usize, per: usize) {
     let slots = n * KU;
     let wt: Vec<f32> = rng.vec(slots, 1.0).iter().map(|v| v.abs()).collect();
-    let (wtb, y, out) = (h.buf_f32(&wt), h.poisoned((slots + 1) * per), h.poisoned(n * per + 1));
-    let done = h.buf_bytes(&vec![0u8; per * 4]);
-    let combine = Combine { wt: (&wtb).into(), out: (&out).into(), done: (&done).into() };
-    h.run(|rec| rec.mv_experts_tier(tier, Mv { out: MvOut::Store((&y).into()), ..m }, Experts { combine: Some(combine), ..ex }));
-    let what = format!("{tier:?} {} n {n}", m.ty);
-    assert!(bits(&y.read_f32(0, slots * per).unwrap()) == bits(slots_y), "{what}: the slot rows differ with the sum");
-    let got = out.read_f32(0, n * per + 1).unwrap();
-    let host: Vec<f32> = (0..n * per)
+    let wtb = h.buf_f32(&wt);
+    let sums: Vec<f32> = (0..n * per)
         .map(|e| {
             let (r, i) = (e / per, e % per);
             (0..KU).fold(0f32, |a, j| a + wt[r * KU + j] * slots_y[(r * KU + j) * per + i])
         })
         .collect();
-    assert!(bits(&got[..n * per]) == bits(&host), "{what}: the rows' sums are not the host's in rank order");
-    assert_eq!(got[n * per].to_bits(), POISON, "{what}: wrote past the sums");
+    let what = format!("{tier:?} {} n {n}", m.ty);
     let sep = h.poisoned(n * per);
+    let y = h.poisoned((slots + 1) * per);
+    for add in [false, true] {
+        let resid = rng.vec(n * per + 1, 4.0);
+        let out = if add { h.buf_f32(&resid) } else { h.poisoned(n * per + 1) };
+        let done = h.buf_bytes(&vec![0u8; per * 4]);
+        let combine = Combine { wt: (&wtb).into(), out: (&out).into(), done: (&done).into(), add };
+        h.run(|rec| rec.mv_experts_tier(tier, Mv { out: MvOut::Store((&y).into()), ..m }, Experts { combine: Some(combine), ..ex }));
+        assert!(bits(&y.read_f32(0, slots * per).unwrap()) == bits(slots_y), "{what}: the slot rows differ with the sum");
+        let got = out.read_f32(0, n * per + 1).unwrap();
+        let want: Vec<f32> = if add { sums.iter().zip(&resid).map(|(s, x)| x + s).collect() } else { sums.clone() };
+        assert!(bits(&got[..n * per]) == bits(&want), "{what} add {add}: the rows' sums are not the host's in rank order");
+        let past = if add { resid[n * per].to_bits() } else { POISON };
+        assert_eq!(got[n * per].to_bits(), past, "{what}: wrote past the sums");
+        assert!(done.read_u32(0, per).unwrap().iter().all(|&c| c == 0), "{what}: a counter was left set");
+    }
     h.run(|rec| rec.moe_combine(n as u32, per as u32, KU as u32, (&wtb).into(), (&y).into(), (&sep).into()));
-    assert!(bits(&sep.read_f32(0, n * per).unwrap()) == bits(&got[..n * per]), "{what}: the sums differ from moe_combine's");
-    assert!(done.read_u32(0, per).unwrap().iter().all(|&c| c == 0), "{what}: a counter was left set");
+    assert!(bits(&sep.read_f32(0, n * per).unwrap()) == bits(&sums), "{what}: the sums differ from moe_combine's");
 }
 
 /// The grouped expert product (mv.comp EXPERT for steps of up to 8 rows, mm.comp EXPERT for

@@ -42,7 +42,8 @@
 // finishes a tile of rows last among the z-slices (those past the chosen experts count
 // too; a word a tile at binding 8, left zero) writes each step row's weighted sum of its
 // slots over the tile's rows (binding 7; the slots' weights at binding 6), moe.comp
-// COMBINE's arithmetic: the experts' sum needs no dispatch and barrier of its own.
+// COMBINE's arithmetic: the experts' sum needs no dispatch and barrier of its own. OUT 4:
+// as 3, the sums added to binding 7's rows (the residual) instead.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -88,7 +89,7 @@ layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
 #ifdef EXPERT
 layout(std430, set = 0, binding = 5) readonly buffer G { uint grp[]; };
 layout(std430, set = 0, binding = 6) readonly buffer CW { float cwt[]; };
-layout(std430, set = 0, binding = 7) writeonly buffer CO { float co[]; };
+layout(std430, set = 0, binding = 7) buffer CO { float co[]; };
 layout(std430, set = 0, binding = 8) coherent buffer CD { uint done_wgs[]; };
 // OUT 3 reads the other workgroups' slot rows: coherent.
 layout(std430, set = 0, binding = 3) coherent buffer YC { float yc[]; };
@@ -233,7 +234,7 @@ void finish(uint rg, uint c, uint out0, uint outs, uint wg, uint tile) {
         float r = XIN == 1u ? rr[c] : XIN == 2u ? nr[col_x(c)] : 1.0;
         if (XIN != 0u) g = r * g;
         uint yi = col_out(c) * p.y_stride + p.y_off + row;
-        if (OUT == 0u || OUT == 3u) {
+        if (OUT == 0u || OUT >= 3u) {
             y[yi] = g;
         } else if (OUT == 1u) {
             precise float s = g + y[yi];
@@ -246,8 +247,8 @@ void finish(uint rg, uint c, uint out0, uint outs, uint wg, uint tile) {
 
 #ifdef EXPERT
 shared bool last_wg;
-// OUT 3: count this workgroup among its tile's z-slices; the last one sums each step row's
-// slots over the tile's rows, in rank order.
+// OUT 3 and 4: count this workgroup among its tile's z-slices; the last one sums each step
+// row's slots over the tile's rows, in rank order.
 void combine_last(uint wg, uint tile, uint t) {
     memoryBarrierBuffer();
     barrier();
@@ -266,7 +267,12 @@ void combine_last(uint wg, uint tile, uint t) {
             precise float m = cwt[s] * yc[s * p.y_stride + i];
             acc += m;
         }
-        co[c * p.y_stride + i] = acc;
+        if (OUT == 4u) {
+            precise float sum = co[c * p.y_stride + i] + acc;
+            co[c * p.y_stride + i] = sum;
+        } else {
+            co[c * p.y_stride + i] = acc;
+        }
     }
     if (t == 0u) done_wgs[wg] = 0u;
 }
@@ -285,7 +291,7 @@ void main() {
     uint tile = TP * groups * outs;
 #ifdef EXPERT
     if (!expert_slice(ebase, lbase, ncol)) {   // the whole workgroup: past the chosen experts
-        if (OUT == 3u) combine_last(wg, tile, t);
+        if (OUT >= 3u) combine_last(wg, tile, t);
         return;
     }
     ncol = min(ncol, NCOLS);
@@ -387,7 +393,7 @@ void main() {
         }
     }
 #ifdef EXPERT
-    if (OUT == 3u) combine_last(wg, tile, t);
+    if (OUT >= 3u) combine_last(wg, tile, t);
 #endif
     if (OUT != 2u) return;
     // Pack each 32 rows of h a column (as qact.comp QPACK 32 would).

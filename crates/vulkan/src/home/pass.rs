@@ -498,10 +498,12 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
         mark(&mut clock, cmd, "attn_out", l);
         let fnorm = Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l };
         if let Some(router) = &ly.router {
-            moe_ffn(rec, m, &mut r, ly, router, cfg, s, fnorm, &mut clock)?;
-            // x += down (its sum in `down`; gemma3: its norm, into `o` where not folded)
-            r.add = Some(&s.down);
-            r.post = ly.ffn_post_norm.as_ref().map(|w| (w, &s.o));
+            // x += the experts' sum (a token command's down adds it; else it is in `down`,
+            // and with a post-norm its norm goes into `o` where not folded)
+            if !moe_ffn(rec, m, &mut r, ly, router, cfg, s, fnorm, &mut clock)? {
+                r.add = Some(&s.down);
+                r.post = ly.ffn_post_norm.as_ref().map(|w| (w, &s.o));
+            }
         } else {
             // then the FFN's input: gate and up of norm(x) * ffn_norm, its activation
             ffn_in(rec, m, &mut r, fnorm, ly, ctx, &mut clock)?;
@@ -565,7 +567,8 @@ fn rounding(m: &Mat, s: &Scratch) -> Option<u32> {
 /// formats take the canonical product (`moe_experts`), the norm is also `normpack`ed for it;
 /// else the norm is rounded for the expert GEMV (`gemv_expert`, a slot at a time). Every
 /// step computes a row (a slot) from that row alone, so rows stepped together equal each
-/// alone. Then a barrier.
+/// alone. Then a barrier. Returns true where the sum was added to the residual itself
+/// (`moe_experts`) instead.
 #[allow(clippy::too_many_arguments)]
 fn moe_ffn(
     rec: &mut Recorder<'_>,
@@ -577,7 +580,7 @@ fn moe_ffn(
     s: &Scratch,
     norm: Norm<'_>,
     clock: &mut Option<&mut StageClock<'_>>,
-) -> Result<(), VkError> {
+) -> Result<bool, VkError> {
     let moe = cfg.moe.ok_or_else(|| VkError::Model("a router on a model without experts".into()))?;
     let (d, ff, k) = (cfg.n_embd, cfg.n_ff, moe.n_expert_used);
     let slots = n * k;
@@ -638,7 +641,9 @@ fn moe_ffn(
     rec.barrier();
     mark(clock, rec.cmd, "route", norm.layer);
     if let Some(input) = packed_in {
-        return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, (norm.layer, grouped), clock);
+        // A token command's down adds the sum to the residual (none with a post-norm between).
+        let resid = (grouped && ly.ffn_post_norm.is_none()).then_some(r.x);
+        return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, (norm.layer, grouped, resid), clock);
     }
     let input = |m: &Mat| match rounding(m, s) {
         Some(32) => &s.xq32,
@@ -675,7 +680,7 @@ fn moe_ffn(
     mark(clock, rec.cmd, "down", norm.layer);
     rec.moe_combine(n as u32, d as u32, k as u32, (&s.moe_wt).into(), (&s.moe_down).into(), (&s.down).into())?;
     rec.barrier();
-    Ok(())
+    Ok(false)
 }
 
 /// The experts of `moe_ffn` in the canonical order, after the route: the slots grouped by
@@ -683,7 +688,8 @@ fn moe_ffn(
 /// share a buffer and the activation is silu, else stored and `swiglu_p` after), down and the
 /// weighted sum, each expert's rows read once for the slots that chose it (mm.comp EXPERT).
 /// A slot's products are the bits its row's product through its expert would be alone, so a
-/// row's result does not depend on which rows share the step or chose its experts.
+/// row's result does not depend on which rows share the step or chose its experts. With
+/// `resid` (a token command), the down adds the sum to it and this returns true.
 #[allow(clippy::too_many_arguments)]
 fn moe_experts(
     rec: &mut Recorder<'_>,
@@ -693,9 +699,9 @@ fn moe_experts(
     act: FfnAct,
     input: MvIn<'_>,
     s: &Scratch,
-    (layer, grouped): (usize, bool),
+    (layer, grouped, resid): (usize, bool, Option<&Buffer>),
     clock: &mut Option<&mut StageClock<'_>>,
-) -> Result<(), VkError> {
+) -> Result<bool, VkError> {
     let (d, ne, k) = (ly.down.rows / moe.n_expert, moe.n_expert as u32, moe.n_expert_used as u32);
     let ff = ly.down.cols;
     let slots = n as u32 * k;
@@ -730,18 +736,18 @@ fn moe_experts(
     }
     let (w, shape) = expert(&ly.down, d)?;
     let input = MvIn::Packed { x: act_out, layout: act_layout };
-    // A token command's down also sums each row's slots (its last workgroup a tile of rows);
-    // a window's sum is a dispatch of its own.
-    let combine = (n <= NROW_MAX).then(|| Combine { wt: (&s.moe_wt).into(), out: (&s.down).into(), done: Bind { buf: &s.moe_done, offset: 4, range: s.moe_done.size - 4 } });
-    let summed = combine.is_some();
+    // A token command's down also adds each row's sum of its slots to the residual (its last
+    // workgroup a tile of rows); a window's sum is a dispatch of its own.
+    let done = Bind { buf: &s.moe_done, offset: 4, range: s.moe_done.size - 4 };
+    let combine = resid.map(|x| Combine { wt: (&s.moe_wt).into(), out: x.into(), done, add: true });
     rec.mv_experts(Mv { ty: ly.down.ty, n: n as u32, w, input, out: MvOut::Store((&s.moe_down).into()), shape }, Experts { combine, ..experts(1) })?;
     rec.barrier();
     mark(clock, rec.cmd, "down", layer);
-    if !summed {
+    if combine.is_none() {
         rec.moe_combine(n as u32, d as u32, k, (&s.moe_wt).into(), (&s.moe_down).into(), (&s.down).into())?;
         rec.barrier();
     }
-    Ok(())
+    Ok(combine.is_some())
 }
 
 /// The stack `m` of `n_expert` experts bound whole, and one expert's matrix as the product's
