@@ -74,6 +74,11 @@ pub enum MvIn<'a> {
     /// What [`Recorder::normpack`] wrote: u = x * w packed as `layout` says, and each row's
     /// r = 1 / rms(x) in `r`; the product is r W u, the bits `Normed` gives that row.
     NormPacked { x: Bind<'a>, layout: QPack, r: Bind<'a> },
+    /// What [`MvOut::AddPack`] wrote: u = x * w packed as `layout` says, and each 32-value
+    /// block's sum of the squares of x in `ss` ([row][block], rows of `x_stride` values), from
+    /// which the product finds each row's r with the norm's `eps`: the bits `NormPacked`
+    /// gives that row.
+    PackedSs { x: Bind<'a>, layout: QPack, ss: Bind<'a>, eps: f32 },
 }
 
 /// What a product writes; row i of column c at value c * y_stride + y_off + i.
@@ -87,6 +92,12 @@ pub enum MvOut<'a> {
     /// act(gate x) * (up x) (silu: SwiGLU; GELU's tanh form: GeGLU), packed as `layout` for
     /// the next matrix.
     SwiGlu { act: FfnAct, up_off: u32, out: Bind<'a>, layout: QPack },
+    /// As `Add` (y, the residual rows, each `y_stride` values), then the next norm's input
+    /// of the sums, what [`Recorder::normpack`] would write from them (N-row form, whole
+    /// 32-row blocks): u = y * `norm` packed as `layout` into `out`, each block's sum of the
+    /// squares of y into `ss` ([row][block]); `done` (a word a block of a row, left zero)
+    /// counts the workgroups of a block, the last of which packs it. [`MvIn::PackedSs`] reads it.
+    AddPack { y: Bind<'a>, norm: Bind<'a>, layout: QPack, out: Bind<'a>, ss: Bind<'a>, done: Bind<'a> },
 }
 
 /// The rows of a product: `rows` weight rows of `cols` values (`row_bytes` each), activation
@@ -173,15 +184,18 @@ struct Io<'a> {
     x: Bind<'a>,
     /// The norm's weights (`Normed`), each row's r (`NormPacked`), else `x` again.
     nw: Bind<'a>,
-    /// 0 packed, 1 normed (folded), 2 normpacked; the shaders' XIN.
+    /// 0 packed, 1 normed (folded), 2 normpacked, 3 packed with blocks' sums of squares; the
+    /// shaders' XIN.
     xin: u32,
     eps: f32,
     xd_off: u32,
     xs_off: u32,
     y: Bind<'a>,
     pk: Bind<'a>,
-    /// 0 store, 1 add, 2 SwiGLU; the shaders' OUT.
+    /// 0 store, 1 add, 2 SwiGLU, 5 add and pack; the shaders' OUT.
     out: u32,
+    /// OUT 5's next norm's weights, blocks' sums of squares and counters.
+    pack_out: Option<[Bind<'a>; 3]>,
     /// OUT 2's gate activation: 0 silu, 1 GELU (the shaders' ACT).
     act: u32,
     up_off: u32,
@@ -205,7 +219,15 @@ impl<'a> Io<'a> {
                 (x, r, 2, 0.0, layout.d_off(), layout.s_off())
             }
             MvIn::Normed { x, w, eps } => (x, w, 1, eps, 0, 0),
+            MvIn::PackedSs { x, layout, ss, eps } => {
+                let blocks = (nx - 1) * s.x_stride / 32 + s.cols / 32;
+                if (nx - 1) * s.x_stride + s.cols > layout.count || ss.range < 4 * blocks as u64 {
+                    return Err(format!("{} packed values, {} bytes of sums of squares", layout.count, ss.range));
+                }
+                (x, ss, 3, eps, layout.d_off(), layout.s_off())
+            }
         };
+        let mut pack_out = None;
         let (y, pk, outk, act, up_off, pd_off, ps_off) = match out {
             MvOut::Store(y) => (y, y, 0, 0, 0, 0, 0),
             MvOut::Add(y) => (y, y, 1, 0, 0, 0, 0),
@@ -219,8 +241,20 @@ impl<'a> Io<'a> {
                 let act = u32::from(act == FfnAct::GeluTanh);
                 (out, out, 2, act, up_off, layout.d_off(), layout.s_off())
             }
+            MvOut::AddPack { y, norm, layout, out, ss, done } => {
+                let (end, rowb) = (s.y_off + s.rows, s.y_stride / 32);
+                if !s.rows.is_multiple_of(32) || !s.y_off.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || end > s.y_stride || (ny - 1) * s.y_stride + end > layout.count {
+                    return Err(format!("the next norm's input packed in 32-row blocks from row {} at stride {} ({} values)", s.y_off, s.y_stride, layout.count));
+                }
+                let short = out.range < layout.bytes() || norm.range < 4 * end as u64 || ss.range < 4 * (ny * rowb) as u64 || done.range < 4 * rowb as u64;
+                if short || y.range < 4 * ((ny - 1) * s.y_stride + end) as u64 {
+                    return Err(format!("{} / {} / {} / {} bytes for the packs, the norm, the sums of squares, the counters", out.range, norm.range, ss.range, done.range));
+                }
+                pack_out = Some([norm, ss, done]);
+                (y, out, 5, 0, 0, layout.d_off(), layout.s_off())
+            }
         };
-        Ok(Io { x, nw, xin, eps, xd_off, xs_off, y, pk, out: outk, act, up_off, pd_off, ps_off })
+        Ok(Io { x, nw, xin, eps, xd_off, xs_off, y, pk, out: outk, act, up_off, pd_off, ps_off, pack_out })
     }
 }
 
@@ -678,8 +712,18 @@ impl Recorder<'_> {
         (spec.xin, spec.out) = (io.xin, out);
         let push =
             MvPush { rows: s.rows, cols: s.cols, row_bytes: s.row_bytes, x_stride: s.x_stride, y_stride: s.y_stride, y_off: s.y_off, xd_off, xs_off, eps, up_off, pd_off, ps_off };
-        // The expert form is the N-row form's (its column count a specialization constant).
-        let form = if n == 1 && ex.is_none() { "" } else { "_nrow" };
+        // The expert form is the N-row form's (its column count a specialization constant),
+        // and so is the form that packs the next norm's input.
+        let form = match (n, &ex, io.pack_out) {
+            (_, Some(_), Some(_)) => return bad("the next norm's input from an expert product".into()),
+            (_, None, Some(_)) => "_nrow_po",
+            (1, None, None) => "",
+            _ => "_nrow",
+        };
+        let tile = spec.tile();
+        if io.pack_out.is_some() && !(32 % tile == 0 || tile % 32 == 0) {
+            return bad(format!("the next norm's 32-row blocks over workgroups of {tile} rows"));
+        }
         let hw = match tier {
             DotTier::Emulated => "",
             DotTier::Hardware | DotTier::Tiles => "x",
@@ -714,7 +758,10 @@ impl Recorder<'_> {
                 let c = e.combine.unwrap_or(Combine { wt: e.groups, out: e.groups, done: e.groups, add: false });
                 self.run(&format!("mv{hw}_x_{f}{form}"), &consts, &[w, x, nw, y, pk, e.groups, c.wt, c.out, c.done], &push.bytes(), [wgs[0], wgs[1], chosen])
             }
-            None => self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), wgs),
+            None => match io.pack_out {
+                Some([norm, ss, done]) => self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk, norm, ss, done], &push.bytes(), wgs),
+                None => self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk], &push.bytes(), wgs),
+            },
         }
     }
 
@@ -732,8 +779,9 @@ impl Recorder<'_> {
         };
         let info = &self.gpu.info;
         let io = match Io::of(input, out, &s, nx, ny) {
-            Ok(io) if io.xin != 1 => io,
-            Ok(_) => return bad("a folded norm of one row".into()),
+            Ok(io) if io.xin == 1 => return bad("a folded norm of one row".into()),
+            Ok(io) if io.xin == 3 || io.pack_out.is_some() => return bad("the next norm's input packed by the N-row form".into()),
+            Ok(io) => io,
             Err(what) => return bad(what),
         };
         let Io { x, nw: nr, xin, xd_off, xs_off, y, pk, out: outk, act, up_off, pd_off, ps_off, .. } = io;

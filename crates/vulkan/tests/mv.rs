@@ -526,6 +526,77 @@ fn mv_experts_group_slots_canonically() {
     }
 }
 
+/// The N-row product that adds into the residual and packs the next norm's input
+/// (`MvOut::AddPack`, mv.comp OUT 5), in two parts (the second from row 512), for 2, 5 and 8
+/// rows of three formats in every tier: the residual the bits `MvOut::Add` leaves, the packs
+/// the bits `normpack` writes from it, the counters left zero; and a product reading them
+/// with the blocks' sums of squares (`MvIn::PackedSs`) the bits it gives over `normpack`'s
+/// packs and r. Control: the same product with two rows' sums of squares swapped must differ.
+#[test]
+fn add_pack_writes_what_normpack_would() {
+    let Some(mut h) = Harness::new() else { return };
+    if !mv_ok(&h.gpu.info) {
+        return;
+    }
+    let mut rng = Rng(0xadd9);
+    let (d, k) = (1024usize, 512usize);
+    const EPS: f32 = 0.5;
+    let mut control_differs = false;
+    for (ty, n) in [(GgmlType::Q8_0, 2usize), (GgmlType::Q4_K, 5), (GgmlType::Q6_K, 8)] {
+        let wq = formats::quantize(ty, &rng.vec(d * k, 1.0)).unwrap();
+        let (wb, row_bytes) = h.weights(ty, k, &wq);
+        let xs = rng.vec(n * k, 2.0);
+        let acts: Vec<CanonActs> = (0..n).map(|c| CanonActs::quantize(&xs[c * k..(c + 1) * k])).collect();
+        let (xl, pkx) = (QPack::new((n * k) as u32).unwrap(), h.buf_bytes(&u32_bytes(&pack_host(&acts))));
+        let resid = rng.vec(n * d, 4.0);
+        let nw = h.buf_f32(&rng.vec(d, 1.0));
+        let layout = QPack::new((n * d) as u32).unwrap();
+        let nb = d / 32;
+        // The second matrix: K = d, reading the normed residual.
+        let w2q = formats::quantize(ty, &rng.vec(256 * d, 1.0)).unwrap();
+        let (w2, rb2) = h.weights(ty, d, &w2q);
+        let shape2 = MvShape { rows: 256, cols: d as u32, row_bytes: rb2 as u32, x_stride: d as u32, y_stride: 256, y_off: 0 };
+        for tier in tiers(&h) {
+            let what = format!("{tier:?} {ty} n {n}");
+            let parts = |y: &Buffer| [0u32, 512].map(|r0| (Bind { buf: &wb, offset: r0 as u64 * row_bytes as u64, range: wb.size - r0 as u64 * row_bytes as u64 }, r0, y.size));
+            let shape = |r0: u32| MvShape { rows: 512, cols: k as u32, row_bytes: row_bytes as u32, x_stride: k as u32, y_stride: d as u32, y_off: r0 };
+            let input = MvIn::Packed { x: (&pkx).into(), layout: xl };
+            // Add, then normpack of the sums.
+            let plain = h.buf_f32(&resid);
+            for (w, r0, _) in parts(&plain) {
+                h.run(|rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w, input, out: MvOut::Add((&plain).into()), shape: shape(r0) }));
+            }
+            let sums = plain.read_f32(0, n * d).unwrap();
+            // An eps that moves r's bits (the sums' mean square is in the hundreds).
+            let (pk_np, _, r_np) = normpacked(&mut h, &sums, d, &nw, EPS);
+            // Add and pack.
+            let y = h.buf_f32(&resid);
+            let (pk, ss, done) = (poisoned_words(&h, layout.words() as usize), h.poisoned(n * nb), h.buf_bytes(&vec![0u8; nb * 4]));
+            for (w, r0, _) in parts(&y) {
+                let out = MvOut::AddPack { y: (&y).into(), norm: (&nw).into(), layout, out: (&pk).into(), ss: (&ss).into(), done: (&done).into() };
+                h.run(|rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w, input, out, shape: shape(r0) }));
+            }
+            assert!(bits(&y.read_f32(0, n * d).unwrap()) == bits(&sums), "{what}: the residual differs from Add's");
+            assert_eq!(pk.read_u32(0, layout.words() as usize).unwrap(), pk_np.read_u32(0, layout.words() as usize).unwrap(), "{what}: the packs differ from normpack's");
+            assert!(done.read_u32(0, nb).unwrap().iter().all(|&c| c == 0), "{what}: a counter was left set");
+            // The next product over both inputs.
+            let next = |h: &mut Harness, input: MvIn<'_>| {
+                let out = h.poisoned(n * 256);
+                h.run(|rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w: (&w2).into(), input, out: MvOut::Store((&out).into()), shape: shape2 }));
+                bits(&out.read_f32(0, n * 256).unwrap())
+            };
+            let want = next(&mut h, MvIn::NormPacked { x: (&pk_np).into(), layout, r: (&r_np).into() });
+            assert!(next(&mut h, MvIn::PackedSs { x: (&pk).into(), layout, ss: (&ss).into(), eps: EPS }) == want, "{what}: the product over the sums of squares differs");
+            let mut sw = ss.read_f32(0, n * nb).unwrap();
+            let (a, b) = sw.split_at_mut(nb);
+            a.swap_with_slice(&mut b[..nb]);
+            let swapped = h.buf_f32(&sw);
+            control_differs |= next(&mut h, MvIn::PackedSs { x: (&pk).into(), layout, ss: (&swapped).into(), eps: EPS }) != want;
+        }
+    }
+    assert!(control_differs, "control: two rows' sums of squares swapped gave the same products");
+}
+
 /// normpack with the residual add: x += add written back, then the packs and r of the sum,
 /// the bits normpack gives that sum without the add.
 #[test]

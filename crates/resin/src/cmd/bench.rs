@@ -277,9 +277,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let (pp_tps, tg_tps) = (median(pps.clone()), median(tgs.clone()));
     let tg_greedy_tps = Some(median(greedy));
     let spec = home.spec().clone();
-    let shape = match home.profiler() {
-        Some(p) => p.step_shape(1)?,
-        None => None,
+    // The token command's shape at one row and at NROW_MAX rows.
+    let (shape, shape_n) = match home.profiler() {
+        Some(p) => (p.step_shape(1)?, p.step_shape(resin_core::NROW_MAX)?),
+        None => (None, None),
     };
     let mut copy_gb_s = None;
     let profile = if let (true, Some(home)) = (args.profile, home.profiler()) {
@@ -323,6 +324,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         "step_stages": shape.map(|s| s.stages),
         "step_dispatches": shape.map(|s| s.dispatches),
         "step_barriers": shape.map(|s| s.barriers),
+        "step_nrow_stages": shape_n.map(|s| s.stages),
+        "step_nrow_dispatches": shape_n.map(|s| s.dispatches),
+        "step_nrow_barriers": shape_n.map(|s| s.barriers),
         "profile": profile,
     });
     let mut text = String::new();

@@ -24,6 +24,9 @@
 //   cost more than a dispatch of their own (XIN 2).
 // - 2: as 0, the packs of u = x * w_norm that normpack.comp wrote (the same bits as XIN 1's
 //   prologue: common/canon_norm.glsl), with each row's r at binding 2.
+// - 3: as 2, what OUT 5 wrote: the packs, and at binding 2 each block's sum of the squares of
+//   x ([row][block]), from which the prologue finds each row's r as XIN 1's does (the chunks'
+//   sums left to right, then the tree): the same bits.
 // Output (specialization constant OUT), row i of column c at c * y_stride + y_off + i:
 // - 0: y = (r *) y' stored (binding 3).
 // - 1: y = y' + y (the residual sum, binding 3).
@@ -31,6 +34,11 @@
 //   together, h = silu(g) * u (ACT 1: GeGLU, gelu_tanh(g) * u), and each 32 rows of h are
 //   packed as the next matrix's input (QPACK 32 at binding 4: quants, d at pd_off, sums at
 //   ps_off).
+// - 5 (PACK_OUT): as 1, then the next norm's input of the residual rows: u = y * w_next
+//   (binding 5) packed in 32-value blocks at binding 4 (pd_off, ps_off) and each block's sum
+//   of the squares of y at binding 6, by the workgroup that finishes a block's rows last (a
+//   word a block at binding 7, left zero), with normpack.comp's arithmetic: the N-row
+//   command's norm needs no dispatch and barrier of its own (XIN 3 reads it).
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
 // constant, 1..8). DOT_HW: the integer dot products by OpSDot (dotfmt.glsl).
 // EXPERT (N-row form, XIN 0 or 2): mm.comp's EXPERT form for steps of up to 8 rows: workgroup
@@ -86,6 +94,13 @@ layout(std430, set = 0, binding = 2) readonly buffer NW4 { vec4 nw4[]; };
 layout(std430, set = 0, binding = 2) readonly buffer NR { float nr[]; };
 layout(std430, set = 0, binding = 3) buffer Y { float y[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer P { uint pk[]; };
+#ifdef PACK_OUT
+layout(std430, set = 0, binding = 5) readonly buffer PW4 { vec4 pw4[]; };
+layout(std430, set = 0, binding = 6) writeonly buffer PS { float pss[]; };
+layout(std430, set = 0, binding = 7) coherent buffer PD { uint done_wgs[]; };
+// Rows the other workgroups of a block added: coherent.
+layout(std430, set = 0, binding = 3) coherent buffer YC4 { vec4 yc4[]; };
+#endif
 #ifdef EXPERT
 layout(std430, set = 0, binding = 5) readonly buffer G { uint grp[]; };
 layout(std430, set = 0, binding = 6) readonly buffer CW { float cwt[]; };
@@ -130,8 +145,8 @@ shared uint xq[XQW];      // XIN 1: [column][block][8 words] quants of u
 shared float xdv[XBW];    // XIN 1: [column][block] d
 shared int xsv[XBW];      // XIN 1: [column][block] sum of the quants
 shared float xss[XBW];    // XIN 1: [column][block] sum of the squares of x
-shared float xcs[NMAX * 32u];   // XIN 1: [column][chunk] the chunks' sums of squares
-shared float rr[NMAX];    // XIN 1: r of each column
+shared float xcs[NMAX * 32u];   // XIN 1, 3: [column][chunk] the chunks' sums of squares
+shared float rr[NMAX];    // XIN 1, 3: r of each column
 shared float part[PARTW];   // [subgroup][weight row][column][chunk] chunk partials
 shared float hv[HVW];       // OUT 2: [column][tile row] h
 shared float fs[FSW];       // [subgroup][weight row][column][lane] a pass's block terms
@@ -174,11 +189,12 @@ XUnit x_block(uint c, uint b) {
     return x;
 }
 
-// Quantize u = x * w_norm of the NCOLS rows into shared memory and find each row's r: a
-// thread a block, then a thread a chunk, then a thread a row's tree.
+// XIN 1: quantize u = x * w_norm of the NCOLS rows into shared memory, a thread a block;
+// then (XIN 1 and 3) find each row's r from its blocks' sums of squares: a thread a chunk,
+// then a thread a row's tree.
 void prologue(uint t) {
     uint nb = p.cols / 32u;
-    for (uint e = t; e < NCOLS * nb; e += WG) {
+    for (uint e = t; XIN == 1u && e < NCOLS * nb; e += WG) {
         uint c = e / nb;
         uint b = e % nb;
         uint xo = (c * p.x_stride + b * 32u) / 4u;
@@ -200,7 +216,7 @@ void prologue(uint t) {
         precise float a = 0.0;
         for (uint j = 0u; j < CB; j++) {
             uint b = l * CB + j;
-            if (l < NCH && b < nb) a = a + xss[c * nb + b];
+            if (l < NCH && b < nb) a = a + (XIN == 1u ? xss[c * nb + b] : nr[c * nb + b]);
         }
         xcs[c * 32u + l] = a;
     }
@@ -231,12 +247,12 @@ void finish(uint rg, uint c, uint out0, uint outs, uint wg, uint tile) {
         uint row = out0 + k;
         if (row >= p.rows) break;
         precise float g = y2[k];
-        float r = XIN == 1u ? rr[c] : XIN == 2u ? nr[col_x(c)] : 1.0;
+        float r = XIN == 1u || XIN == 3u ? rr[c] : XIN == 2u ? nr[col_x(c)] : 1.0;
         if (XIN != 0u) g = r * g;
         uint yi = col_out(c) * p.y_stride + p.y_off + row;
-        if (OUT == 0u || OUT >= 3u) {
+        if (OUT == 0u || OUT == 3u || OUT == 4u) {
             y[yi] = g;
-        } else if (OUT == 1u) {
+        } else if (OUT == 1u || OUT == 5u) {
             precise float s = g + y[yi];
             y[yi] = s;
         } else {
@@ -245,8 +261,44 @@ void finish(uint rg, uint c, uint out0, uint outs, uint wg, uint tile) {
     }
 }
 
-#ifdef EXPERT
+#if defined(EXPERT) || defined(PACK_OUT)
 shared bool last_wg;
+#endif
+#ifdef PACK_OUT
+// OUT 5: count this workgroup among those of its 32-row blocks (G workgroups a block where a
+// workgroup takes fewer rows, else B blocks a workgroup); the last one packs the blocks of
+// every column.
+void pack_last(uint wg, uint tile, uint t) {
+    uint G = tile < 32u ? 32u / tile : 1u;
+    uint B = tile < 32u ? 1u : tile / 32u;
+    uint b0 = (p.y_off + (wg / G) * G * tile) / 32u;   // the group's first block of the rows
+    memoryBarrierBuffer();
+    barrier();
+    if (t == 0u) last_wg = atomicAdd(done_wgs[b0], 1u) == G - 1u;
+    barrier();
+    if (!last_wg) return;
+    memoryBarrierBuffer();
+    uint nbr = p.y_stride / 32u;   // blocks a residual row
+    for (uint e = t; e < NCOLS * B; e += WG) {
+        uint c = e / B;
+        uint b = b0 + e % B;
+        if (b * 32u >= p.y_off + p.rows) continue;
+        uint v = c * p.y_stride + b * 32u;   // value index, a multiple of 32
+        vec4 xv[8], wv[8];
+        for (uint j = 0u; j < 8u; j++) {
+            xv[j] = yc4[v / 4u + j];
+            wv[j] = pw4[b * 8u + j];
+        }
+        UBlock ub = canon_ublock(xv, wv);
+        for (uint j = 0u; j < 8u; j++) pk[v / 4u + j] = ub.q[j];
+        pk[p.pd_off + v / 32u] = floatBitsToUint(ub.d);
+        pk[p.ps_off + v / 32u] = uint(ub.s);
+        pss[c * nbr + b] = ub.ss;
+    }
+    if (t == 0u) done_wgs[b0] = 0u;
+}
+#endif
+#ifdef EXPERT
 // OUT 3 and 4: count this workgroup among its tile's z-slices; the last one sums each step
 // row's slots over the tile's rows, in rank order.
 void combine_last(uint wg, uint tile, uint t) {
@@ -291,7 +343,7 @@ void main() {
     uint tile = TP * groups * outs;
 #ifdef EXPERT
     if (!expert_slice(ebase, lbase, ncol)) {   // the whole workgroup: past the chosen experts
-        if (OUT >= 3u) combine_last(wg, tile, t);
+        if (OUT == 3u || OUT == 4u) combine_last(wg, tile, t);
         return;
     }
     ncol = min(ncol, NCOLS);
@@ -299,7 +351,7 @@ void main() {
     ebase = 0u;
     ncol = NCOLS;
 #endif
-    if (XIN == 1u) prologue(t);
+    if (XIN == 1u || XIN == 3u) prologue(t);
     for (uint tp = 0u; tp < TP; tp++) {
         for (uint sg = gl_SubgroupID; sg < NSG; sg += gl_NumSubgroups) {
             // Row group rg's passes over K, in KS runs of whole passes (a pass holds whole
@@ -393,7 +445,10 @@ void main() {
         }
     }
 #ifdef EXPERT
-    if (OUT >= 3u) combine_last(wg, tile, t);
+    if (OUT == 3u || OUT == 4u) combine_last(wg, tile, t);
+#endif
+#ifdef PACK_OUT
+    if (OUT == 5u) pack_last(wg, tile, t);
 #endif
     if (OUT != 2u) return;
     // Pack each 32 rows of h a column (as qact.comp QPACK 32 would).

@@ -153,6 +153,9 @@ pub(super) struct Resid<'a> {
     /// reads until it is written again): what is added is rmsnorm(add) * w. `normpack` folds
     /// it in; the other norms take it first (`settle`).
     pub(super) post: Option<(&'a Buffer, &'a Buffer)>,
+    /// The norm weights whose input of the sum the product that finished it packed beside it
+    /// (`MvOut::AddPack`: `Scratch::xpn` and `Scratch::xss`), which `canon_input` then reads.
+    pub(super) packed: Option<&'a Buffer>,
 }
 
 impl<'a> Resid<'a> {
@@ -211,6 +214,11 @@ fn canon_input<'a>(
         return Ok(MvIn::Normed { x: r.x.into(), w: norm.w.into(), eps: norm.p.eps });
     }
     let layout = packed(n, cols)?;
+    if let (None, Some(w)) = (r.add, r.packed.take()) {
+        if std::ptr::eq(w, norm.w) {
+            return Ok(MvIn::PackedSs { x: (&s.xpn).into(), layout, ss: (&s.xss).into(), eps: norm.p.eps });
+        }
+    }
     let add = r.add.map(|y| NormAdd { y: y.into(), post: r.post.take().map(|(w, _)| w.into()) });
     rec.normpack(n as u32, cols as u32, norm.p.eps, r.x.into(), add, norm.w.into(), layout, (&s.xpn).into(), (&s.rs).into())?;
     rec.barrier();
@@ -295,10 +303,12 @@ pub(super) fn ffn_in<'a>(
 }
 
 /// r.x += M x for a matrix that ends a sub-block (attention output, down), x as `prep` (or a
-/// fused stage) left it: the canonical product adds in its epilogue; else (or with gemma3's
-/// post-norm `post`) the product goes to `y` and the next norm adds it (r.add), with the
-/// post-norm pending (r.post: `normpack` folds it in, other norms write it to `spare` first).
-/// The caller puts the barrier after it.
+/// fused stage) left it: the canonical product adds in its epilogue, and of N rows also packs
+/// the input of the norm `next` reads the sum with (r.packed; whole 32-row blocks a part);
+/// else (or with gemma3's post-norm `post`) the product goes to `y` and the next norm adds it
+/// (r.add), with the post-norm pending (r.post: `normpack` folds it in, other norms write it
+/// to `spare` first). The caller puts the barrier after it.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn resid_mm<'a>(
     rec: &mut Recorder<'_>,
     n: usize,
@@ -306,13 +316,22 @@ pub(super) fn resid_mm<'a>(
     x: &Buffer,
     r: &mut Resid<'a>,
     (y, post, spare): (&'a Buffer, Option<&'a Buffer>, &'a Buffer),
-    s: &Scratch,
+    next: Option<&'a Buffer>,
+    s: &'a Scratch,
 ) -> Result<(), VkError> {
+    r.packed = None;
     if canon(m, n, s) && post.is_none() {
+        let blocks = m.rows.is_multiple_of(32) && m.parts.iter().all(|p| p.r0 % 32 == 0 && p.rows % 32 == 0);
+        let next = next.filter(|_| n > 1 && blocks);
+        let input = MvIn::Packed { x: (&s.xp32).into(), layout: packed(n, m.cols)? };
         for part in &m.parts {
-            let input = MvIn::Packed { x: (&s.xp32).into(), layout: packed(n, m.cols)? };
-            rec.mv(Mv { ty: m.ty, n: n as u32, w: part.bind(), input, out: MvOut::Add(r.x.into()), shape: shape(m, part, m.rows) })?;
+            let out = match next {
+                Some(w) => MvOut::AddPack { y: r.x.into(), norm: w.into(), layout: packed(n, m.rows)?, out: (&s.xpn).into(), ss: (&s.xss).into(), done: (&s.xss_done).into() },
+                None => MvOut::Add(r.x.into()),
+            };
+            rec.mv(Mv { ty: m.ty, n: n as u32, w: part.bind(), input, out, shape: shape(m, part, m.rows) })?;
         }
+        r.packed = next;
         return Ok(());
     }
     mm(rec, n, m, x, (y, m.rows), s, 0)?;
@@ -422,7 +441,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     // one), but it pays at one row only (docs/lessons.md).
     let rope_in = shape.narrow.is_none() && n == 1 && attn_rope_ok(codec, cfg.head_dim as u32);
     // After the last layer's attention a window keeps only the rows that need logits.
-    let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None, post: None }, &s.att, n);
+    let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None, post: None, packed: None }, &s.att, n);
     let out = output.unwrap_or(embd);
     for (l, ly) in layers.iter().enumerate() {
         let last = l + 1 == layers.len();
@@ -493,7 +512,9 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
             prep(rec, m, att, &[&ly.attn_out], s)?;
         }
         // x += o (gemma3: its norm, into `down`, which holds nothing until this layer's FFN)
-        resid_mm(rec, m, &ly.attn_out, att, &mut r, (&s.o, ly.attn_post_norm.as_ref(), &s.down), s)?;
+        // (and the FFN norm's input packed by the product, unless the experts' norm writes its own)
+        let next = ly.router.is_none().then_some(&ly.ffn_norm);
+        resid_mm(rec, m, &ly.attn_out, att, &mut r, (&s.o, ly.attn_post_norm.as_ref(), &s.down), next, s)?;
         rec.barrier();
         mark(&mut clock, cmd, "attn_out", l);
         let fnorm = Norm { w: &ly.ffn_norm, p: norm, label: "ffn_norm", layer: l };
@@ -508,7 +529,9 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
             // then the FFN's input: gate and up of norm(x) * ffn_norm, its activation
             ffn_in(rec, m, &mut r, fnorm, ly, ctx, &mut clock)?;
             // x += down (gemma3: its norm, into `o`, which the FFN's norm has added already)
-            resid_mm(rec, m, &ly.down, &s.gate, &mut r, (&s.down, ly.ffn_post_norm.as_ref(), &s.o), s)?;
+            // (and the next norm's input: the next layer's attention norm, or the output norm)
+            let next = layers.get(l + 1).map_or(output_norm, |n| &n.attn_norm);
+            resid_mm(rec, m, &ly.down, &s.gate, &mut r, (&s.down, ly.ffn_post_norm.as_ref(), &s.o), Some(next), s)?;
             rec.barrier();
             mark(&mut clock, cmd, "down", l);
         }

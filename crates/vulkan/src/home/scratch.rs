@@ -60,6 +60,11 @@ pub(super) struct Scratch {
     /// which a SwiGLU epilogue writes while its product reads these), and each row's r.
     pub(super) xpn: Buffer,
     pub(super) rs: Buffer,
+    /// Beside the packs a token command's residual product writes into `xpn`
+    /// (`mv::MvOut::AddPack`): each 32-value block's sum of squares, and a word a block of a
+    /// row its workgroups count themselves in (zero between dispatches).
+    pub(super) xss: Buffer,
+    pub(super) xss_done: Buffer,
     /// A mixture-of-experts FFN's router logits, [rows][n_expert].
     pub(super) moe_logits: Buffer,
     /// The mixture-of-experts FFN's slots (row r's j-th expert is slot r * k + j): gate and up
@@ -144,6 +149,12 @@ impl Scratch {
             xp32: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
             xpn: Buffer::new(gpu, packed_bytes(cfg).max(moe_packed_bytes(cfg, r)), Location::Device)?,
             rs: dev(NROW_MAX.max(if cfg.moe.is_some() { r } else { 0 }))?,
+            xss: dev(NROW_MAX * cfg.n_embd.div_ceil(32))?,
+            xss_done: {
+                let mut b = dev(cfg.n_embd.div_ceil(32))?;
+                b.fill_u32(0)?;
+                b
+            },
             moe_logits: dev((r * moe_experts(cfg)).max(1))?,
             moe_gate: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
             moe_up: dev((r * moe_used(cfg) * cfg.n_ff).max(1))?,
