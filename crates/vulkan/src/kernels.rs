@@ -400,11 +400,20 @@ fn route_shape(n_expert: u32, k: u32) -> Result<(), VkError> {
 /// Experts a workgroup of [`Recorder::moe_router`] takes (moe.comp EPW).
 const ROUTER_EXPERTS_A_WG: u32 = 2;
 
-/// The buffers of [`Recorder::moe_router`]: the F32 router, the rows' normed inputs, and what
-/// it writes (the logits, the slots' experts and weights, the slot lists), and its counter.
+/// The rows [`Recorder::moe_router`] reads: normed, or made from the residual rows `x`, their
+/// 32-value blocks' sums of squares `ss` ([rows][d / 32], what `mv::MvOut::AddPack` writes)
+/// and the norm's weights `w` with its `eps`, as normpack writes them (`Recorder::normpack_xn`).
+#[derive(Clone, Copy)]
+pub enum RouterIn<'a> {
+    Normed(Bind<'a>),
+    Sums { x: Bind<'a>, ss: Bind<'a>, w: Bind<'a>, eps: f32 },
+}
+
+/// The buffers of [`Recorder::moe_router`]: the F32 router, the rows it reads, and what it
+/// writes (the logits, the slots' experts and weights, the slot lists), and its counter.
 pub struct RouterBinds<'a> {
     pub router: Bind<'a>,
-    pub xn: Bind<'a>,
+    pub input: RouterIn<'a>,
     pub logits: Bind<'a>,
     pub sel: Bind<'a>,
     pub wt: Bind<'a>,
@@ -441,6 +450,7 @@ struct RouterPush {
     n_expert: u32,
     k: u32,
     d: u32,
+    eps: f32,
 }
 impl Push for RouterPush {}
 
@@ -632,8 +642,17 @@ impl<'a> Recorder<'a> {
         }
         let slots = (rows * k) as u64 * 4;
         let f = |n: u32| n as u64 * 4;
+        let x = match b.input {
+            RouterIn::Normed(x) => x,
+            RouterIn::Sums { x, ss, w, .. } => {
+                if !d.is_multiple_of(32) || ss.range < rows as u64 * f(d / 32) || w.range < f(d) {
+                    return Err(VkError::OutOfRange(format!("the sums of squares and norm of {rows} rows of {d} for the router")));
+                }
+                x
+            }
+        };
         if b.router.range < n_expert as u64 * f(d)
-            || b.xn.range < rows as u64 * f(d)
+            || x.range < rows as u64 * f(d)
             || b.logits.range < rows as u64 * f(n_expert)
             || b.sel.range < slots
             || b.wt.range < slots
@@ -642,8 +661,17 @@ impl<'a> Recorder<'a> {
         {
             return Err(VkError::OutOfRange(format!("router buffers for {rows} rows of {d}, {n_expert} experts, {k} a row")));
         }
-        let push = RouterPush { rows, n_expert, k, d };
-        self.run("moe_router", &[], &[b.router, b.xn, b.logits, b.sel, b.wt, b.grp, b.done], &push.bytes(), [n_expert.div_ceil(ROUTER_EXPERTS_A_WG), 1, 1])
+        let wgs = [n_expert.div_ceil(ROUTER_EXPERTS_A_WG), 1, 1];
+        let binds = [b.router, x, b.logits, b.sel, b.wt, b.grp, b.done];
+        match b.input {
+            RouterIn::Normed(_) => self.run("moe_router", &[], &binds, &RouterPush { rows, n_expert, k, d, eps: 0.0 }.bytes(), wgs),
+            RouterIn::Sums { ss, w, eps, .. } => {
+                let cut = resin_core::canon::Cut::of(d as usize).ok_or_else(|| VkError::Unsupported(format!("a canonical norm of rows of {d} values")))?;
+                let consts = [cut.lanes as u32, cut.chunk_blocks as u32, cut.chunks as u32];
+                let binds: Vec<Bind<'_>> = binds.into_iter().chain([ss, w]).collect();
+                self.run("moe_router_ss", &consts, &binds, &RouterPush { rows, n_expert, k, d, eps }.bytes(), wgs)
+            }
+        }
     }
 
     /// The slots that chose each expert (shaders/ops/moe.comp GROUP), from the expert ids `sel`

@@ -12,7 +12,8 @@ mod common;
 
 use common::*;
 use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
-use resin_vulkan::kernels::{moe_active_entries, moe_group_words, RouterBinds, MOE_MAX_EXPERTS, MOE_NO_EXPERT};
+use resin_vulkan::kernels::{moe_active_entries, moe_group_words, RouterBinds, RouterIn, MOE_MAX_EXPERTS, MOE_NO_EXPERT};
+use resin_vulkan::mv::QPack;
 
 /// Words written past the listing's end, which must stay poisoned.
 const SPARE: usize = 64;
@@ -233,15 +234,11 @@ impl RouterOut {
     }
 
     fn binds<'a>(&'a self, router: &'a Buffer, xn: &'a Buffer, done: &'a Buffer) -> RouterBinds<'a> {
-        RouterBinds {
-            router: router.into(),
-            xn: xn.into(),
-            logits: (&self.logits).into(),
-            sel: (&self.sel).into(),
-            wt: (&self.wt).into(),
-            grp: (&self.grp).into(),
-            done: done.into(),
-        }
+        self.binds_in(router, RouterIn::Normed(xn.into()), done)
+    }
+
+    fn binds_in<'a>(&'a self, router: &'a Buffer, input: RouterIn<'a>, done: &'a Buffer) -> RouterBinds<'a> {
+        RouterBinds { router: router.into(), input, logits: (&self.logits).into(), sel: (&self.sel).into(), wt: (&self.wt).into(), grp: (&self.grp).into(), done: done.into() }
     }
 
     fn read(&self, rows: u32, n_expert: u32, k: u32) -> Routed {
@@ -326,6 +323,52 @@ fn router_routes_and_groups_each_row_as_alone() {
             assert!(bits_equal(&got.wt, &wide.wt[..ns]), "{n_expert}: {rows} rows' weights");
             let want = listing(&got.sel, n_expert);
             assert_eq!(&got.grp[..want.len()], want.as_slice(), "{n_expert}: {rows} rows' lists");
+        }
+    }
+}
+
+/// The router reading the residual rows, their blocks' sums of squares (as `MvOut::AddPack`
+/// writes them: each 32 values' squares added left to right, here from the host) and the
+/// norm's weights (`RouterIn::Sums`) against the router reading the normed rows normpack
+/// writes from the same rows (`normpack_xn`): logits, experts, weights and lists the same
+/// bits, for 1, 3 and 8 rows. Control: the sums of squares of the rows in reverse order must
+/// change the logits.
+#[test]
+fn router_over_sums_of_squares_equals_it_over_normpacks_rows() {
+    let Some(mut h) = Harness::new() else { return };
+    let mut rng = Rng(0x7f4a_7c15_9e37_79b9);
+    let eps = 1e-2f32;
+    for (n_expert, k, d) in [(128u32, 8u32, 2048u32), (60, 4, 576)] {
+        let du = d as usize;
+        let (wb, done) = (h.buf_f32(&rng.vec(n_expert as usize * du, 0.05)), h.buf_bytes(&[0; 4]));
+        let nw = h.buf_f32(&rng.vec(du, 1.0));
+        for rows in [1u32, 3, 8] {
+            let ru = rows as usize;
+            let x = rng.vec(ru * du, 1.0);
+            let xb = h.buf_f32(&x);
+            let layout = QPack::new(rows * d).unwrap();
+            let (pk, rs, xn) = (h.poisoned(layout.words() as usize), h.poisoned(ru), h.poisoned(ru * du));
+            h.run(|rec| rec.normpack_xn(rows, d, eps, (&xb).into(), None, (&nw).into(), layout, ((&pk).into(), (&rs).into()), Some((&xn).into())));
+            let ss: Vec<f32> = x.chunks(32).map(|b| b.iter().fold(0f32, |a, v| a + v * v)).collect();
+            let control: Vec<f32> = x.chunks(du).rev().flat_map(|row| row.chunks(32).map(|b| b.iter().fold(0f32, |a, v| a + v * v)).collect::<Vec<_>>()).collect();
+            let (ssb, ctl) = (h.buf_f32(&ss), h.buf_f32(&control));
+            let (a, b, c) = (RouterOut::new(&h, rows, n_expert, k), RouterOut::new(&h, rows, n_expert, k), RouterOut::new(&h, rows, n_expert, k));
+            h.run(|rec| {
+                rec.moe_router(rows, n_expert, k, d, a.binds(&wb, &xn, &done))?;
+                rec.barrier();
+                rec.moe_router(rows, n_expert, k, d, b.binds_in(&wb, RouterIn::Sums { x: (&xb).into(), ss: (&ssb).into(), w: (&nw).into(), eps }, &done))?;
+                rec.barrier();
+                rec.moe_router(rows, n_expert, k, d, c.binds_in(&wb, RouterIn::Sums { x: (&xb).into(), ss: (&ctl).into(), w: (&nw).into(), eps }, &done))
+            });
+            let (want, got, ctl) = (a.read(rows, n_expert, k), b.read(rows, n_expert, k), c.read(rows, n_expert, k));
+            let what = format!("{n_expert}/{d}, {rows} rows");
+            assert!(bits_equal(&got.logits, &want.logits), "{what}: the logits differ from those over normpack's rows");
+            assert_eq!(got.sel, want.sel, "{what}: the experts");
+            assert!(bits_equal(&got.wt, &want.wt), "{what}: the weights");
+            assert_eq!(got.grp, want.grp, "{what}: the lists");
+            if rows > 1 {
+                assert!(!bits_equal(&ctl.logits, &want.logits), "control: {what}: other rows' sums of squares left the logits");
+            }
         }
     }
 }

@@ -438,6 +438,21 @@ fn expert_step(h: &mut Harness, rng: &mut Rng, n: usize, control_differs: &mut b
         let ex = Experts { n_expert: NE as u32, used: KU as u32, x_div: KU as u32, groups: (&grp).into(), combine: None };
         h.run(|rec| rec.mv_experts(Mv { ty, n: n as u32, w: (&gubuf).into(), input, out: MvOut::SwiGlu { act: FfnAct::Silu, up_off, out: (&out).into(), layout: ol }, shape }, ex));
         let got = out.read_u32(0, ol.words() as usize).unwrap();
+        // The same packs with the blocks' sums of squares (what AddPack writes) instead of r
+        // (token commands only: up to 8 rows).
+        if n <= 8 {
+            let ss: Vec<f32> = xs.chunks(32).map(|b| b.iter().fold(0f32, |a, v| a + v * v)).collect();
+            let ssb = h.buf_f32(&ss);
+            let out_ss = poisoned_words(h, ol.words() as usize);
+            let input_ss = MvIn::PackedSs { x: (&pk).into(), layout: xl, ss: (&ssb).into(), eps: 1e-6 };
+            h.run(|rec| {
+                rec.mv_experts(
+                    Mv { ty, n: n as u32, w: (&gubuf).into(), input: input_ss, out: MvOut::SwiGlu { act: FfnAct::Silu, up_off, out: (&out_ss).into(), layout: ol }, shape },
+                    ex,
+                )
+            });
+            assert_eq!(out_ss.read_u32(0, ol.words() as usize).unwrap(), got, "{ty}: the experts' SwiGLU over the sums of squares differs from it over normpack's r");
+        }
         let mut checked = 0;
         for e in 0..NE {
             let w = Bind { buf: &gubuf, offset: (e * per * row_bytes) as u64, range: gubuf.size - (e * per * row_bytes) as u64 };

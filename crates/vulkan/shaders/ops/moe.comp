@@ -27,7 +27,12 @@
 //   experts' logits for every row (an expert's SPAN threads each sum their vec4 units of the
 //   row in order, then the pairwise tree over the threads: the same operations for a row
 //   whatever the rows beside it); the workgroup that finishes last (a counter in `done`, left
-//   zero) routes the rows, a subgroup a row, and groups their slots as GROUP does.
+//   zero) routes the rows, a subgroup a row, and groups their slots as GROUP does. SS_IN:
+//   the normed rows are not given but made as the product reads them, from the residual rows
+//   x, their 32-value blocks' sums of squares (what mv.comp OUT 5 wrote beside the experts'
+//   packs) and the norm's weights: each row's r from the chunks' sums left to right and the
+//   tree (common/canon_norm.glsl), then (x * r) * w, normpack.comp WRITE_XN's expression, so
+//   the logits are the bits the normed rows would give.
 // Either way a row's result depends on that row alone.
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -74,11 +79,19 @@ layout(std430, set = 0, binding = 3) coherent buffer S { uint sel[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer W { float wt[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer G { uint grp[]; };
 layout(std430, set = 0, binding = 6) coherent buffer Done { uint done_wgs[]; };
+#ifdef SS_IN
+layout(std430, set = 0, binding = 7) readonly buffer SS { float bss[]; };   // [rows][d / 32]
+layout(std430, set = 0, binding = 8) readonly buffer NW { vec4 nw[]; };     // [d]
+layout(constant_id = 0) const uint LPOW = 8;   // NCH rounded up to a power of two
+layout(constant_id = 1) const uint CB = 8;     // blocks a chunk
+layout(constant_id = 2) const uint NCH = 8;    // chunks a row
+#endif
 layout(push_constant) uniform Push {
     uint rows;
     uint n_expert;
     uint k;
     uint d;
+    float eps;   // SS_IN: the norm's
 } p;
 #endif
 
@@ -324,11 +337,31 @@ void main() {
 #define NMAX 8u                // rows at most
 shared float red[NMAX * (GROUP_WG / 8u)];   // [row][subgroup] partial sums (subgroups of 8+ lanes)
 shared bool last_wg;
+#ifdef SS_IN
+#include "canon_norm.glsl"
+shared float rrow[NMAX];   // each row's r
+#endif
 
 void main() {
     uint t = gl_LocalInvocationIndex;
     uint ne = p.n_expert;
     uint d4 = p.d / 4u;
+#ifdef SS_IN
+    if (t < p.rows) {
+        uint nb = p.d / 32u;
+        float v[32];
+        for (uint l = 0u; l < LPOW; l++) {
+            precise float a = 0.0;
+            for (uint j = 0u; j < CB; j++) {
+                uint b = l * CB + j;
+                if (l < NCH && b < nb) a = a + bss[t * nb + b];
+            }
+            v[l] = a;
+        }
+        rrow[t] = canon_r(v, LPOW, p.d, p.eps);
+    }
+    barrier();
+#endif
     uint el = t / SPAN;
     uint e = gl_WorkGroupID.x * EPW + el;
     // The expert's logit of each row: this thread's units i0, i0 + SPAN, ... in order, then
@@ -340,7 +373,11 @@ void main() {
             vec4 w = rw[e * d4 + i];
             for (uint r = 0u; r < NMAX; r++) {
                 if (r < p.rows) {
+#ifdef SS_IN
+                    precise vec4 x = (xn[r * d4 + i] * rrow[r]) * nw[i];
+#else
                     vec4 x = xn[r * d4 + i];
+#endif
                     precise float s = w.x * x.x + w.y * x.y + w.z * x.z + w.w * x.w;
                     acc[r] = acc[r] + s;
                 }

@@ -216,7 +216,7 @@ void prologue(uint t) {
         precise float a = 0.0;
         for (uint j = 0u; j < CB; j++) {
             uint b = l * CB + j;
-            if (l < NCH && b < nb) a = a + (XIN == 1u ? xss[c * nb + b] : nr[c * nb + b]);
+            if (l < NCH && b < nb) a = a + (XIN == 1u ? xss[c * nb + b] : nr[col_x(c) * nb + b]);
         }
         xcs[c * 32u + l] = a;
     }

@@ -303,7 +303,7 @@ pub(super) fn ffn_in<'a>(
 }
 
 /// r.x += M x for a matrix that ends a sub-block (attention output, down), x as `prep` (or a
-/// fused stage) left it: the canonical product adds in its epilogue, and of N rows also packs
+/// fused stage) left it: the canonical product adds in its epilogue, and with `next` also packs
 /// the input of the norm `next` reads the sum with (r.packed; whole 32-row blocks a part);
 /// else (or with gemma3's post-norm `post`) the product goes to `y` and the next norm adds it
 /// (r.add), with the post-norm pending (r.post: `normpack` folds it in, other norms write it
@@ -322,7 +322,7 @@ pub(super) fn resid_mm<'a>(
     r.packed = None;
     if canon(m, n, s) && post.is_none() {
         let blocks = m.rows.is_multiple_of(32) && m.parts.iter().all(|p| p.r0 % 32 == 0 && p.rows % 32 == 0);
-        let next = next.filter(|_| n > 1 && blocks);
+        let next = next.filter(|_| blocks);
         let input = MvIn::Packed { x: (&s.xp32).into(), layout: packed(n, m.cols)? };
         for part in &m.parts {
             let out = match next {
@@ -512,8 +512,10 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
             prep(rec, m, att, &[&ly.attn_out], s)?;
         }
         // x += o (gemma3: its norm, into `down`, which holds nothing until this layer's FFN)
-        // (and the FFN norm's input packed by the product, unless the experts' norm writes its own)
-        let next = ly.router.is_none().then_some(&ly.ffn_norm);
+        // (and, for N rows or a token command's experts, the FFN norm's input packed by the
+        // product: the one-row dense FFN folds its norm)
+        let moe_packs = ly.router.is_some() && m <= NROW_MAX && moe_canonical(rec, m, ly, cfg, s);
+        let next = (m > 1 || moe_packs).then_some(&ly.ffn_norm);
         resid_mm(rec, m, &ly.attn_out, att, &mut r, (&s.o, ly.attn_post_norm.as_ref(), &s.down), next, s)?;
         rec.barrier();
         mark(&mut clock, cmd, "attn_out", l);
@@ -531,7 +533,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
             // x += down (gemma3: its norm, into `o`, which the FFN's norm has added already)
             // (and the next norm's input: the next layer's attention norm, or the output norm)
             let next = layers.get(l + 1).map_or(output_norm, |n| &n.attn_norm);
-            resid_mm(rec, m, &ly.down, &s.gate, &mut r, (&s.down, ly.ffn_post_norm.as_ref(), &s.o), Some(next), s)?;
+            resid_mm(rec, m, &ly.down, &s.gate, &mut r, (&s.down, ly.ffn_post_norm.as_ref(), &s.o), (m > 1).then_some(next), s)?;
             rec.barrier();
             mark(&mut clock, cmd, "down", l);
         }
@@ -608,15 +610,37 @@ fn moe_ffn(
     let (d, ff, k) = (cfg.n_embd, cfg.n_ff, moe.n_expert_used);
     let slots = n * k;
     let (gate, up, down) = (&ly.gate, &ly.up, &ly.down);
-    // The grouped canonical product where it reads the formats and its forms (gate and up with
-    // the SwiGLU epilogue, down) fit the device, whatever the row count.
-    let info = &rec.gpu.info;
-    let canonical = [gate, up, down].into_iter().all(|m| canon_reads(m, s)) && mv_fits(info, n as u32, d as u32, false, true) && mv_fits(info, n as u32, ff as u32, false, false);
+    let canonical = moe_canonical(rec, n, ly, cfg, s);
     let blocks = [gate, up].map(|m| rounding(m, s).filter(|_| !canonical));
     let q32 = blocks.contains(&Some(32)).then(|| Bind::from(&s.xq32));
     let q256 = blocks.contains(&Some(256)).then(|| Bind::from(&s.xq256));
     r.settle(rec, n, norm.p)?;
     let add = r.add.map(Bind::from);
+    let ne = moe.n_expert;
+    let grouped = n <= NROW_MAX;
+    // A token command whose attention-out packed the norm's input (`resid_mm`): the products
+    // read those packs, and the router makes its normed rows from the blocks' sums of squares.
+    if let (true, true, None, Some(w)) = (canonical, grouped, r.add, r.packed.take()) {
+        if std::ptr::eq(w, norm.w) {
+            let ss = Bind::from(&s.xss);
+            let input = MvIn::PackedSs { x: (&s.xpn).into(), layout: packed(n, d)?, ss, eps: norm.p.eps };
+            let rin = RouterIn::Sums { x: r.x.into(), ss, w: norm.w.into(), eps: norm.p.eps };
+            let b = RouterBinds {
+                router: router.into(),
+                input: rin,
+                logits: (&s.moe_logits).into(),
+                sel: (&s.moe_sel).into(),
+                wt: (&s.moe_wt).into(),
+                grp: (&s.moe_grp).into(),
+                done: Bind { buf: &s.moe_done, offset: 0, range: 4 },
+            };
+            rec.moe_router(n as u32, ne as u32, k as u32, d as u32, b)?;
+            rec.barrier();
+            mark(clock, rec.cmd, "route", norm.layer);
+            let resid = ly.ffn_post_norm.is_none().then_some(r.x);
+            return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, (norm.layer, true, resid), clock);
+        }
+    }
     // The canonical products' input: u = x * w packed and each row's r, with the router's f32
     // normed rows from the same dispatch; else the norm, rounded where the experts' GEMV reads it so.
     let packed_in = if canonical {
@@ -639,12 +663,10 @@ fn moe_ffn(
     // a token command's in one dispatch (per-row code, so a row's choice does not depend on
     // its step's other rows); a window's as a matrix product spread over the device, then
     // the route (and the group in `moe_experts`).
-    let ne = moe.n_expert;
-    let grouped = n <= NROW_MAX;
     if grouped {
         let b = RouterBinds {
             router: router.into(),
-            xn: (&s.xn).into(),
+            input: RouterIn::Normed((&s.xn).into()),
             logits: (&s.moe_logits).into(),
             sel: (&s.moe_sel).into(),
             wt: (&s.moe_wt).into(),
@@ -704,6 +726,16 @@ fn moe_ffn(
     rec.moe_combine(n as u32, d as u32, k as u32, (&s.moe_wt).into(), (&s.moe_down).into(), (&s.down).into())?;
     rec.barrier();
     Ok(false)
+}
+
+/// Whether an MoE FFN of `n` rows takes the grouped canonical product: it reads the experts'
+/// formats and its forms (gate and up with the SwiGLU epilogue, down) fit the device, whatever
+/// the row count.
+fn moe_canonical(rec: &Recorder<'_>, n: usize, ly: &Layer, cfg: &ModelConfig, s: &Scratch) -> bool {
+    let info = &rec.gpu.info;
+    [&ly.gate, &ly.up, &ly.down].into_iter().all(|m| canon_reads(m, s))
+        && mv_fits(info, n as u32, cfg.n_embd as u32, false, true)
+        && mv_fits(info, n as u32, cfg.n_ff as u32, false, false)
 }
 
 /// The experts of `moe_ffn` in the canonical order, after the route: the slots grouped by
