@@ -397,6 +397,13 @@ fn route_shape(n_expert: u32, k: u32) -> Result<(), VkError> {
     Ok(())
 }
 
+/// moe.comp's specialization constants: the form's first three (ROUTER SS_IN's chunk cut),
+/// then the experts a subgroup lane holds and a row's chosen experts, so the route's loops
+/// unroll over registers.
+fn route_spec(info: &DeviceInfo, first: [u32; 3], n_expert: u32, k: u32) -> [u32; 5] {
+    [first[0], first[1], first[2], n_expert.div_ceil(info.subgroup_size), k]
+}
+
 /// Experts a workgroup of [`Recorder::moe_router`] takes (moe.comp EPW).
 const ROUTER_EXPERTS_A_WG: u32 = 2;
 
@@ -626,7 +633,8 @@ impl<'a> Recorder<'a> {
             return Err(VkError::OutOfRange(format!("router buffers for {rows} rows, {n_expert} experts, {k} a row")));
         }
         let rows_a_wg = 64 / self.gpu.info.subgroup_size;
-        self.run("moe_route", &[], &[logits, sel, wt], &MoePush { a: rows, d: n_expert, k }.bytes(), grid(rows.div_ceil(rows_a_wg)))
+        let spec = route_spec(&self.gpu.info, [0; 3], n_expert, k);
+        self.run("moe_route", &spec, &[logits, sel, wt], &MoePush { a: rows, d: n_expert, k }.bytes(), grid(rows.div_ceil(rows_a_wg)))
     }
 
     /// A token command's router in one dispatch (shaders/ops/moe.comp ROUTER): for `rows`
@@ -664,12 +672,15 @@ impl<'a> Recorder<'a> {
         let wgs = [n_expert.div_ceil(ROUTER_EXPERTS_A_WG), 1, 1];
         let binds = [b.router, x, b.logits, b.sel, b.wt, b.grp, b.done];
         match b.input {
-            RouterIn::Normed(_) => self.run("moe_router", &[], &binds, &RouterPush { rows, n_expert, k, d, eps: 0.0 }.bytes(), wgs),
+            RouterIn::Normed(_) => {
+                let spec = route_spec(&self.gpu.info, [0; 3], n_expert, k);
+                self.run("moe_router", &spec, &binds, &RouterPush { rows, n_expert, k, d, eps: 0.0 }.bytes(), wgs)
+            }
             RouterIn::Sums { ss, w, eps, .. } => {
                 let cut = resin_core::canon::Cut::of(d as usize).ok_or_else(|| VkError::Unsupported(format!("a canonical norm of rows of {d} values")))?;
-                let consts = [cut.lanes as u32, cut.chunk_blocks as u32, cut.chunks as u32];
+                let spec = route_spec(&self.gpu.info, [cut.lanes as u32, cut.chunk_blocks as u32, cut.chunks as u32], n_expert, k);
                 let binds: Vec<Bind<'_>> = binds.into_iter().chain([ss, w]).collect();
-                self.run("moe_router_ss", &consts, &binds, &RouterPush { rows, n_expert, k, d, eps }.bytes(), wgs)
+                self.run("moe_router_ss", &spec, &binds, &RouterPush { rows, n_expert, k, d, eps }.bytes(), wgs)
             }
         }
     }

@@ -11,7 +11,9 @@
 mod common;
 
 use common::*;
+use resin_gguf::GgmlType;
 use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
+use resin_vulkan::kernels::GemvPush;
 use resin_vulkan::kernels::{moe_active_entries, moe_group_words, RouterBinds, RouterIn, MOE_MAX_EXPERTS, MOE_NO_EXPERT};
 use resin_vulkan::mv::QPack;
 
@@ -370,5 +372,39 @@ fn router_over_sums_of_squares_equals_it_over_normpacks_rows() {
                 assert!(!bits_equal(&ctl.logits, &want.logits), "control: {what}: other rows' sums of squares left the logits");
             }
         }
+    }
+}
+
+/// Microseconds a token command's router takes on this device (Qwen3-30B-A3B's: 128 experts
+/// of 2048, 8 a row) at 1 and 8 rows: the one dispatch (`moe_router`, over normed rows and
+/// over the sums of squares) beside the three it replaced (the F32 GEMV, `moe_route`,
+/// `moe_group`), each chained as a token command chains its stages.
+#[test]
+#[ignore]
+fn router_time() {
+    let Some(mut h) = Harness::new() else { return };
+    let (ne, k, d) = (128u32, 8u32, 2048u32);
+    let mut rng = Rng(0x51f1);
+    let (wb, done) = (h.buf_f32(&rng.vec((ne * d) as usize, 0.05)), h.buf_bytes(&[0; 4]));
+    let (nw, x) = (h.buf_f32(&rng.vec(d as usize, 1.0)), h.buf_f32(&rng.vec(8 * d as usize, 1.0)));
+    let ss = h.buf_f32(&rng.vec(8 * d as usize / 32, 1.0).iter().map(|v| 8.0 + v.abs()).collect::<Vec<_>>());
+    for rows in [1u32, 8] {
+        let o = RouterOut::new(&h, rows, ne, k);
+        let one = h.time_chained(50, &mut |rec| rec.moe_router(rows, ne, k, d, o.binds(&wb, &x, &done)));
+        let sums =
+            h.time_chained(50, &mut |rec| rec.moe_router(rows, ne, k, d, o.binds_in(&wb, RouterIn::Sums { x: (&x).into(), ss: (&ss).into(), w: (&nw).into(), eps: 1e-6 }, &done)));
+        let p = GemvPush { rows: ne, cols: d, row_bytes: d * 4, x_stride: d, y_stride: ne, y_off: 0 };
+        let three = h.time_chained(50, &mut |rec| {
+            rec.gemv(GgmlType::F32, rows, (&wb).into(), (&x).into(), (&o.logits).into(), p)?;
+            rec.barrier();
+            rec.moe_route(rows, ne, k, (&o.logits).into(), (&o.sel).into(), (&o.wt).into())?;
+            rec.barrier();
+            rec.moe_group(rows * k, ne, (&o.sel).into(), (&o.grp).into())
+        });
+        let route = h.time_chained(50, &mut |rec| rec.moe_route(rows, ne, k, (&o.logits).into(), (&o.sel).into(), (&o.wt).into()));
+        eprintln!(
+            "router, {rows} rows: one dispatch {one:.1} us (over sums of squares {sums:.1}), GEMV + route + group {three:.1} us (the route alone {route:.1}) on {}",
+            h.gpu.info.name
+        );
     }
 }

@@ -96,7 +96,10 @@ layout(push_constant) uniform Push {
 #endif
 
 #if defined(ROUTE) || defined(ROUTER)
-#define PER (MAX_EXPERTS / 8u)   // experts a lane holds at most: l, l + S, ...
+// Experts a lane holds (l, l + S, ...: ceil(n_expert / S)) and a row's chosen experts, fixed
+// when the pipeline is made so the route's loops unroll over registers.
+layout(constant_id = 3) const uint PER = 32;
+layout(constant_id = 4) const uint KU = 8;
 
 // The better of two candidates (NONE: no candidate): the larger probability, the lower index
 // on a tie, a total order (a NaN probability counts as -inf), so every lane of a reduction
@@ -141,8 +144,9 @@ void sg_best(inout uint bi, inout float bv) {
     }
 }
 
-// Row `row`'s route by the calling subgroup (every lane of it).
-void route_row(uint row, uint ne, uint k) {
+// Row `row`'s route by the calling subgroup (every lane of it), its KU experts.
+void route_row(uint row, uint ne) {
+    uint k = KU;
     uint S = gl_SubgroupSize;
     uint lane = gl_SubgroupInvocationID;
     float pr[PER];
@@ -166,8 +170,8 @@ void route_row(uint row, uint ne, uint k) {
     for (uint j = 0u; j < PER; j++) pr[j] *= inv;
     // The k largest, one round each: every lane's best untaken expert, then the subgroup's.
     uint taken = 0u;   // a bit an expert of this lane's
-    uint chosen[MAX_USED];
-    float cp[MAX_USED];
+    uint chosen[KU];
+    float cp[KU];
     for (uint r = 0u; r < k; r++) {
         uint bi = NONE;
         float bv = 0.0;
@@ -199,7 +203,7 @@ void route_row(uint row, uint ne, uint k) {
 void main() {
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     uint row = wg * (RWG / gl_SubgroupSize) + gl_SubgroupID;
-    if (row < p.rows) route_row(row, p.n_expert, p.k);
+    if (row < p.rows) route_row(row, p.n_expert);
 }
 #endif
 
@@ -414,7 +418,7 @@ void main() {
     barrier();
     if (!last_wg) return;
     memoryBarrierBuffer();
-    for (uint row = gl_SubgroupID; row < p.rows; row += gl_NumSubgroups) route_row(row, ne, p.k);
+    for (uint row = gl_SubgroupID; row < p.rows; row += gl_NumSubgroups) route_row(row, ne);
     memoryBarrierBuffer();
     barrier();
     group(p.rows * p.k, ne, t);
