@@ -402,14 +402,14 @@ void main() {
         uint le = t % EPW;
         uint r = t / EPW;
         uint ge = gl_WorkGroupID.x * EPW + le;
-        float v[GROUP_WG / 8u];
-        for (uint g = 0u; g < per; g++) v[g] = red[r * nsg + le * per + g];
+        // The tree in place over the expert's partials (a thread each (expert, row)).
+        uint base = r * nsg + le * per;
         for (uint dd = 1u; dd < per; dd <<= 1)
             for (uint g = 0u; g < per; g += 2u * dd) {
-                precise float a = v[g] + v[g + dd];
-                v[g] = a;
+                precise float a = red[base + g] + red[base + g + dd];
+                red[base + g] = a;
             }
-        if (ge < ne) logits[r * ne + ge] = v[0];
+        if (ge < ne) logits[r * ne + ge] = red[base];
     }
     // The last workgroup to finish routes and groups: no dispatch and barrier of their own.
     memoryBarrierBuffer();
