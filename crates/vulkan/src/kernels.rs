@@ -398,10 +398,11 @@ fn route_shape(n_expert: u32, k: u32) -> Result<(), VkError> {
 }
 
 /// moe.comp's specialization constants: the form's first three (ROUTER SS_IN's chunk cut),
-/// then the experts a subgroup lane holds and a row's chosen experts, so the route's loops
-/// unroll over registers.
-fn route_spec(info: &DeviceInfo, first: [u32; 3], n_expert: u32, k: u32) -> [u32; 5] {
-    [first[0], first[1], first[2], n_expert.div_ceil(info.subgroup_size), k]
+/// then the experts a subgroup lane holds, a row's chosen experts and (ROUTER) the subgroups
+/// an expert's threads make, so the loops unroll over registers.
+fn route_spec(info: &DeviceInfo, first: [u32; 3], n_expert: u32, k: u32) -> [u32; 6] {
+    let lanes = info.subgroup_size;
+    [first[0], first[1], first[2], n_expert.div_ceil(lanes), k, (256 / ROUTER_EXPERTS_A_WG / lanes).max(1)]
 }
 
 /// Experts a workgroup of [`Recorder::moe_router`] takes (moe.comp EPW).

@@ -266,7 +266,7 @@ impl RouterOut {
 fn router_routes_and_groups_each_row_as_alone() {
     let Some(mut h) = Harness::new() else { return };
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    for (n_expert, k, d) in [(128u32, 8u32, 2048u32), (8, 2, 4096), (60, 4, 512), (MOE_MAX_EXPERTS, 8, 256)] {
+    for (n_expert, k, d) in [(128u32, 8u32, 2048u32), (8, 2, 4096), (8, 2, 256), (60, 4, 512), (MOE_MAX_EXPERTS, 8, 256)] {
         let (ne, du) = (n_expert as usize, d as usize);
         let w = rng.vec(ne * du, 1.0 / (du as f32).sqrt());
         let x = rng.vec(8 * du, 1.0);

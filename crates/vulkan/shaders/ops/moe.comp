@@ -100,6 +100,7 @@ layout(push_constant) uniform Push {
 // when the pipeline is made so the route's loops unroll over registers.
 layout(constant_id = 3) const uint PER = 32;
 layout(constant_id = 4) const uint KU = 8;
+layout(constant_id = 5) const uint SGE = 4;   // ROUTER: subgroups an expert's threads make (SPAN / S)
 
 // The better of two candidates (NONE: no candidate): the larger probability, the lower index
 // on a tie, a total order (a NaN probability counts as -inf), so every lane of a reduction
@@ -397,19 +398,18 @@ void main() {
         }
     }
     barrier();
-    uint per = SPAN / S;   // subgroups an expert (a power of two)
     if (t < EPW * p.rows) {
         uint le = t % EPW;
         uint r = t / EPW;
         uint ge = gl_WorkGroupID.x * EPW + le;
-        // The tree in place over the expert's partials (a thread each (expert, row)).
-        uint base = r * nsg + le * per;
-        for (uint dd = 1u; dd < per; dd <<= 1)
-            for (uint g = 0u; g < per; g += 2u * dd) {
-                precise float a = red[base + g] + red[base + g + dd];
-                red[base + g] = a;
+        float v[SGE];
+        for (uint g = 0u; g < SGE; g++) v[g] = red[r * nsg + le * SGE + g];
+        for (uint dd = 1u; dd < SGE; dd <<= 1)
+            for (uint g = 0u; g < SGE; g += 2u * dd) {
+                precise float a = v[g] + v[g + dd];
+                v[g] = a;
             }
-        if (ge < ne) logits[r * ne + ge] = red[base];
+        if (ge < ne) logits[r * ne + ge] = v[0];
     }
     // The last workgroup to finish routes and groups: no dispatch and barrier of their own.
     memoryBarrierBuffer();
