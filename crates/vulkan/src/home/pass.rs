@@ -625,16 +625,7 @@ fn moe_ffn(
             let ss = Bind::from(&s.xss);
             let input = MvIn::PackedSs { x: (&s.xpn).into(), layout: packed(n, d)?, ss, eps: norm.p.eps };
             let rin = RouterIn::Sums { x: r.x.into(), ss, w: norm.w.into(), eps: norm.p.eps };
-            let b = RouterBinds {
-                router: router.into(),
-                input: rin,
-                logits: (&s.moe_logits).into(),
-                sel: (&s.moe_sel).into(),
-                wt: (&s.moe_wt).into(),
-                grp: (&s.moe_grp).into(),
-                done: Bind { buf: &s.moe_done, offset: 0, range: 4 },
-            };
-            rec.moe_router(n as u32, ne as u32, k as u32, d as u32, b)?;
+            rec.moe_router(n as u32, ne as u32, k as u32, d as u32, router_binds(s, router, rin))?;
             rec.barrier();
             mark(clock, rec.cmd, "route", norm.layer);
             let resid = ly.ffn_post_norm.is_none().then_some(r.x);
@@ -664,16 +655,7 @@ fn moe_ffn(
     // its step's other rows); a window's as a matrix product spread over the device, then
     // the route (and the group in `moe_experts`).
     if grouped {
-        let b = RouterBinds {
-            router: router.into(),
-            input: RouterIn::Normed((&s.xn).into()),
-            logits: (&s.moe_logits).into(),
-            sel: (&s.moe_sel).into(),
-            wt: (&s.moe_wt).into(),
-            grp: (&s.moe_grp).into(),
-            done: Bind { buf: &s.moe_done, offset: 0, range: 4 },
-        };
-        rec.moe_router(n as u32, ne as u32, k as u32, d as u32, b)?;
+        rec.moe_router(n as u32, ne as u32, k as u32, d as u32, router_binds(s, router, RouterIn::Normed((&s.xn).into())))?;
     } else {
         let lp = GemvPush { rows: ne as u32, cols: d as u32, row_bytes: (d * 4) as u32, x_stride: d as u32, y_stride: ne as u32, y_off: 0 };
         // K split as every window's matrix (a router's few row tiles would leave the device idle).
@@ -726,6 +708,20 @@ fn moe_ffn(
     rec.moe_combine(n as u32, d as u32, k as u32, (&s.moe_wt).into(), (&s.moe_down).into(), (&s.down).into())?;
     rec.barrier();
     Ok(false)
+}
+
+/// The token command's router's buffers in the scratch, reading `input` (its counter the first
+/// word of `moe_done`).
+fn router_binds<'a>(s: &'a Scratch, router: &'a Buffer, input: RouterIn<'a>) -> RouterBinds<'a> {
+    RouterBinds {
+        router: router.into(),
+        input,
+        logits: (&s.moe_logits).into(),
+        sel: (&s.moe_sel).into(),
+        wt: (&s.moe_wt).into(),
+        grp: (&s.moe_grp).into(),
+        done: Bind { buf: &s.moe_done, offset: 0, range: 4 },
+    }
 }
 
 /// Whether an MoE FFN of `n` rows takes the grouped canonical product: it reads the experts'
