@@ -402,11 +402,14 @@ fn route_shape(n_expert: u32, k: u32) -> Result<(), VkError> {
 /// an expert's threads make, so the loops unroll over registers.
 fn route_spec(info: &DeviceInfo, first: [u32; 3], n_expert: u32, k: u32) -> [u32; 6] {
     let lanes = info.subgroup_size;
-    [first[0], first[1], first[2], n_expert.div_ceil(lanes), k, (256 / ROUTER_EXPERTS_A_WG / lanes).max(1)]
+    [first[0], first[1], first[2], n_expert.div_ceil(lanes), k, (ROUTER_THREADS / ROUTER_EXPERTS_A_WG / lanes).max(1)]
 }
 
-/// Experts a workgroup of [`Recorder::moe_router`] takes (moe.comp EPW).
+/// Experts a workgroup of [`Recorder::moe_router`] takes (moe.comp EPW), and its threads
+/// (GROUP_WG); the threads of a [`Recorder::moe_route`] workgroup (RWG).
 const ROUTER_EXPERTS_A_WG: u32 = 2;
+const ROUTER_THREADS: u32 = 256;
+const ROUTE_THREADS: u32 = 64;
 
 /// The rows [`Recorder::moe_router`] reads: normed, or made from the residual rows `x`, their
 /// 32-value blocks' sums of squares `ss` ([rows][d / 32], what `mv::MvOut::AddPack` writes)
@@ -633,7 +636,7 @@ impl<'a> Recorder<'a> {
         if logits.range < rows as u64 * n_expert as u64 * 4 || sel.range < slots || wt.range < slots {
             return Err(VkError::OutOfRange(format!("router buffers for {rows} rows, {n_expert} experts, {k} a row")));
         }
-        let rows_a_wg = 64 / self.gpu.info.subgroup_size;
+        let rows_a_wg = ROUTE_THREADS / self.gpu.info.subgroup_size;
         let spec = route_spec(&self.gpu.info, [0; 3], n_expert, k);
         self.run("moe_route", &spec, &[logits, sel, wt], &MoePush { a: rows, d: n_expert, k }.bytes(), grid(rows.div_ceil(rows_a_wg)))
     }

@@ -55,9 +55,8 @@ layout(local_size_x = 256) in;
 layout(local_size_x = 64) in;
 #endif
 
-// Experts a router takes at most (src/kernels.rs MOE_MAX_EXPERTS), chosen at most (MOE_MAX_USED).
+// Experts a router takes at most (src/kernels.rs MOE_MAX_EXPERTS).
 #define MAX_EXPERTS 256u
-#define MAX_USED 8u
 
 #ifdef ROUTE
 layout(std430, set = 0, binding = 0) readonly buffer L { float logits[]; };

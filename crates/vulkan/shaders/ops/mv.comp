@@ -41,7 +41,7 @@
 //   command's norm needs no dispatch and barrier of its own (XIN 3 reads it).
 // Forms: FORM_ONE (NCOLS = 1 at compile time) and the N-row form (NCOLS a specialization
 // constant, 1..8). DOT_HW: the integer dot products by OpSDot (dotfmt.glsl).
-// EXPERT (N-row form, XIN 0 or 2): mm.comp's EXPERT form for steps of up to 8 rows: workgroup
+// EXPERT (N-row form, XIN 0, 2 or 3): mm.comp's EXPERT form for steps of up to 8 rows: workgroup
 // z takes the z-th chosen expert e's rows of the stack (experts of `rows` rows) for the slots
 // that chose it, grp[list_off + grp[e] ..] (at most NCOLS, the step's rows: a row's slots
 // choose distinct experts; common/experts.glsl); column c is its c-th slot, reading activation
@@ -263,6 +263,18 @@ void finish(uint rg, uint c, uint out0, uint outs, uint wg, uint tile) {
 
 #if defined(EXPERT) || defined(PACK_OUT)
 shared bool last_wg;
+// Count this workgroup in done_wgs[at] once its writes are visible; true in the workgroup that
+// finishes `count` last (which leaves the word zero, its writes made visible to it).
+bool finishes_last(uint at, uint count, uint t) {
+    memoryBarrierBuffer();
+    barrier();
+    if (t == 0u) last_wg = atomicAdd(done_wgs[at], 1u) == count - 1u;
+    barrier();
+    if (!last_wg) return false;
+    memoryBarrierBuffer();
+    if (t == 0u) done_wgs[at] = 0u;
+    return true;
+}
 #endif
 #ifdef PACK_OUT
 // OUT 5: count this workgroup among those of its 32-row blocks (G workgroups a block where a
@@ -272,12 +284,7 @@ void pack_last(uint wg, uint tile, uint t) {
     uint G = tile < 32u ? 32u / tile : 1u;
     uint B = tile < 32u ? 1u : tile / 32u;
     uint b0 = (p.y_off + (wg / G) * G * tile) / 32u;   // the group's first block of the rows
-    memoryBarrierBuffer();
-    barrier();
-    if (t == 0u) last_wg = atomicAdd(done_wgs[b0], 1u) == G - 1u;
-    barrier();
-    if (!last_wg) return;
-    memoryBarrierBuffer();
+    if (!finishes_last(b0, G, t)) return;
     uint nbr = p.y_stride / 32u;   // blocks a residual row
     for (uint e = t; e < NCOLS * B; e += WG) {
         uint c = e / B;
@@ -295,19 +302,13 @@ void pack_last(uint wg, uint tile, uint t) {
         pk[p.ps_off + v / 32u] = uint(ub.s);
         pss[c * nbr + b] = ub.ss;
     }
-    if (t == 0u) done_wgs[b0] = 0u;
 }
 #endif
 #ifdef EXPERT
 // OUT 3 and 4: count this workgroup among its tile's z-slices; the last one sums each step
 // row's slots over the tile's rows, in rank order.
 void combine_last(uint wg, uint tile, uint t) {
-    memoryBarrierBuffer();
-    barrier();
-    if (t == 0u) last_wg = atomicAdd(done_wgs[wg], 1u) == gl_NumWorkGroups.z - 1u;
-    barrier();
-    if (!last_wg) return;
-    memoryBarrierBuffer();
+    if (!finishes_last(wg, gl_NumWorkGroups.z, t)) return;
     uint r0 = wg * tile;
     uint nr = min(tile, p.rows - r0);
     for (uint e = t; e < NCOLS * nr; e += WG) {
@@ -326,7 +327,6 @@ void combine_last(uint wg, uint tile, uint t) {
             co[c * p.y_stride + i] = acc;
         }
     }
-    if (t == 0u) done_wgs[wg] = 0u;
 }
 #endif
 

@@ -169,6 +169,13 @@ impl<'a> Resid<'a> {
         }
         Ok(())
     }
+
+    /// Whether the sum is whole and its input to the norm of weights `w` was packed beside it
+    /// (`packed`, which this clears: the next product that ends a sub-block sets it again).
+    fn take_packed(&mut self, w: &Buffer) -> bool {
+        let packed = self.packed.take();
+        self.add.is_none() && packed.is_some_and(|p| std::ptr::eq(p, w))
+    }
 }
 
 /// A norm of a pass: its weights and push block, and the stage label it marks (`label.layer`).
@@ -214,10 +221,8 @@ fn canon_input<'a>(
         return Ok(MvIn::Normed { x: r.x.into(), w: norm.w.into(), eps: norm.p.eps });
     }
     let layout = packed(n, cols)?;
-    if let (None, Some(w)) = (r.add, r.packed.take()) {
-        if std::ptr::eq(w, norm.w) {
-            return Ok(MvIn::PackedSs { x: (&s.xpn).into(), layout, ss: (&s.xss).into(), eps: norm.p.eps });
-        }
+    if r.take_packed(norm.w) {
+        return Ok(MvIn::PackedSs { x: (&s.xpn).into(), layout, ss: (&s.xss).into(), eps: norm.p.eps });
     }
     let add = r.add.map(|y| NormAdd { y: y.into(), post: r.post.take().map(|(w, _)| w.into()) });
     rec.normpack(n as u32, cols as u32, norm.p.eps, r.x.into(), add, norm.w.into(), layout, (&s.xpn).into(), (&s.rs).into())?;
@@ -620,17 +625,14 @@ fn moe_ffn(
     let grouped = n <= NROW_MAX;
     // A token command whose attention-out packed the norm's input (`resid_mm`): the products
     // read those packs, and the router makes its normed rows from the blocks' sums of squares.
-    if let (true, true, None, Some(w)) = (canonical, grouped, r.add, r.packed.take()) {
-        if std::ptr::eq(w, norm.w) {
-            let ss = Bind::from(&s.xss);
-            let input = MvIn::PackedSs { x: (&s.xpn).into(), layout: packed(n, d)?, ss, eps: norm.p.eps };
-            let rin = RouterIn::Sums { x: r.x.into(), ss, w: norm.w.into(), eps: norm.p.eps };
-            rec.moe_router(n as u32, ne as u32, k as u32, d as u32, router_binds(s, router, rin))?;
-            rec.barrier();
-            mark(clock, rec.cmd, "route", norm.layer);
-            let resid = ly.ffn_post_norm.is_none().then_some(r.x);
-            return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, (norm.layer, true, resid), clock);
-        }
+    if r.take_packed(norm.w) && canonical && grouped {
+        let ss = Bind::from(&s.xss);
+        let input = MvIn::PackedSs { x: (&s.xpn).into(), layout: packed(n, d)?, ss, eps: norm.p.eps };
+        let rin = RouterIn::Sums { x: r.x.into(), ss, w: norm.w.into(), eps: norm.p.eps };
+        rec.moe_router(n as u32, ne as u32, k as u32, d as u32, router_binds(s, router, rin))?;
+        rec.barrier();
+        mark(clock, rec.cmd, "route", norm.layer);
+        return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, (norm.layer, r.x), clock);
     }
     // The canonical products' input: u = x * w packed and each row's r, with the router's f32
     // normed rows from the same dispatch; else the norm, rounded where the experts' GEMV reads it so.
@@ -668,9 +670,7 @@ fn moe_ffn(
     rec.barrier();
     mark(clock, rec.cmd, "route", norm.layer);
     if let Some(input) = packed_in {
-        // A token command's down adds the sum to the residual (none with a post-norm between).
-        let resid = (grouped && ly.ffn_post_norm.is_none()).then_some(r.x);
-        return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, (norm.layer, grouped, resid), clock);
+        return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, (norm.layer, r.x), clock);
     }
     let input = |m: &Mat| match rounding(m, s) {
         Some(32) => &s.xq32,
@@ -735,12 +735,13 @@ fn moe_canonical(rec: &Recorder<'_>, n: usize, ly: &Layer, cfg: &ModelConfig, s:
 }
 
 /// The experts of `moe_ffn` in the canonical order, after the route: the slots grouped by
-/// expert (`moe_group`, unless `grouped`: the token command's router wrote the lists), then gate and up (SwiGLU in the product's epilogue where gate and up
-/// share a buffer and the activation is silu, else stored and `swiglu_p` after), down and the
-/// weighted sum, each expert's rows read once for the slots that chose it (mm.comp EXPERT).
-/// A slot's products are the bits its row's product through its expert would be alone, so a
-/// row's result does not depend on which rows share the step or chose its experts. With
-/// `resid` (a token command), the down adds the sum to it and this returns true.
+/// expert (`moe_group`; a token command's router wrote the lists), then gate and up (SwiGLU
+/// in the product's epilogue where gate and up share a buffer and the activation is silu,
+/// else stored and `swiglu_p` after), down and the weighted sum, each expert's rows read once
+/// for the slots that chose it (mm.comp EXPERT). A slot's products are the bits its row's
+/// product through its expert would be alone, so a row's result does not depend on which rows
+/// share the step or chose its experts. A token command's down adds the sum to the residual
+/// `x` itself (none with a post-norm between), and then this returns true.
 #[allow(clippy::too_many_arguments)]
 fn moe_experts(
     rec: &mut Recorder<'_>,
@@ -750,13 +751,14 @@ fn moe_experts(
     act: FfnAct,
     input: MvIn<'_>,
     s: &Scratch,
-    (layer, grouped, resid): (usize, bool, Option<&Buffer>),
+    (layer, x): (usize, &Buffer),
     clock: &mut Option<&mut StageClock<'_>>,
 ) -> Result<bool, VkError> {
     let (d, ne, k) = (ly.down.rows / moe.n_expert, moe.n_expert as u32, moe.n_expert_used as u32);
     let ff = ly.down.cols;
     let slots = n as u32 * k;
-    if !grouped {
+    let token_command = n <= NROW_MAX;
+    if !token_command {
         rec.moe_group(slots, ne, (&s.moe_sel).into(), (&s.moe_grp).into())?;
         rec.barrier();
         mark(clock, rec.cmd, "group", layer);
@@ -790,7 +792,8 @@ fn moe_experts(
     // A token command's down also adds each row's sum of its slots to the residual (its last
     // workgroup a tile of rows); a window's sum is a dispatch of its own.
     let done = Bind { buf: &s.moe_done, offset: 4, range: s.moe_done.size - 4 };
-    let combine = resid.map(|x| Combine { wt: (&s.moe_wt).into(), out: x.into(), done, add: true });
+    let resid = token_command && ly.ffn_post_norm.is_none();
+    let combine = resid.then(|| Combine { wt: (&s.moe_wt).into(), out: x.into(), done, add: true });
     rec.mv_experts(Mv { ty: ly.down.ty, n: n as u32, w, input, out: MvOut::Store((&s.moe_down).into()), shape }, Experts { combine, ..experts(1) })?;
     rec.barrier();
     mark(clock, rec.cmd, "down", layer);
