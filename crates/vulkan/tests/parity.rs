@@ -227,11 +227,12 @@ fn vk_home(name: &str, n_ctx: usize, regions: usize, codec: KvCodec) -> Option<V
     Some(VulkanHome::on(gpu, file, cfg, &opts, Arc::new(Counters::default())).unwrap())
 }
 
-/// The one-row token command's attention ropes and stores q, k and v itself; rows stepped
-/// together (three regions: the N-row command, which keeps the rope_store dispatch) give each
-/// row's one-row logits bit for bit, and store the same K/V (the steps after read them back),
+/// A token command's attention ropes and stores q, k and v itself where its rows have regions
+/// of their own (one row, or the 3-row command of three regions): rows stepped together give
+/// each row's one-row logits bit for bit, and store the same K/V (the steps after read them back),
 /// on NORM rope (SmolLM2) and NEOX rope with q/k/v bias (Qwen2.5), the f16 mirror. Control:
-/// the next position's logits differ. The profile says which path ran.
+/// the next position's logits differ. The profile says which path ran: a peel's rows (one
+/// region) keep the rope_store dispatch.
 #[test]
 fn the_attention_ropes_and_stores_as_the_rope_dispatch() {
     // The f32 mirror's form is covered by tests/kernels.rs (attention_that_ropes_...).
@@ -263,6 +264,8 @@ fn the_attention_ropes_and_stores_as_the_rope_dispatch() {
         let row = [Row { region: RegionId(1), token: 9, pos }];
         if let Some(o) = rope_stages(&mut h, &row) {
             assert_eq!(o, 0, "{what}: the one-row command ropes in its attention");
+            let own = [Row { region: RegionId(0), token: 9, pos }, Row { region: RegionId(1), token: 9, pos: pos + 1 }];
+            assert_eq!(rope_stages(&mut h, &own).unwrap(), 0, "{what}: rows of their own regions rope in their attention");
             let peel = [Row { region: RegionId(2), token: 9, pos }, Row { region: RegionId(2), token: 9, pos: pos + 1 }];
             assert!(rope_stages(&mut h, &peel).unwrap() > 0, "{what}: a peel keeps rope_store");
         }

@@ -151,9 +151,10 @@ impl VulkanHome {
     pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
         let t0 = std::time::Instant::now();
         let backs = ReadBack::ALL;
+        // (rows of distinct regions, as streams decode, and rows sharing one, as a peel's)
         for n in 1..=rows.clamp(1, NROW_MAX) {
-            for b in backs {
-                self.command(0, n, b)?;
+            for (b, own) in backs.into_iter().flat_map(|b| [(b, true), (b, false)]) {
+                self.command(0, n, b, own)?;
             }
         }
         // With more rows than a token command takes, the widest step's: its lanes and their
@@ -165,12 +166,12 @@ impl VulkanHome {
             self.ensure_lanes(shape.len())?;
             for (lane, n) in shape {
                 for b in backs {
-                    self.command(lane, n, b)?;
+                    self.command(lane, n, b, true)?;
                 }
             }
         }
         let keep = [PF_WINDOW as u32 - 1];
-        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true, top: false, listed: false }, None)?);
+        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true, top: false, listed: false, own_regions: false }, None)?);
         Ok(t0.elapsed())
     }
 }
@@ -335,7 +336,7 @@ impl Profile for VulkanHome {
         if !(1..=NROW_MAX).contains(&rows) {
             return Err(HomeError::BadRowCount { got: rows, max: NROW_MAX });
         }
-        let c = self.command(0, rows, ReadBack::Ids).map_err(HomeError::from)?.counts;
+        let c = self.command(0, rows, ReadBack::Ids, true).map_err(HomeError::from)?.counts;
         Ok(Some(StepShape { stages: c.stages, dispatches: c.dispatches, barriers: c.barriers }))
     }
 

@@ -400,6 +400,9 @@ pub(super) struct PassShape<'a> {
     pub(super) top: bool,
     /// Copy the logits rows `Scratch::rows_list` names to the first rows of `logits_host`.
     pub(super) listed: bool,
+    /// Every row's region differs from the other rows' (no row reads a key another row of the
+    /// pass stores), so a token command's attention may rope and store its rows itself.
+    pub(super) own_regions: bool,
 }
 
 /// What a pass reads: the model, its weights, the mirror's codec, the lane's scratch, and the
@@ -441,10 +444,10 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
         key_window: cfg.layer_window(l).map_or(0, |w| w.min(u32::MAX as usize) as u32),
     };
     let n_pieces = attn_pieces(n);
-    // The one-row token command's attention ropes and stores (the same bits as the rope_store
-    // dispatch). The kernel serves any rows of regions of their own (a peel's rows share
-    // one), but it pays at one row only (docs/lessons.md).
-    let rope_in = shape.narrow.is_none() && n == 1 && attn_rope_ok(codec, cfg.head_dim as u32);
+    // A token command's attention ropes and stores its rows (the same bits as the rope_store
+    // dispatch) where each row has a region of its own; a peel's rows share one (a row reads
+    // the keys the rows before it store) and take the rope_store stage.
+    let rope_in = shape.narrow.is_none() && shape.own_regions && attn_rope_ok(codec, cfg.head_dim as u32);
     // After the last layer's attention a window keeps only the rows that need logits.
     let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None, post: None, packed: None }, &s.att, n);
     let out = output.unwrap_or(embd);
