@@ -99,7 +99,7 @@ layout(push_constant) uniform Push {
 #include "meta.glsl"
 #ifdef COMBINE
 #include "combine.glsl"
-shared bool last_wg;
+#include "last_wg.glsl"
 #endif
 #ifdef KV_Q8
 #include "kvq8.glsl"
@@ -429,15 +429,8 @@ void main() {
 #ifdef COMBINE
     // The workgroup that finishes its head group's pieces last merges them: no dispatch and
     // barrier for the combine. Every workgroup of the group with a piece counts itself.
-    memoryBarrierBuffer();
-    barrier();
     uint groups = p.n_head / p.heads;
-    uint at = r * groups + h / p.heads;
-    if (t == 0u) last_wg = atomicAdd(done_wgs[at], 1u) == p.heads * min(p.n_pieces, npc) - 1u;
-    barrier();
-    if (!last_wg) return;
-    memoryBarrierBuffer();
+    if (!finishes_last(r * groups + h / p.heads, p.heads * min(p.n_pieces, npc), t)) return;
     combine(r, h / p.heads, t);
-    if (t == 0u) done_wgs[at] = 0u;
 #endif
 }

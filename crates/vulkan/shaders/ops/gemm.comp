@@ -73,7 +73,7 @@ layout(std430, set = 0, binding = 2) writeonly buffer Y { float y[]; };
 // Split K: [piece][tile][activation row of the tile][weight row of the tile] partial sums, and
 // the pieces finished a tile (read and written across workgroups: coherent).
 layout(std430, set = 0, binding = 3) coherent buffer Part { float part[]; };
-layout(std430, set = 0, binding = 4) coherent buffer Done { uint done[]; };
+layout(std430, set = 0, binding = 4) coherent buffer Done { uint done_wgs[]; };
 
 layout(push_constant) uniform Push {
     uint rows;
@@ -91,7 +91,7 @@ layout(push_constant) uniform Push {
 #include "formats.glsl"
 
 #define TILE (BM * BN)
-shared bool last_wg;
+#include "last_wg.glsl"
 
 // The tile's offset in `part` for piece z.
 uint part_base(uint z) {
@@ -103,12 +103,7 @@ uint part_base(uint z) {
 // pieces in order and writes y. Every thread of the workgroup calls it (barriers).
 void finish_split(uint r0, uint c0, uint t, uint nthreads) {
     uint tile = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-    memoryBarrierBuffer();
-    barrier();
-    if (t == 0u) last_wg = atomicAdd(done[tile], 1u) == p.pieces - 1u;
-    barrier();
-    if (!last_wg) return;
-    memoryBarrierBuffer();
+    if (!finishes_last(tile, p.pieces, t)) return;
     for (uint e = t; e < TILE; e += nthreads) {
         uint r = r0 + e % BM;
         uint c = c0 + e / BM;
@@ -116,7 +111,6 @@ void finish_split(uint r0, uint c0, uint t, uint nthreads) {
         for (uint z = 0u; z < p.pieces; z++) s = s + part[part_base(z) + e];
         if (r < p.rows && c < p.n) y[c * p.y_stride + p.y_off + r] = s;
     }
-    if (t == 0u) done[tile] = 0u;
 }
 
 #ifndef COOPMAT

@@ -340,7 +340,7 @@ void main() {
 #define SPAN (GROUP_WG / EPW)  // threads an expert
 #define NMAX 8u                // rows at most
 shared float red[NMAX * (GROUP_WG / 8u)];   // [row][subgroup] partial sums (subgroups of 8+ lanes)
-shared bool last_wg;
+#include "last_wg.glsl"
 #ifdef SS_IN
 #include "canon_norm.glsl"
 shared float rrow[NMAX];   // each row's r
@@ -411,16 +411,10 @@ void main() {
         if (ge < ne) logits[r * ne + ge] = v[0];
     }
     // The last workgroup to finish routes and groups: no dispatch and barrier of their own.
-    memoryBarrierBuffer();
-    barrier();
-    if (t == 0u) last_wg = atomicAdd(done_wgs[0], 1u) == gl_NumWorkGroups.x - 1u;
-    barrier();
-    if (!last_wg) return;
-    memoryBarrierBuffer();
+    if (!finishes_last(0u, gl_NumWorkGroups.x, t)) return;
     for (uint row = gl_SubgroupID; row < p.rows; row += gl_NumSubgroups) route_row(row, ne);
     memoryBarrierBuffer();
     barrier();
     group(p.rows * p.k, ne, t);
-    if (t == 0u) done_wgs[0] = 0u;
 }
 #endif

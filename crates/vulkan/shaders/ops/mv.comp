@@ -262,19 +262,7 @@ void finish(uint rg, uint c, uint out0, uint outs, uint wg, uint tile) {
 }
 
 #if defined(EXPERT) || defined(PACK_OUT)
-shared bool last_wg;
-// Count this workgroup in done_wgs[at] once its writes are visible; true in the workgroup that
-// finishes `count` last (which leaves the word zero, its writes made visible to it).
-bool finishes_last(uint at, uint count, uint t) {
-    memoryBarrierBuffer();
-    barrier();
-    if (t == 0u) last_wg = atomicAdd(done_wgs[at], 1u) == count - 1u;
-    barrier();
-    if (!last_wg) return false;
-    memoryBarrierBuffer();
-    if (t == 0u) done_wgs[at] = 0u;
-    return true;
-}
+#include "last_wg.glsl"
 #endif
 #ifdef PACK_OUT
 // OUT 5: count this workgroup among those of its 32-row blocks (G workgroups a block where a
