@@ -131,10 +131,8 @@ pub struct EngineConfig {
     pub max_queue: usize,
     /// Run continuations of at most NROW_MAX rows through the token command.
     pub prefill_peel: bool,
-    /// Prefill rows per tick while other streams are decoding (keeps their token rate smooth);
-    /// 0 (the default): as many as the home prefills in PREFILL_TICK_TARGET at the rate its
-    /// windows have run (`auto_quantum`).
-    pub prefill_quantum_busy: usize,
+    /// Prefill rows per tick while other streams are decoding.
+    pub prefill_quantum_busy: PrefillQuantum,
     /// Sessions whose prompts may share one prefill window (segments); 1 prefills one session
     /// at a time (the comparison `resin bench --streams N --max-segments 1` makes).
     pub max_segments: usize,
@@ -145,25 +143,67 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: 0, max_segments: usize::MAX, host_cache_bytes: 1 << 30 }
+        EngineConfig { max_queue: 256, prefill_peel: true, prefill_quantum_busy: PrefillQuantum::Auto, max_segments: usize::MAX, host_cache_bytes: 1 << 30 }
     }
 }
 
-/// The prefill time a tick aims at while streams decode, when the quantum is automatic: a
-/// decoding stream then gets a token at least every decode step + this (about 40 a second).
-pub const PREFILL_TICK_TARGET: std::time::Duration = std::time::Duration::from_millis(25);
-/// The automatic quantum's least rows (a fixed quantum's former default): a slow home still
-/// starts new streams at this pace.
-pub const PREFILL_QUANTUM_MIN: usize = 128;
+/// The prompt rows a scheduler tick prefills while other streams decode: more start new
+/// streams sooner, fewer keep the decoding ones' tokens closer together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PrefillQuantum {
+    /// What the home prefills in PREFILL_TICK_TARGET (`auto_quantum` without a pace): the
+    /// waiting prompts' first tokens soonest.
+    #[default]
+    Auto,
+    /// Streams that had their first token before a waiting prompt came keep their pace: a
+    /// tick prefills what the home prefills in PACE_SHARE of their step, so their tokens come
+    /// at most about twice as far apart, and the waiting prompts start later. Without such
+    /// streams (a batch starting together), as Auto.
+    Pace,
+    /// A fixed count of rows, 1..=PF_WINDOW.
+    Rows(usize),
+}
 
-/// The automatic prefill quantum: the rows the home prefills in PREFILL_TICK_TARGET at
-/// `rows_per_s` (its windows' measured rate; None before the first), between
-/// PREFILL_QUANTUM_MIN and PF_WINDOW. Larger quanta won both the decoding streams' rate and
-/// the waiting ones' time to first token (docs/lessons.md); the tick target keeps a tick's
-/// prefill from stalling the decoding streams.
-pub fn auto_quantum(rows_per_s: Option<f64>) -> usize {
-    let Some(rate) = rows_per_s.filter(|r| r.is_finite() && *r > 0.0) else { return PREFILL_QUANTUM_MIN };
-    ((rate * PREFILL_TICK_TARGET.as_secs_f64()) as usize).clamp(PREFILL_QUANTUM_MIN, PF_WINDOW)
+/// The prefill time a tick aims at while streams decode, when the quantum is automatic and
+/// no stream is kept at its pace: a decoding stream then gets a token at least every decode
+/// step + this (about 40 a second).
+pub const PREFILL_TICK_TARGET: std::time::Duration = std::time::Duration::from_millis(25);
+/// The automatic quantum's least rows (a fixed quantum's former default) when no stream is
+/// kept at its pace: a slow home still starts new streams at this pace.
+pub const PREFILL_QUANTUM_MIN: usize = 128;
+/// The share of the decoding streams' step a tick's prefill takes while they are kept at
+/// their pace: their tokens then come at most about 1 + this times as far apart as without
+/// the waiting prompts (issue 29 asks for under twice), the rest of the margin for the
+/// tick's host work and the rate's drift.
+pub const PACE_SHARE: f64 = 0.75;
+/// The quantum while streams are kept at their pace and no window has been timed yet.
+pub const PACE_QUANTUM_FIRST: usize = 16;
+
+/// The automatic prefill quantum from `rows_per_s`, the rate the home's windows have run at
+/// (None before the first). `pace`: the decoding streams' step time in seconds when some of
+/// them were decoding before the waiting prompts came (they keep their pace: the rows the
+/// home prefills in PACE_SHARE of their step, at least 1); None when every decoding stream
+/// came with or after them, as a batch starting together, which takes the rows the home
+/// prefills in PREFILL_TICK_TARGET (at least PREFILL_QUANTUM_MIN): larger quanta won both
+/// such a batch's decoding rate and its time to first token (docs/lessons.md). At most
+/// PF_WINDOW either way.
+pub fn auto_quantum(rows_per_s: Option<f64>, pace: Option<f64>) -> usize {
+    let rate = rows_per_s.filter(|r| r.is_finite() && *r > 0.0);
+    match (rate, pace.filter(|p| p.is_finite() && *p > 0.0)) {
+        (Some(rate), Some(step)) => ((rate * step * PACE_SHARE) as usize).clamp(1, PF_WINDOW),
+        (None, Some(_)) => PACE_QUANTUM_FIRST,
+        (Some(rate), None) => ((rate * PREFILL_TICK_TARGET.as_secs_f64()) as usize).clamp(PREFILL_QUANTUM_MIN, PF_WINDOW),
+        (None, None) => PREFILL_QUANTUM_MIN,
+    }
+}
+
+/// Whether a decoding stream (its first token's time, from `decoding`) had its first token
+/// before one of the waiting streams was submitted (`pending`): it was decoding when that
+/// prompt came, so PrefillQuantum::Pace keeps it at its pace. Streams of a batch submitted
+/// together, whose first tokens all come after, are not kept.
+fn pace_kept(pending: impl Iterator<Item = Instant>, decoding: impl Iterator<Item = Option<Instant>>) -> bool {
+    let Some(latest) = pending.max() else { return false };
+    decoding.flatten().any(|t| t < latest)
 }
 
 /// An average weighted to the latest figure.
@@ -268,6 +308,7 @@ impl Engine {
             streams: Vec::new(),
             next_id: 0,
             prefill_rate: None,
+            step_time: CallTime::default(),
             peel_time: CallTime::default(),
             short_window_time: CallTime::default(),
             stop: false,
@@ -370,6 +411,9 @@ struct Scheduler {
     /// Prompt rows a second the home's prefill windows have run at (an average weighted to
     /// the latest), for the automatic quantum.
     prefill_rate: Option<f64>,
+    /// The decode step's time (all its home calls) while no prompt waits, for
+    /// PrefillQuantum::Pace.
+    step_time: CallTime,
     /// The time of a peel and of a window of at most NROW_MAX rows: the peel is taken only
     /// while it is not the slower of the two.
     peel_time: CallTime,
@@ -605,6 +649,12 @@ impl Scheduler {
         if calls.len() > 1 {
             Counters::add(&c.grouped_steps, 1);
         }
+        // The pace is the step's time while no prompt waits: a step beside prefill windows
+        // runs slower (they evict its weights and activations), and pacing against that would
+        // let the windows grow with the slowdown they cause.
+        if self.lost.is_none() && !self.streams.iter().any(|s| matches!(s.phase, Phase::Prefill)) {
+            self.step_time.add(started.elapsed().as_secs_f64());
+        }
         Counters::add(&c.decode_steps, calls.len() as u64);
         Counters::add(&c.decode_home_microseconds, in_home.as_micros() as u64);
         Counters::add(&c.decode_host_microseconds, started.elapsed().saturating_sub(in_home).as_micros() as u64);
@@ -630,6 +680,12 @@ impl Scheduler {
         }
     }
 
+    /// Whether PrefillQuantum::Pace keeps a decoding stream at its pace (`pace_kept`).
+    fn keeps_pace(&self, pending: &[usize]) -> bool {
+        let decoding = self.streams.iter().filter(|s| matches!(s.phase, Phase::Decode { .. })).map(|s| s.first_token);
+        pace_kept(pending.iter().map(|&i| self.streams[i].submitted), decoding)
+    }
+
     /// Prefill: a peel (token command rows) for short continuations, else segments of one window.
     fn prefill_quantum(&mut self, busy: bool) {
         let pending: Vec<usize> = (0..self.streams.len()).filter(|&i| matches!(self.streams[i].phase, Phase::Prefill)).collect();
@@ -639,8 +695,9 @@ impl Scheduler {
         let remaining = |s: &Stream| s.req.prompt.len() - s.fed.len();
         let budget = match (busy, self.config.prefill_quantum_busy) {
             (false, _) => PF_WINDOW,
-            (true, 0) => auto_quantum(self.prefill_rate),
-            (true, q) => q.clamp(1, PF_WINDOW),
+            (true, PrefillQuantum::Auto) => auto_quantum(self.prefill_rate, None),
+            (true, PrefillQuantum::Pace) => auto_quantum(self.prefill_rate, self.keeps_pace(&pending).then(|| self.step_time.avg.unwrap_or(0.0))),
+            (true, PrefillQuantum::Rows(q)) => q.clamp(1, PF_WINDOW),
         };
 
         // The peel: every waiting continuation in one token command, when they come to at most
@@ -958,13 +1015,42 @@ mod quantum_tests {
     #[test]
     fn the_automatic_quantum_is_what_the_home_prefills_in_the_tick_target() {
         // No window measured yet, or a rate that says nothing: the least quantum.
-        assert_eq!(auto_quantum(None), PREFILL_QUANTUM_MIN);
-        assert_eq!(auto_quantum(Some(f64::NAN)), PREFILL_QUANTUM_MIN);
-        assert_eq!(auto_quantum(Some(0.0)), PREFILL_QUANTUM_MIN);
+        assert_eq!(auto_quantum(None, None), PREFILL_QUANTUM_MIN);
+        assert_eq!(auto_quantum(Some(f64::NAN), None), PREFILL_QUANTUM_MIN);
+        assert_eq!(auto_quantum(Some(0.0), None), PREFILL_QUANTUM_MIN);
         // A CPU home (a few hundred rows a second): the least quantum, as before.
-        assert_eq!(auto_quantum(Some(700.0)), PREFILL_QUANTUM_MIN);
+        assert_eq!(auto_quantum(Some(700.0), None), PREFILL_QUANTUM_MIN);
         // A GPU home at 10,600 rows/s: 265 rows in 25 ms; at 27,000: a whole window.
-        assert_eq!(auto_quantum(Some(10_600.0)), 265);
-        assert_eq!(auto_quantum(Some(27_000.0)), PF_WINDOW);
+        assert_eq!(auto_quantum(Some(10_600.0), None), 265);
+        assert_eq!(auto_quantum(Some(27_000.0), None), PF_WINDOW);
+    }
+
+    #[test]
+    fn streams_kept_at_their_pace_get_prefill_for_a_share_of_their_step() {
+        // 34,000 rows/s beside a 2.3 ms step: 58 rows (1.7 ms of prefill a tick).
+        assert_eq!(auto_quantum(Some(34_000.0), Some(0.0023)), 58);
+        // A CPU home at 1,100 rows/s beside a 21 ms step: 17 rows; never under one row.
+        assert_eq!(auto_quantum(Some(1_100.0), Some(0.021)), 17);
+        assert_eq!(auto_quantum(Some(10.0), Some(0.001)), 1);
+        // Never past a window; before any window is timed, a small first quantum.
+        assert_eq!(auto_quantum(Some(1e7), Some(0.05)), PF_WINDOW);
+        assert_eq!(auto_quantum(None, Some(0.01)), PACE_QUANTUM_FIRST);
+        // A step not yet timed says nothing: the tick target's quantum.
+        assert_eq!(auto_quantum(Some(10_600.0), Some(0.0)), 265);
+    }
+
+    #[test]
+    fn only_streams_decoding_before_a_prompt_came_are_kept_at_their_pace() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // A stream whose first token came at 5 ms, a prompt submitted at 10 ms: kept.
+        assert!(pace_kept([at(10)].into_iter(), [Some(at(5))].into_iter()));
+        // A batch submitted at 0 ms whose first tokens come later: not kept.
+        assert!(!pace_kept([at(0)].into_iter(), [Some(at(5)), Some(at(7))].into_iter()));
+        // Any waiting prompt that came after a first token is enough.
+        assert!(pace_kept([at(0), at(10)].into_iter(), [Some(at(5))].into_iter()));
+        // Nothing waiting, or no first token yet: not kept.
+        assert!(!pace_kept(std::iter::empty(), [Some(at(5))].into_iter()));
+        assert!(!pace_kept([at(10)].into_iter(), [None].into_iter()));
     }
 }

@@ -8,8 +8,8 @@ mod sampling;
 mod stop;
 
 pub use engine::{
-    auto_quantum, Engine, EngineConfig, EngineStats, Finish, FinishReason, GenEvent, GenHandle, GenRequest, LogitsConstraint, ShutdownOnDrop, SubmitError, TokenLogprob,
-    PREFILL_QUANTUM_MIN, PREFILL_TICK_TARGET,
+    auto_quantum, Engine, EngineConfig, EngineStats, Finish, FinishReason, GenEvent, GenHandle, GenRequest, LogitsConstraint, PrefillQuantum, ShutdownOnDrop, SubmitError,
+    TokenLogprob, PREFILL_QUANTUM_MIN, PREFILL_TICK_TARGET,
 };
 pub use host_cache::HostCache;
 pub use resin_core::balanced_groups;

@@ -21,7 +21,7 @@ mod common;
 mod harness;
 
 use resin_core::{RegionId, Row, Segment, StepAll, NROW_MAX};
-use resin_engine::{Engine, EngineConfig, GenEvent};
+use resin_engine::{Engine, EngineConfig, GenEvent, PrefillQuantum};
 use resin_vulkan::WideMode;
 
 use common::{collect, request};
@@ -276,7 +276,7 @@ fn a_prompt_cut_under_load_gives_the_tokens_it_gives_alone(s: &Suite) {
     let long = lighthouse(s)[..ROWS].to_vec();
     let short = s.encode("Owls:")[..2].to_vec();
     assert_ne!(short[0], long[0], "no shared first token (no adoption between the two)");
-    let config = EngineConfig { prefill_quantum_busy: 16, ..EngineConfig::default() };
+    let config = EngineConfig { prefill_quantum_busy: PrefillQuantum::Rows(16), ..EngineConfig::default() };
     let windows = |e: &Engine| get(&e.counters().prefill_windows);
     // A chunk is a window, or a peel where its rows are few.
     let chunks = |e: &Engine| windows(e) + get(&e.counters().peel_steps);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use resin_core::{Counters, Home, KvCodec, Need};
 use resin_cpu::{CpuHome, CpuOptions};
-use resin_engine::{Engine, EngineConfig, FinishReason, GenEvent, GenHandle, SamplingParams};
+use resin_engine::{Engine, EngineConfig, FinishReason, GenEvent, GenHandle, PrefillQuantum, SamplingParams};
 use resin_gguf::GgufFile;
 use resin_model::{ModelConfig, Tokenizer};
 
@@ -210,6 +210,40 @@ fn sampled_streams_at_once_draw_what_each_draws_alone() {
     // Control: other seeds draw other tokens (for some stream).
     let other: Vec<Vec<u32>> = (0..ps.len()).map(|i| collect(e.submit(req(i, 900 + i as u64)).unwrap()).0).collect();
     assert_ne!(other, alone, "the seed must matter");
+}
+
+/// `PrefillQuantum::Pace`: a prompt that comes while a stream decodes is prefilled in chunks
+/// sized to a share of that stream's step (here a few rows a tick) and gives the tokens it
+/// gives alone. Control: under `Auto` the same prompt beside the same stream is one chunk.
+#[test]
+fn paced_prefill_cuts_a_late_prompt_to_the_decoding_streams_step() {
+    const ROWS: usize = 40;
+    let m = model();
+    let text = "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a tin of oil, \
+        a rag and a small notebook in which he wrote down the colour of the sky and the height of the waves.";
+    let long = m.tok.encode(text, false, false).unwrap()[..ROWS].to_vec();
+    let short = prompts(&m, 1).remove(0);
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let chunks = |e: &Engine| n(&e.counters().prefill_windows) + n(&e.counters().peel_steps);
+    let alone = collect(engine(&m, 1, EngineConfig::default()).submit(request(long.clone(), 8)).unwrap()).0;
+    let mut cuts = Vec::new();
+    for mode in [PrefillQuantum::Pace, PrefillQuantum::Auto] {
+        let e = engine(&m, 2, EngineConfig { prefill_quantum_busy: mode, ..EngineConfig::default() });
+        let mut busy = e.submit(request(short.clone(), 400)).unwrap();
+        // Its first token, then a few steps: the stream decodes and its step is timed.
+        for _ in 0..4 {
+            while !matches!(busy.blocking_next(), Some(GenEvent::Delta { .. })) {}
+        }
+        let c0 = chunks(&e);
+        let (got, _) = collect(e.submit(request(long.clone(), 8)).unwrap());
+        cuts.push(chunks(&e) - c0);
+        let live = e.stats().active.load(Ordering::Relaxed);
+        drop(busy);
+        assert_eq!(live, 1, "{mode:?}: the short stream must still be decoding when the long prompt is done");
+        assert_eq!(got, alone, "{mode:?}: the prompt beside a decoding stream must give the tokens it gives alone");
+    }
+    assert!(cuts[0] >= 3, "paced, the {ROWS}-row prompt must come in chunks of a few rows ({} chunks)", cuts[0]);
+    assert_eq!(cuts[1], 1, "control: the automatic quantum takes the {ROWS} rows at once");
 }
 
 #[test]

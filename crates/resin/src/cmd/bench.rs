@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use resin_core::{Home, RegionId, Row, Segment, StepAll};
-use resin_engine::{argmax, Engine, EngineConfig, GenEvent, GenHandle, GenRequest, SamplingParams};
+use resin_engine::{argmax, Engine, EngineConfig, GenEvent, GenHandle, GenRequest, PrefillQuantum, SamplingParams};
 use serde_json::json;
 
 use super::load::ModelArgs;
@@ -36,10 +36,11 @@ pub struct BenchArgs {
     /// With --streams: sessions whose prompts may share a prefill window (1: one at a time).
     #[arg(long)]
     pub max_segments: Option<usize>,
-    /// With --streams: prompt rows prefilled a tick while other streams decode (auto, or
-    /// 1..=512; default auto: what the home prefills in 25 ms, at least 128).
+    /// With --streams: prompt rows prefilled a tick while other streams decode (auto, pace,
+    /// or 1..=512; default auto: what the home prefills in 25 ms, at least 128; pace: streams
+    /// decoding before the waiting prompts came keep about half their token rate or more).
     #[arg(long, value_parser = parse_prefill_quantum)]
-    pub prefill_quantum: Option<usize>,
+    pub prefill_quantum: Option<PrefillQuantum>,
     /// With --streams: each stream samples at this temperature (0: greedy, the default),
     /// seeded by its index, so the host's share of a sampled token is measured too.
     #[arg(long, default_value_t = 0.0)]
@@ -76,13 +77,14 @@ pub struct BenchArgs {
     pub depth: usize,
 }
 
-/// `--prefill-quantum`: `auto` (0: the engine sizes it from its prefill rate) or prompt rows
-/// a tick, 1..=PF_WINDOW (a window is the most one prefill call runs at once).
-pub fn parse_prefill_quantum(s: &str) -> Result<usize, String> {
+/// `--prefill-quantum`: `auto` or `pace` (the engine sizes it: `PrefillQuantum`) or prompt
+/// rows a tick, 1..=PF_WINDOW (a window is the most one prefill call runs at once).
+pub fn parse_prefill_quantum(s: &str) -> Result<PrefillQuantum, String> {
     match s.parse::<usize>() {
-        _ if s == "auto" => Ok(0),
-        Ok(n) if (1..=resin_core::PF_WINDOW).contains(&n) => Ok(n),
-        _ => Err(format!("{s:?}: auto, or prompt rows a tick from 1 to {}", resin_core::PF_WINDOW)),
+        _ if s == "auto" => Ok(PrefillQuantum::Auto),
+        _ if s == "pace" => Ok(PrefillQuantum::Pace),
+        Ok(n) if (1..=resin_core::PF_WINDOW).contains(&n) => Ok(PrefillQuantum::Rows(n)),
+        _ => Err(format!("{s:?}: auto, pace, or prompt rows a tick from 1 to {}", resin_core::PF_WINDOW)),
     }
 }
 

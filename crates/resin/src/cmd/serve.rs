@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use resin_engine::{Engine, EngineConfig};
+use resin_engine::{Engine, EngineConfig, PrefillQuantum};
 use resin_server::{ModelInfo, ServerConfig};
 
 use super::load::ModelArgs;
@@ -34,11 +34,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1024)]
     pub host_cache_mib: usize,
     /// Prompt rows prefilled a scheduler tick while other sessions decode: `auto` (what the
-    /// home prefills in 25 ms, at least 128 and at most 512) or 1..=512. More start new
-    /// sessions sooner and let more decode at once; fewer keep the decoding ones' token rate
-    /// smoother.
+    /// home prefills in 25 ms, at least 128 and at most 512), `pace` (sessions that were
+    /// decoding before the waiting prompts came keep at least about half their token rate;
+    /// the new ones start later) or 1..=512. More start new sessions sooner and let more
+    /// decode at once; fewer keep the decoding ones' token rate smoother.
     #[arg(long, default_value = "auto", value_parser = super::bench::parse_prefill_quantum)]
-    pub prefill_quantum: usize,
+    pub prefill_quantum: PrefillQuantum,
     /// The model id clients see (default: the file name without .gguf).
     #[arg(long)]
     pub name: Option<String>,
