@@ -168,6 +168,17 @@ pub struct GridSyncPush {
 }
 impl Push for GridSyncPush {}
 
+/// The persistent-chain probe's push block (`shaders/ops/chain_probe.comp`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ChainProbePush {
+    pub lo: u32,
+    pub hi: u32,
+    /// Floats an x region.
+    pub xs: u32,
+}
+impl Push for ChainProbePush {}
+
 /// flags: 1 = add the q/k/v bias, 2 = RMS-norm each q and k head (qwen3).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -779,6 +790,17 @@ impl<'a> Recorder<'a> {
     /// `rmw`: waiting workgroups poll with atomic adds of 0 instead of plain volatile loads.
     pub fn grid_sync(&mut self, phases: u32, wgs: u32, rmw: bool, sync: Bind<'_>) -> Result<(), VkError> {
         self.run(if rmw { "grid_sync_rmw" } else { "grid_sync" }, &[], &[sync], &GridSyncPush { phases, wgs }.bytes(), [wgs, 1, 1])
+    }
+
+    /// The persistent-chain probe (`shaders/ops/chain_probe.comp`, a measurement): stages
+    /// `p.lo..p.hi` of the int8 products described by `stages` in one dispatch of `wgs`
+    /// workgroups, a grid-wide barrier between two stages (`ahead`: each subgroup loads its
+    /// next row before it waits); `sync` holds the arrivals and the timed-out waits.
+    pub fn chain_probe(&mut self, ahead: bool, wgs: u32, p: ChainProbePush, b: [Bind<'_>; 4]) -> Result<(), VkError> {
+        if self.gpu.info.subgroup_size < 8 || p.xs == 0 {
+            return Err(VkError::Unsupported(format!("the chain probe on subgroups of {}", self.gpu.info.subgroup_size)));
+        }
+        self.run(if ahead { "chain_probe_ahead" } else { "chain_probe" }, &[], &b, &p.bytes(), [wgs, 1, 1])
     }
 
     /// g <- act(g) * u over `count` values (silu: SwiGLU; tanh GELU: GeGLU).

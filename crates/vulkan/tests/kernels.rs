@@ -1110,6 +1110,86 @@ fn grid_sync_floor() {
     eprintln!("for comparison, swiglu of 64 values: {:.2} us a dispatch and barrier", h.time_chained(phases, &mut |rec| rec.swiglu(FfnAct::Silu, 64, (&g).into(), (&g).into())));
 }
 
+/// What a persistent token command would save on its matrix chain (chain_probe.comp, a
+/// measurement): the Llama-3.2-1B shape's four products a layer (q/k/v 3072 x 2048,
+/// attention-out 2048 x 2048, gate/up 16384 x 2048, down 2048 x 8192; int8 weights) over its
+/// 16 layers, as one dispatch a stage chained by pipeline barriers, against one dispatch of
+/// every stage with a grid-wide barrier between two (and with each subgroup's next row loaded
+/// before it waits). Every form runs the same per-row code, so the chain's outputs must be
+/// the same bits, and no wait may time out. Prints each form's time and the weights' GB/s.
+/// lavapipe: a chain an eighth the size, one workgroup (its barrier waits for no other).
+/// `cargo test --release --test kernels -- --ignored --nocapture persistent_chain_probe`.
+#[test]
+#[ignore]
+fn persistent_chain_probe() {
+    let Some(mut h) = Harness::new() else { return };
+    let cpu = h.gpu.info.kind == "cpu";
+    let (layers, div) = if cpu { (2usize, 8usize) } else { (16, 1) };
+    let shapes: Vec<(usize, usize)> = (0..layers).flat_map(|_| [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192)]).map(|(r, c)| (r / div, c / div)).collect();
+    let xs = shapes.iter().map(|s| s.1).max().unwrap();
+    let mut table = Vec::new();
+    let mut at = 0usize; // uvec4s
+    for &(r, c) in &shapes {
+        table.extend([r as u32, c as u32, at as u32, 0]);
+        at += r * c / 16;
+    }
+    let bytes = at * 16;
+    let mut rng = Rng(5);
+    let wb: Vec<u8> = (0..bytes / 8).flat_map(|_| rng.next_u64().to_le_bytes()).collect();
+    let w = h.buf_bytes(&wb);
+    drop(wb);
+    let st = h.buf_bytes(&table.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+    let mut x0 = rng.vec(xs, 1.0);
+    x0.resize((shapes.len() + 1) * xs, 0.0);
+    let stages = shapes.len() as u32;
+    let nsg = 256 / h.gpu.info.subgroup_size;
+    let last = (shapes.len() * xs, shapes.last().unwrap().0.min(xs));
+    // (form, a dispatch a stage, next rows loaded ahead, workgroups: 0 a subgroup a row)
+    let wgs: &[u32] = if cpu { &[1] } else { &[132, 264] };
+    let mut forms = vec![("a dispatch a stage", true, false, 0u32)];
+    for &n in wgs {
+        forms.push(("a dispatch a stage", true, false, n));
+        forms.push(("one dispatch", false, false, n));
+        forms.push(("one dispatch, next rows loaded ahead", false, true, n));
+    }
+    let reps = 3u32;
+    let mut base: Option<Vec<u32>> = None;
+    for (what, chained, ahead, n) in forms {
+        let x = h.buf_f32(&x0);
+        let syncs: Vec<Buffer> = (0..reps + 1).map(|_| h.buf_bytes(&[0u8; 8])).collect();
+        let mut i = 0;
+        let us = h.time_chained(reps, &mut |rec| {
+            let sync = &syncs[i.min(reps as usize)];
+            i += 1;
+            if chained {
+                for (s, &(r, _)) in shapes.iter().enumerate() {
+                    let p = ChainProbePush { lo: s as u32, hi: s as u32 + 1, xs: xs as u32 };
+                    let groups = if n == 0 { (r as u32).div_ceil(nsg) } else { n };
+                    rec.chain_probe(false, groups, p, [(&w).into(), (&st).into(), (&x).into(), sync.into()])?;
+                    rec.barrier();
+                }
+                Ok(())
+            } else {
+                rec.chain_probe(ahead, n, ChainProbePush { lo: 0, hi: stages, xs: xs as u32 }, [(&w).into(), (&st).into(), (&x).into(), sync.into()])
+            }
+        });
+        let out: Vec<u32> = x.read_f32(last.0, last.1).unwrap().iter().map(|v| v.to_bits()).collect();
+        eprintln!("{what} ({n} workgroups): {us:.0} us for {stages} stages, {:.1} GB/s of weights", bytes as f64 / us / 1e3);
+        if !chained {
+            for s in &syncs {
+                let words = s.read_u32(0, 2).unwrap();
+                assert_eq!(words[1], 0, "{what}, {n} workgroups: a wait timed out");
+                assert_eq!(words[0], (stages - 1) * n, "{what}, {n} workgroups: arrivals");
+            }
+        }
+        assert!(out.iter().any(|&v| v != 0), "{what}: the chain's last outputs are all zero");
+        match &base {
+            None => base = Some(out),
+            Some(b) => assert!(*b == out, "{what}, {n} workgroups: the outputs differ from a dispatch a stage's"),
+        }
+    }
+}
+
 /// The merged decode attention that ropes and stores its rows' q, k and v itself (attn.comp
 /// ROPE_IN) against rope_store, a barrier, then the merged attention: the same mirror bytes
 /// and the same outputs, bit for bit, for NORM and NEOX pairs, with and without bias, with and
