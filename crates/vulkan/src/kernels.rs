@@ -222,8 +222,8 @@ pub struct AttnBinds<'a> {
 }
 
 /// The rope-and-store that the merged decode attention takes in (attn.comp ROPE_IN): the rows'
-/// k and v projections, the biases and the rope table rope_store reads. Every row of the pass
-/// must have a region of its own.
+/// k and v projections, the biases and the rope table rope_store reads. A region's rows in the
+/// pass must be one run of consecutive positions in pass order, of at most `reads` rows.
 #[derive(Clone, Copy)]
 pub struct AttnRope<'a> {
     pub k: Bind<'a>,
@@ -236,6 +236,9 @@ pub struct AttnRope<'a> {
     pub bias_on: bool,
     /// The QK norm (qwen3, gemma3): its weights (q's head_dim, then k's) and eps.
     pub qk_norm: Option<(Bind<'a>, f32)>,
+    /// Keys of the pass a row reads at most, its own included: 1 where every row has a region
+    /// of its own, else the longest run of a region's rows (a peel), at most NROW_MAX.
+    pub reads: u32,
 }
 
 /// Whether the merged decode attention can rope and store itself over a mirror of `codec`
@@ -884,16 +887,18 @@ impl<'a> Recorder<'a> {
         if let Some(rp) = rope {
             if done.is_none()
                 || !attn_rope_ok(codec, p.head_dim)
+                || !(1..=resin_core::NROW_MAX as u32).contains(&rp.reads)
                 || rp.rope_dims > p.head_dim
                 || !rp.rope_dims.is_multiple_of(2)
                 || p.n_head_kv == 0
                 || !p.n_head.is_multiple_of(p.n_head_kv)
             {
                 return Err(VkError::Unsupported(format!(
-                    "the attention's own rope-and-store ({codec:?} mirror, head_dim {}, rope_dims {}, merged: {})",
+                    "the attention's own rope-and-store ({codec:?} mirror, head_dim {}, rope_dims {}, merged: {}, keys of the pass a row reads {})",
                     p.head_dim,
                     rp.rope_dims,
-                    done.is_some()
+                    done.is_some(),
+                    rp.reads
                 )));
             }
         }
@@ -924,7 +929,13 @@ impl<'a> Recorder<'a> {
                     let rflags = u32::from(rp.bias_on) | if rp.style == RopeStyle::Neox { 2 } else { 0 } | if rp.qk_norm.is_some() { 4 } else { 0 };
                     let (qkn, qk_eps) = rp.qk_norm.unwrap_or((rp.bias, 0.0));
                     let push = AttnRopePush { merge: mp, rope_dims: rp.rope_dims, rflags, qk_eps };
-                    rec.run(&format!("attn_{form}_{c}_rope"), &[WG, block], &[q, mk, mv, meta, part, out, y, done, rp.k, rp.v, rp.bias, rp.table, qkn], &push.bytes(), groups)
+                    rec.run(
+                        &format!("attn_{form}_{c}_rope"),
+                        &[WG, block, rp.reads],
+                        &[q, mk, mv, meta, part, out, y, done, rp.k, rp.v, rp.bias, rp.table, qkn],
+                        &push.bytes(),
+                        groups,
+                    )
                 }
             }
         };

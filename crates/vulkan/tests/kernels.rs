@@ -1194,16 +1194,21 @@ fn persistent_chain_probe() {
 /// ROPE_IN) against rope_store, a barrier, then the merged attention: the same mirror bytes
 /// and the same outputs, bit for bit, for NORM and NEOX pairs, with and without bias, with and
 /// without the QK norm, rope over all dims and over part of them, f16 and f32 mirrors, 1 and
-/// 4 workgroups a head, rows of three regions (one key, a few chunks). Controls: another rope
-/// style, the bias flipped, or the QK norm flipped must move the outputs.
+/// 4 workgroups a head, rows of three regions (one key, a few chunks) beside two runs of a
+/// peel's rows (each reading its run's earlier keys; one run across a chunk's end). Controls:
+/// another rope style, the bias flipped, or the QK norm flipped must move the outputs. (A
+/// kernel that read a run's earlier keys from the mirror would race with their stores, so no
+/// control runs it: a mutation that did failed the equality here.)
 #[test]
 fn attention_that_ropes_equals_rope_store_then_attention() {
     let Some(mut h) = Harness::new() else { return };
     let (n_head, n_head_kv, hd) = (6usize, 2usize, 64usize);
     let (q_dim, kv_dim, n_ctx) = (n_head * hd, n_head_kv * hd, 160usize);
     let mut rng = Rng(77);
-    // (keys, region) of each row: its newest key at keys - 1.
-    let rr = [(1usize, 0usize), (77, 1), (150, 2)];
+    // (keys, region) of each row: its newest key at keys - 1. Regions 3 and 4 hold runs of a
+    // peel's rows (each row reads the keys of its run's earlier rows; region 4's run crosses
+    // a 64-key chunk).
+    let rr = [(1usize, 0usize), (77, 1), (150, 2), (64, 3), (65, 3), (66, 3), (128, 4), (129, 4)];
     let rows = rr.len();
     let meta: Vec<RowMeta> = rr.iter().map(|&(keys, reg)| RowMeta { token: 0, pos: keys as u32 - 1, kv_base: (reg * n_ctx * kv_dim) as u32, keys: keys as u32 }).collect();
     let mb = h.buf_bytes(&RowMeta::words(&meta));
@@ -1214,7 +1219,7 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
         (resin_model::RopeStyle::Neox, resin_core::KvCodec::F32, false, 48, false),
     ] {
         let what = format!("{style:?} {codec:?} bias {bias_on} rope_dims {rope_dims} qk norm {qk}");
-        let elems = 3 * n_ctx * kv_dim;
+        let elems = 5 * n_ctx * kv_dim;
         let mirror: Vec<u8> = if codec == resin_core::KvCodec::F16 {
             rng.vec(elems, 2.0).iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect()
         } else {
@@ -1227,7 +1232,7 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
         let (kb, vb, bb, tb, nb) = (h.buf_f32(&k), h.buf_f32(&v), h.buf_f32(&bias), h.buf_f32(&table), h.buf_f32(&rng.vec(2 * hd, 1.5)));
         let scale = 1.0 / (hd as f32).sqrt();
         // One path: (outputs, K mirror bytes, V mirror bytes).
-        let run = |h: &mut Harness, own: bool, style: resin_model::RopeStyle, bias_on: bool, qk: bool, pieces: u32| -> (Vec<f32>, Vec<u32>, Vec<u32>) {
+        let run = |h: &mut Harness, own: bool, style: resin_model::RopeStyle, bias_on: bool, qk: bool, pieces: u32, reads: u32| -> (Vec<f32>, Vec<u32>, Vec<u32>) {
             let (mk, mv) = (h.buf_bytes(&mirror), h.buf_bytes(&mirror));
             let qb = h.buf_f32(&q);
             let part = h.poisoned(attn_part_len(rows, n_head, hd, ATTN_SLOTS as usize));
@@ -1238,7 +1243,7 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
             h.run(|rec| {
                 if own {
                     let qk_norm = qk.then(|| ((&nb).into(), 1e-6));
-                    let rope = AttnRope { k: (&kb).into(), v: (&vb).into(), bias: (&bb).into(), table: (&tb).into(), rope_dims: rope_dims as u32, style, bias_on, qk_norm };
+                    let rope = AttnRope { k: (&kb).into(), v: (&vb).into(), bias: (&bb).into(), table: (&tb).into(), rope_dims: rope_dims as u32, style, bias_on, qk_norm, reads };
                     return rec.attention_round(codec, rows as u32, binds, None, Some((&done).into()), Some(rope), p);
                 }
                 let rp = RopePush {
@@ -1262,9 +1267,10 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
             let words = mirror.len() / 4;
             (ob.read_f32(0, rows * q_dim).unwrap(), mk.read_u32(0, words).unwrap(), mv.read_u32(0, words).unwrap())
         };
-        for pieces in [1u32, 4] {
-            let (out_a, mk_a, mv_a) = run(&mut h, false, style, bias_on, qk, pieces);
-            let (out_b, mk_b, mv_b) = run(&mut h, true, style, bias_on, qk, pieces);
+        // (pieces a head, keys of the pass a row reads at most: the longest run, or more)
+        for (pieces, reads) in [(1u32, 8u32), (4, 8), (4, 3)] {
+            let (out_a, mk_a, mv_a) = run(&mut h, false, style, bias_on, qk, pieces, 1);
+            let (out_b, mk_b, mv_b) = run(&mut h, true, style, bias_on, qk, pieces, reads);
             assert!(mk_a == mk_b, "{what} pieces {pieces}: the K mirror differs ({} words)", mk_a.iter().zip(&mk_b).filter(|(a, b)| a != b).count());
             assert!(mv_a == mv_b, "{what} pieces {pieces}: the V mirror differs");
             assert!(mk_a != words_of(&mirror), "{what}: the newest keys were stored");
@@ -1281,10 +1287,10 @@ fn attention_that_ropes_equals_rope_store_then_attention() {
         }
         // Controls: the other pair style; the bias flipped.
         let other = if style == resin_model::RopeStyle::Norm { resin_model::RopeStyle::Neox } else { resin_model::RopeStyle::Norm };
-        let (base, _, _) = run(&mut h, true, style, bias_on, qk, 1);
-        assert!(!bits_equal(&run(&mut h, true, other, bias_on, qk, 1).0, &base), "control {what}: another rope style must move the outputs");
-        assert!(!bits_equal(&run(&mut h, true, style, !bias_on, qk, 1).0, &base), "control {what}: the bias must move the outputs");
-        assert!(!bits_equal(&run(&mut h, true, style, bias_on, !qk, 1).0, &base), "control {what}: the QK norm must move the outputs");
+        let (base, _, _) = run(&mut h, true, style, bias_on, qk, 1, 8);
+        assert!(!bits_equal(&run(&mut h, true, other, bias_on, qk, 1, 8).0, &base), "control {what}: another rope style must move the outputs");
+        assert!(!bits_equal(&run(&mut h, true, style, !bias_on, qk, 1, 8).0, &base), "control {what}: the bias must move the outputs");
+        assert!(!bits_equal(&run(&mut h, true, style, bias_on, !qk, 1, 8).0, &base), "control {what}: the QK norm must move the outputs");
     }
 }
 

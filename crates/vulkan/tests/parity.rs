@@ -227,12 +227,12 @@ fn vk_home(name: &str, n_ctx: usize, regions: usize, codec: KvCodec) -> Option<V
     Some(VulkanHome::on(gpu, file, cfg, &opts, Arc::new(Counters::default())).unwrap())
 }
 
-/// A token command's attention ropes and stores q, k and v itself where its rows have regions
-/// of their own (one row, or the 3-row command of three regions): rows stepped together give
-/// each row's one-row logits bit for bit, and store the same K/V (the steps after read them back),
+/// A token command's attention ropes and stores q, k and v itself (one row, the 3-row command
+/// of three regions, a peel's rows of one region): rows stepped together give each row's
+/// one-row logits bit for bit, and store the same K/V (the steps after read them back),
 /// on NORM rope (SmolLM2) and NEOX rope with q/k/v bias (Qwen2.5), the f16 mirror. Control:
-/// the next position's logits differ. The profile says which path ran: a peel's rows (one
-/// region) keep the rope_store dispatch.
+/// the next position's logits differ. The profile says which path ran: no rope_store dispatch
+/// in any of them, and one where a region's rows are not one run (not in position order).
 #[test]
 fn the_attention_ropes_and_stores_as_the_rope_dispatch() {
     // The f32 mirror's form is covered by tests/kernels.rs (attention_that_ropes_...).
@@ -267,7 +267,18 @@ fn the_attention_ropes_and_stores_as_the_rope_dispatch() {
             let own = [Row { region: RegionId(0), token: 9, pos }, Row { region: RegionId(1), token: 9, pos: pos + 1 }];
             assert_eq!(rope_stages(&mut h, &own).unwrap(), 0, "{what}: rows of their own regions rope in their attention");
             let peel = [Row { region: RegionId(2), token: 9, pos }, Row { region: RegionId(2), token: 9, pos: pos + 1 }];
-            assert!(rope_stages(&mut h, &peel).unwrap() > 0, "{what}: a peel keeps rope_store");
+            assert_eq!(rope_stages(&mut h, &peel).unwrap(), 0, "{what}: a peel's rows rope in their attention");
+            let unordered = [Row { region: RegionId(2), token: 9, pos: pos + 1 }, Row { region: RegionId(2), token: 9, pos }];
+            assert!(rope_stages(&mut h, &unordered).unwrap() > 0, "{what}: rows of a region out of order take rope_store");
+        }
+        // A peel (three rows of region 0 and two of region 1, each run in position order)
+        // against the same rows stepped one at a time.
+        let peel: Vec<Row> = [(0u32, 11u32), (0, 12), (0, 13), (1, 11), (1, 12)].iter().map(|&(r, pos)| Row { region: RegionId(r), token: 60 + r + pos, pos }).collect();
+        let alone: Vec<Vec<f32>> = peel.iter().map(|r| h.step_logits(std::slice::from_ref(r)).unwrap().data).collect();
+        let together = h.step_logits(&peel).unwrap();
+        for (i, a) in alone.iter().enumerate() {
+            let differ = together.row(i).iter().zip(a).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
+            assert!(differ == 0, "{what}: row {i} of the peel differs from the row alone ({differ} logits)");
         }
     }
 }

@@ -15,11 +15,14 @@
 // ROPE_IN (with COMBINE; f16 and f32 mirrors): the rope-and-store of the rows' q, k and v
 // happens here, not in a dispatch before: each workgroup norms (the QK norm where the model
 // has one: common/qk_norm.glsl) and ropes its head of q (common/rope.glsl, rope_store.comp's
-// arithmetic), the workgroup whose pieces hold the row's newest key (its own,
-// at pos = keys - 1) ropes that key and takes its value from k and v, rounded as the mirror
-// holds them, and the first head of each kv group writes them into the mirror. Every row's
-// region must differ from the other rows' (a row reads no key another row of the pass
-// writes): the host takes this form for one-row commands.
+// arithmetic). A row reads its own key (at pos = keys - 1) and, in a peel, the keys of the
+// rows of its region just before it in the pass (up to FMAX keys in all: the rows r - j at
+// positions pos - j, found by their metadata; the host passes a region's rows of a pass as
+// one run of consecutive positions, in order): those keys are not in the mirror yet, so a
+// workgroup whose pieces hold any of them ropes each from k and takes its value from v,
+// rounded as the mirror holds them, and reads them from shared memory. The first head of
+// each kv group, in the workgroup whose pieces hold the row's own key, writes that key and
+// value into the mirror; the other rows write theirs.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 
@@ -74,6 +77,9 @@ layout(std430, set = 0, binding = 6) writeonly buffer Rounded { float y[]; };
 // Workgroups finished, a row and head group (zero between dispatches: the last sets it back).
 layout(std430, set = 0, binding = 7) coherent buffer Done { uint done_wgs[]; };
 layout(constant_id = 1) const uint QB = 32;
+#ifdef ROPE_IN
+layout(constant_id = 2) const uint FMAX = 1;   // keys of the pass a row reads, its own included
+#endif
 #else
 layout(std430, set = 0, binding = 4) writeonly buffer Part { float part[]; };
 #endif
@@ -110,12 +116,12 @@ Q8_READER(q8v, mv)
 shared float qs[256];
 #ifdef ROPE_IN
 #include "rope.glsl"
-shared float rin[512];  // the q head, then the k head, before the rotation
-shared float kf[256];   // the newest key and value, as the mirror holds them
-shared float vf[256];
-shared uint hw[256];    // the newest key's and value's f16 words (KV f16)
-bool fresh_wg;          // this workgroup's pieces hold the newest key
-uint fresh_e;           // the newest key's mirror element (its row's first)
+shared float rin[512];        // the q head, then a k head, before the rotation
+shared float kf[FMAX * 256u];  // the pass's keys and values the row reads, as the mirror holds them
+shared float vf[FMAX * 256u];
+shared uint hw[256];          // a key's and value's f16 words (KV f16)
+bool fresh_wg;   // this workgroup's pieces hold a key of the pass
+uint fresh_first;  // the first key of the pass the row reads (the last ones: fresh_first..keys)
 #endif
 shared float sc[256];   // the chunk's scores
 #ifdef ROPE_IN
@@ -198,33 +204,34 @@ float[16] key16(uint e, uint i) {
 // q . k in the CPU home's order (ops::dot): 16 lanes of fused multiply-adds over the dims, its
 // reduction tree, then the dims past a multiple of 16 one by one. Loads go out 32 dims at once.
 #ifdef ROPE_IN
-// The newest key from kf (the same values the mirror holds), any other from the mirror.
-float[16] key16s(uint e, uint i) {
-    if (fresh_wg && e == fresh_e) {
+// The pass's keys from kf (the same values the mirror will hold), any other from the mirror.
+float[16] key16s(uint key, uint e, uint i) {
+    if (fresh_wg && key >= fresh_first) {
         float kk[16];
-        for (uint k = 0u; k < 16u; k++) kk[k] = kf[i + k];
+        for (uint k = 0u; k < 16u; k++) kk[k] = kf[(key - fresh_first) * 256u + i + k];
         return kk;
     }
     return key16(e, i);
 }
-float kvals(uint e, uint i) { return fresh_wg && e == fresh_e ? kf[i] : kval(e + i); }
+float kvals(uint key, uint e, uint i) { return fresh_wg && key >= fresh_first ? kf[(key - fresh_first) * 256u + i] : kval(e + i); }
 #else
-#define key16s key16
-#define kvals(e, i) kval((e) + (i))
+#define key16s(key, e, i) key16(e, i)
+#define kvals(key, e, i) kval((e) + (i))
 #endif
 
-float score(uint e, uint hd) {
+// Key `key`'s score; e: its mirror element.
+float score(uint key, uint e, uint hd) {
     float acc[16];
     for (uint k = 0u; k < 16u; k++) acc[k] = 0.0;
     uint i = 0u;
     for (; i + 32u <= hd; i += 32u) {
-        float k0[16] = key16s(e, i);
-        float k1[16] = key16s(e, i + 16u);
+        float k0[16] = key16s(key, e, i);
+        float k1[16] = key16s(key, e, i + 16u);
         lanes(acc, i, k0);
         lanes(acc, i + 16u, k1);
     }
     if (i + 16u <= hd) {
-        lanes(acc, i, key16s(e, i));
+        lanes(acc, i, key16s(key, e, i));
         i += 16u;
     }
     precise float t0 = acc[0] + acc[8], t1 = acc[1] + acc[9], t2 = acc[2] + acc[10], t3 = acc[3] + acc[11];
@@ -232,7 +239,7 @@ float score(uint e, uint hd) {
     precise float u0 = t0 + t4, u1 = t1 + t5, u2 = t2 + t6, u3 = t3 + t7;
     precise float sum = (u0 + u2) + (u1 + u3);
     for (; i < hd; i++) {
-        precise float pr = qs[i] * kvals(e, i);
+        precise float pr = qs[i] * kvals(key, e, i);
         sum = sum + pr;
     }
     return sum;
@@ -259,85 +266,104 @@ void main() {
         uint pos = keys - 1u;
         uint q_dim = p.n_head * hd;
         bool bias_on = (p.rflags & 1u) != 0u;
-        fresh_wg = (npc - 1u) % p.n_pieces == slot;
-        fresh_e = base + pos * kv_dim;
+        bool neox = (p.rflags & 2u) != 0u;
+        uint half_r = p.rope_dims / 2u;
+        // The rows of the row's region just before it in the pass, at the positions just
+        // before its own: their keys and its own are the pass's keys it reads.
+        uint fn = 1u;
+        uint region = meta[r * META_WORDS + META_KV_BASE];
+        while (fn < FMAX && fn <= r && meta[(r - fn) * META_WORDS + META_KV_BASE] == region && meta[(r - fn) * META_WORDS + META_KEYS] == keys - fn) fn++;
+        fresh_first = keys - fn;
+        fresh_wg = false;
+        for (uint pc = slot; pc < npc; pc += p.n_pieces) fresh_wg = fresh_wg || first + (pc + 1u) * per > fresh_first;
+        bool own_wg = (npc - 1u) % p.n_pieces == slot;   // its pieces hold the row's own key
         for (uint i = t; i < hd; i += WG) {
             float a = q[(r * p.n_head + h) * hd + i];
             if (bias_on) a = with_bias(a, bias[h * hd + i]);
             rin[i] = a;
-            if (fresh_wg) {
-                float kk = kin[r * kv_dim + g * hd + i];
-                float vv = vin[r * kv_dim + g * hd + i];
+        }
+        barrier();
+        if ((p.rflags & 4u) != 0u) qk_norm_head(t, hd, 0u, 0u, p.qk_eps);
+        for (uint i = t; i < hd; i += WG) {
+            if (i < half_r) {
+                uint i0, i1;
+                rope_pair(i, half_r, neox, i0, i1);
+                float c = cs[2u * (pos * half_r + i)];
+                float s = cs[2u * (pos * half_r + i) + 1u];
+                float o0, o1;
+                rope_rotate(rin[i0], rin[i1], c, s, o0, o1);
+                qs[i0] = o0;
+                qs[i1] = o1;
+            } else if (i >= p.rope_dims) {
+                qs[i] = rin[i];
+            }
+        }
+        // Key j of the pass's keys the row reads: row r - (fn - 1 - j)'s, at fresh_first + j.
+        for (uint j = 0u; fresh_wg && j < fn; j++) {
+            uint rj = r - (fn - 1u - j);
+            uint kp = fresh_first + j;
+            for (uint i = t; i < hd; i += WG) {
+                float kk = kin[rj * kv_dim + g * hd + i];
+                float vv = vin[rj * kv_dim + g * hd + i];
                 if (bias_on) {
                     kk = with_bias(kk, bias[q_dim + g * hd + i]);
                     vv = with_bias(vv, bias[q_dim + kv_dim + g * hd + i]);
                 }
                 rin[256u + i] = kk;
-                vf[i] = vv;
+                vf[j * 256u + i] = vv;
             }
-        }
-        barrier();
-        if ((p.rflags & 4u) != 0u) {
-            qk_norm_head(t, hd, 0u, 0u, p.qk_eps);
-            if (fresh_wg) qk_norm_head(t, hd, 256u, hd, p.qk_eps);
-        }
-        uint half_r = p.rope_dims / 2u;
-        uint crow = pos * half_r;
-        bool neox = (p.rflags & 2u) != 0u;
-        for (uint i = t; i < hd; i += WG) {
-            if (i < half_r) {
-                uint i0, i1;
-                rope_pair(i, half_r, neox, i0, i1);
-                float c = cs[2u * (crow + i)];
-                float s = cs[2u * (crow + i) + 1u];
-                float o0, o1;
-                rope_rotate(rin[i0], rin[i1], c, s, o0, o1);
-                qs[i0] = o0;
-                qs[i1] = o1;
-                if (fresh_wg) {
+            barrier();
+            if ((p.rflags & 4u) != 0u) qk_norm_head(t, hd, 256u, hd, p.qk_eps);
+            for (uint i = t; i < hd; i += WG) {
+                if (i < half_r) {
+                    uint i0, i1;
+                    rope_pair(i, half_r, neox, i0, i1);
+                    float c = cs[2u * (kp * half_r + i)];
+                    float s = cs[2u * (kp * half_r + i) + 1u];
+                    float o0, o1;
                     rope_rotate(rin[256u + i0], rin[256u + i1], c, s, o0, o1);
-                    kf[i0] = o0;
-                    kf[i1] = o1;
+                    kf[j * 256u + i0] = o0;
+                    kf[j * 256u + i1] = o1;
+                } else if (i >= p.rope_dims) {
+                    kf[j * 256u + i] = rin[256u + i];
                 }
-            } else if (i >= p.rope_dims) {
-                qs[i] = rin[i];
-                if (fresh_wg) kf[i] = rin[256u + i];
             }
-        }
-        barrier();
-        if (fresh_wg) {
-            // The group's first head writes the mirror row; every fresh workgroup reads the
-            // key and value back as the mirror holds them.
-            bool writer = h % (p.n_head / p.n_head_kv) == 0u;
+            barrier();
+            // The group's first head writes the row's own key and value into the mirror (in
+            // the workgroup whose pieces hold it); every workgroup reads each key and value
+            // back as the mirror holds them.
+            bool writer = j + 1u == fn && own_wg && h % (p.n_head / p.n_head_kv) == 0u;
+            uint ke = base + kp * kv_dim;
 #ifdef KV_F32
             if (writer) {
                 for (uint i = t; i < hd; i += WG) {
-                    mkw[fresh_e + i] = kf[i];
-                    mvw[fresh_e + i] = vf[i];
+                    mkw[ke + i] = kf[j * 256u + i];
+                    mvw[ke + i] = vf[j * 256u + i];
                 }
             }
 #else
-            for (uint j = t; j < hd / 2u; j += WG) {
-                uint i = 2u * j;
-                uint wk = packHalf2x16(vec2(clamp_half(kf[i]), clamp_half(kf[i + 1u])));
-                uint wv = packHalf2x16(vec2(clamp_half(vf[i]), clamp_half(vf[i + 1u])));
+            for (uint jj = t; jj < hd / 2u; jj += WG) {
+                uint i = 2u * jj;
+                uint wk = packHalf2x16(vec2(clamp_half(kf[j * 256u + i]), clamp_half(kf[j * 256u + i + 1u])));
+                uint wv = packHalf2x16(vec2(clamp_half(vf[j * 256u + i]), clamp_half(vf[j * 256u + i + 1u])));
                 if (writer) {
-                    mkw[(fresh_e + i) >> 1] = wk;
-                    mvw[(fresh_e + i) >> 1] = wv;
+                    mkw[(ke + i) >> 1] = wk;
+                    mvw[(ke + i) >> 1] = wv;
                 }
-                hw[j] = wk;
-                hw[128u + j] = wv;
+                hw[jj] = wk;
+                hw[128u + jj] = wv;
             }
             barrier();
             // Unpacked from the words in shared memory (a compiler may fold an unpack of the
             // pack just made into the unrounded value, which the mirror does not hold).
             for (uint i = t; i < hd; i += WG) {
-                kf[i] = unpackHalf2x16(hw[i >> 1] >> ((i & 1u) * 16u)).x;
-                vf[i] = unpackHalf2x16(hw[128u + (i >> 1)] >> ((i & 1u) * 16u)).x;
+                kf[j * 256u + i] = unpackHalf2x16(hw[i >> 1] >> ((i & 1u) * 16u)).x;
+                vf[j * 256u + i] = unpackHalf2x16(hw[128u + (i >> 1)] >> ((i & 1u) * 16u)).x;
             }
 #endif
             barrier();
         }
+        barrier();
     }
 #else
     for (uint i = t; i < hd; i += WG) qs[i] = q[(r * p.n_head + h) * hd + i];
@@ -355,15 +381,16 @@ void main() {
         for (uint c0 = k0; c0 < k1; c0 += WG) {
             uint cn = min(WG, k1 - c0);
 #ifdef ROPE_IN
-            bool fresh_chunk = fresh_wg && c0 + cn == keys;   // holds the newest key, its last
+            // The chunk's keys of the pass (the last ones, fresh_first..keys: a suffix of it).
+            uint cf = fresh_wg && c0 + cn > fresh_first ? c0 + cn - max(c0, fresh_first) : 0u;
 #else
-            const bool fresh_chunk = false;
+            const uint cf = 0u;
 #endif
             float s = -1.0 / 0.0;
             // precise: no contraction of the scaling with the max's subtraction below, which a
             // compiler could otherwise choose differently in each form of this kernel.
             if (t < cn) {
-                precise float sv = score(base + (c0 + t) * kv_dim, hd) * p.scale;
+                precise float sv = score(c0 + t, base + (c0 + t) * kv_dim, hd) * p.scale;
                 s = sv;
             }
             sc[t] = s;
@@ -389,8 +416,8 @@ void main() {
                 precise float a = acc[d] * rescale;
                 uint e0 = base + c0 * kv_dim + dim;
                 uint i = 0u;
-                // The keys from the mirror (ROPE_IN: all but the pass's newest, the last key).
-                uint cm = cn - (fresh_chunk ? 1u : 0u);
+                // The keys from the mirror (ROPE_IN: all but the pass's, the chunk's last cf).
+                uint cm = cn - cf;
                 for (; i + VB <= cm; i += VB) {
                     float vv[VB];
                     for (uint k = 0u; k < VB; k++) vv[k] = vval(e0 + (i + k) * kv_dim);
@@ -404,10 +431,10 @@ void main() {
                     if (d == 0u) psum += pe[i];
                 }
 #ifdef ROPE_IN
-                // Then the newest key's value, in its place in the order (the last).
-                if (fresh_chunk) {
-                    a = fma(pe[cm], vf[dim], a);
-                    if (d == 0u) psum += pe[cm];
+                // Then the pass's keys' values, in their places in the order (the last).
+                for (uint j = cm; j < cn; j++) {
+                    a = fma(pe[j], vf[(c0 + j - fresh_first) * 256u + dim], a);
+                    if (d == 0u) psum += pe[j];
                 }
 #endif
                 acc[d] = a;

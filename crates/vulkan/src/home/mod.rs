@@ -151,10 +151,11 @@ impl VulkanHome {
     pub fn prewarm(&mut self, rows: usize) -> Result<std::time::Duration, VkError> {
         let t0 = std::time::Instant::now();
         let backs = ReadBack::ALL;
-        // (rows of distinct regions, as streams decode, and rows sharing one, as a peel's)
+        // (rows of regions of their own, as streams decode, and runs of a region's rows, as a
+        // peel's)
         for n in 1..=rows.clamp(1, NROW_MAX) {
-            for (b, own) in backs.into_iter().flat_map(|b| [(b, true), (b, false)]) {
-                self.command(0, n, b, own)?;
+            for (b, regions) in backs.into_iter().flat_map(|b| [(b, Regions::Own), (b, Regions::Runs)]) {
+                self.command(0, n, b, regions)?;
             }
         }
         // With more rows than a token command takes, the widest step's: its lanes and their
@@ -166,12 +167,12 @@ impl VulkanHome {
             self.ensure_lanes(shape.len())?;
             for (lane, n) in shape {
                 for b in backs {
-                    self.command(lane, n, b, true)?;
+                    self.command(lane, n, b, Regions::Own)?;
                 }
             }
         }
         let keep = [PF_WINDOW as u32 - 1];
-        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true, top: false, listed: false, own_regions: false }, None)?);
+        drop(self.record_shape(0, true, PassShape { n: PF_WINDOW, narrow: Some(&keep), to_host: true, top: false, listed: false, regions: Regions::Mixed }, None)?);
         Ok(t0.elapsed())
     }
 }
@@ -336,7 +337,7 @@ impl Profile for VulkanHome {
         if !(1..=NROW_MAX).contains(&rows) {
             return Err(HomeError::BadRowCount { got: rows, max: NROW_MAX });
         }
-        let c = self.command(0, rows, ReadBack::Ids, true).map_err(HomeError::from)?.counts;
+        let c = self.command(0, rows, ReadBack::Ids, Regions::Own).map_err(HomeError::from)?.counts;
         Ok(Some(StepShape { stages: c.stages, dispatches: c.dispatches, barriers: c.barriers }))
     }
 

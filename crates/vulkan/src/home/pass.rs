@@ -400,9 +400,57 @@ pub(super) struct PassShape<'a> {
     pub(super) top: bool,
     /// Copy the logits rows `Scratch::rows_list` names to the first rows of `logits_host`.
     pub(super) listed: bool,
-    /// Every row's region differs from the other rows' (no row reads a key another row of the
-    /// pass stores), so a token command's attention may rope and store its rows itself.
-    pub(super) own_regions: bool,
+    /// How the rows share regions: whether a token command's attention may rope and store
+    /// its rows itself.
+    pub(super) regions: Regions,
+}
+
+/// How a pass's rows share the regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Regions {
+    /// Every row has a region of its own (streams decoding).
+    Own,
+    /// Each region's rows are one run of consecutive positions in pass order, of at most
+    /// NROW_MAX rows (a peel): a row reads the keys its run's earlier rows store.
+    Runs,
+    /// Otherwise: the rope dispatch stores every row's key before any attention reads.
+    Mixed,
+}
+
+impl Regions {
+    pub(super) fn of(rows: &[(u32, u32, u32)]) -> Regions {
+        let mut seen = std::collections::HashSet::new();
+        let (mut own, mut run) = (true, 0usize);
+        for (i, r) in rows.iter().enumerate() {
+            let continues = i > 0 && rows[i - 1].0 == r.0 && rows[i - 1].1.checked_add(1) == Some(r.1);
+            if continues {
+                own = false;
+                run += 1;
+            } else if seen.insert(r.0) {
+                run = 1;
+            } else {
+                return Regions::Mixed;
+            }
+            if run > NROW_MAX {
+                return Regions::Mixed;
+            }
+        }
+        if own {
+            Regions::Own
+        } else {
+            Regions::Runs
+        }
+    }
+
+    /// The keys of the pass a row reads at most, its own included (`AttnRope::reads`), for a
+    /// pass of `n` rows; None: the rope dispatch.
+    fn reads(self, n: usize) -> Option<u32> {
+        match self {
+            Regions::Own => Some(1),
+            Regions::Runs => Some(n.min(NROW_MAX) as u32),
+            Regions::Mixed => None,
+        }
+    }
 }
 
 /// What a pass reads: the model, its weights, the mirror's codec, the lane's scratch, and the
@@ -445,9 +493,10 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     };
     let n_pieces = attn_pieces(n);
     // A token command's attention ropes and stores its rows (the same bits as the rope_store
-    // dispatch) where each row has a region of its own; a peel's rows share one (a row reads
-    // the keys the rows before it store) and take the rope_store stage.
-    let rope_in = shape.narrow.is_none() && shape.own_regions && attn_rope_ok(codec, cfg.head_dim as u32);
+    // dispatch), also where a region's rows are a run (a peel: a row reads the keys of the
+    // run's earlier rows from k and v, as they will be stored).
+    let reads = shape.regions.reads(n).filter(|_| shape.narrow.is_none() && attn_rope_ok(codec, cfg.head_dim as u32));
+    let rope_in = reads.is_some();
     // After the last layer's attention a window keeps only the rows that need logits.
     let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None, post: None, packed: None }, &s.att, n);
     let out = output.unwrap_or(embd);
@@ -488,6 +537,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
                 style,
                 bias_on: cfg.qkv_bias,
                 qk_norm: cfg.qk_norm.then(|| ((&ly.qk_norm).into(), cfg.rms_eps)),
+                reads: reads.unwrap_or(1),
             });
             rec.attention_round(
                 codec,

@@ -26,9 +26,9 @@ pub(super) struct TokenCommand {
 /// device's queues).
 pub(super) struct Lane {
     // Field order is drop order: the commands before the buffers they use.
-    /// Token commands by (rows, what comes back to the host, whether the rows have regions of
-    /// their own), recorded on first use.
-    pub(super) commands: std::collections::HashMap<(usize, ReadBack, bool), TokenCommand>,
+    /// Token commands by (rows, what comes back to the host, how the rows share regions),
+    /// recorded on first use.
+    pub(super) commands: std::collections::HashMap<(usize, ReadBack, Regions), TokenCommand>,
     pub(super) fence: Fence,
     pub(super) scratch: Scratch,
 }
@@ -148,12 +148,6 @@ pub(super) fn exact_groups(segments: &[Segment<'_>], out_rows: usize) -> Vec<Vec
 }
 
 /// A step's rows as the (region, position, token) triples the passes take.
-/// Whether every row's region differs from the other rows'.
-pub(super) fn own_regions(rows: &[(u32, u32, u32)]) -> bool {
-    let mut seen = std::collections::HashSet::new();
-    rows.iter().all(|r| seen.insert(r.0))
-}
-
 pub(super) fn triples(rows: &[Row]) -> Vec<(u32, u32, u32)> {
     rows.iter().map(|r| (r.region.0, r.pos, r.token)).collect()
 }
@@ -171,12 +165,12 @@ impl VulkanHome {
     /// Lane `lane`'s token command for `n` rows (1..=NROW_MAX; on lane 0 up to step_rows_max,
     /// above NROW_MAX a GEMM pass), recorded on first use and kept; `back`: what comes back to
     /// the host besides the argmax ids.
-    pub(super) fn command(&mut self, lane: usize, n: usize, back: ReadBack, own_regions: bool) -> Result<&TokenCommand, VkError> {
+    pub(super) fn command(&mut self, lane: usize, n: usize, back: ReadBack, regions: Regions) -> Result<&TokenCommand, VkError> {
         // One row always has a region of its own.
-        let key = (n, back, own_regions || n == 1);
+        let key = (n, back, if n == 1 { Regions::Own } else { regions });
         if !self.lanes[lane].commands.contains_key(&key) {
             let c =
-                self.record_shape(lane, false, PassShape { n, narrow: None, to_host: back == ReadBack::Logits, top: back.top(), listed: back.listed(), own_regions: key.2 }, None)?;
+                self.record_shape(lane, false, PassShape { n, narrow: None, to_host: back == ReadBack::Logits, top: back.top(), listed: back.listed(), regions: key.2 }, None)?;
             self.lanes[lane].commands.insert(key, c);
         }
         self.lanes[lane].commands.get(&key).ok_or_else(|| VkError::Model("no token command".into()))
@@ -205,7 +199,7 @@ impl VulkanHome {
         let Some(ts) = crate::buffers::Timestamps::new(&self.gpu, (16 * self.cfg.n_layer + 16) as u32)? else { return Ok(None) };
         self.write_meta(0, rows)?;
         let mut clock = StageClock { ts: &ts, labels: Vec::new() };
-        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true, top: false, listed: false, own_regions: own_regions(rows) }, Some(&mut clock))?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow, to_host: true, top: false, listed: false, regions: Regions::of(rows) }, Some(&mut clock))?;
         self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         let labels = clock.labels;
         let t = ts.read(labels.len() as u32)?;
@@ -239,7 +233,7 @@ impl VulkanHome {
     /// submitted; returns the logits of the rows in `keep`.
     pub(super) fn run_window(&mut self, rows: &[(u32, u32, u32)], keep: &[u32]) -> Result<Vec<f32>, VkError> {
         self.write_meta(0, rows)?;
-        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true, top: false, listed: false, own_regions: own_regions(rows) }, None)?;
+        let c = self.record_shape(0, true, PassShape { n: rows.len(), narrow: Some(keep), to_host: true, top: false, listed: false, regions: Regions::of(rows) }, None)?;
         self.lanes[0].fence.submit_wait(c.cmds.cmd)?;
         if keep.is_empty() {
             return Ok(Vec::new());
@@ -256,13 +250,13 @@ impl VulkanHome {
     /// `rows_list`. Returns (lane, rows) of each pass in row order; its results are in that
     /// lane's scratch.
     pub(super) fn run_step(&mut self, rows: &[(u32, u32, u32)], back: ReadBack, listed: &[usize]) -> Result<Vec<(usize, usize)>, VkError> {
-        let distinct = own_regions(rows);
-        let groups: Vec<usize> = self.wide.passes(rows.len(), distinct).into_iter().map(|(_, n)| n).collect();
+        let regions = Regions::of(rows);
+        let groups: Vec<usize> = self.wide.passes(rows.len(), regions == Regions::Own).into_iter().map(|(_, n)| n).collect();
         self.ensure_lanes(groups.len())?;
         let mut cmds = Vec::with_capacity(groups.len());
         let mut at = 0;
         for (lane, &n) in groups.iter().enumerate() {
-            let (cmd, pieces) = self.command(lane, n, back, distinct).map(|c| (c.cmds.cmd, c.pieces))?;
+            let (cmd, pieces) = self.command(lane, n, back, regions).map(|c| (c.cmds.cmd, c.pieces))?;
             Counters::add(&self.counters.decode_attention_pieces, pieces as u64);
             cmds.push(cmd);
             self.write_meta(lane, &rows[at..at + n])?;
