@@ -442,12 +442,13 @@ impl Regions {
         }
     }
 
-    /// The keys of the pass a row reads at most, its own included (`AttnRope::reads`), for a
-    /// pass of `n` rows; None: the rope dispatch.
-    fn reads(self, n: usize) -> Option<u32> {
+    /// The keys of the pass a row reads at most, its own included (`AttnRope::reads`); None:
+    /// the rope dispatch. Runs take NROW_MAX whatever their length: one pipeline for every
+    /// peel.
+    fn reads(self) -> Option<u32> {
         match self {
             Regions::Own => Some(1),
-            Regions::Runs => Some(n.min(NROW_MAX) as u32),
+            Regions::Runs => Some(NROW_MAX as u32),
             Regions::Mixed => None,
         }
     }
@@ -495,7 +496,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     // A token command's attention ropes and stores its rows (the same bits as the rope_store
     // dispatch), also where a region's rows are a run (a peel: a row reads the keys of the
     // run's earlier rows from k and v, as they will be stored).
-    let reads = shape.regions.reads(n).filter(|_| shape.narrow.is_none() && attn_rope_ok(codec, cfg.head_dim as u32));
+    let reads = shape.regions.reads().filter(|_| shape.narrow.is_none() && attn_rope_ok(codec, cfg.head_dim as u32));
     let rope_in = reads.is_some();
     // After the last layer's attention a window keeps only the rows that need logits.
     let (mut r, mut att, mut m) = (Resid { x: &s.x, add: None, post: None, packed: None }, &s.att, n);
