@@ -1053,16 +1053,14 @@ impl<'a> Recorder<'a> {
     }
 
     /// ids[2r] = argmax of logits row r (n values a row), ids[2r + 1] = the bits of its
-    /// log-sum-exp (shaders/ops/argmax.comp). `part` holds ARGMAX_PART_WORDS words a row
-    /// between the two stages.
-    pub fn argmax(&mut self, rows: u32, n: u32, logits: Bind<'_>, part: Bind<'_>, ids: Bind<'_>) -> Result<(), VkError> {
-        if part.range < rows as u64 * ARGMAX_PART_WORDS * 4 || ids.range < rows as u64 * 8 {
-            return Err(VkError::OutOfRange(format!("argmax buffers of {} and {} bytes for {rows} rows", part.range, ids.range)));
+    /// log-sum-exp (shaders/ops/argmax.comp), in one dispatch: `part` holds ARGMAX_PART_WORDS
+    /// words a row of the workgroups' partials, `done` a word a row (zero, and left zero)
+    /// counting them for the row's last workgroup, which merges them.
+    pub fn argmax(&mut self, rows: u32, n: u32, logits: Bind<'_>, part: Bind<'_>, ids: Bind<'_>, done: Bind<'_>) -> Result<(), VkError> {
+        if part.range < rows as u64 * ARGMAX_PART_WORDS * 4 || ids.range < rows as u64 * 8 || done.range < rows as u64 * 4 {
+            return Err(VkError::OutOfRange(format!("argmax buffers of {}, {} and {} bytes for {rows} rows", part.range, ids.range, done.range)));
         }
-        let push = CountPush { count: n }.bytes();
-        self.run("argmax_part", &[], &[logits, part, ids], &push, [rows, ARGMAX_SLICES, 1])?;
-        self.barrier();
-        self.run("argmax", &[], &[logits, part, ids], &push, [rows, 1, 1])
+        self.run("argmax", &[], &[logits, part, ids, done], &CountPush { count: n }.bytes(), [rows, ARGMAX_SLICES, 1])
     }
 }
 

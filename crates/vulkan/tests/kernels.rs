@@ -482,8 +482,10 @@ fn argmax_rows_with_ties_and_their_log_sum_exp() {
     let lb = h.buf_f32(&l);
     let ib = h.poisoned(2 * rows);
     let part = h.poisoned(rows * ARGMAX_PART_WORDS as usize);
-    h.run(|rec| rec.argmax(rows as u32, n as u32, (&lb).into(), (&part).into(), (&ib).into()));
+    let done = h.buf_bytes(&vec![0u8; rows * 4]);
+    h.run(|rec| rec.argmax(rows as u32, n as u32, (&lb).into(), (&part).into(), (&ib).into(), (&done).into()));
     let got = ib.read_u32(0, 2 * rows).unwrap();
+    assert_eq!(done.read_u32(0, rows).unwrap(), vec![0; rows], "the counters are left zero");
     let ids: Vec<u32> = got.iter().step_by(2).copied().collect();
     assert_eq!(ids, vec![7, n as u32 - 1, 12_345, 0]);
     for r in 0..rows {

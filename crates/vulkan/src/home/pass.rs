@@ -606,7 +606,8 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     }
     rec.transfer_barrier(); // the logits are copied to the host below
     mark(&mut clock, cmd, "classifier", 0);
-    rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.part).into(), (&s.ids).into())?;
+    // (the attention's counters, zero between its dispatches, count the argmax's workgroups)
+    rec.argmax(mr, cfg.vocab as u32, (&s.logits).into(), (&s.part).into(), (&s.ids).into(), (&s.done).into())?;
     if shape.top {
         rec.topk(mr, cfg.vocab as u32, TOPK_MAX, (&s.logits).into(), (&s.top_a).into(), (&s.top_b).into(), (&s.top_sel).into(), (&s.top_host).into())?;
     }

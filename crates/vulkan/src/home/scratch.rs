@@ -88,7 +88,8 @@ pub(super) struct Scratch {
     /// Whether token passes take the canonical product (q8 activations on a device that runs it).
     pub(super) dot: bool,
     /// The words the decode attention's workgroups of a head group count themselves in, so
-    /// that the last to finish merges the pieces (zero between dispatches).
+    /// that the last to finish merges the pieces, and the argmax's of a row (zero between
+    /// dispatches).
     pub(super) done: Buffer,
     /// Split-K GEMM scratch: SPLIT_SLOTS slots of partial sums and of per-tile counters (zero
     /// between dispatches), each `split_part` / `split_done` bytes.
