@@ -868,3 +868,26 @@ fn expert_mat(m: &Mat, n_expert: usize, y_stride: usize) -> Result<(Bind<'_>, Mv
     let rows = part.rows / n_expert;
     Ok((part.bind(), MvShape { rows: rows as u32, cols: m.cols as u32, row_bytes: m.row_bytes as u32, x_stride: m.cols as u32, y_stride: y_stride as u32, y_off: 0 }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_classed_by_how_they_share_regions() {
+        // (region, position, token)
+        let r = |region: u32, pos: u32| (region, pos, 0u32);
+        assert_eq!(Regions::of(&[r(0, 5)]), Regions::Own);
+        assert_eq!(Regions::of(&[r(0, 5), r(1, 5), r(2, 9)]), Regions::Own);
+        // Runs of consecutive positions in pass order, beside rows of their own regions.
+        assert_eq!(Regions::of(&[r(0, 5), r(0, 6), r(1, 2), r(2, 7), r(2, 8), r(2, 9)]), Regions::Runs);
+        // Out of order, a gap, a region's rows apart, a run past NROW_MAX: the rope dispatch.
+        assert_eq!(Regions::of(&[r(0, 6), r(0, 5)]), Regions::Mixed);
+        assert_eq!(Regions::of(&[r(0, 5), r(0, 7)]), Regions::Mixed);
+        assert_eq!(Regions::of(&[r(0, 5), r(1, 5), r(0, 6)]), Regions::Mixed);
+        let long: Vec<(u32, u32, u32)> = (0..NROW_MAX as u32 + 1).map(|p| r(3, p)).collect();
+        assert_eq!(Regions::of(&long), Regions::Mixed);
+        assert_eq!(Regions::of(&long[..NROW_MAX]), Regions::Runs);
+        assert_eq!((Regions::Own.reads(), Regions::Runs.reads(), Regions::Mixed.reads()), (Some(1), Some(NROW_MAX as u32), None));
+    }
+}
