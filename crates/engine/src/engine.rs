@@ -696,7 +696,7 @@ impl Scheduler {
         let budget = match (busy, self.config.prefill_quantum_busy) {
             (false, _) => PF_WINDOW,
             (true, PrefillQuantum::Auto) => auto_quantum(self.prefill_rate, None),
-            (true, PrefillQuantum::Pace) => auto_quantum(self.prefill_rate, self.keeps_pace(&pending).then(|| self.step_time.avg.unwrap_or(0.0))),
+            (true, PrefillQuantum::Pace) => auto_quantum(self.prefill_rate, self.keeps_pace(&pending).then_some(self.step_time.avg).flatten()),
             (true, PrefillQuantum::Rows(q)) => q.clamp(1, PF_WINDOW),
         };
 

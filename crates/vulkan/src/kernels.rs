@@ -237,7 +237,8 @@ pub struct AttnRope<'a> {
     /// The QK norm (qwen3, gemma3): its weights (q's head_dim, then k's) and eps.
     pub qk_norm: Option<(Bind<'a>, f32)>,
     /// Keys of the pass a row reads at most, its own included: 1 where every row has a region
-    /// of its own, else the longest run of a region's rows (a peel), at most NROW_MAX.
+    /// of its own, else at least the longest run of a region's rows (a peel), at most
+    /// NROW_MAX.
     pub reads: u32,
 }
 
