@@ -10,7 +10,7 @@ mod common;
 use common::Rng;
 use resin_core::canon::Cut;
 use resin_cpu::kernels::canon::{canon_block, canon_dot, canon_rms_scale, canon_sumsq, CanonActs};
-use resin_cpu::kernels::{canon_many_on, CanonRows, Epilogue, QMatrix, Simd};
+use resin_cpu::kernels::{canon_many_on, CanonMatrix, CanonRows, Epilogue, QMatrix, Simd};
 use resin_gguf::{formats, GgmlType};
 
 const FORMATS: [GgmlType; 7] = [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
@@ -49,12 +49,14 @@ fn canonical_products_equal_the_reference_bit_for_bit() {
     for ty in FORMATS {
         for cols in lengths(ty) {
             let cut = Cut::of(cols).unwrap();
-            // 19 rows: two whole tiles of 8 and a short one.
-            let rows = 19;
+            // 37 rows: two whole tiles of 16 and a short one (half of which is empty).
+            let rows = 37;
             let data = weights(ty, rows, cols, &mut rng);
             let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+            let pw = CanonMatrix::pack(&w).unwrap();
             let nw: Vec<f32> = rng.vec(cols, 1.0);
-            for n in [1, 3, 4, 5, 9] {
+            // Activation rows in passes of 8, 4, 2 and 1.
+            for n in [1, 3, 5, 15] {
                 let x = rng.vec(n * cols, 1.0);
                 for folded in [false, true] {
                     let acts = if folded { CanonRows::norm(&x, n, cols, &nw, 1e-5).unwrap() } else { CanonRows::pack(&x, n, cols).unwrap() };
@@ -67,7 +69,7 @@ fn canonical_products_equal_the_reference_bit_for_bit() {
                                 Epilogue::Store => vec![f32::NAN; n * rows],
                                 Epilogue::Add => old.clone(),
                             };
-                            canon_many_on(simd, &mut [(&w, &mut out)], &acts, epi).unwrap();
+                            canon_many_on(simd, &mut [(&pw, &mut out)], &acts, epi).unwrap();
                             for i in 0..n {
                                 for m in 0..rows {
                                     let e = want(&w, &rows_ref, &r, old[i * rows + m], (i, m), &cut, epi);
@@ -126,7 +128,7 @@ fn the_left_to_right_order_differs() {
         let a = acts.row(0);
         let simd = *Simd::available().last().unwrap();
         let mut out = vec![f32::NAN; rows];
-        canon_many_on(simd, &mut [(&w, &mut out)], &acts, Epilogue::Store).unwrap();
+        canon_many_on(simd, &mut [(&CanonMatrix::pack(&w).unwrap(), &mut out)], &acts, Epilogue::Store).unwrap();
         let rb = w.row_bytes();
         let differ = (0..rows)
             .filter(|&m| {
@@ -141,7 +143,7 @@ fn the_left_to_right_order_differs() {
 #[test]
 fn bad_shapes_are_errors() {
     let data = formats::quantize(GgmlType::Q8_0, &[0.5; 64]).unwrap();
-    let w = QMatrix::new(GgmlType::Q8_0, 1, 64, &data).unwrap();
+    let w = CanonMatrix::pack(&QMatrix::new(GgmlType::Q8_0, 1, 64, &data).unwrap()).unwrap();
     let acts = CanonRows::pack(&[1.0; 96], 1, 96).unwrap();
     let mut out = vec![0.0; 1];
     assert!(canon_many_on(Simd::Portable, &mut [(&w, &mut out)], &acts, Epilogue::Store).is_err());
@@ -149,6 +151,5 @@ fn bad_shapes_are_errors() {
     assert!(canon_many_on(Simd::Portable, &mut [(&w, &mut out)], &acts, Epilogue::Store).is_err());
     let f = formats::quantize(GgmlType::F16, &[0.5; 64]).unwrap();
     let wf = QMatrix::new(GgmlType::F16, 1, 64, &f).unwrap();
-    let acts = CanonRows::pack(&[1.0; 64], 1, 64).unwrap();
-    assert!(canon_many_on(Simd::Portable, &mut [(&wf, &mut out)], &acts, Epilogue::Store).is_err());
+    assert!(CanonMatrix::pack(&wf).is_err());
 }

@@ -15,7 +15,8 @@ use resin_core::canon::{Cut, BLOCK};
 use resin_gguf::GgmlType;
 
 use super::acts::{quant_block, SendPtr};
-use super::canon::{canon_dot, canon_format, canon_rms_scale, canon_sumsq, CanonActs};
+use super::canon::{canon_format, canon_rms_scale, canon_sumsq, CanonActs};
+use super::canon_pack::{get16, quants, CanonMatrix, TILE};
 use super::{KernelError, QMatrix, Simd};
 
 /// Blocks the SIMD paths take at once (a K-quant super-block): rows are padded to this many.
@@ -32,6 +33,8 @@ pub struct CanonRows {
     pub(super) q: Vec<i8>,
     pub(super) d: Vec<f32>,
     pub(super) s: Vec<i32>,
+    /// The sum of each block's first 16 quants (Q6_K's blocks have two scales).
+    pub(super) h: Vec<i32>,
     /// r of each row (the folded norm's scale), empty when none was folded.
     pub(super) r: Vec<f32>,
 }
@@ -46,7 +49,7 @@ impl CanonRows {
         }
         let nbp = (cols / BLOCK).div_ceil(GROUP) * GROUP;
         let r = if folded { vec![0.0; n] } else { Vec::new() };
-        Ok(CanonRows { n, cols, nbp, q: vec![0; n * nbp * BLOCK], d: vec![0.0; n * nbp], s: vec![0; n * nbp], r })
+        Ok(CanonRows { n, cols, nbp, q: vec![0; n * nbp * BLOCK], d: vec![0.0; n * nbp], s: vec![0; n * nbp], h: vec![0; n * nbp], r })
     }
 
     /// Quantize `n` rows of `x` as they are (attention output, the SwiGLU's h).
@@ -70,9 +73,9 @@ impl CanonRows {
         let mut a = Self::with(n, cols, norm.is_some())?;
         let cut = Cut::of(cols).ok_or(KernelError::PartialBlock { ty: GgmlType::Q8_0, cols })?;
         let nbp = a.nbp;
-        let ptrs = (SendPtr(a.q.as_mut_ptr()), SendPtr(a.d.as_mut_ptr()), SendPtr(a.s.as_mut_ptr()), SendPtr(a.r.as_mut_ptr()));
+        let ptrs = (SendPtr(a.q.as_mut_ptr()), SendPtr(a.d.as_mut_ptr()), SendPtr(a.s.as_mut_ptr()), SendPtr(a.r.as_mut_ptr()), SendPtr(a.h.as_mut_ptr()));
         let row = |i: usize| {
-            let (qp, dp, sp, rp) = (&ptrs.0, &ptrs.1, &ptrs.2, &ptrs.3);
+            let (qp, dp, sp, rp, hp) = (&ptrs.0, &ptrs.1, &ptrs.2, &ptrs.3, &ptrs.4);
             let xr = &x[i * cols..(i + 1) * cols];
             let nb = cols / BLOCK;
             // SAFETY: row i writes only its own blocks i * nbp .. (i + 1) * nbp.
@@ -84,6 +87,10 @@ impl CanonRows {
                 )
             };
             quantize_row(xr, norm.map(|(w, _)| w), q, d, s);
+            for (b, qb) in q.chunks_exact(BLOCK).enumerate() {
+                // SAFETY: as the blocks above.
+                unsafe { *hp.0.add(i * nbp + b) = qb[..BLOCK / 2].iter().map(|&v| v as i32).sum() };
+            }
             if let Some((_, eps)) = norm {
                 // SAFETY: r has n values (folded) and row i writes only its own.
                 unsafe { *rp.0.add(i) = canon_rms_scale(canon_sumsq(xr, &cut), cols, eps) };
@@ -176,23 +183,21 @@ pub enum Epilogue {
 
 /// `out[i * w.rows + m]` = the canonical product of weight row m and activation row i, then
 /// the epilogue, on the path detected at run time.
-pub fn canon_matmul(w: &QMatrix, x: &CanonRows, out: &mut [f32], epi: Epilogue) -> Result<(), KernelError> {
+pub fn canon_matmul(w: &CanonMatrix, x: &CanonRows, out: &mut [f32], epi: Epilogue) -> Result<(), KernelError> {
     canon_many_on(Simd::detected(), &mut [(w, out)], x, epi)
 }
 
 /// Several canonical products of the same activations (q, k and v; gate and up) in one
 /// parallel region; each output equals what `canon_matmul` gives for its weight.
-pub fn canon_many(jobs: &mut [(&QMatrix, &mut [f32])], x: &CanonRows, epi: Epilogue) -> Result<(), KernelError> {
+pub fn canon_many(jobs: &mut [(&CanonMatrix, &mut [f32])], x: &CanonRows, epi: Epilogue) -> Result<(), KernelError> {
     canon_many_on(Simd::detected(), jobs, x, epi)
 }
 
-/// Weight rows a tile of the SIMD paths (one a lane).
-pub(super) const TILE: usize = 8;
 /// Bytes of weights one task keeps hot (about half of L2).
 const CHUNK_BYTES: usize = 256 << 10;
 
 /// `canon_many` on a given path (tests and benches).
-pub fn canon_many_on(simd: Simd, jobs: &mut [(&QMatrix, &mut [f32])], x: &CanonRows, epi: Epilogue) -> Result<(), KernelError> {
+pub fn canon_many_on(simd: Simd, jobs: &mut [(&CanonMatrix, &mut [f32])], x: &CanonRows, epi: Epilogue) -> Result<(), KernelError> {
     if !simd.is_available() {
         return Err(KernelError::Unavailable(simd.name()));
     }
@@ -202,32 +207,29 @@ pub fn canon_many_on(simd: Simd, jobs: &mut [(&QMatrix, &mut [f32])], x: &CanonR
     let mut outs = Vec::with_capacity(jobs.len());
     let mut bytes = 0u64;
     for (j, (w, out)) in jobs.iter_mut().enumerate() {
-        if !canon_takes(w) {
-            return Err(KernelError::Unsupported(w.ty));
-        }
         if w.cols != x.cols {
             return Err(KernelError::Shape(format!("activations of {} columns, weights of {}", x.cols, w.cols)));
         }
         if out.len() != x.n * w.rows {
             return Err(KernelError::Shape(format!("output {j} of {} values, want {} x {}", out.len(), x.n, w.rows)));
         }
-        let by_cache = (CHUNK_BYTES / w.row_bytes().max(1)).max(TILE);
-        let chunk = by_cache.min(w.rows.div_ceil(threads * 4)).div_ceil(TILE).max(1) * TILE;
-        tasks.extend((0..w.rows.div_ceil(chunk)).map(|c| (j, c * chunk, ((c + 1) * chunk).min(w.rows))));
-        bytes += w.data.len() as u64;
+        let tiles = w.tiles();
+        let per = (CHUNK_BYTES / w.tile_bytes.max(1)).max(1).min(tiles.div_ceil(threads * 4)).max(1);
+        tasks.extend((0..tiles.div_ceil(per)).map(|c| (j, c * per, ((c + 1) * per).min(tiles))));
+        bytes += w.size() as u64;
         outs.push(SendPtr(out.as_mut_ptr()));
     }
     if x.n == 0 {
         return Ok(());
     }
-    let weights: Vec<&QMatrix> = jobs.iter().map(|(w, _)| &**w).collect();
-    let work = |&(j, r0, r1): &(usize, usize, usize)| {
+    let weights: Vec<&CanonMatrix> = jobs.iter().map(|(w, _)| &**w).collect();
+    let work = |&(j, t0, t1): &(usize, usize, usize)| {
         let w = weights[j];
         let out = &outs[j];
         match simd {
             #[cfg(target_arch = "x86_64")]
-            Simd::Avx2 | Simd::Avx512Vnni => super::canon_x86::rows(simd, w, x, &cut, r0, r1, out.0, epi),
-            _ => portable_rows(w, x, &cut, r0, r1, out.0, epi),
+            Simd::Avx2 | Simd::Avx512Vnni => super::canon_x86::tiles(simd, w, x, &cut, t0, t1, out.0, epi),
+            _ => portable_tiles(w, x, &cut, t0, t1, out.0, epi),
         }
     };
     if tasks.len() == 1 || bytes * (x.n as u64) < 32 << 10 {
@@ -251,16 +253,54 @@ pub(super) fn finish(y: f32, r: Option<f32>, old: f32, epi: Epilogue) -> f32 {
     }
 }
 
-/// The portable path: the scalar reference for weight rows r0..r1 of every activation row.
-fn portable_rows(w: &QMatrix, x: &CanonRows, cut: &Cut, r0: usize, r1: usize, out: *mut f32, epi: Epilogue) {
-    for i in 0..x.n {
-        let row = x.row(i);
-        let r = (!x.r.is_empty()).then(|| x.r[i]);
-        for m in r0..r1 {
-            // SAFETY: (i, m) is inside out and only this task writes rows r0..r1.
-            unsafe {
-                let o = out.add(i * w.rows + m);
-                *o = finish(canon_dot(w.ty, w.row(m), &row, cut), r, *o, epi);
+/// f_b of block `b` of lane `r` of tile bytes `t` against activation row `i` (section 2 of
+/// the spec, read from the tile layout).
+fn block_term(w: &CanonMatrix, t: &[u8], b: usize, r: usize, x: &CanonRows, i: usize) -> f32 {
+    let l = &w.layout;
+    let u = quants(w.ty, l, t, b, r);
+    let xb = i * x.nbp + b;
+    let a = &x.q[xb * BLOCK..(xb + 1) * BLOCK];
+    let (d, sx, h) = (x.d[xb], x.s[xb], x.h[xb]);
+    let dot = |e: std::ops::Range<usize>| -> i32 { e.map(|e| u[e] * a[e] as i32).sum() };
+    let at = l.block_at(b);
+    match w.ty {
+        GgmlType::Q6_K => {
+            let dd = get16(t, l.head_at(b), r);
+            let (sc0, sc1) = (t[at + r] as i8 as i32, t[at + TILE + r] as i8 as i32);
+            let s0 = dot(0..16) - l.off * h;
+            let s1 = dot(16..32) - l.off * (sx - h);
+            (d * dd) * (sc0 * s0 + sc1 * s1) as f32
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let (dd, dmin) = (get16(t, l.head_at(b), r), get16(t, l.head_at(b) + 32, r));
+            let (sc, mn) = (t[at + r] as i32, t[at + TILE + r] as i32);
+            (d * dd) * (sc * dot(0..32)) as f32 - (d * dmin) * (mn * sx) as f32
+        }
+        _ => {
+            let s = dot(0..32) - l.off * sx;
+            let tw = (get16(t, at, r) * d) * s as f32;
+            if w.ty == GgmlType::Q4_1 {
+                tw + (get16(t, at + 32, r) * d) * sx as f32
+            } else {
+                tw
+            }
+        }
+    }
+}
+
+/// The portable path: tiles t0..t1 of every activation row, one element at a time.
+fn portable_tiles(w: &CanonMatrix, x: &CanonRows, cut: &Cut, t0: usize, t1: usize, out: *mut f32, epi: Epilogue) {
+    for t in t0..t1 {
+        let tb = w.tile(t);
+        for i in 0..x.n {
+            let r = (!x.r.is_empty()).then(|| x.r[i]);
+            for lane in 0..TILE.min(w.rows - t * TILE) {
+                let m = t * TILE + lane;
+                // SAFETY: (i, m) is inside out and only this task writes tiles t0..t1.
+                unsafe {
+                    let o = out.add(i * w.rows + m);
+                    *o = finish(cut.sum(|b| block_term(w, tb, b, lane, x, i)), r, *o, epi);
+                }
             }
         }
     }

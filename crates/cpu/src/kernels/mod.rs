@@ -27,6 +27,7 @@ mod avx512;
 mod blocks;
 pub mod canon;
 mod canon_mm;
+mod canon_pack;
 #[cfg(target_arch = "x86_64")]
 mod canon_x86;
 mod portable;
@@ -34,6 +35,7 @@ mod portable;
 pub use acts::Acts;
 use acts::{Family, Prepared, SendPtr};
 pub use canon_mm::{canon_many, canon_many_on, canon_matmul, canon_takes, CanonRows, Epilogue};
+pub use canon_pack::CanonMatrix;
 use resin_gguf::GgmlType;
 use std::sync::OnceLock;
 
