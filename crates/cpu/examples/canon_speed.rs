@@ -26,7 +26,10 @@ fn main() {
             let wf: Vec<f32> = (0..rows * cols).map(|_| rnd() * 0.1).collect();
             let data = formats::quantize(ty, &wf).unwrap();
             let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+            let t = Instant::now();
             let pw = CanonMatrix::pack(&w).unwrap();
+            let pack_us = t.elapsed().as_secs_f64() * 1e6;
+            println!("{ty:?} {rows}x{cols}: laid out in {pack_us:.0} us ({:.2} GB/s)", data.len() as f64 / pack_us / 1e3);
             for n in [1usize, 4, 64] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rnd()).collect();
                 let mut out = vec![0f32; n * rows];

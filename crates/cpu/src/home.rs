@@ -10,7 +10,7 @@ pub use crate::error::CpuError;
 use crate::forward::PassRow;
 use crate::kv::KvCache;
 use crate::ops::RopeTables;
-use crate::weights::Weights;
+use crate::weights::{PackProgress, Weights};
 
 /// How a CPU home is built.
 #[derive(Debug, Clone)]
@@ -21,11 +21,13 @@ pub struct CpuOptions {
     pub codec: KvCodec,
     /// Worker threads (default: every core).
     pub threads: Option<usize>,
+    /// Told how far laying the weights out has come.
+    pub progress: Option<PackProgress>,
 }
 
 impl Default for CpuOptions {
     fn default() -> Self {
-        CpuOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, threads: None }
+        CpuOptions { n_ctx: None, regions: 1, codec: KvCodec::F16, threads: None, progress: None }
     }
 }
 
@@ -49,7 +51,7 @@ impl CpuHome {
         if opts.regions == 0 {
             return Err(CpuError::Model("a home needs at least one region".into()));
         }
-        let weights = Weights::load(file, &cfg)?;
+        let weights = Weights::load(file, &cfg, opts.progress.as_ref())?;
         let kv = KvCache::new(opts.codec, opts.regions, cfg.n_layer, n_ctx, cfg.kv_dim(), cfg.head_dim)?;
         let ropes = cfg.rope_bases().into_iter().map(|base| RopeTables::new(base, cfg.rope_dims, cfg.arch.rope_style())).collect();
         let spec = HomeSpec { kind: "cpu", vocab: cfg.vocab, n_ctx, regions: opts.regions, codec: opts.codec, step_rows_max: HomeSpec::wide_rows(opts.regions), chunk_rows_min: 1 };

@@ -19,3 +19,4 @@ pub use error::CpuError;
 pub use home::{CpuHome, CpuOptions};
 pub use kv::KvCache;
 pub use moe::route;
+pub use weights::PackProgress;

@@ -9,10 +9,10 @@
 
 use resin_model::{FfnAct, Moe};
 
-use crate::forward::project;
-use crate::home::CpuHome;
-use crate::kernels::{matmul_each, Acts, QMatrix};
-use crate::ops::{axpy, gated};
+use crate::forward::{project, run_canon};
+use crate::home::{CpuError, CpuHome};
+use crate::kernels::{canon_each, matmul_each, Acts, CanonMatrix, CanonRows, Epilogue, QMatrix};
+use crate::ops::{axpy, gated, rms_norm};
 use crate::weights::{MatRef, MoeFfn};
 
 /// llama.cpp clamps the sum of the chosen weights below at the smallest normal f16 before it
@@ -41,9 +41,18 @@ pub fn route(logits: &[f32], out: &mut [(usize, f32)]) {
 }
 
 impl CpuHome {
-    /// The MoE FFN of `n` normed rows `xn` ([n][n_embd]); `out` becomes [n][n_embd].
-    pub(crate) fn moe_ffn(&self, ffn: &MoeFfn, moe: Moe, act: FfnAct, xn: &[f32], n: usize, out: &mut Vec<f32>) {
+    /// The MoE FFN of `n` rows `x` ([n][n_embd]) under the FFN norm `norm`; `out` becomes
+    /// [n][n_embd]. The router reads the f32 normed rows; experts that take the canonical
+    /// product read the norm folded (u = x * w in 32-value blocks, r in the epilogue) and the
+    /// gated activations in 32-value blocks, as the Vulkan home's grouped experts do.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn moe_ffn(&self, ffn: &MoeFfn, moe: Moe, act: FfnAct, x: &[f32], norm: &[f32], n: usize, out: &mut Vec<f32>) -> Result<(), CpuError> {
         let (d, ff, e_n, k) = (self.cfg.n_embd, self.cfg.n_ff, moe.n_expert, moe.n_expert_used);
+        let mut xn = vec![0f32; n * d];
+        for i in 0..n {
+            rms_norm(&x[i * d..(i + 1) * d], norm, self.cfg.rms_eps, &mut xn[i * d..(i + 1) * d]);
+        }
+        let xn = &xn[..];
         let mut logits = Vec::new();
         project(self, xn, n, d, &mut [(&ffn.router, &mut logits)]);
         let mut sel = vec![(0usize, 0f32); n * k];
@@ -56,7 +65,26 @@ impl CpuHome {
             slots[e].push(s);
         }
         let mut y = vec![0f32; n * k * d];
-        if n == 1 {
+        let canon = [&ffn.gate, &ffn.up, &ffn.down].iter().all(|m| self.weights.canon(m).is_some());
+        if canon {
+            let packed = CanonRows::norm(x, n, d, norm, self.cfg.rms_eps)?;
+            if n == 1 {
+                self.one_row_canon_experts(ffn, act, &packed, &sel, &mut y)?;
+            } else {
+                let (mut gate, mut up, mut down) = (Vec::new(), Vec::new(), Vec::new());
+                for (e, ss) in slots.iter().enumerate().filter(|(_, ss)| !ss.is_empty()) {
+                    let m = ss.len();
+                    let rows: Vec<usize> = ss.iter().map(|&s| s / k).collect();
+                    let (g, u, dn) = (ffn.expert(&ffn.gate, e), ffn.expert(&ffn.up, e), ffn.expert(&ffn.down, e));
+                    run_canon(self, &mut [(&g, &mut gate), (&u, &mut up)], &packed.select(&rows), Epilogue::Store)?;
+                    gated(act, &mut gate, &up);
+                    run_canon(self, &mut [(&dn, &mut down)], &CanonRows::pack(&gate, m, ff)?, Epilogue::Store)?;
+                    for (r, &s) in ss.iter().enumerate() {
+                        y[s * d..(s + 1) * d].copy_from_slice(&down[r * d..(r + 1) * d]);
+                    }
+                }
+            }
+        } else if n == 1 {
             self.one_row_experts(ffn, act, xn, &sel, &mut y);
         } else {
             let (mut xe, mut gate, mut up, mut down) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -85,10 +113,39 @@ impl CpuHome {
                 axpy(sel[s].1, &y[s * d..(s + 1) * d], o);
             }
         }
+        Ok(())
     }
 }
 
 impl CpuHome {
+    /// A lone row's experts in the canonical product: gate and up of every chosen expert in
+    /// one parallel region, then every down from its own activations in another.
+    fn one_row_canon_experts(&self, ffn: &MoeFfn, act: FfnAct, x: &CanonRows, sel: &[(usize, f32)], y: &mut [f32]) -> Result<(), CpuError> {
+        let ff = self.cfg.n_ff;
+        let mats: Vec<(MatRef, MatRef)> = sel.iter().map(|&(e, _)| (ffn.expert(&ffn.gate, e), ffn.expert(&ffn.up, e))).collect();
+        let mut gu: Vec<(Vec<f32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); sel.len()];
+        let mut jobs: Vec<(&MatRef, &mut Vec<f32>)> = Vec::with_capacity(2 * sel.len());
+        for ((g, u), (og, ou)) in mats.iter().zip(gu.iter_mut()) {
+            jobs.push((g, og));
+            jobs.push((u, ou));
+        }
+        run_canon(self, &mut jobs, x, Epilogue::Store)?;
+        let acts = gu
+            .iter_mut()
+            .map(|(gate, up)| {
+                gated(act, gate, up);
+                CanonRows::pack(gate, 1, ff)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let downs = sel
+            .iter()
+            .map(|&(e, _)| self.weights.canon(&ffn.expert(&ffn.down, e)).ok_or_else(|| CpuError::Model("an expert without its tiles".into())))
+            .collect::<Result<Vec<&CanonMatrix>, _>>()?;
+        let d = self.cfg.n_embd;
+        let mut outs: Vec<(&CanonMatrix, &CanonRows, &mut [f32])> = downs.iter().zip(&acts).zip(y.chunks_exact_mut(d)).map(|((m, a), out)| (*m, a, out)).collect();
+        Ok(canon_each(&mut outs, Epilogue::Store)?)
+    }
+
     /// A lone row (decode): its experts' gate and up products share its activations, so they
     /// run in one parallel region rather than one an expert. The kernels give each element the
     /// same bits either way, so this equals the grouped path.

@@ -17,7 +17,7 @@ fn home(regions: usize, codec: KvCodec) -> CpuHome {
     let path = resin_hub::ensure("smollm2-135m", false).expect("fetching SmolLM2-135M for the tests");
     let file = Arc::new(GgufFile::open(path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
-    let opts = CpuOptions { n_ctx: Some(1024), regions, codec, threads: None };
+    let opts = CpuOptions { n_ctx: Some(1024), regions, codec, threads: None, progress: None };
     CpuHome::new(file, cfg, &opts, Arc::new(Counters::default())).unwrap()
 }
 

@@ -141,7 +141,7 @@ fn gemma3_matches_an_f64_reference_and_needs_each_of_its_features() {
     assert_eq!((0..L).map(|l| cfg.layer_window(l)).collect::<Vec<_>>(), [Some(WINDOW), Some(WINDOW), None]);
     assert_eq!((0..L).map(|l| cfg.layer_rope_base(l)).collect::<Vec<_>>(), [BASE_LOCAL as f32, BASE_LOCAL as f32, BASE as f32]);
     assert_eq!(cfg.logit_softcap, Some(SOFTCAP as f32));
-    let mut home = CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap();
+    let mut home = CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::F16, threads: None, progress: None }, Arc::new(Counters::default())).unwrap();
 
     // Past the window: the prompt alone is longer than it.
     let prompt = [3u32, 17, 42, 8, 25, 11, 30, 2, 49];

@@ -97,7 +97,7 @@ fn qwen3_matches_an_f64_reference_and_needs_its_qk_norm() {
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     assert_eq!(cfg.arch, Arch::Qwen3);
     assert!(cfg.qk_norm && !cfg.qkv_bias && !cfg.tied_output);
-    let mut home = CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap();
+    let mut home = CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(64), regions: 1, codec: KvCodec::F16, threads: None, progress: None }, Arc::new(Counters::default())).unwrap();
 
     let prompt = [3u32, 17, 42, 8, 25, 11];
     let mut reference = Reference::new(&w, true);

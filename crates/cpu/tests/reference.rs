@@ -54,7 +54,7 @@ fn home_for(file: Arc<GgufFile>) -> CpuHome {
 }
 
 fn home_with(file: Arc<GgufFile>, cfg: ModelConfig, n_ctx: usize) -> CpuHome {
-    CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(n_ctx), regions: 1, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap()
+    CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(n_ctx), regions: 1, codec: KvCodec::F16, threads: None, progress: None }, Arc::new(Counters::default())).unwrap()
 }
 
 fn ids(v: &Value) -> Vec<u32> {

@@ -30,7 +30,7 @@ fn model() -> Model {
 }
 
 fn cpu_home(m: &Model, regions: usize) -> CpuHome {
-    let opts = CpuOptions { n_ctx: Some(512), regions, codec: KvCodec::F16, threads: None };
+    let opts = CpuOptions { n_ctx: Some(512), regions, codec: KvCodec::F16, threads: None, progress: None };
     CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap()
 }
 
@@ -148,7 +148,7 @@ fn a_step_reads_back_whole_rows_only_for_the_streams_that_need_them() {
         p
     };
     let run = |top: bool, seed0: u64| -> (Vec<Vec<u32>>, Vec<usize>, Arc<Counters>) {
-        let opts = CpuOptions { n_ctx: Some(512), regions: ps.len(), codec: KvCodec::F16, threads: None };
+        let opts = CpuOptions { n_ctx: Some(512), regions: ps.len(), codec: KvCodec::F16, threads: None, progress: None };
         let counters = Arc::new(Counters::default());
         let cpu = CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, counters.clone()).unwrap();
         let mut home = Wrapped::new(cpu);
@@ -335,7 +335,7 @@ fn shutdown_ends_live_streams_joins_the_thread_and_refuses_later_work() {
 fn dropping_the_last_handle_stops_the_engine_and_drops_the_home() {
     let m = model();
     let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let opts = CpuOptions { n_ctx: Some(512), regions: 1, codec: KvCodec::F16, threads: None };
+    let opts = CpuOptions { n_ctx: Some(512), regions: 1, codec: KvCodec::F16, threads: None, progress: None };
     let home = CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap();
     let mut home = Wrapped::new(home);
     home.dropped = Some(dropped.clone());

@@ -247,6 +247,23 @@ impl GgufFile {
         self.storage.bytes()
     }
 
+    /// Tell the OS that bytes `start..start + len` are not needed now (a home that copied them
+    /// into a layout of its own): a mapped file's pages there leave the process's memory and
+    /// are read from the file again if anything touches them. Nothing for a file held in
+    /// memory; advice the OS refuses is ignored, as it changes no byte.
+    pub fn release(&self, start: usize, len: usize) {
+        #[cfg(unix)]
+        if let Storage::Mapped(m) = &self.storage {
+            if start.checked_add(len).is_some_and(|end| end <= m.len()) {
+                // SAFETY: the map is shared and read-only: dropped pages are the file's bytes
+                // when they are read again, so no reader sees a change.
+                let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len) };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (start, len);
+    }
+
     pub fn file_len(&self) -> u64 {
         self.storage.bytes().len() as u64
     }

@@ -44,7 +44,7 @@ fn home(file: Arc<GgufFile>, cfg: ModelConfig, regions: usize) -> CpuHome {
 }
 
 fn home_with(file: Arc<GgufFile>, cfg: ModelConfig, regions: usize, codec: KvCodec) -> CpuHome {
-    let opts = CpuOptions { n_ctx: Some(256), regions, codec, threads: Some(2) };
+    let opts = CpuOptions { n_ctx: Some(256), regions, codec, threads: Some(2), progress: None };
     CpuHome::new(file, cfg, &opts, Arc::new(Counters::default())).unwrap()
 }
 

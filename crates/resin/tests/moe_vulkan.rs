@@ -55,7 +55,7 @@ fn gpu() -> Option<Arc<Gpu>> {
 }
 
 fn cpu(file: Arc<GgufFile>, cfg: ModelConfig, regions: usize, codec: KvCodec) -> CpuHome {
-    let opts = CpuOptions { n_ctx: Some(128), regions, codec, threads: Some(2) };
+    let opts = CpuOptions { n_ctx: Some(128), regions, codec, threads: Some(2), progress: None };
     CpuHome::new(file, cfg, &opts, Arc::new(Counters::default())).unwrap()
 }
 

@@ -23,7 +23,8 @@ async fn main() -> anyhow::Result<()> {
     let cfg = ModelConfig::from_gguf(&file)?;
     let tokenizer = Arc::new(Tokenizer::from_gguf(&file)?);
     let template = ChatTemplate::from_gguf(&file)?;
-    let home = CpuHome::new(file.clone(), cfg, &CpuOptions { n_ctx: Some(ctx), regions: parallel, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default()))?;
+    let home =
+        CpuHome::new(file.clone(), cfg, &CpuOptions { n_ctx: Some(ctx), regions: parallel, codec: KvCodec::F16, threads: None, progress: None }, Arc::new(Counters::default()))?;
     let engine = Engine::start(Box::new(home), tokenizer.clone(), EngineConfig::default());
     let id = opt("--name").unwrap_or_else(|| std::path::Path::new(&path).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()));
     let cfg = ServerConfig {

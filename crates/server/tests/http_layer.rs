@@ -36,8 +36,8 @@ fn start(n_ctx: usize, cfg: ServerConfig) -> Server {
     let mcfg = ModelConfig::from_gguf(&file).expect("model config");
     let tokenizer = Arc::new(Tokenizer::from_gguf(&file).expect("tokenizer"));
     let template = ChatTemplate::from_gguf(&file).expect("chat template");
-    let home =
-        CpuHome::new(file.clone(), mcfg, &CpuOptions { n_ctx: Some(n_ctx), regions: 4, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).expect("cpu home");
+    let home = CpuHome::new(file.clone(), mcfg, &CpuOptions { n_ctx: Some(n_ctx), regions: 4, codec: KvCodec::F16, threads: None, progress: None }, Arc::new(Counters::default()))
+        .expect("cpu home");
     let engine = Engine::start(Box::new(home), tokenizer.clone(), EngineConfig { max_queue: 64, ..EngineConfig::default() });
     let state = AppState::new(engine, ModelInfo { id: "smollm2".into(), tokenizer, template }, cfg);
     let served = common::serve_until_stopped(state.clone());

@@ -49,8 +49,13 @@ fn start(o: Opts) -> Option<Server> {
     let cfg = ModelConfig::from_gguf(&file).expect("model config");
     let tokenizer = Arc::new(Tokenizer::from_gguf(&file).expect("tokenizer"));
     let template = ChatTemplate::from_gguf(&file).expect("chat template");
-    let home = CpuHome::new(file.clone(), cfg, &CpuOptions { n_ctx: Some(o.n_ctx), regions: o.regions, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default()))
-        .expect("cpu home");
+    let home = CpuHome::new(
+        file.clone(),
+        cfg,
+        &CpuOptions { n_ctx: Some(o.n_ctx), regions: o.regions, codec: KvCodec::F16, threads: None, progress: None },
+        Arc::new(Counters::default()),
+    )
+    .expect("cpu home");
     let engine = Engine::start(Box::new(home), tokenizer.clone(), EngineConfig { max_queue: o.max_queue, ..EngineConfig::default() });
     let cfg = ServerConfig { api_key: o.api_key, max_body_bytes: o.max_body, ..ServerConfig::default() };
     let state = AppState::new(engine, ModelInfo { id: "smollm2".into(), tokenizer, template }, cfg);

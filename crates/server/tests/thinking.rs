@@ -66,8 +66,8 @@ fn start_with(weights: Weights, template: Option<&str>) -> Server {
         Some(src) => ChatTemplate::new(src, None, Some("<|im_end|>")).expect("template"),
         None => from_file,
     };
-    let home =
-        CpuHome::new(file.clone(), cfg, &CpuOptions { n_ctx: Some(512), regions: 2, codec: KvCodec::F16, threads: Some(2) }, Arc::new(Counters::default())).expect("cpu home");
+    let home = CpuHome::new(file.clone(), cfg, &CpuOptions { n_ctx: Some(512), regions: 2, codec: KvCodec::F16, threads: Some(2), progress: None }, Arc::new(Counters::default()))
+        .expect("cpu home");
     let engine = Engine::start(Box::new(home), tokenizer.clone(), EngineConfig::default());
     let state = AppState::new(engine, ModelInfo { id: "qwen3-tiny".into(), tokenizer, template: Some(template) }, ServerConfig::default());
     Server { base: common::spawn(state), http: reqwest::Client::new() }

@@ -59,7 +59,7 @@ fn synthetic() -> Arc<GgufFile> {
 }
 
 fn cpu_home(file: Arc<GgufFile>, cfg: ModelConfig, n_ctx: usize) -> CpuHome {
-    CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(n_ctx), regions: 1, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap()
+    CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(n_ctx), regions: 1, codec: KvCodec::F16, threads: None, progress: None }, Arc::new(Counters::default())).unwrap()
 }
 
 fn vk_home(gpu: Arc<resin_vulkan::Gpu>, file: Arc<GgufFile>, n_ctx: usize, q8_activations: bool) -> VulkanHome {

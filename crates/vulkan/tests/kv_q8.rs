@@ -343,8 +343,10 @@ fn the_q8_mirror_on_each_home_gives_the_same_ids_and_snapshots_cross_over() {
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let tok = Tokenizer::from_gguf(&file).unwrap();
     let n_ctx = 128;
-    let cpu =
-        || CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(n_ctx), regions: 2, codec: KvCodec::Q8_0, threads: None }, Arc::new(Counters::default())).unwrap();
+    let cpu = || {
+        CpuHome::new(file.clone(), cfg.clone(), &CpuOptions { n_ctx: Some(n_ctx), regions: 2, codec: KvCodec::Q8_0, threads: None, progress: None }, Arc::new(Counters::default()))
+            .unwrap()
+    };
     let vopts = VulkanOptions { n_ctx: Some(n_ctx), regions: 2, codec: KvCodec::Q8_0, q8_activations: true, progress: None, wide: WideMode::Lanes, ..VulkanOptions::default() };
     let mut vk = VulkanHome::on(gpu, file.clone(), cfg.clone(), &vopts, Arc::new(Counters::default())).unwrap();
     let mut c = cpu();

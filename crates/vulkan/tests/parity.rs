@@ -24,7 +24,7 @@ fn homes_with(name: &str, n_ctx: usize, regions: usize, q8_activations: bool) ->
 
 fn cpu_home(file: Arc<GgufFile>, n_ctx: usize, regions: usize) -> CpuHome {
     let cfg = ModelConfig::from_gguf(&file).unwrap();
-    CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap()
+    CpuHome::new(file, cfg, &CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None, progress: None }, Arc::new(Counters::default())).unwrap()
 }
 
 fn homes_on(gpu: Arc<resin_vulkan::Gpu>, file: Arc<GgufFile>, n_ctx: usize, regions: usize, q8_activations: bool) -> (CpuHome, VulkanHome) {
@@ -42,11 +42,19 @@ fn homes_on(gpu: Arc<resin_vulkan::Gpu>, file: Arc<GgufFile>, n_ctx: usize, regi
 
 const PROMPT: [u32; 12] = [1, 9690, 2683, 314, 253, 1691, 282, 2476, 28, 357, 4073, 30];
 
-/// `bar`: relative L2 of all first-step logits, Vulkan (8-bit activations, as the CPU home)
-/// against the CPU home. Both round activations to 8 bits, so a 1e-7 difference upstream
-/// flips some roundings (a step of amax/127 each): the homes part by about 1e-2 on SmolLM2
-/// and 3.6e-2 on Qwen2.5-Coder-0.5B, while each device alone sits within 5e-4 of float32
-/// with f32 activations (`*_match_float32_reference`).
+/// `bar`: the median over prompts of the relative L2 of all first-step logits, Vulkan (8-bit
+/// activations, as the CPU home) against the CPU home. Both homes take the canonical product
+/// for these prompts' rows, yet their logits part: each home's own float steps outside the
+/// products (r's square root, exp, the attention) differ by a few ulps, which flips some
+/// 8-bit activation roundings (a step of amax/127 each), and a prompt's first logits carry
+/// those flips at full size. One prompt's figure is a draw from that spread: SmolLM2's fixed
+/// prompt below moves from 9.7e-3 to 1.85e-2 when the CPU home's r alone moves by 1e-6 of
+/// itself, and its 35 reference prompts part by 1.2e-2 to 9.4e-2. The median over the fixed
+/// prompt and the first reference prompts (testdata/reference: `<name>.json`, then
+/// `<name>-wide.json`; [`FIRST_STEP_PROMPTS`] in all) is steady, and a systematic difference (a home rounding coarser) moves
+/// it; whether either home is farther from float32 is `*_q8_no_farther_*`'s question.
+const FIRST_STEP_PROMPTS: usize = 36;
+
 /// A prompt whose greedy continuation has wide top-2 margins (counting), so 8-bit activation
 /// noise (which moves these models' logits by up to ~0.2, see crates/cpu/tests/reference.rs)
 /// cannot flip a near-tie within 32 tokens.
@@ -61,11 +69,12 @@ fn margin(v: &[f32]) -> f32 {
 fn greedy_parity(name: &str, steps: usize, bar: f64) {
     let Some(gpu) = common::gpu() else { return };
     let path = resin_hub::ensure(name, false).unwrap_or_else(|e| panic!("fetching {name}: {e}"));
-    greedy_parity_on(gpu, name, Arc::new(GgufFile::open(&path).unwrap()), steps, bar);
+    greedy_parity_on(gpu, name, name, Arc::new(GgufFile::open(&path).unwrap()), steps, bar);
 }
 
-/// `greedy_parity` on a model file already open (`name` labels the messages).
-fn greedy_parity_on(gpu: Arc<resin_vulkan::Gpu>, name: &str, file: Arc<GgufFile>, steps: usize, bar: f64) {
+/// `greedy_parity` on a model file already open (`name` labels the messages; `refs` names the
+/// reference prompts' files).
+fn greedy_parity_on(gpu: Arc<resin_vulkan::Gpu>, name: &str, refs: &str, file: Arc<GgufFile>, steps: usize, bar: f64) {
     let (mut cpu, mut vk) = homes_on(gpu, file.clone(), 256, 1, true);
     let tok = resin_model::Tokenizer::from_gguf(&file).unwrap();
     let prompt = tok.encode(COUNTING, true, false).unwrap();
@@ -75,12 +84,25 @@ fn greedy_parity_on(gpu: Arc<resin_vulkan::Gpu>, name: &str, file: Arc<GgufFile>
     if let (true, Some(bos)) = (tok.add_bos(), tok.bos()) {
         fixed[0] = bos;
     }
-    let seg = [Segment { region: RegionId(0), start: 0, tokens: &fixed }];
-    let lc = cpu.prefill(&seg).unwrap();
-    let lv = vk.prefill(&seg).unwrap();
-    let e = rel_l2(lv.row(0), lc.row(0));
-    eprintln!("{name}: first-step logits relative L2 {e:.2e} (bar {bar:.1e})");
-    assert!(e < bar, "{name}: first-step logits relative L2 {e} >= {bar}");
+    let mut prompts = vec![fixed.to_vec()];
+    prompts.extend(reference_cases(refs).into_iter().chain(reference_cases(&format!("{refs}-wide"))).map(|c| c.prompt).take(FIRST_STEP_PROMPTS - 1));
+    let mut lv = None;
+    let mut es: Vec<f64> = prompts
+        .iter()
+        .map(|p| {
+            let seg = [Segment { region: RegionId(0), start: 0, tokens: p }];
+            let (c, v) = (cpu.prefill(&seg).unwrap(), vk.prefill(&seg).unwrap());
+            let e = rel_l2(v.row(0), c.row(0));
+            lv.get_or_insert(v);
+            e
+        })
+        .collect();
+    let lv = lv.unwrap();
+    eprintln!("{name}: fixed prompt's first-step logits relative L2 {:.2e}", es[0]);
+    es.sort_by(|a, b| a.total_cmp(b));
+    let e = es[es.len() / 2];
+    eprintln!("{name}: first-step logits relative L2 over {} prompts: median {e:.2e} (bar {bar:.1e}), least {:.2e}, most {:.2e}", es.len(), es[0], es[es.len() - 1]);
+    assert!(e < bar, "{name}: first-step logits relative L2 median {e} >= {bar}");
     // Control: the CPU logits of a prompt with one token changed must fail the bar.
     let mut other = fixed;
     other[10] = 1000;
@@ -120,18 +142,16 @@ fn greedy_parity_on(gpu: Arc<resin_vulkan::Gpu>, name: &str, file: Arc<GgufFile>
 
 #[test]
 fn smollm2_greedy_32_and_first_logits() {
-    // The bar, 1e-2. Measured 9.8e-3 with the int8 dot GEMV (the token passes' tier
-    // wherever the device has subgroup arithmetic, lavapipe included: exact integer block sums,
-    // as the CPU home takes them) and the decode attention in the CPU home's order (9.5e-3
-    // before that; 1.28e-2 with a plain sequential q.k); the float subgroup tier measured
-    // 1.06e-2 and the portable one 9.4e-3 (a different summation order flips different 8-bit
-    // activation roundings; see the README's Numerics). The control is 2.5e-1.
-    greedy_parity("smollm2-135m", 32, 1e-2);
+    // Median measured 2.32e-2 over 36 prompts (lavapipe against the CPU home's canonical
+    // tiles, which give the same bits on AVX-512 and AVX2). The one-prompt bar before it, 1e-2,
+    // sat inside that prompt's own spread (above).
+    greedy_parity("smollm2-135m", 32, 3e-2);
 }
 
 #[test]
 fn qwen25_coder_greedy_32_and_first_logits() {
-    greedy_parity("qwen2.5-coder-0.5b", 32, 5e-2);
+    // Median measured 1.07e-2 over 36 prompts; the one-prompt bar before it was 5e-2.
+    greedy_parity("qwen2.5-coder-0.5b", 32, 2e-2);
 }
 
 #[test]
@@ -140,9 +160,9 @@ fn gemma3_270m_greedy_32_and_first_logits() {
 }
 
 /// Gemma 3 270M, Vulkan against the CPU home, both with 8-bit activations: its post-norms
-/// carry each rounding difference to the residual at full size (crates/cpu/tests/reference.rs),
-/// so the homes part about as far as on Qwen2.5-Coder-0.5B: its bar.
-const GEMMA_BAR: f64 = 5e-2;
+/// carry each rounding difference to the residual at full size (crates/cpu/tests/reference.rs).
+/// Median measured 2.27e-2 over 36 prompts (the one-prompt bar before it was 5e-2).
+const GEMMA_BAR: f64 = 3.5e-2;
 /// Gemma 3 270M with f32 activations against the float32 reference: the bar the other files
 /// meet (the device's own arithmetic has nothing gemma-specific to lose).
 const GEMMA_F32_BAR: f64 = 2e-3;
@@ -189,7 +209,7 @@ fn smollm2_as_q8_0_greedy_32_and_first_logits() {
     let Some(gpu) = common::gpu() else { return };
     let file = requantized("smollm2-135m", resin_gguf::GgmlType::Q8_0);
     assert!(file.tensors().iter().filter(|t| t.dims.len() == 2).all(|t| t.ty == resin_gguf::GgmlType::Q8_0));
-    greedy_parity_on(gpu, "smollm2-135m as Q8_0", file, 32, 3e-2);
+    greedy_parity_on(gpu, "smollm2-135m as Q8_0", "smollm2-135m", file, 32, 3e-2);
 }
 
 #[test]
@@ -372,32 +392,42 @@ fn reference_top200(name: &str, bar: f64) {
     assert!(control >= bar, "control: 3% scaled logits passed the bar ({control:.3e})");
 }
 
-/// How much farther than the CPU home the Vulkan home may be: two homes whose activations
-/// round apart land on either side of each other from prompt to prompt.
-const Q8_NOISE: f64 = 0.05;
+/// How much farther than the CPU home the Vulkan home may be, as the geometric mean over the
+/// cases of each case's ratio of distances. Both homes follow the canonical order, so neither
+/// rounds coarser by design; what parts them is each home's own float steps outside the
+/// products flipping some 8-bit roundings, and a case's ratio is a draw from that spread
+/// (SmolLM2's cases: its logarithm has a standard deviation of 0.35, so the mean over 35 cases
+/// one of 0.06). A home that rounds coarser (the 256-value K-quant blocks before the canonical
+/// order, say) moves every case the same way.
+const Q8_NOISE: f64 = 0.10;
 
-/// Both homes with 8-bit activations (the default) against the float32 reference: over every
-/// case's first-step top-200 logits, the Vulkan home is no farther (relative L2 over all the
-/// cases together) than the CPU home, whose integer dot products llama.cpp's 8-bit path
-/// shares, within Q8_NOISE; each case's two distances are printed. The cases' prompts (up to 9
-/// tokens) take the canonical product on the Vulkan home (32-value activation blocks for every
-/// format) and the CPU home's own kernels (256-value blocks for the K-quants). Control: the
-/// Vulkan home's logits off by 3% are farther.
+/// Both homes with 8-bit activations (the default) against the float32 reference, over every
+/// case's first-step top-200 logits (`<name>.json` and `<name>-wide.json`, 35 prompts of up to
+/// 9 tokens): the Vulkan home is no farther than the CPU home, within Q8_NOISE, in the
+/// geometric mean of the per-case ratios; each case's two distances and the pooled ones are
+/// printed. Control: the Vulkan home's logits off by 3% are farther.
 fn q8_no_farther_than_the_cpu_home(name: &str) {
     let Some((mut cpu, mut vk)) = homes_with(name, 64, 1, true) else { return };
-    // Sums of squared differences (Vulkan, CPU, scaled Vulkan) and of the reference's squares.
-    let (mut dv, mut dc, mut ds, mut norm) = (0f64, 0f64, 0f64, 0f64);
-    for case in reference_cases(name) {
+    // Sums of squared differences (Vulkan, CPU) and of the reference's squares; the sums of the
+    // per-case log ratios (Vulkan, scaled Vulkan) to the CPU home's distance.
+    let (mut dv, mut dc, mut norm) = (0f64, 0f64, 0f64);
+    let (mut lr, mut ls) = (Vec::new(), Vec::new());
+    let mut cases = reference_cases(name);
+    cases.extend(reference_cases(&format!("{name}-wide")));
+    for case in cases {
         let seg = [Segment { region: RegionId(0), start: 0, tokens: &case.prompt }];
         let (gv, gc) = (case.pick(&vk.prefill(&seg).unwrap()), case.pick(&cpu.prefill(&seg).unwrap()));
         let ((v, n), (c, _), (sv, _)) = (case.sq(&gv, 1.0), case.sq(&gc, 1.0), case.sq(&gv, 1.03));
         eprintln!("{name}: {}: top-200 relative L2 to float32: vulkan {:.3e}, cpu {:.3e}", case.label, (v / n).sqrt(), (c / n).sqrt());
-        (dv, dc, ds, norm) = (dv + v, dc + c, ds + sv, norm + n);
+        (dv, dc, norm) = (dv + v, dc + c, norm + n);
+        lr.push(0.5 * (v / c).ln());
+        ls.push(0.5 * (sv / c).ln());
     }
-    let (ev, ec, es) = ((dv / norm).sqrt(), (dc / norm).sqrt(), (ds / norm).sqrt());
-    eprintln!("{name}: all cases: vulkan {ev:.3e}, cpu {ec:.3e}");
-    assert!(ev <= ec * (1.0 + Q8_NOISE), "{name}: the Vulkan home's 8-bit path is farther from float32 ({ev:.3e}) than the CPU home's ({ec:.3e})");
-    assert!(es > ec, "control: the Vulkan home's logits scaled by 1.03 ({es:.3e}) were no farther than the CPU home's ({ec:.3e})");
+    let gmean = |l: &[f64]| (l.iter().sum::<f64>() / l.len() as f64).exp();
+    let (ratio, scaled) = (gmean(&lr), gmean(&ls));
+    eprintln!("{name}: {} cases pooled: vulkan {:.3e}, cpu {:.3e}; per-case ratio vulkan / cpu, geometric mean {ratio:.3}", lr.len(), (dv / norm).sqrt(), (dc / norm).sqrt());
+    assert!(ratio <= 1.0 + Q8_NOISE, "{name}: the Vulkan home's 8-bit path is farther from float32 than the CPU home's: {ratio:.3} times in the geometric mean");
+    assert!(scaled > 1.0 + Q8_NOISE, "control: the Vulkan home's logits scaled by 1.03 were {scaled:.3} times the CPU home's distance");
 }
 
 #[test]

@@ -42,7 +42,7 @@ fn vulkan_wide(m: &Model, n_ctx: usize, regions: usize, wide: WideMode) -> Optio
 }
 
 fn cpu(m: &Model, n_ctx: usize, regions: usize) -> CpuHome {
-    let opts = CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None };
+    let opts = CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None, progress: None };
     CpuHome::new(m.file.clone(), m.cfg.clone(), &opts, Arc::new(Counters::default())).unwrap()
 }
 

@@ -34,8 +34,13 @@ fn rounding_noise_beside_the_gap_between_homes() {
     for len in [12usize, 48] {
         let prompt = &ids[..len.min(ids.len())];
         let seg = [Segment { region: RegionId(0), start: 0, tokens: prompt }];
-        let mut cpu =
-            CpuHome::new(m.file.clone(), m.cfg.clone(), &CpuOptions { n_ctx: Some(128), regions: 1, codec: KvCodec::F16, threads: None }, Arc::new(Counters::default())).unwrap();
+        let mut cpu = CpuHome::new(
+            m.file.clone(),
+            m.cfg.clone(),
+            &CpuOptions { n_ctx: Some(128), regions: 1, codec: KvCodec::F16, threads: None, progress: None },
+            Arc::new(Counters::default()),
+        )
+        .unwrap();
         let vk = |q8| {
             VulkanHome::on(
                 gpu.clone(),

@@ -104,6 +104,22 @@ impl CanonRows {
         Ok(a)
     }
 
+    /// Rows `sel` of these (a row may repeat), in that order.
+    pub fn select(&self, sel: &[usize]) -> CanonRows {
+        let (nbp, qb) = (self.nbp, self.nbp * BLOCK);
+        let mut a = CanonRows { n: sel.len(), cols: self.cols, nbp, q: Vec::with_capacity(sel.len() * qb), d: Vec::new(), s: Vec::new(), h: Vec::new(), r: Vec::new() };
+        for &i in sel {
+            a.q.extend_from_slice(&self.q[i * qb..(i + 1) * qb]);
+            a.d.extend_from_slice(&self.d[i * nbp..(i + 1) * nbp]);
+            a.s.extend_from_slice(&self.s[i * nbp..(i + 1) * nbp]);
+            a.h.extend_from_slice(&self.h[i * nbp..(i + 1) * nbp]);
+            if !self.r.is_empty() {
+                a.r.push(self.r[i]);
+            }
+        }
+        a
+    }
+
     /// Rows.
     pub fn n(&self) -> usize {
         self.n
@@ -198,41 +214,51 @@ const CHUNK_BYTES: usize = 256 << 10;
 
 /// `canon_many` on a given path (tests and benches).
 pub fn canon_many_on(simd: Simd, jobs: &mut [(&CanonMatrix, &mut [f32])], x: &CanonRows, epi: Epilogue) -> Result<(), KernelError> {
+    let mut each: Vec<(&CanonMatrix, &CanonRows, &mut [f32])> = jobs.iter_mut().map(|(w, out)| (&**w, x, &mut **out)).collect();
+    canon_each_on(simd, &mut each, epi)
+}
+
+/// Canonical products each of its own activations (a row's experts' down products) in one
+/// parallel region; each output equals what `canon_matmul` gives for its weight and rows.
+pub fn canon_each(jobs: &mut [(&CanonMatrix, &CanonRows, &mut [f32])], epi: Epilogue) -> Result<(), KernelError> {
+    canon_each_on(Simd::detected(), jobs, epi)
+}
+
+/// `canon_each` on a given path.
+pub fn canon_each_on(simd: Simd, jobs: &mut [(&CanonMatrix, &CanonRows, &mut [f32])], epi: Epilogue) -> Result<(), KernelError> {
     if !simd.is_available() {
         return Err(KernelError::Unavailable(simd.name()));
     }
-    let cut = Cut::of(x.cols).ok_or(KernelError::PartialBlock { ty: GgmlType::Q8_0, cols: x.cols })?;
     let threads = rayon::current_num_threads().max(1);
     let mut tasks = Vec::new();
-    let mut outs = Vec::with_capacity(jobs.len());
-    let mut bytes = 0u64;
-    for (j, (w, out)) in jobs.iter_mut().enumerate() {
+    let mut parts = Vec::with_capacity(jobs.len());
+    let mut work_bytes = 0u64;
+    for (j, (w, x, out)) in jobs.iter_mut().enumerate() {
+        let cut = Cut::of(x.cols).ok_or(KernelError::PartialBlock { ty: GgmlType::Q8_0, cols: x.cols })?;
         if w.cols != x.cols {
             return Err(KernelError::Shape(format!("activations of {} columns, weights of {}", x.cols, w.cols)));
         }
         if out.len() != x.n * w.rows {
             return Err(KernelError::Shape(format!("output {j} of {} values, want {} x {}", out.len(), x.n, w.rows)));
         }
+        parts.push((&**w, &**x, cut, SendPtr(out.as_mut_ptr())));
+        if x.n == 0 {
+            continue;
+        }
         let tiles = w.tiles();
         let per = (CHUNK_BYTES / w.tile_bytes.max(1)).max(1).min(tiles.div_ceil(threads * 4)).max(1);
         tasks.extend((0..tiles.div_ceil(per)).map(|c| (j, c * per, ((c + 1) * per).min(tiles))));
-        bytes += w.size() as u64;
-        outs.push(SendPtr(out.as_mut_ptr()));
+        work_bytes += w.size() as u64 * x.n as u64;
     }
-    if x.n == 0 {
-        return Ok(());
-    }
-    let weights: Vec<&CanonMatrix> = jobs.iter().map(|(w, _)| &**w).collect();
     let work = |&(j, t0, t1): &(usize, usize, usize)| {
-        let w = weights[j];
-        let out = &outs[j];
+        let (w, x, cut, out) = &parts[j];
         match simd {
             #[cfg(target_arch = "x86_64")]
-            Simd::Avx2 | Simd::Avx512Vnni => super::canon_x86::tiles(simd, w, x, &cut, t0, t1, out.0, epi),
-            _ => portable_tiles(w, x, &cut, t0, t1, out.0, epi),
+            Simd::Avx2 | Simd::Avx512Vnni => super::canon_x86::tiles(simd, w, x, cut, t0, t1, out.0, epi),
+            _ => portable_tiles(w, x, cut, t0, t1, out.0, epi),
         }
     };
-    if tasks.len() == 1 || bytes * (x.n as u64) < 32 << 10 {
+    if tasks.len() <= 1 || work_bytes < 32 << 10 {
         tasks.iter().for_each(work);
     } else {
         tasks.par_iter().for_each(work);

@@ -208,26 +208,36 @@ fn pack_row(w: &QMatrix, l: &Layout, m: usize, r: usize, dst: &mut [u8]) {
 
 /// A block's unsigned quants `u` into lane `r` of its planes and records at `at`.
 fn put_quants(ty: GgmlType, l: &Layout, u: &[i32; BLOCK], at: usize, r: usize, dst: &mut [u8]) {
-    let quants = at + l.planes * RECORD;
-    for e in 0..4 {
-        if ty == GgmlType::Q8_0 {
-            for g in 0..8 {
-                dst[quants + g * RECORD + 4 * r + e] = u[4 * g + e] as u8;
+    let quants = at + l.planes * RECORD + 4 * r;
+    if ty == GgmlType::Q8_0 {
+        for (v, &q) in u.iter().enumerate() {
+            dst[quants + (v / 4) * RECORD + v % 4] = q as u8;
+        }
+        return;
+    }
+    // Value t of group t / 4 (t < 16) beside value t + 16 of group t / 4 + 4.
+    for t in 0..16 {
+        dst[quants + (t / 4) * RECORD + t % 4] = (u[t] & 15) as u8 | ((u[t + 16] & 15) << 4) as u8;
+    }
+    let planes = at + 4 * r;
+    match l.planes {
+        1 => {
+            let mut b = [0u8; 4];
+            for (v, &q) in u.iter().enumerate() {
+                b[v % 4] |= (((q >> 4) & 1) << (v / 4)) as u8;
             }
-            continue;
+            dst[planes..planes + 4].copy_from_slice(&b);
         }
-        for j in 0..4 {
-            dst[quants + j * RECORD + 4 * r + e] = (u[4 * j + e] & 15) as u8 | ((u[4 * (j + 4) + e] & 15) << 4) as u8;
-        }
-        match l.planes {
-            1 => dst[at + 4 * r + e] = (0..8).map(|g| (((u[4 * g + e] >> 4) & 1) << g) as u8).sum(),
-            2 => {
-                for h in 0..2 {
-                    dst[at + h * RECORD + 4 * r + e] = (0..4).map(|k| (((u[4 * (4 * h + k) + e] >> 4) & 3) << (2 * k)) as u8).sum();
-                }
+        2 => {
+            let mut b = [[0u8; 4]; 2];
+            for (v, &q) in u.iter().enumerate() {
+                let g = v / 4;
+                b[g / 4][v % 4] |= (((q >> 4) & 3) << (2 * (g % 4))) as u8;
             }
-            _ => {}
+            dst[planes..planes + 4].copy_from_slice(&b[0]);
+            dst[planes + RECORD..planes + RECORD + 4].copy_from_slice(&b[1]);
         }
+        _ => {}
     }
 }
 

@@ -1,5 +1,11 @@
 //! Quantized matrix multiply kernels of the CPU home.
 //!
+//! Two products. The canonical one (`canon_*`, docs/canonical-order.md) takes every matrix
+//! in a format of the spec's table, laid out at load in tiles (`CanonMatrix`): the forward
+//! pass's products. The rounded one (`matmul`, below) takes the rest: float weights, the
+//! formats without a canonical expression (Q5_1, Q2_K, Q3_K) and a mixture-of-experts router,
+//! which reads the f32 normed rows as the Vulkan home's does.
+//!
 //! `matmul` computes `out[i * w.rows + r] = dot(w row r, x row i)`. Weights stay in their GGUF
 //! block format; activations are prepared once ([`Acts`]) per format family: quantized to
 //! 8-bit blocks (integer dot products, as llama.cpp does) or kept as f32 for float weights.
@@ -34,7 +40,7 @@ mod portable;
 
 pub use acts::Acts;
 use acts::{Family, Prepared, SendPtr};
-pub use canon_mm::{canon_many, canon_many_on, canon_matmul, canon_takes, CanonRows, Epilogue};
+pub use canon_mm::{canon_each, canon_each_on, canon_many, canon_many_on, canon_matmul, canon_takes, CanonRows, Epilogue};
 pub use canon_pack::CanonMatrix;
 use resin_gguf::GgmlType;
 use std::sync::OnceLock;

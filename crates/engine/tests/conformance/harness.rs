@@ -79,7 +79,7 @@ impl Suite {
         let counters = Arc::new(Counters::default());
         match &self.gpu {
             None => {
-                let opts = CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None };
+                let opts = CpuOptions { n_ctx: Some(n_ctx), regions, codec: KvCodec::F16, threads: None, progress: None };
                 Box::new(CpuHome::new(self.file.clone(), self.cfg.clone(), &opts, counters).unwrap())
             }
             Some((gpu, held)) => {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use resin_core::{Counters, Home, KvCodec};
-use resin_cpu::{CpuHome, CpuOptions};
+use resin_cpu::{CpuHome, CpuOptions, PackProgress};
 use resin_gguf::GgufFile;
 use resin_model::{ChatTemplate, ModelConfig, Tokenizer};
 use resin_vulkan::{GpuOptions, UploadProgress, VulkanHome, VulkanOptions, WideMode};
@@ -125,8 +125,22 @@ impl ModelArgs {
 
     fn home(&self, file: &Arc<GgufFile>, cfg: &ModelConfig, regions: usize) -> Result<Box<dyn Home>> {
         let counters = Arc::new(Counters::default());
-        let opts = CpuOptions { n_ctx: self.ctx, regions, codec: self.kv, threads: self.threads };
-        serving_home(self.gpu, || self.vulkan(file, cfg, regions, counters.clone()), || Ok(Box::new(CpuHome::new(file.clone(), cfg.clone(), &opts, counters.clone())?)))
+        serving_home(
+            self.gpu,
+            || self.vulkan(file, cfg, regions, counters.clone()),
+            || {
+                let bar = progress_bar("laying the weights out for the CPU");
+                let shown = bar.clone();
+                let progress = PackProgress(Arc::new(move |done, total| {
+                    shown.set_length(total);
+                    shown.set_position(done);
+                }));
+                let opts = CpuOptions { n_ctx: self.ctx, regions, codec: self.kv, threads: self.threads, progress: Some(progress) };
+                let home = CpuHome::new(file.clone(), cfg.clone(), &opts, counters.clone());
+                bar.finish_and_clear();
+                Ok(Box::new(home?))
+            },
+        )
     }
 
     /// The Vulkan home. `auto` takes only a hardware device: a software one (lavapipe) is slower
@@ -145,7 +159,7 @@ impl ModelArgs {
         if self.gpu == Gpu::Auto && gpu.info.kind == "cpu" {
             bail!("the only Vulkan device, {}, is a software rasterizer (use --gpu vulkan to take it anyway)", gpu.info.name);
         }
-        let bar = upload_bar(&gpu.info.name);
+        let bar = progress_bar(&format!("uploading to {}", gpu.info.name));
         let shown = bar.clone();
         let progress = UploadProgress(Arc::new(move |done, total| {
             shown.set_length(total);
@@ -196,16 +210,16 @@ fn init_threads(threads: Option<usize>) -> Result<()> {
     Ok(())
 }
 
-/// The weights' upload to the device as a progress bar on stderr (hidden when stderr is not a
-/// terminal, as indicatif does).
-fn upload_bar(device: &str) -> indicatif::ProgressBar {
+/// A load's progress in bytes (the upload to the device, the CPU home's weight layout) as a bar
+/// on stderr (hidden when stderr is not a terminal, as indicatif does).
+fn progress_bar(what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::with_draw_target(Some(0), indicatif::ProgressDrawTarget::stderr());
     bar.set_style(
         indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
-    bar.set_message(format!("uploading to {device}"));
+    bar.set_message(what.to_string());
     bar
 }
 
