@@ -14,10 +14,14 @@ use resin_gguf::GgufFile;
 use resin_model::ModelConfig;
 
 fn home(regions: usize, codec: KvCodec) -> CpuHome {
+    home_ctx(regions, codec, 1024)
+}
+
+fn home_ctx(regions: usize, codec: KvCodec, n_ctx: usize) -> CpuHome {
     let path = resin_hub::ensure("smollm2-135m", false).expect("fetching SmolLM2-135M for the tests");
     let file = Arc::new(GgufFile::open(path).unwrap());
     let cfg = ModelConfig::from_gguf(&file).unwrap();
-    let opts = CpuOptions { n_ctx: Some(1024), regions, codec, threads: None, progress: None };
+    let opts = CpuOptions { n_ctx: Some(n_ctx), regions, codec, threads: None, progress: None };
     CpuHome::new(file, cfg, &opts, Arc::new(Counters::default())).unwrap()
 }
 
@@ -59,6 +63,32 @@ fn n_rows_equal_each_row_alone() {
         }
     }
     assert_eq!(batched.counters().nrow_steps.load(Ordering::Relaxed), 3);
+}
+
+/// Steps of 16, 33 and 64 rows (issue 29's widths: two activation tiles of 8, tiles of 8, 4
+/// and 1, eight of 8) equal each row stepped alone, bit for bit: the canonical product sums
+/// every output element in an order fixed by the matrix's shape (the kernel tests' control
+/// shows that another order gives other bits).
+#[test]
+fn steps_of_16_33_and_64_rows_equal_each_row_alone() {
+    let n = 64;
+    let prompts: Vec<Vec<u32>> = (0..n).map(|i| tokens(2 + i % 5, 100 + i as u32)).collect();
+    let mut batched = home_ctx(n, KvCodec::F16, 32);
+    let mut alone = home_ctx(n, KvCodec::F16, 32);
+    let mut pos: Vec<u32> = prompts.iter().map(|p| p.len() as u32).collect();
+    for (r, p) in prompts.iter().enumerate() {
+        prefill_one(&mut batched, r as u32, p);
+        prefill_one(&mut alone, r as u32, p);
+    }
+    for (step, width) in [16usize, 33, 64].into_iter().enumerate() {
+        let rows: Vec<Row> = (0..width).map(|r| Row { region: RegionId(r as u32), token: 700 + 13 * step as u32 + r as u32, pos: pos[r] }).collect();
+        let together = batched.step_logits(&rows).unwrap();
+        for (i, row) in rows.iter().enumerate() {
+            let single = alone.step_logits(&[*row]).unwrap();
+            assert_eq!(bits(together.row(i)), bits(single.row(0)), "row {i} of the {width}-row step differs from the row alone");
+            pos[i] += 1;
+        }
+    }
 }
 
 #[test]
