@@ -1,14 +1,16 @@
-//! Times the quantized matmul kernels on the shapes of SmolLM2-135M (Q4_1, Q8_0 classifier)
+//! Times the CPU home's matrix products on the shapes of SmolLM2-135M (Q4_1, Q8_0 classifier)
 //! and Qwen2.5-Coder-0.5B Q4_K_M (Q5_0 where 896 columns rule out K-quants, Q4_K / Q6_K
-//! down projections, Q8_0 v and classifier), at n = 1 (decode) and n = 512 (prefill).
+//! down projections, Q8_0 v and classifier), at n = 1 (decode), 4 and 512 (prefill).
 //!
-//! Two parts: each shape alone (weights hot in cache), then a whole-model sweep of every
-//! layer's matrices (distinct weights, as decode streams them) giving matmul-only tokens/s.
+//! Two parts: each shape alone (weights hot in cache), the canonical product over its tiles
+//! (what the forward pass runs; the layout's own time too) beside the rounded kernels; then a
+//! whole-model sweep of every layer's matrices in tiles (distinct weights, as decode streams
+//! them) giving product-only tokens/s.
 //!
 //! cargo run --release -p resin-cpu --example kernel_bench [-- --simd avx2] [--quick] [--cpu]
 //!     [--only Q5_0,Q4_K] [--no-sweep] [--min]
 
-use resin_cpu::kernels::{matmul_on, Acts, QMatrix, Simd};
+use resin_cpu::kernels::{canon_many_on, matmul_on, Acts, CanonMatrix, CanonRows, Epilogue, QMatrix, Simd};
 use resin_gguf::GgmlType;
 use std::time::Instant;
 
@@ -142,7 +144,7 @@ fn main() {
         l("(Q4_1 ref)", Q4_1, 1024, 1024),
     ];
     let mut rng = Rng(0x1234_5678_9abc_def1);
-    println!("{:<12} {:>5} {:>13} {:>5} {:>10} {:>9} {:>9}", "matrix", "type", "rows x cols", "n", "us", "GFLOP/s", "GB/s");
+    println!("{:<12} {:>5} {:>13} {:>5} {:>10} {:>9} {:>9} {:>12}", "matrix", "type", "rows x cols", "n", "canon us", "GFLOP/s", "GB/s", "rounded us");
     for (model, layers) in [("SmolLM2-135M", smol), ("Qwen2.5-0.5B", qwen)] {
         println!("-- {model}");
         for ly in layers {
@@ -153,17 +155,37 @@ fn main() {
             }
             let data = weights(ly.ty, ly.rows, ly.cols, &mut rng);
             let w = QMatrix::new(ly.ty, ly.rows, ly.cols, &data).unwrap();
-            for n in [1usize, 512] {
+            let t0 = Instant::now();
+            let tiles = CanonMatrix::pack(&w).ok();
+            if tiles.is_some() {
+                println!("{:<12} {:>5} laid out in tiles at {:.2} GB/s", ly.name, ly.ty.name(), data.len() as f64 / t0.elapsed().as_secs_f64() * 1e-9);
+            }
+            for n in [1usize, 4, 512] {
                 if n > 1 && ly.name == "classifier" {
                     continue; // prefill runs the classifier on segment-last rows only
                 }
                 let x: Vec<f32> = (0..n * ly.cols).map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5).collect();
-                let acts = Acts::prepare(&x, n, ly.cols, ly.ty);
                 let mut out = vec![0f32; n * ly.rows];
-                let t = time(|| matmul_on(simd, &w, &acts, &mut out), min_s);
+                let rounded = time(
+                    || {
+                        let acts = Acts::prepare(&x, n, ly.cols, ly.ty);
+                        matmul_on(simd, &w, &acts, &mut out)
+                    },
+                    min_s,
+                );
+                let t = match &tiles {
+                    Some(tw) => time(
+                        || {
+                            let acts = CanonRows::pack(&x, n, ly.cols).unwrap();
+                            canon_many_on(simd, &mut [(tw, &mut out)], &acts, Epilogue::Store).unwrap()
+                        },
+                        min_s,
+                    ),
+                    None => rounded,
+                };
                 let flops = 2.0 * (ly.rows * ly.cols * n) as f64;
                 println!(
-                    "{:<12} {:>5} {:>6} x {:<5} {:>5} {:>10.1} {:>9.1} {:>9.1}",
+                    "{:<12} {:>5} {:>6} x {:<5} {:>5} {:>10.1} {:>9.1} {:>9.1} {:>12.1}",
                     ly.name,
                     ly.ty.name(),
                     ly.rows,
@@ -171,7 +193,8 @@ fn main() {
                     n,
                     t * 1e6,
                     flops / t * 1e-9,
-                    data.len() as f64 / t * 1e-9
+                    data.len() as f64 / t * 1e-9,
+                    rounded * 1e6
                 );
             }
         }
@@ -181,7 +204,7 @@ fn main() {
         return;
     }
     // Whole-model sweeps: every layer's own weights (so decode streams them like the model).
-    println!("-- whole-model matmul sweeps (matmuls only, incl. activation quantization)");
+    println!("-- whole-model sweeps (products only, incl. activation quantization; the rounded kernels where a format has no tiles)");
     let smol_layer = [(Q4_1, 576, 576), (Q4_1, 192, 576), (Q4_1, 192, 576), (Q4_1, 576, 576), (Q4_1, 1536, 576), (Q4_1, 1536, 576), (Q4_1, 576, 1536)];
     let mut qwen_layers = Vec::new();
     for i in 0..24 {
@@ -200,23 +223,26 @@ fn main() {
     for (model, layers, classifier) in [("SmolLM2-135M Q4_1", &smol_layers, (Q8_0, 49152usize, 576usize)), ("Qwen2.5-0.5B Q4_K_M", &qwen_layers, (Q8_0, 151936, 896))] {
         let mats: Vec<Vec<Vec<u8>>> = layers.iter().map(|ls| ls.iter().map(|&(ty, r, c)| weights(ty, r, c, &mut rng)).collect()).collect();
         let cls = weights(classifier.0, classifier.1, classifier.2, &mut rng);
+        let tiles: Vec<Vec<Option<CanonMatrix>>> =
+            layers.iter().zip(&mats).map(|(ls, ms)| ls.iter().zip(ms).map(|(&(ty, r, c), m)| CanonMatrix::pack(&QMatrix::new(ty, r, c, m).unwrap()).ok()).collect()).collect();
+        let cls_tiles = CanonMatrix::pack(&QMatrix::new(classifier.0, classifier.1, classifier.2, &cls).unwrap()).ok();
         let total_bytes: usize = mats.iter().flatten().map(|m| m.len()).sum::<usize>() + cls.len();
-        for n in [1usize, 512] {
+        for n in [1usize, 4, 512] {
             let xs: Vec<Vec<f32>> = [576usize, 896, 1536, 4864].iter().map(|&c| (0..n * c).map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5).collect()).collect();
             let pick = |c: usize| &xs[[576usize, 896, 1536, 4864].iter().position(|&v| v == c).unwrap()];
             let mut out = vec![0f32; n * 4864];
             let mut cls_out = vec![0f32; classifier.1];
             let run = |out: &mut Vec<f32>, cls_out: &mut Vec<f32>| {
-                for (ls, ms) in layers.iter().zip(&mats) {
-                    for (&(ty, r, c), m) in ls.iter().zip(ms) {
-                        let w = QMatrix::new(ty, r, c, m).unwrap();
-                        let acts = Acts::prepare(pick(c), n, c, ty);
-                        matmul_on(simd, &w, &acts, &mut out[..n * r]);
+                let product = |ty: GgmlType, r: usize, c: usize, m: &[u8], tw: &Option<CanonMatrix>, rows: usize, x: &[f32], out: &mut [f32]| match tw {
+                    Some(tw) => canon_many_on(simd, &mut [(tw, out)], &CanonRows::pack(x, rows, c).unwrap(), Epilogue::Store).unwrap(),
+                    None => matmul_on(simd, &QMatrix::new(ty, r, c, m).unwrap(), &Acts::prepare(x, rows, c, ty), out),
+                };
+                for ((ls, ms), ts) in layers.iter().zip(&mats).zip(&tiles) {
+                    for ((&(ty, r, c), m), tw) in ls.iter().zip(ms).zip(ts) {
+                        product(ty, r, c, m, tw, n, pick(c), &mut out[..n * r]);
                     }
                 }
-                let w = QMatrix::new(classifier.0, classifier.1, classifier.2, &cls).unwrap();
-                let acts = Acts::prepare(&pick(classifier.2)[..classifier.2], 1, classifier.2, classifier.0);
-                matmul_on(simd, &w, &acts, cls_out);
+                product(classifier.0, classifier.1, classifier.2, &cls, &cls_tiles, 1, &pick(classifier.2)[..classifier.2], cls_out);
             };
             let t = time(|| run(&mut out, &mut cls_out), if quick { 0.3 } else { 1.5 });
             println!("{model:<22} n={n:<4} {:>8.2} ms/pass {:>8.1} tok/s {:>7.1} GB/s of weights", t * 1e3, n as f64 / t, total_bytes as f64 / t * 1e-9);

@@ -6,8 +6,6 @@
 
 use std::sync::Arc;
 
-use rayon::prelude::*;
-
 use resin_gguf::{formats, GgmlType, GgufFile, TensorInfo};
 use resin_model::{LayerNames, ModelConfig};
 
@@ -182,12 +180,8 @@ impl Weights {
             if !take {
                 continue;
             }
-            let (rows, len) = (m.rows / parts, m.len / parts);
             m.canon = Some(self.packed.len());
-            // A stack's experts are laid out side by side (each one alone is often too small
-            // to spread over the threads).
-            let start = m.start;
-            let tiles = (0..parts).into_par_iter().map(|e| CanonMatrix::pack(&q(&MatRef { rows, start: start + e * len, len, ..*m }))).collect::<Result<Vec<_>, _>>()?;
+            let tiles = CanonMatrix::pack_stack(&q(m), parts)?;
             self.packed.extend(tiles);
             // The tiles are what the passes read: the file's copy need not stay resident.
             self.file.release(m.start, m.len);

@@ -153,3 +153,37 @@ fn bad_shapes_are_errors() {
     let wf = QMatrix::new(GgmlType::F16, 1, 64, &f).unwrap();
     assert!(CanonMatrix::pack(&wf).is_err());
 }
+
+/// A stack of matrices (a layer's experts) laid out together: each part is its own rows'
+/// product, bit for bit with the reference (an expert's rows start a tile; 20 rows: a short
+/// tile in every part).
+#[test]
+fn a_stack_lays_out_each_part_on_its_own_rows() {
+    let mut rng = Rng(21);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+        let (parts, rows, cols) = (3, 20, 512);
+        let data = weights(ty, parts * rows, cols, &mut rng);
+        let w = QMatrix::new(ty, parts * rows, cols, &data).unwrap();
+        let stack = CanonMatrix::pack_stack(&w, parts).unwrap();
+        assert_eq!(stack.len(), parts);
+        let x = rng.vec(2 * cols, 1.0);
+        let acts = CanonRows::pack(&x, 2, cols).unwrap();
+        let rows_ref: Vec<CanonActs> = (0..2).map(|i| acts.row(i)).collect();
+        let cut = Cut::of(cols).unwrap();
+        for (e, part) in stack.iter().enumerate() {
+            assert_eq!((part.rows, part.cols), (rows, cols));
+            let mut out = vec![f32::NAN; 2 * rows];
+            canon_many_on(Simd::detected(), &mut [(part, &mut out)], &acts, Epilogue::Store).unwrap();
+            let rb = w.row_bytes();
+            for i in 0..2 {
+                for m in 0..rows {
+                    let r = e * rows + m;
+                    let want = canon_dot(ty, &data[r * rb..(r + 1) * rb], &rows_ref[i], &cut);
+                    assert_eq!(out[i * rows + m].to_bits(), want.to_bits(), "{ty} part {e} ({i}, {m})");
+                }
+            }
+        }
+    }
+    let data = weights(GgmlType::Q8_0, 10, 64, &mut rng);
+    assert!(CanonMatrix::pack_stack(&QMatrix::new(GgmlType::Q8_0, 10, 64, &data).unwrap(), 3).is_err());
+}

@@ -23,6 +23,8 @@
 //! `mw`; Q4_K, Q5_K: the 6-bit scale u8 x 16, then the min; Q6_K: the two 16-value scales,
 //! i8 x 16 each. Rows past the matrix's last in its last tile are zero.
 
+use std::sync::Arc;
+
 use resin_core::canon::BLOCK;
 use resin_gguf::GgmlType;
 
@@ -88,19 +90,19 @@ impl Layout {
     }
 }
 
-/// 64-byte aligned storage.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
-/// A matrix in the canonical tile layout (see the module docs), owned.
+/// A matrix in the canonical tile layout (see the module docs): its tiles in memory it
+/// shares with the other matrices of its stack (a mixture-of-experts layer's experts).
 pub struct CanonMatrix {
     pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
     pub(super) layout: Layout,
     pub(super) tile_bytes: usize,
-    lines: Vec<Line>,
+    /// Where its tiles start in `mem`.
+    at: usize,
+    /// The stack's tiles, in pages of their own (huge pages where the OS gives them: a pass
+    /// streams every byte, so fewer translation misses, and fewer faults to fill them).
+    mem: Arc<memmap2::Mmap>,
 }
 
 impl std::fmt::Debug for CanonMatrix {
@@ -113,27 +115,42 @@ impl CanonMatrix {
     /// Lay `w` out in tiles. Errors where its format has no canonical expression or its rows
     /// are not whole blocks of 32.
     pub fn pack(w: &QMatrix) -> Result<CanonMatrix, KernelError> {
+        Ok(Self::pack_stack(w, 1)?.remove(0))
+    }
+
+    /// Lay out `w` as `parts` matrices of its rows in turn (a stack of experts, each its own
+    /// tiles so that an expert's rows start a tile), side by side over the threads.
+    pub fn pack_stack(w: &QMatrix, parts: usize) -> Result<Vec<CanonMatrix>, KernelError> {
         let layout = Layout::of(w.ty).ok_or(KernelError::Unsupported(w.ty))?;
         if w.cols == 0 || !w.cols.is_multiple_of(BLOCK) || !w.cols.is_multiple_of(w.ty.block_len()) {
             return Err(KernelError::PartialBlock { ty: w.ty, cols: w.cols });
         }
-        let nb = w.cols / BLOCK;
-        let tile_bytes = nb / layout.unit_blocks * layout.unit_bytes();
-        let tiles = w.rows.div_ceil(TILE);
-        let mut m = CanonMatrix { ty: w.ty, rows: w.rows, cols: w.cols, layout, tile_bytes, lines: vec![Line([0; 64]); (tiles * tile_bytes).div_ceil(64)] };
-        let pack_tile = |t: usize, dst: &mut [u8]| {
-            for r in 0..TILE.min(w.rows - t * TILE) {
-                pack_row(w, &layout, t * TILE + r, r, dst);
+        if parts == 0 || !w.rows.is_multiple_of(parts) {
+            return Err(KernelError::Shape(format!("{} rows are not {parts} matrices", w.rows)));
+        }
+        let rows = w.rows / parts;
+        let tile_bytes = w.cols / BLOCK / layout.unit_blocks * layout.unit_bytes();
+        let tiles = rows.div_ceil(TILE);
+        let part_bytes = tiles * tile_bytes;
+        let bytes = (parts * part_bytes).max(1);
+        let mut mem = memmap2::MmapMut::map_anon(bytes).map_err(|e| KernelError::Shape(format!("{bytes} bytes for {} tiles: {e}", w.ty)))?;
+        #[cfg(target_os = "linux")]
+        let _ = mem.advise(memmap2::Advice::HugePage);
+        let pack_tile = |i: usize, dst: &mut [u8]| {
+            let (e, t) = (i / tiles, i % tiles);
+            for r in 0..TILE.min(rows - t * TILE) {
+                pack_row(w, &layout, e * rows + t * TILE + r, r, dst);
             }
         };
-        let bytes = m.bytes_mut();
-        if tiles * tile_bytes >= 1 << 20 {
+        let dst = &mut mem[..parts * part_bytes];
+        if dst.len() >= 1 << 20 {
             use rayon::prelude::*;
-            bytes.par_chunks_mut(tile_bytes).enumerate().for_each(|(t, dst)| pack_tile(t, dst));
+            dst.par_chunks_mut(tile_bytes).enumerate().for_each(|(i, d)| pack_tile(i, d));
         } else {
-            bytes.chunks_mut(tile_bytes).enumerate().for_each(|(t, dst)| pack_tile(t, dst));
+            dst.chunks_mut(tile_bytes).enumerate().for_each(|(i, d)| pack_tile(i, d));
         }
-        Ok(m)
+        let mem = Arc::new(mem.make_read_only().map_err(|e| KernelError::Shape(format!("sealing {} tiles: {e}", w.ty)))?);
+        Ok((0..parts).map(|e| CanonMatrix { ty: w.ty, rows, cols: w.cols, layout, tile_bytes, at: e * part_bytes, mem: mem.clone() }).collect())
     }
 
     pub fn tiles(&self) -> usize {
@@ -145,16 +162,10 @@ impl CanonMatrix {
         self.tiles() * self.tile_bytes
     }
 
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        let len = self.tiles() * self.tile_bytes;
-        // SAFETY: the lines hold at least `len` bytes, plain data.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut u8, len) }
-    }
-
     /// Tile `t`'s bytes.
     pub(super) fn tile(&self, t: usize) -> &[u8] {
-        // SAFETY: as bytes_mut; tile t is inside the allocation.
-        unsafe { std::slice::from_raw_parts((self.lines.as_ptr() as *const u8).add(t * self.tile_bytes), self.tile_bytes) }
+        let at = self.at + t * self.tile_bytes;
+        &self.mem[at..at + self.tile_bytes]
     }
 }
 
