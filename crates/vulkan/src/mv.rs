@@ -140,13 +140,27 @@ pub struct Experts<'a> {
 /// writes beside its slots' rows: out[r][i] = the sum over j in rank order of
 /// wt[r * used + j] * y[r * used + j][i], moe.comp COMBINE's arithmetic, by the workgroup
 /// that finishes a tile of rows last (counted in `done`, a word a tile, left zero); with
-/// `add`, out[r][i] += that sum (the residual's add).
+/// `add`, out[r][i] += that sum (the residual's add), and with `pack` too the next norm's
+/// input of the sums (mv.comp OUT 6; `done` then also holds a word a 32-row block after the
+/// tiles').
 #[derive(Clone, Copy)]
 pub struct Combine<'a> {
     pub wt: Bind<'a>,
     pub out: Bind<'a>,
     pub done: Bind<'a>,
     pub add: bool,
+    pub pack: Option<PackNext<'a>>,
+}
+
+/// The next norm's input of a residual's rows that an expert product's sum packs beside
+/// itself (as [`MvOut::AddPack`] does for a plain product): u = x * norm packed as `layout`
+/// says at `out`, and each 32-value block's sum of the squares of x at `ss`.
+#[derive(Clone, Copy)]
+pub struct PackNext<'a> {
+    pub norm: Bind<'a>,
+    pub layout: QPack,
+    pub out: Bind<'a>,
+    pub ss: Bind<'a>,
 }
 
 impl Experts<'_> {
@@ -636,9 +650,19 @@ impl Recorder<'_> {
             if m.n as usize > NROW_MAX || s.y_off != 0 || s.y_stride < s.rows {
                 return bad(format!("a sum of the slots of {} rows {} values apart", m.n, s.y_stride));
             }
-            let tiles = s.rows as u64; // a word a tile of at least a row
-            if c.wt.range < slots as u64 * 4 || c.out.range < (m.n as u64 - 1) * s.y_stride as u64 * 4 + s.rows as u64 * 4 || c.done.range < tiles * 4 {
+            // A word a tile of at least a row, and (pack) a word a 32-row block after them.
+            let words = s.rows as u64 + if c.pack.is_some() { s.rows.div_ceil(32) as u64 } else { 0 };
+            if c.wt.range < slots as u64 * 4 || c.out.range < (m.n as u64 - 1) * s.y_stride as u64 * 4 + s.rows as u64 * 4 || c.done.range < words * 4 {
                 return bad(format!("{} / {} / {} bytes for the slots' weights, the sums and the counters", c.wt.range, c.out.range, c.done.range));
+            }
+            if let Some(pn) = c.pack {
+                let rowb = s.y_stride / 32;
+                if !c.add || !s.rows.is_multiple_of(32) || !s.y_stride.is_multiple_of(32) || (m.n - 1) * s.y_stride + s.rows > pn.layout.count {
+                    return bad(format!("the next norm's input of {} rows {} values apart packed in {} values", m.n, s.y_stride, pn.layout.count));
+                }
+                if pn.out.range < pn.layout.bytes() || pn.norm.range < 4 * s.rows as u64 || pn.ss.range < 4 * (m.n * rowb) as u64 {
+                    return bad(format!("{} / {} / {} bytes for the packs, the norm and the sums of squares", pn.out.range, pn.norm.range, pn.ss.range));
+                }
             }
         }
         if m.n as usize > NROW_MAX {
@@ -704,8 +728,12 @@ impl Recorder<'_> {
             Ok(io) => io,
             Err(what) => return bad(what),
         };
-        let Io { x, nw, eps, xd_off, xs_off, y, pk, up_off, pd_off, ps_off, .. } = io;
+        let Io { x, nw, eps, xd_off, xs_off, y, mut pk, up_off, mut pd_off, mut ps_off, .. } = io;
         let out = match ex.and_then(|e| e.combine) {
+            Some(Combine { pack: Some(pn), .. }) => {
+                (pk, pd_off, ps_off) = (pn.out, pn.layout.d_off(), pn.layout.s_off());
+                6
+            }
             Some(c) => 3 + u32::from(c.add),
             None => io.out,
         };
@@ -721,7 +749,7 @@ impl Recorder<'_> {
             _ => "_nrow",
         };
         let tile = spec.tile();
-        if io.pack_out.is_some() && !(32 % tile == 0 || tile % 32 == 0) {
+        if (io.pack_out.is_some() || out == 6) && !(32 % tile == 0 || tile % 32 == 0) {
             return bad(format!("the next norm's 32-row blocks over workgroups of {tile} rows"));
         }
         let hw = match tier {
@@ -754,9 +782,11 @@ impl Recorder<'_> {
             // nothing.
             Some(e) => {
                 let (push, chosen) = e.push(push, ny);
-                // Without a sum the form's sum bindings are the lists again (never read).
-                let c = e.combine.unwrap_or(Combine { wt: e.groups, out: e.groups, done: e.groups, add: false });
-                self.run(&format!("mv{hw}_x_{f}{form}"), &consts, &[w, x, nw, y, pk, e.groups, c.wt, c.out, c.done], &push.bytes(), [wgs[0], wgs[1], chosen])
+                // Without a sum (or a pack) the form's bindings for it are the lists again
+                // (never read).
+                let c = e.combine.unwrap_or(Combine { wt: e.groups, out: e.groups, done: e.groups, add: false, pack: None });
+                let (norm, ss) = c.pack.map_or((e.groups, e.groups), |pn| (pn.norm, pn.ss));
+                self.run(&format!("mv{hw}_x_{f}{form}"), &consts, &[w, x, nw, y, pk, e.groups, c.wt, c.out, c.done, norm, ss], &push.bytes(), [wgs[0], wgs[1], chosen])
             }
             None => match io.pack_out {
                 Some([norm, ss, done]) => self.run(&format!("mv{hw}_{f}{form}"), &consts, &[w, x, nw, y, pk, norm, ss, done], &push.bytes(), wgs),

@@ -15,7 +15,7 @@ use resin_gguf::{formats, GgmlType};
 use resin_model::FfnAct;
 use resin_vulkan::buffers::{u32_bytes, Buffer, Location};
 use resin_vulkan::kernels::{moe_active_entries, NormPush, MOE_NO_EXPERT};
-use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, Combine, DotTier, Experts, Mv, MvIn, MvOut, MvShape, NormAdd, QPack};
+use resin_vulkan::mv::{mv_fits, mv_ok, tiles_ok, Combine, DotTier, Experts, Mv, MvIn, MvOut, MvShape, NormAdd, PackNext, QPack};
 use resin_vulkan::pipelines::Bind;
 
 fn poisoned_words(h: &Harness, words: usize) -> Buffer {
@@ -477,7 +477,10 @@ fn expert_step(h: &mut Harness, rng: &mut Rng, n: usize, control_differs: &mut b
 /// OUT 3, and OUT 4 adding it to a residual): the same slot rows as the product alone
 /// (`slots_y`), and each row's sum the bits moe_combine writes from them and the host's sum
 /// in rank order (added to the residual's value: the host's f32 add), nothing written past
-/// the rows, the counters left zero.
+/// the rows, the counters left zero. OUT 6 (the add, then the next norm's input packed,
+/// `Combine::pack`, where the rows are whole 32-value blocks): the same residual, the packs
+/// the bits normpack writes from it, each block's sum of squares x's left to right, the
+/// counters left zero; control: normpack of the residual before the add differs.
 fn check_combine(h: &mut Harness, (tier, m, ex): (DotTier, Mv<'_>, Experts<'_>), slots_y: &[f32], rng: &mut Rng, n: usize, per: usize) {
     let slots = n * KU;
     let wt: Vec<f32> = rng.vec(slots, 1.0).iter().map(|v| v.abs()).collect();
@@ -495,7 +498,7 @@ fn check_combine(h: &mut Harness, (tier, m, ex): (DotTier, Mv<'_>, Experts<'_>),
         let resid = rng.vec(n * per + 1, 4.0);
         let out = if add { h.buf_f32(&resid) } else { h.poisoned(n * per + 1) };
         let done = h.buf_bytes(&vec![0u8; per * 4]);
-        let combine = Combine { wt: (&wtb).into(), out: (&out).into(), done: (&done).into(), add };
+        let combine = Combine { wt: (&wtb).into(), out: (&out).into(), done: (&done).into(), add, pack: None };
         h.run(|rec| rec.mv_experts_tier(tier, Mv { out: MvOut::Store((&y).into()), ..m }, Experts { combine: Some(combine), ..ex }));
         assert!(bits(&y.read_f32(0, slots * per).unwrap()) == bits(slots_y), "{what}: the slot rows differ with the sum");
         let got = out.read_f32(0, n * per + 1).unwrap();
@@ -507,6 +510,29 @@ fn check_combine(h: &mut Harness, (tier, m, ex): (DotTier, Mv<'_>, Experts<'_>),
     }
     h.run(|rec| rec.moe_combine(n as u32, per as u32, KU as u32, (&wtb).into(), (&y).into(), (&sep).into()));
     assert!(bits(&sep.read_f32(0, n * per).unwrap()) == bits(&sums), "{what}: the sums differ from moe_combine's");
+    if !per.is_multiple_of(32) {
+        return;
+    }
+    let resid = rng.vec(n * per, 4.0);
+    let want: Vec<f32> = sums.iter().zip(&resid).map(|(s, x)| x + s).collect();
+    let nw = h.buf_f32(&rng.vec(per, 1.0));
+    let layout = QPack::new((n * per) as u32).unwrap();
+    let nb = per / 32;
+    let (pk_np, _, _) = normpacked(h, &want, per, &nw, 1e-5);
+    let (pk_before, _, _) = normpacked(h, &resid, per, &nw, 1e-5);
+    let out = h.buf_f32(&resid);
+    let (pk, ss, done) = (poisoned_words(h, layout.words() as usize), h.poisoned(n * nb), h.buf_bytes(&vec![0u8; (per + nb) * 4]));
+    let pack = PackNext { norm: (&nw).into(), layout, out: (&pk).into(), ss: (&ss).into() };
+    let combine = Combine { wt: (&wtb).into(), out: (&out).into(), done: (&done).into(), add: true, pack: Some(pack) };
+    h.run(|rec| rec.mv_experts_tier(tier, Mv { out: MvOut::Store((&y).into()), ..m }, Experts { combine: Some(combine), ..ex }));
+    assert!(bits(&out.read_f32(0, n * per).unwrap()) == bits(&want), "{what}: the residual with the pack differs from the add's");
+    let words = layout.words() as usize;
+    let got = pk.read_u32(0, words).unwrap();
+    assert_eq!(got, pk_np.read_u32(0, words).unwrap(), "{what}: the packs differ from normpack's of the sums");
+    assert_ne!(got, pk_before.read_u32(0, words).unwrap(), "control: the packs equal normpack's of the residual before the add");
+    let ss_host: Vec<f32> = want.chunks(32).map(|b| b.iter().fold(0f32, |a, v| a + v * v)).collect();
+    assert!(bits(&ss.read_f32(0, n * nb).unwrap()) == bits(&ss_host), "{what}: the blocks' sums of squares differ");
+    assert!(done.read_u32(0, per + nb).unwrap().iter().all(|&c| c == 0), "{what}: a counter was left set");
 }
 
 /// The grouped expert product (mv.comp EXPERT for steps of up to 8 rows, mm.comp EXPERT for

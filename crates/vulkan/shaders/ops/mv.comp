@@ -51,7 +51,10 @@
 // too; a word a tile at binding 8, left zero) writes each step row's weighted sum of its
 // slots over the tile's rows (binding 7; the slots' weights at binding 6), moe.comp
 // COMBINE's arithmetic: the experts' sum needs no dispatch and barrier of its own. OUT 4:
-// as 3, the sums added to binding 7's rows (the residual) instead.
+// as 3, the sums added to binding 7's rows (the residual) instead. OUT 6: as 4, then the next
+// norm's input of those rows packed as OUT 5 packs it (common/pack_next.glsl: the weights at
+// binding 9, the sums of squares at binding 10, the packs at binding 4, the blocks' counters
+// in binding 8 after the tiles').
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -104,8 +107,12 @@ layout(std430, set = 0, binding = 3) coherent buffer YC4 { vec4 yc4[]; };
 #ifdef EXPERT
 layout(std430, set = 0, binding = 5) readonly buffer G { uint grp[]; };
 layout(std430, set = 0, binding = 6) readonly buffer CW { float cwt[]; };
-layout(std430, set = 0, binding = 7) buffer CO { float co[]; };
+layout(std430, set = 0, binding = 7) coherent buffer CO { float co[]; };
+layout(std430, set = 0, binding = 7) coherent buffer CO4 { vec4 co4[]; };
 layout(std430, set = 0, binding = 8) coherent buffer CD { uint done_wgs[]; };
+// OUT 6: the next norm's weights and each packed block's sum of squares.
+layout(std430, set = 0, binding = 9) readonly buffer PWE4 { vec4 pwe4[]; };
+layout(std430, set = 0, binding = 10) writeonly buffer PSE { float pse[]; };
 // OUT 3 reads the other workgroups' slot rows: coherent.
 layout(std430, set = 0, binding = 3) coherent buffer YC { float yc[]; };
 #endif
@@ -250,7 +257,7 @@ void finish(uint rg, uint c, uint out0, uint outs, uint wg, uint tile) {
         float r = XIN == 1u || XIN == 3u ? rr[c] : XIN == 2u ? nr[col_x(c)] : 1.0;
         if (XIN != 0u) g = r * g;
         uint yi = col_out(c) * p.y_stride + p.y_off + row;
-        if (OUT == 0u || OUT == 3u || OUT == 4u) {
+        if (OUT == 0u || OUT == 3u || OUT == 4u || OUT == 6u) {
             y[yi] = g;
         } else if (OUT == 1u || OUT == 5u) {
             precise float s = g + y[yi];
@@ -261,40 +268,22 @@ void finish(uint rg, uint c, uint out0, uint outs, uint wg, uint tile) {
     }
 }
 
-#if defined(EXPERT) || defined(PACK_OUT)
-#include "last_wg.glsl"
-#endif
 #ifdef PACK_OUT
-// OUT 5: count this workgroup among those of its 32-row blocks (G workgroups a block where a
-// workgroup takes fewer rows, else B blocks a workgroup); the last one packs the blocks of
-// every column.
-void pack_last(uint wg, uint tile, uint t) {
-    uint G = tile < 32u ? 32u / tile : 1u;
-    uint B = tile < 32u ? 1u : tile / 32u;
-    uint b0 = (p.y_off + (wg / G) * G * tile) / 32u;   // the group's first block of the rows
-    if (!finishes_last(b0, G, t)) return;
-    uint nbr = p.y_stride / 32u;   // blocks a residual row
-    for (uint e = t; e < NCOLS * B; e += WG) {
-        uint c = e / B;
-        uint b = b0 + e % B;
-        if (b * 32u >= p.y_off + p.rows) continue;
-        uint v = c * p.y_stride + b * 32u;   // value index, a multiple of 32
-        vec4 xv[8], wv[8];
-        for (uint j = 0u; j < 8u; j++) {
-            xv[j] = yc4[v / 4u + j];
-            wv[j] = pw4[b * 8u + j];
-        }
-        UBlock ub = canon_ublock(xv, wv);
-        for (uint j = 0u; j < 8u; j++) pk[v / 4u + j] = ub.q[j];
-        pk[p.pd_off + v / 32u] = floatBitsToUint(ub.d);
-        pk[p.ps_off + v / 32u] = uint(ub.s);
-        pss[c * nbr + b] = ub.ss;
-    }
-}
+#define PACK_X4 yc4
+#define PACK_W4 pw4
+#define PACK_SS pss
+#include "pack_next.glsl"
 #endif
 #ifdef EXPERT
-// OUT 3 and 4: count this workgroup among its tile's z-slices; the last one sums each step
-// row's slots over the tile's rows, in rank order.
+#define PACK_X4 co4
+#define PACK_W4 pwe4
+#define PACK_SS pse
+#include "pack_next.glsl"
+#endif
+#ifdef EXPERT
+// OUT 3, 4 and 6: count this workgroup among its tile's z-slices; the last one sums each step
+// row's slots over the tile's rows, in rank order (OUT 6: then packs the next norm's input of
+// the rows' 32-row blocks whose tiles it finishes last, its counters after the tiles').
 void combine_last(uint wg, uint tile, uint t) {
     if (!finishes_last(wg, gl_NumWorkGroups.z, t)) return;
     uint r0 = wg * tile;
@@ -308,13 +297,14 @@ void combine_last(uint wg, uint tile, uint t) {
             precise float m = cwt[s] * yc[s * p.y_stride + i];
             acc += m;
         }
-        if (OUT == 4u) {
+        if (OUT == 4u || OUT == 6u) {
             precise float sum = co[c * p.y_stride + i] + acc;
             co[c * p.y_stride + i] = sum;
         } else {
             co[c * p.y_stride + i] = acc;
         }
     }
+    if (OUT == 6u) pack_next(wg, tile, t, (p.rows + tile - 1u) / tile);
 }
 #endif
 
@@ -331,7 +321,7 @@ void main() {
     uint tile = TP * groups * outs;
 #ifdef EXPERT
     if (!expert_slice(ebase, lbase, ncol)) {   // the whole workgroup: past the chosen experts
-        if (OUT == 3u || OUT == 4u) combine_last(wg, tile, t);
+        if (OUT == 3u || OUT == 4u || OUT == 6u) combine_last(wg, tile, t);
         return;
     }
     ncol = min(ncol, NCOLS);
@@ -433,10 +423,10 @@ void main() {
         }
     }
 #ifdef EXPERT
-    if (OUT == 3u || OUT == 4u) combine_last(wg, tile, t);
+    if (OUT == 3u || OUT == 4u || OUT == 6u) combine_last(wg, tile, t);
 #endif
 #ifdef PACK_OUT
-    if (OUT == 5u) pack_last(wg, tile, t);
+    if (OUT == 5u) pack_next(wg, tile, t, 0u);
 #endif
     if (OUT != 2u) return;
     // Pack each 32 rows of h a column (as qact.comp QPACK 32 would).

@@ -9,7 +9,7 @@ use resin_model::{FfnAct, ModelConfig};
 
 use crate::buffers::Buffer;
 use crate::kernels::*;
-use crate::mv::{mv_fits, mv_format, Combine, Experts, Mv, MvIn, MvOut, MvShape, NormAdd, QPack};
+use crate::mv::{mv_fits, mv_format, Combine, Experts, Mv, MvIn, MvOut, MvShape, NormAdd, PackNext, QPack};
 use crate::pipelines::Bind;
 use crate::VkError;
 
@@ -582,7 +582,9 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
         if let Some(router) = &ly.router {
             // x += the experts' sum (a token command's down adds it; else it is in `down`,
             // and with a post-norm its norm goes into `o` where not folded)
-            if !moe_ffn(rec, m, &mut r, ly, router, cfg, s, fnorm, &mut clock)? {
+            // (and at N rows the next norm's input packed beside the sum, as the dense down's)
+            let next = layers.get(l + 1).map_or(output_norm, |n| &n.attn_norm);
+            if !moe_ffn(rec, m, &mut r, ly, router, cfg, s, fnorm, (m > 1).then_some(next), &mut clock)? {
                 r.add = Some(&s.down);
                 r.post = ly.ffn_post_norm.as_ref().map(|w| (w, &s.o));
             }
@@ -655,15 +657,16 @@ fn rounding(m: &Mat, s: &Scratch) -> Option<u32> {
 /// alone. Then a barrier. Returns true where the sum was added to the residual itself
 /// (`moe_experts`) instead.
 #[allow(clippy::too_many_arguments)]
-fn moe_ffn(
+fn moe_ffn<'a>(
     rec: &mut Recorder<'_>,
     n: usize,
-    r: &mut Resid<'_>,
+    r: &mut Resid<'a>,
     ly: &Layer,
     router: &Buffer,
     cfg: &ModelConfig,
-    s: &Scratch,
+    s: &'a Scratch,
     norm: Norm<'_>,
+    next: Option<&'a Buffer>,
     clock: &mut Option<&mut StageClock<'_>>,
 ) -> Result<bool, VkError> {
     let moe = cfg.moe.ok_or_else(|| VkError::Model("a router on a model without experts".into()))?;
@@ -687,7 +690,7 @@ fn moe_ffn(
         rec.moe_router(n as u32, ne as u32, k as u32, d as u32, router_binds(s, router, rin))?;
         rec.barrier();
         mark(clock, rec.cmd, "route", norm.layer);
-        return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, (norm.layer, r.x), clock);
+        return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, (norm.layer, r, next), clock);
     }
     // The canonical products' input: u = x * w packed and each row's r, with the router's f32
     // normed rows from the same dispatch; else the norm, rounded where the experts' GEMV reads it so.
@@ -725,7 +728,7 @@ fn moe_ffn(
     rec.barrier();
     mark(clock, rec.cmd, "route", norm.layer);
     if let Some(input) = packed_in {
-        return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, (norm.layer, r.x), clock);
+        return moe_experts(rec, n, ly, moe, cfg.ffn_act, input, s, (norm.layer, r, next), clock);
     }
     let input = |m: &Mat| match rounding(m, s) {
         Some(32) => &s.xq32,
@@ -796,19 +799,22 @@ fn moe_canonical(rec: &Recorder<'_>, n: usize, ly: &Layer, cfg: &ModelConfig, s:
 /// for the slots that chose it (mm.comp EXPERT). A slot's products are the bits its row's
 /// product through its expert would be alone, so a row's result does not depend on which rows
 /// share the step or chose its experts. A token command's down adds the sum to the residual
-/// `x` itself (none with a post-norm between), and then this returns true.
+/// `r.x` itself (none with a post-norm between), and then this returns true; with `next` (the
+/// next norm's weights) it also packs that norm's input of the sum (`r.packed`), as the dense
+/// down does, where the residual's rows are whole 32-value blocks.
 #[allow(clippy::too_many_arguments)]
-fn moe_experts(
+fn moe_experts<'a>(
     rec: &mut Recorder<'_>,
     n: usize,
     ly: &Layer,
     moe: resin_model::Moe,
     act: FfnAct,
     input: MvIn<'_>,
-    s: &Scratch,
-    (layer, x): (usize, &Buffer),
+    s: &'a Scratch,
+    (layer, r, next): (usize, &mut Resid<'a>, Option<&'a Buffer>),
     clock: &mut Option<&mut StageClock<'_>>,
 ) -> Result<bool, VkError> {
+    let x = r.x;
     let (d, ne, k) = (ly.down.rows / moe.n_expert, moe.n_expert as u32, moe.n_expert_used as u32);
     let ff = ly.down.cols;
     let slots = n as u32 * k;
@@ -848,7 +854,12 @@ fn moe_experts(
     // workgroup a tile of rows); a window's sum is a dispatch of its own.
     let done = Bind { buf: &s.moe_done, offset: 4, range: s.moe_done.size - 4 };
     let resid = token_command && ly.ffn_post_norm.is_none();
-    let combine = resid.then(|| Combine { wt: (&s.moe_wt).into(), out: x.into(), done, add: true });
+    let next = next.filter(|_| resid && d.is_multiple_of(32));
+    let pack = match next {
+        Some(w) => Some(PackNext { norm: w.into(), layout: packed(n, d)?, out: (&s.xpn).into(), ss: (&s.xss).into() }),
+        None => None,
+    };
+    let combine = resid.then(|| Combine { wt: (&s.moe_wt).into(), out: x.into(), done, add: true, pack });
     rec.mv_experts(Mv { ty: ly.down.ty, n: n as u32, w, input, out: MvOut::Store((&s.moe_down).into()), shape }, Experts { combine, ..experts(1) })?;
     rec.barrier();
     mark(clock, rec.cmd, "down", layer);
@@ -856,6 +867,7 @@ fn moe_experts(
         rec.moe_combine(n as u32, d as u32, k, (&s.moe_wt).into(), (&s.moe_down).into(), (&s.down).into())?;
         rec.barrier();
     }
+    r.packed = next;
     Ok(combine.is_some())
 }
 

@@ -165,7 +165,9 @@ impl Scratch {
             moe_wt: dev((r * moe_used(cfg)).max(1))?,
             moe_grp: dev(cfg.moe.map_or(1, |m| moe_group_words(m.n_expert as u32, (r * m.n_expert_used) as u32) as usize))?,
             moe_done: {
-                let mut b = dev(1 + if cfg.moe.is_some() { cfg.n_embd } else { 0 })?;
+                // The router's word, then the experts' sum's: a word a tile of at least a row,
+                // and one a 32-row block of the next norm's packs.
+                let mut b = dev(1 + if cfg.moe.is_some() { cfg.n_embd + cfg.n_embd.div_ceil(32) } else { 0 })?;
                 b.fill_u32(0)?;
                 b
             },
