@@ -415,14 +415,20 @@ const NSG: u32 = 4;
 /// Rows of SwiGLU packed a workgroup (a 32-value block of the next matrix's input).
 const SWIGLU_TILE: u32 = 32;
 
+/// Subgroups a SwiGLU workgroup takes at most: a whole tile's 32 (where the device runs 1,024
+/// threads a workgroup) leaves a gate/up matrix few and large workgroups, which fill the
+/// compute units unevenly; half a tile is the measured best (docs/lessons.md).
+const SWIGLU_SG_MAX: u32 = 16;
+
 /// The subgroups a workgroup may have, most first: NSG, or for SwiGLU as many of its tile's
-/// rows as the device lets one workgroup take at once (so that many subgroups are at work on
-/// a matrix of few tiles), fewer where their shared memory would not fit.
+/// rows as the device lets one workgroup take at once, up to SWIGLU_SG_MAX (so that many
+/// subgroups are at work on a matrix of few tiles), fewer where their shared memory would not
+/// fit.
 fn mv_subgroups(info: &DeviceInfo, swiglu: bool) -> Vec<u32> {
     if !swiglu {
         return vec![NSG];
     }
-    let most = (info.max_workgroup_invocations / info.subgroup_size.max(1)).max(1);
+    let most = (info.max_workgroup_invocations / info.subgroup_size.max(1)).clamp(1, SWIGLU_SG_MAX);
     (1..=SWIGLU_TILE).rev().filter(|&g| g <= most && SWIGLU_TILE.is_multiple_of(g)).collect()
 }
 
