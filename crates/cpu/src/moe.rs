@@ -122,14 +122,9 @@ impl CpuHome {
     /// one parallel region, then every down from its own activations in another.
     fn one_row_canon_experts(&self, ffn: &MoeFfn, act: FfnAct, x: &CanonRows, sel: &[(usize, f32)], y: &mut [f32]) -> Result<(), CpuError> {
         let ff = self.cfg.n_ff;
-        let mats: Vec<(MatRef, MatRef)> = sel.iter().map(|&(e, _)| (ffn.expert(&ffn.gate, e), ffn.expert(&ffn.up, e))).collect();
+        let mats = gate_up_mats(ffn, sel);
         let mut gu: Vec<(Vec<f32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); sel.len()];
-        let mut jobs: Vec<(&MatRef, &mut Vec<f32>)> = Vec::with_capacity(2 * sel.len());
-        for ((g, u), (og, ou)) in mats.iter().zip(gu.iter_mut()) {
-            jobs.push((g, og));
-            jobs.push((u, ou));
-        }
-        run_canon(self, &mut jobs, x, Epilogue::Store)?;
+        run_canon(self, &mut gate_up_jobs(&mats, &mut gu), x, Epilogue::Store)?;
         let acts = gu
             .iter_mut()
             .map(|(gate, up)| {
@@ -151,14 +146,9 @@ impl CpuHome {
     /// same bits either way, so this equals the grouped path.
     fn one_row_experts(&self, ffn: &MoeFfn, act: FfnAct, xn: &[f32], sel: &[(usize, f32)], y: &mut [f32]) {
         let (d, ff) = (self.cfg.n_embd, self.cfg.n_ff);
-        let mats: Vec<(MatRef, MatRef)> = sel.iter().map(|&(e, _)| (ffn.expert(&ffn.gate, e), ffn.expert(&ffn.up, e))).collect();
+        let mats = gate_up_mats(ffn, sel);
         let mut gu: Vec<(Vec<f32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); sel.len()];
-        let mut jobs: Vec<(&MatRef, &mut Vec<f32>)> = Vec::with_capacity(2 * sel.len());
-        for ((g, u), (og, ou)) in mats.iter().zip(gu.iter_mut()) {
-            jobs.push((g, og));
-            jobs.push((u, ou));
-        }
-        project(self, xn, 1, d, &mut jobs);
+        project(self, xn, 1, d, &mut gate_up_jobs(&mats, &mut gu));
         // Each expert's down from its own activations, all in one parallel region (one
         // fork-join a layer, not one an expert).
         let downs: Vec<MatRef> = sel.iter().map(|&(e, _)| ffn.expert(&ffn.down, e)).collect();
@@ -174,6 +164,22 @@ impl CpuHome {
         let mut outs: Vec<(&QMatrix, &Acts, &mut [f32])> = mats.iter().zip(&acts).zip(y.chunks_exact_mut(d)).map(|((m, a), out)| (m, a, out)).collect();
         matmul_each(&mut outs);
     }
+}
+
+/// Each chosen expert's gate and up matrices, in the row's rank order.
+fn gate_up_mats(ffn: &MoeFfn, sel: &[(usize, f32)]) -> Vec<(MatRef, MatRef)> {
+    sel.iter().map(|&(e, _)| (ffn.expert(&ffn.gate, e), ffn.expert(&ffn.up, e))).collect()
+}
+
+/// The products of every chosen expert's gate and up as one list of jobs, each into its pair
+/// of `gu`.
+fn gate_up_jobs<'a>(mats: &'a [(MatRef, MatRef)], gu: &'a mut [(Vec<f32>, Vec<f32>)]) -> Vec<(&'a MatRef, &'a mut Vec<f32>)> {
+    let mut jobs = Vec::with_capacity(2 * mats.len());
+    for ((g, u), (og, ou)) in mats.iter().zip(gu.iter_mut()) {
+        jobs.push((g, og));
+        jobs.push((u, ou));
+    }
+    jobs
 }
 
 #[cfg(test)]
