@@ -17,7 +17,7 @@ use resin_core::Counters;
 use crate::attention::{attend, AttnShape};
 use crate::home::{CpuError, CpuHome};
 use crate::kernels::{canon_many, matmul_many, Acts, CanonMatrix, CanonRows, Epilogue};
-use crate::ops::{gated, rms_norm, rms_norm_inplace, softcap};
+use crate::ops::{gated, rms_norm_inplace, rms_norm_rows, softcap};
 use crate::weights::{Ffn, MatRef};
 
 /// One row of a pass: (region, position, token).
@@ -82,11 +82,7 @@ fn norm_project(home: &CpuHome, x: &[f32], n: usize, cols: usize, w: &[f32], eps
         let acts = CanonRows::norm(x, n, cols, w, eps)?;
         return run_canon(home, jobs, &acts, Epilogue::Store);
     }
-    let mut xn = vec![0f32; n * cols];
-    for i in 0..n {
-        rms_norm(&x[i * cols..(i + 1) * cols], w, eps, &mut xn[i * cols..(i + 1) * cols]);
-    }
-    project_mixed(home, &xn, n, cols, jobs)
+    project_mixed(home, &rms_norm_rows(x, n, cols, w, eps), n, cols, jobs)
 }
 
 /// x += W a for a matrix that ends a sub-block (attention output, down), n rows of `cols`

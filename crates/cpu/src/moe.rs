@@ -12,7 +12,7 @@ use resin_model::{FfnAct, Moe};
 use crate::forward::{project, run_canon};
 use crate::home::{CpuError, CpuHome};
 use crate::kernels::{canon_each, matmul_each, Acts, CanonMatrix, CanonRows, Epilogue, QMatrix};
-use crate::ops::{axpy, gated, rms_norm};
+use crate::ops::{axpy, gated, rms_norm_rows};
 use crate::weights::{MatRef, MoeFfn};
 
 /// llama.cpp clamps the sum of the chosen weights below at the smallest normal f16 before it
@@ -48,11 +48,7 @@ impl CpuHome {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn moe_ffn(&self, ffn: &MoeFfn, moe: Moe, act: FfnAct, x: &[f32], norm: &[f32], n: usize, out: &mut Vec<f32>) -> Result<(), CpuError> {
         let (d, ff, e_n, k) = (self.cfg.n_embd, self.cfg.n_ff, moe.n_expert, moe.n_expert_used);
-        let mut xn = vec![0f32; n * d];
-        for i in 0..n {
-            rms_norm(&x[i * d..(i + 1) * d], norm, self.cfg.rms_eps, &mut xn[i * d..(i + 1) * d]);
-        }
-        let xn = &xn[..];
+        let xn = &rms_norm_rows(x, n, d, norm, self.cfg.rms_eps)[..];
         let mut logits = Vec::new();
         project(self, xn, n, d, &mut [(&ffn.router, &mut logits)]);
         let mut sel = vec![(0usize, 0f32); n * k];

@@ -11,6 +11,15 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// `rms_norm` of each of `n` rows of `cols` values of `x`, into a new buffer.
+pub fn rms_norm_rows(x: &[f32], n: usize, cols: usize, w: &[f32], eps: f32) -> Vec<f32> {
+    let mut out = vec![0f32; n * cols];
+    for (o, xr) in out.chunks_exact_mut(cols).zip(x[..n * cols].chunks_exact(cols)) {
+        rms_norm(xr, w, eps, o);
+    }
+    out
+}
+
 /// In-place RMS norm (qwen3's per-head q/k norm).
 pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     let ss: f32 = dot(x, x);

@@ -85,7 +85,7 @@ fn greedy_parity_on(gpu: Arc<resin_vulkan::Gpu>, name: &str, refs: &str, file: A
         fixed[0] = bos;
     }
     let mut prompts = vec![fixed.to_vec()];
-    prompts.extend(reference_cases(refs).into_iter().chain(reference_cases(&format!("{refs}-wide"))).map(|c| c.prompt).take(FIRST_STEP_PROMPTS - 1));
+    prompts.extend(reference_and_wide_cases(refs).into_iter().map(|c| c.prompt).take(FIRST_STEP_PROMPTS - 1));
     let mut lv = None;
     let mut es: Vec<f64> = prompts
         .iter()
@@ -349,6 +349,13 @@ impl RefCase {
     }
 }
 
+/// `name`'s reference cases, then its `-wide` file's (the parity tests' spread of prompts).
+fn reference_and_wide_cases(name: &str) -> Vec<RefCase> {
+    let mut cases = reference_cases(name);
+    cases.extend(reference_cases(&format!("{name}-wide")));
+    cases
+}
+
 fn reference_cases(name: &str) -> Vec<RefCase> {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/reference").join(format!("{name}.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -412,9 +419,7 @@ fn q8_no_farther_than_the_cpu_home(name: &str) {
     // per-case log ratios (Vulkan, scaled Vulkan) to the CPU home's distance.
     let (mut dv, mut dc, mut norm) = (0f64, 0f64, 0f64);
     let (mut lr, mut ls) = (Vec::new(), Vec::new());
-    let mut cases = reference_cases(name);
-    cases.extend(reference_cases(&format!("{name}-wide")));
-    for case in cases {
+    for case in reference_and_wide_cases(name) {
         let seg = [Segment { region: RegionId(0), start: 0, tokens: &case.prompt }];
         let (gv, gc) = (case.pick(&vk.prefill(&seg).unwrap()), case.pick(&cpu.prefill(&seg).unwrap()));
         let ((v, n), (c, _), (sv, _)) = (case.sq(&gv, 1.0), case.sq(&gc, 1.0), case.sq(&gv, 1.03));

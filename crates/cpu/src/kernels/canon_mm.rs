@@ -5,10 +5,11 @@
 //! left to right within the chunks that [`Cut`] fixes from K alone, then the chunks by the
 //! pairwise tree, then the epilogue (r * y', + the residual).
 //!
-//! Paths: the portable one is the scalar reference itself (`canon::canon_dot`); the AVX2 and
-//! AVX-512 VNNI ones (`canon_x86`) share one body and take 8 weight rows a tile, one output
-//! row a SIMD lane: the integer dots of a row's blocks, its float terms, then each chunk's
-//! sum and the tree as lane-wise adds, so no lane ever adds two blocks of another order.
+//! The weights are laid out in tiles of 16 rows (`canon_pack::CanonMatrix`). Paths: the
+//! portable one reads the tiles element by element through the reference's sum
+//! (`Cut::sum`); the AVX2 and AVX-512 VNNI ones (`canon_x86`) share one body, one weight row a
+//! SIMD lane: each block's float term, each chunk's sum and the tree as lane-wise adds, so no
+//! lane ever adds two blocks of another order.
 
 use rayon::prelude::*;
 use resin_core::canon::{Cut, BLOCK};
@@ -19,17 +20,13 @@ use super::canon::{canon_format, canon_rms_scale, canon_sumsq, CanonActs};
 use super::canon_pack::{get16, quants, CanonMatrix, TILE};
 use super::{KernelError, QMatrix, Simd};
 
-/// Blocks the SIMD paths take at once (a K-quant super-block): rows are padded to this many.
-pub(super) const GROUP: usize = 8;
-
 /// `n` activation rows of `cols` values quantized in 32-value blocks: quants (row `i` at
-/// `i * stride()`), each block's `d` and integer sum (row `i` at `i * nbp`), zero blocks past
-/// the row's end up to a whole [`GROUP`]; and each row's r where a norm was folded.
+/// `i * blocks() * 32`), each block's `d`, integer sum and first half's sum (row `i` at
+/// `i * blocks()`); and each row's r where a norm was folded.
 #[derive(Debug, Clone)]
 pub struct CanonRows {
     pub(super) n: usize,
     pub(super) cols: usize,
-    pub(super) nbp: usize,
     pub(super) q: Vec<i8>,
     pub(super) d: Vec<f32>,
     pub(super) s: Vec<i32>,
@@ -47,9 +44,9 @@ impl CanonRows {
         if cols == 0 || !cols.is_multiple_of(BLOCK) {
             return Err(KernelError::PartialBlock { ty: GgmlType::Q8_0, cols });
         }
-        let nbp = (cols / BLOCK).div_ceil(GROUP) * GROUP;
+        let nb = cols / BLOCK;
         let r = if folded { vec![0.0; n] } else { Vec::new() };
-        Ok(CanonRows { n, cols, nbp, q: vec![0; n * nbp * BLOCK], d: vec![0.0; n * nbp], s: vec![0; n * nbp], h: vec![0; n * nbp], r })
+        Ok(CanonRows { n, cols, q: vec![0; n * nb * BLOCK], d: vec![0.0; n * nb], s: vec![0; n * nb], h: vec![0; n * nb], r })
     }
 
     /// Quantize `n` rows of `x` as they are (attention output, the SwiGLU's h).
@@ -72,24 +69,23 @@ impl CanonRows {
         }
         let mut a = Self::with(n, cols, norm.is_some())?;
         let cut = Cut::of(cols).ok_or(KernelError::PartialBlock { ty: GgmlType::Q8_0, cols })?;
-        let nbp = a.nbp;
+        let nb = a.blocks();
         let ptrs = (SendPtr(a.q.as_mut_ptr()), SendPtr(a.d.as_mut_ptr()), SendPtr(a.s.as_mut_ptr()), SendPtr(a.r.as_mut_ptr()), SendPtr(a.h.as_mut_ptr()));
         let row = |i: usize| {
             let (qp, dp, sp, rp, hp) = (&ptrs.0, &ptrs.1, &ptrs.2, &ptrs.3, &ptrs.4);
             let xr = &x[i * cols..(i + 1) * cols];
-            let nb = cols / BLOCK;
-            // SAFETY: row i writes only its own blocks i * nbp .. (i + 1) * nbp.
+            // SAFETY: row i writes only its own blocks i * nb .. (i + 1) * nb.
             let (q, d, s) = unsafe {
                 (
-                    std::slice::from_raw_parts_mut(qp.0.add(i * nbp * BLOCK), nb * BLOCK),
-                    std::slice::from_raw_parts_mut(dp.0.add(i * nbp), nb),
-                    std::slice::from_raw_parts_mut(sp.0.add(i * nbp), nb),
+                    std::slice::from_raw_parts_mut(qp.0.add(i * nb * BLOCK), nb * BLOCK),
+                    std::slice::from_raw_parts_mut(dp.0.add(i * nb), nb),
+                    std::slice::from_raw_parts_mut(sp.0.add(i * nb), nb),
                 )
             };
             quantize_row(xr, norm.map(|(w, _)| w), q, d, s);
             for (b, qb) in q.chunks_exact(BLOCK).enumerate() {
                 // SAFETY: as the blocks above.
-                unsafe { *hp.0.add(i * nbp + b) = qb[..BLOCK / 2].iter().map(|&v| v as i32).sum() };
+                unsafe { *hp.0.add(i * nb + b) = qb[..BLOCK / 2].iter().map(|&v| v as i32).sum() };
             }
             if let Some((_, eps)) = norm {
                 // SAFETY: r has n values (folded) and row i writes only its own.
@@ -104,15 +100,20 @@ impl CanonRows {
         Ok(a)
     }
 
+    /// Blocks a row.
+    pub(super) fn blocks(&self) -> usize {
+        self.cols / BLOCK
+    }
+
     /// Rows `sel` of these (a row may repeat), in that order.
     pub fn select(&self, sel: &[usize]) -> CanonRows {
-        let (nbp, qb) = (self.nbp, self.nbp * BLOCK);
-        let mut a = CanonRows { n: sel.len(), cols: self.cols, nbp, q: Vec::with_capacity(sel.len() * qb), d: Vec::new(), s: Vec::new(), h: Vec::new(), r: Vec::new() };
+        let (nb, qb) = (self.blocks(), self.blocks() * BLOCK);
+        let mut a = CanonRows { n: sel.len(), cols: self.cols, q: Vec::with_capacity(sel.len() * qb), d: Vec::new(), s: Vec::new(), h: Vec::new(), r: Vec::new() };
         for &i in sel {
             a.q.extend_from_slice(&self.q[i * qb..(i + 1) * qb]);
-            a.d.extend_from_slice(&self.d[i * nbp..(i + 1) * nbp]);
-            a.s.extend_from_slice(&self.s[i * nbp..(i + 1) * nbp]);
-            a.h.extend_from_slice(&self.h[i * nbp..(i + 1) * nbp]);
+            a.d.extend_from_slice(&self.d[i * nb..(i + 1) * nb]);
+            a.s.extend_from_slice(&self.s[i * nb..(i + 1) * nb]);
+            a.h.extend_from_slice(&self.h[i * nb..(i + 1) * nb]);
             if !self.r.is_empty() {
                 a.r.push(self.r[i]);
             }
@@ -127,8 +128,8 @@ impl CanonRows {
 
     /// Row `i` as the scalar reference takes it.
     pub fn row(&self, i: usize) -> CanonActs {
-        let nb = self.cols / BLOCK;
-        let (q0, b0) = (i * self.nbp * BLOCK, i * self.nbp);
+        let nb = self.blocks();
+        let (q0, b0) = (i * nb * BLOCK, i * nb);
         CanonActs { q: self.q[q0..q0 + nb * BLOCK].to_vec(), d: self.d[b0..b0 + nb].to_vec(), s: self.s[b0..b0 + nb].to_vec() }
     }
 
@@ -197,14 +198,9 @@ pub enum Epilogue {
     Add,
 }
 
-/// `out[i * w.rows + m]` = the canonical product of weight row m and activation row i, then
-/// the epilogue, on the path detected at run time.
-pub fn canon_matmul(w: &CanonMatrix, x: &CanonRows, out: &mut [f32], epi: Epilogue) -> Result<(), KernelError> {
-    canon_many_on(Simd::detected(), &mut [(w, out)], x, epi)
-}
-
 /// Several canonical products of the same activations (q, k and v; gate and up) in one
-/// parallel region; each output equals what `canon_matmul` gives for its weight.
+/// parallel region, on the path detected at run time: `out[i * w.rows + m]` = the canonical
+/// product of weight row m and activation row i, then the epilogue.
 pub fn canon_many(jobs: &mut [(&CanonMatrix, &mut [f32])], x: &CanonRows, epi: Epilogue) -> Result<(), KernelError> {
     canon_many_on(Simd::detected(), jobs, x, epi)
 }
@@ -219,7 +215,7 @@ pub fn canon_many_on(simd: Simd, jobs: &mut [(&CanonMatrix, &mut [f32])], x: &Ca
 }
 
 /// Canonical products each of its own activations (a row's experts' down products) in one
-/// parallel region; each output equals what `canon_matmul` gives for its weight and rows.
+/// parallel region; each output equals what `canon_many` gives for its weight and rows.
 pub fn canon_each(jobs: &mut [(&CanonMatrix, &CanonRows, &mut [f32])], epi: Epilogue) -> Result<(), KernelError> {
     canon_each_on(Simd::detected(), jobs, epi)
 }
@@ -284,7 +280,7 @@ pub(super) fn finish(y: f32, r: Option<f32>, old: f32, epi: Epilogue) -> f32 {
 fn block_term(w: &CanonMatrix, t: &[u8], b: usize, r: usize, x: &CanonRows, i: usize) -> f32 {
     let l = &w.layout;
     let u = quants(w.ty, l, t, b, r);
-    let xb = i * x.nbp + b;
+    let xb = i * x.blocks() + b;
     let a = &x.q[xb * BLOCK..(xb + 1) * BLOCK];
     let (d, sx, h) = (x.d[xb], x.s[xb], x.h[xb]);
     let dot = |e: std::ops::Range<usize>| -> i32 { e.map(|e| u[e] * a[e] as i32).sum() };

@@ -376,8 +376,9 @@ unsafe fn tile<V: Isa, const F: u8, const R: usize>(w: &CanonMatrix, x: &CanonRo
     // The finished chunks' partials (only the tree's `lanes` are written).
     let mut parts = [[MaybeUninit::<V::F>::uninit(); CHUNKS_MAX]; R];
     let (mut dd, mut dmin) = (zero, zero);
-    let acts: [*const i8; R] = std::array::from_fn(|i| x.q.as_ptr().add((i0 + i) * x.nbp * BLOCK));
-    let meta: [usize; R] = std::array::from_fn(|i| (i0 + i) * x.nbp);
+    let nb = x.blocks();
+    let acts: [*const i8; R] = std::array::from_fn(|i| x.q.as_ptr().add((i0 + i) * nb * BLOCK));
+    let meta: [usize; R] = std::array::from_fn(|i| (i0 + i) * nb);
     for b in 0..cut.blocks {
         if b > 0 && b % cut.chunk_blocks == 0 {
             let c = b / cut.chunk_blocks - 1;

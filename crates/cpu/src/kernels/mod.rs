@@ -40,7 +40,7 @@ mod portable;
 
 pub use acts::Acts;
 use acts::{Family, Prepared, SendPtr};
-pub use canon_mm::{canon_each, canon_each_on, canon_many, canon_many_on, canon_matmul, canon_takes, CanonRows, Epilogue};
+pub use canon_mm::{canon_each, canon_each_on, canon_many, canon_many_on, canon_takes, CanonRows, Epilogue};
 pub use canon_pack::CanonMatrix;
 use resin_gguf::GgmlType;
 use std::sync::OnceLock;
