@@ -32,11 +32,15 @@ const CHUNK_ROWS: usize = 32;
 /// of one region whose keys are read (and decoded from the mirror's codec) once. Each head's
 /// reduction order is fixed, so a row's result never depends on the batch around it.
 pub fn attend(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &AttnShape, q: &[f32], out: &mut [f32]) {
-    let hd = shape.head_dim;
-    let q_dim = shape.n_head * hd;
-    let group = shape.n_head / shape.n_head_kv;
-    let scale = shape.scale;
+    #[cfg(target_arch = "x86_64")]
+    if kv.codec() == resin_core::KvCodec::F16 && crate::ops::has_avx2_fma_f16c() {
+        return f16x86::attend(kv, layer, rows, shape, q, out);
+    }
+    attend_decoded(kv, layer, rows, shape, q, out);
+}
 
+/// Rows of one region at consecutive positions, up to CHUNK_ROWS a chunk.
+fn chunks_of(rows: &[(usize, u32)]) -> Vec<std::ops::Range<usize>> {
     let mut chunks = Vec::new();
     let mut i = 0;
     while i < rows.len() {
@@ -47,6 +51,18 @@ pub fn attend(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &AttnSha
         chunks.push(i..j);
         i = j;
     }
+    chunks
+}
+
+/// [`attend`] over keys and values decoded from the mirror's codec into f32 rows first (each
+/// chunk's once for its kv group), then `ops::dot` and `ops::axpy`.
+fn attend_decoded(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &AttnShape, q: &[f32], out: &mut [f32]) {
+    let hd = shape.head_dim;
+    let q_dim = shape.n_head * hd;
+    let group = shape.n_head / shape.n_head_kv;
+    let scale = shape.scale;
+
+    let chunks = chunks_of(rows);
     let tasks: Vec<(usize, usize)> = (0..chunks.len()).flat_map(|c| (0..shape.n_head_kv).map(move |g| (c, g))).collect();
     let results: Vec<Vec<f32>> = tasks
         .par_iter()
@@ -97,6 +113,200 @@ pub fn attend(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &AttnSha
         for (ri, r) in chunks[c].clone().enumerate() {
             let dst = r * q_dim + g * group * hd;
             out[dst..dst + group * hd].copy_from_slice(&o[ri * group * hd..(ri + 1) * group * hd]);
+        }
+    }
+}
+
+/// [`attend`] on the f16 mirror with AVX2, FMA and F16C: each head reads its keys and values
+/// in place, converting 8 at a time in registers, and keeps its output's dims in registers
+/// across the keys. The same operations in the same order as [`attend_decoded`] (`ops::dot`'s
+/// two 8-lane accumulators and their reduction, `ops::axpy`'s fused multiply-adds in key order,
+/// their unfused tails), so the same bits, with no decoded copy of the keys to write and read
+/// back, and a task a (chunk, head) rather than a (chunk, kv group): a decode row's heads
+/// spread over the threads.
+#[cfg(target_arch = "x86_64")]
+mod f16x86 {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+    use rayon::prelude::*;
+
+    use super::{chunks_of, first_key, AttnShape};
+    use crate::kv::{KvCache, Side};
+
+    pub fn attend(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &AttnShape, q: &[f32], out: &mut [f32]) {
+        let hd = shape.head_dim;
+        let q_dim = shape.n_head * hd;
+        let group = shape.n_head / shape.n_head_kv;
+        let kv_dim = kv.kv_dim();
+        let chunks = chunks_of(rows);
+        let tasks: Vec<(usize, usize)> = (0..chunks.len()).flat_map(|c| (0..shape.n_head).map(move |h| (c, h))).collect();
+        let results: Vec<Vec<f32>> = tasks
+            .par_iter()
+            .map_init(Vec::new, |scores, &(c, h)| {
+                let span = chunks[c].clone();
+                let region = rows[span.start].0;
+                let (Some(k), Some(v)) = (kv.f16_rows(Side::K, region, layer), kv.f16_rows(Side::V, region, layer)) else {
+                    unreachable!("attend takes this path for the f16 codec only")
+                };
+                let off = (h / group) * hd;
+                let mut o = vec![0f32; span.len() * hd];
+                for (ri, r) in span.enumerate() {
+                    let lo = first_key(rows[r].1, shape.window);
+                    let keys = rows[r].1 as usize + 1;
+                    let qh = &q[r * q_dim + h * hd..r * q_dim + (h + 1) * hd];
+                    // SAFETY: `attend` checked AVX2, FMA and F16C; keys < n_ctx, so every row
+                    // read lies in the region's layer.
+                    unsafe { head(qh, k, v, kv_dim, off, lo, keys, shape.scale, scores, &mut o[ri * hd..(ri + 1) * hd]) };
+                }
+                o
+            })
+            .collect();
+        for (&(c, h), o) in tasks.iter().zip(results) {
+            for (ri, r) in chunks[c].clone().enumerate() {
+                let dst = r * q_dim + h * hd;
+                out[dst..dst + hd].copy_from_slice(&o[ri * hd..(ri + 1) * hd]);
+            }
+        }
+    }
+
+    /// 8 f16 values at `p` as f32.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(p: *const u16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    }
+
+    /// `ops::dot(q, k)` (its AVX2 path) with k's `q.len()` values in f16 at `k`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot(q: &[f32], k: *const u16) -> f32 {
+        let n = q.len();
+        let n16 = n / 16 * 16;
+        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i < n16 {
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i)), load8(k.add(i)), s0);
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i + 8)), load8(k.add(i + 8)), s1);
+            i += 16;
+        }
+        let s = _mm256_add_ps(s0, s1);
+        let lo = _mm256_castps256_ps128(s);
+        let hi = _mm256_extractf128_ps(s, 1);
+        let x = _mm_add_ps(lo, hi);
+        let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+        let x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+        let mut r = _mm_cvtss_f32(x);
+        for j in n16..n {
+            r += q[j] * f16::from_bits(*k.add(j)).to_f32();
+        }
+        r
+    }
+
+    /// One head of one row: keys `lo..keys` of the region's rows `k` and `v` (`kv_dim` apart, the
+    /// head's dims from `off`), its output to `oh` (head_dim values).
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn head(qh: &[f32], k: &[u16], v: &[u16], kv_dim: usize, off: usize, lo: usize, keys: usize, scale: f32, scores: &mut Vec<f32>, oh: &mut [f32]) {
+        let hd = qh.len();
+        assert!(keys * kv_dim <= k.len() && keys * kv_dim <= v.len() && off + hd <= kv_dim && oh.len() == hd);
+        scores.resize(keys - lo, 0.0);
+        let mut max = f32::NEG_INFINITY;
+        for (t, s) in scores.iter_mut().enumerate() {
+            *s = dot(qh, k.as_ptr().add((lo + t) * kv_dim + off)) * scale;
+            max = max.max(*s);
+        }
+        let mut sum = 0.0;
+        for s in scores.iter_mut() {
+            *s = (*s - max).exp();
+            sum += *s;
+        }
+        // `ops::axpy` key after key: each dim's fused multiply-adds in key order, 64 dims a
+        // pass in registers; the dims past a multiple of 8 unfused, as there.
+        let n8 = hd / 8 * 8;
+        let vp = v.as_ptr().add(lo * kv_dim + off);
+        let mut d0 = 0;
+        while d0 < n8 {
+            let w = ((n8 - d0) / 8).min(8);
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for (t, &s) in scores.iter().enumerate() {
+                let a = _mm256_set1_ps(s);
+                let row = vp.add(t * kv_dim + d0);
+                for (u, acc) in acc.iter_mut().enumerate().take(w) {
+                    *acc = _mm256_fmadd_ps(a, load8(row.add(8 * u)), *acc);
+                }
+            }
+            for (u, acc) in acc.iter().enumerate().take(w) {
+                _mm256_storeu_ps(oh.as_mut_ptr().add(d0 + 8 * u), *acc);
+            }
+            d0 += 8 * w;
+        }
+        for (d, o) in oh.iter_mut().enumerate().skip(n8) {
+            *o = 0.0;
+            for (t, &s) in scores.iter().enumerate() {
+                *o += s * f16::from_bits(*vp.add(t * kv_dim + d)).to_f32();
+            }
+        }
+        let inv = 1.0 / sum;
+        oh.iter_mut().for_each(|x| *x *= inv);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use resin_core::KvCodec;
+
+    fn rng(seed: &mut u64) -> f32 {
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// The in-place f16 path gives the decoded path's bits, for a decode row, a chunk of
+    /// consecutive rows, rows of two regions, a sliding window and head dims off 16 and 8;
+    /// a control with one value moved by one f16 step differs.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn f16_in_place_equals_decoded() {
+        if !crate::ops::has_avx2_fma_f16c() {
+            eprintln!("SKIP: no AVX2/FMA/F16C");
+            return;
+        }
+        let mut seed = 7u64;
+        for (hd, n_head, n_head_kv, window) in [(64usize, 9usize, 3usize, None), (72, 4, 2, Some(5usize)), (36, 2, 1, None), (128, 8, 2, None)] {
+            let (n_layer, n_ctx, regions) = (2, 300, 2);
+            let kv_dim = n_head_kv * hd;
+            let mut kv = KvCache::new(KvCodec::F16, regions, n_layer, n_ctx, kv_dim, hd).unwrap();
+            for region in 0..regions {
+                for pos in 0..n_ctx {
+                    let k: Vec<f32> = (0..kv_dim).map(|_| rng(&mut seed) * 3.0).collect();
+                    let v: Vec<f32> = (0..kv_dim).map(|_| rng(&mut seed)).collect();
+                    kv.store(region, 1, pos, &k, &v);
+                }
+            }
+            let shape = AttnShape { n_head, n_head_kv, head_dim: hd, scale: 1.0 / (hd as f32).sqrt(), window };
+            // A decode row, then 40 consecutive rows of region 1 (two chunks), then region 0's.
+            let mut rows = vec![(0usize, 299u32)];
+            rows.extend((100..140).map(|p| (1usize, p)));
+            rows.extend([(0, 0), (0, 1), (0, 2)]);
+            let q: Vec<f32> = (0..rows.len() * n_head * hd).map(|_| rng(&mut seed)).collect();
+            let (mut a, mut b) = (vec![0f32; q.len()], vec![0f32; q.len()]);
+            attend(&kv, 1, &rows, &shape, &q, &mut a);
+            attend_decoded(&kv, 1, &rows, &shape, &q, &mut b);
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&a) == bits(&b), "hd {hd}: the in-place path differs from the decoded one");
+            // Control: one value of a key row every row reads, one f16 step up.
+            let mut v0 = vec![0f32; kv_dim];
+            kv.read(Side::V, 0, 1, 0, 1, 0, kv_dim, &mut v0);
+            let k0: Vec<f32> = {
+                let mut k = vec![0f32; kv_dim];
+                kv.read(Side::K, 0, 1, 0, 1, 0, kv_dim, &mut k);
+                k
+            };
+            v0[1] = half::f16::from_bits(half::f16::from_f32(v0[1]).to_bits() + 1).to_f32();
+            kv.store(0, 1, 0, &k0, &v0);
+            attend_decoded(&kv, 1, &rows, &shape, &q, &mut b);
+            assert!(bits(&a) != bits(&b), "hd {hd}: control: a moved value must move a result");
         }
     }
 }

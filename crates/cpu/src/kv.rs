@@ -147,6 +147,25 @@ impl KvCache {
         }
     }
 
+    /// The f16 bits of positions `0..n_ctx` of (region, layer) of one side (`[position][kv_dim]`),
+    /// where the codec is f16: what attention reads in place.
+    pub fn f16_rows(&self, side: Side, region: usize, layer: usize) -> Option<&[u16]> {
+        let store = match side {
+            Side::K => &self.k,
+            Side::V => &self.v,
+        };
+        let i = self.index(region, layer, 0);
+        match store {
+            Store::F16(buf) => Some(&buf[i..i + self.n_ctx * self.kv_dim]),
+            _ => None,
+        }
+    }
+
+    /// Values between positions of one side's rows.
+    pub fn kv_dim(&self) -> usize {
+        self.kv_dim
+    }
+
     /// Read dims `lo..lo + out_dim` of positions `first..n` of one side into `out`
     /// ([n - first][out_dim]).
     #[allow(clippy::too_many_arguments)]

@@ -63,6 +63,15 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// Whether the CPU has AVX2, FMA and F16C: [`dot`] and [`axpy`] take their AVX2 path, and
+/// f16 rows convert in registers.
+#[cfg(target_arch = "x86_64")]
+pub fn has_avx2_fma_f16c() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| has_avx2_fma() && is_x86_feature_detected!("f16c"))
+}
+
 #[cfg(target_arch = "x86_64")]
 fn has_avx2_fma() -> bool {
     use std::sync::OnceLock;
