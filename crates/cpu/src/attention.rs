@@ -197,8 +197,8 @@ mod f16x86 {
         let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
         let x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
         let mut r = _mm_cvtss_f32(x);
-        for j in n16..n {
-            r += q[j] * f16::from_bits(*k.add(j)).to_f32();
+        for (j, &qj) in q.iter().enumerate().skip(n16) {
+            r += qj * f16::from_bits(*k.add(j)).to_f32();
         }
         r
     }
