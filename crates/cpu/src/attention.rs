@@ -203,101 +203,6 @@ mod f16x86 {
         r
     }
 
-    /// `dot(q, k[j])` for 8 keys: each key's two accumulators as `dot` builds them, then the 8
-    /// reductions together, a transposed network that adds the same pairs in the same tree
-    /// (the halves, then lanes 0 + 2 and 1 + 3, then those two), then each key's tail.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot8(q: &[f32], k: [*const u16; 8]) -> [f32; 8] {
-        let n = q.len();
-        let n16 = n / 16 * 16;
-        let mut s = [_mm256_setzero_ps(); 8];
-        if has_avx512() {
-            s = sums16(q, n16, &k);
-        } else {
-            for (j, sj) in s.iter_mut().enumerate() {
-                let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                let mut i = 0;
-                while i < n16 {
-                    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i)), load8(k[j].add(i)), s0);
-                    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i + 8)), load8(k[j].add(i + 8)), s1);
-                    i += 16;
-                }
-                *sj = _mm256_add_ps(s0, s1);
-            }
-        }
-        // Keys (j, j + 4) share a register from here: [key j | key j + 4].
-        let half = |a: __m256, b: __m256| _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-        let (ae, bf, cg, dh) = (half(s[0], s[4]), half(s[1], s[5]), half(s[2], s[6]), half(s[3], s[7]));
-        // Lanes 0 + 2 and 1 + 3 of two keys' halves: [c0 c1 of key a, c0 c1 of key b].
-        let pairs = |a: __m256, b: __m256| _mm256_add_ps(_mm256_shuffle_ps(a, b, 0b01_00_01_00), _mm256_shuffle_ps(a, b, 0b11_10_11_10));
-        let (x, y) = (pairs(ae, bf), pairs(cg, dh));
-        // c0 + c1: [a b c d | e f g h].
-        let r = _mm256_add_ps(_mm256_shuffle_ps(x, y, 0b10_00_10_00), _mm256_shuffle_ps(x, y, 0b11_01_11_01));
-        let mut out = [0f32; 8];
-        _mm256_storeu_ps(out.as_mut_ptr(), r);
-        for (j, o) in out.iter_mut().enumerate() {
-            for (c, &qc) in q.iter().enumerate().skip(n16) {
-                *o += qc * f16::from_bits(*k[j].add(c)).to_f32();
-            }
-        }
-        out
-    }
-
-    /// Tests take the 8-lane path on an AVX-512 CPU too (the same bits either way).
-    #[cfg(test)]
-    pub static NO_AVX512: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-    /// Whether the CPU has AVX-512F: the values' dims go 16 at a time.
-    fn has_avx512() -> bool {
-        use std::sync::OnceLock;
-        static HAS: OnceLock<bool> = OnceLock::new();
-        #[cfg(test)]
-        if NO_AVX512.load(std::sync::atomic::Ordering::Relaxed) {
-            return false;
-        }
-        *HAS.get_or_init(|| is_x86_feature_detected!("avx512f"))
-    }
-
-    /// The values weighed by `scores` into dims `0..n16` of `oh` (n16 a multiple of 16), 16 dims
-    /// a register and 128 a pass: each dim's fused multiply-adds in key order, as the 8-wide
-    /// loop does them. Returns n16, the dims done.
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    unsafe fn values16(scores: &[f32], vp: *const u16, kv_dim: usize, n16: usize, oh: &mut [f32]) -> usize {
-        let mut d0 = 0;
-        while d0 < n16 {
-            let w = ((n16 - d0) / 16).min(8);
-            let mut acc = [_mm512_setzero_ps(); 8];
-            for (t, &s) in scores.iter().enumerate() {
-                let a = _mm512_set1_ps(s);
-                let row = vp.add(t * kv_dim + d0);
-                for (u, acc) in acc.iter_mut().enumerate().take(w) {
-                    *acc = _mm512_fmadd_ps(a, _mm512_cvtph_ps(_mm256_loadu_si256(row.add(16 * u) as *const __m256i)), *acc);
-                }
-            }
-            for (u, acc) in acc.iter().enumerate().take(w) {
-                _mm512_storeu_ps(oh.as_mut_ptr().add(d0 + 16 * u), *acc);
-            }
-            d0 += 16 * w;
-        }
-        n16
-    }
-
-    /// `dot8`'s accumulators with 16 lanes: lanes 0..8 are `s0`, 8..16 `s1` (the same fused
-    /// multiply-adds), returned added as `s0 + s1`.
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    unsafe fn sums16(q: &[f32], n16: usize, k: &[*const u16; 8]) -> [__m256; 8] {
-        std::array::from_fn(|j| {
-            let mut acc = _mm512_setzero_ps();
-            let mut i = 0;
-            while i < n16 {
-                acc = _mm512_fmadd_ps(_mm512_loadu_ps(q.as_ptr().add(i)), _mm512_cvtph_ps(_mm256_loadu_si256(k[j].add(i) as *const __m256i)), acc);
-                i += 16;
-            }
-            _mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)))
-        })
-    }
-
     /// One head of one row: keys `lo..keys` of the region's rows `k` and `v` (`kv_dim` apart, the
     /// head's dims from `off`), its output to `oh` (head_dim values).
     #[allow(clippy::too_many_arguments)]
@@ -307,20 +212,9 @@ mod f16x86 {
         assert!(keys * kv_dim <= k.len() && keys * kv_dim <= v.len() && off + hd <= kv_dim && oh.len() == hd);
         scores.resize(keys - lo, 0.0);
         let mut max = f32::NEG_INFINITY;
-        let key = |t: usize| k.as_ptr().add((lo + t) * kv_dim + off);
-        let n8k = scores.len() / 8 * 8;
-        for t0 in (0..n8k).step_by(8) {
-            let d = dot8(qh, std::array::from_fn(|j| key(t0 + j)));
-            for (j, &dj) in d.iter().enumerate() {
-                let s = dj * scale;
-                scores[t0 + j] = s;
-                max = max.max(s);
-            }
-        }
-        for (t, st) in scores.iter_mut().enumerate().skip(n8k) {
-            let s = dot(qh, key(t)) * scale;
-            *st = s;
-            max = max.max(s);
+        for (t, s) in scores.iter_mut().enumerate() {
+            *s = dot(qh, k.as_ptr().add((lo + t) * kv_dim + off)) * scale;
+            max = max.max(*s);
         }
         let mut sum = 0.0;
         for s in scores.iter_mut() {
@@ -332,9 +226,6 @@ mod f16x86 {
         let n8 = hd / 8 * 8;
         let vp = v.as_ptr().add(lo * kv_dim + off);
         let mut d0 = 0;
-        if has_avx512() {
-            d0 = values16(scores, vp, kv_dim, hd / 16 * 16, oh);
-        }
         while d0 < n8 {
             let w = ((n8 - d0) / 8).min(8);
             let mut acc = [_mm256_setzero_ps(); 8];
@@ -404,12 +295,6 @@ mod tests {
             attend_decoded(&kv, 1, &rows, &shape, &q, &mut b);
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert!(bits(&a) == bits(&b), "hd {hd}: the in-place path differs from the decoded one");
-            // The 8-lane path where the CPU has 16 lanes too.
-            f16x86::NO_AVX512.store(true, std::sync::atomic::Ordering::Relaxed);
-            let mut a8 = vec![0f32; q.len()];
-            attend(&kv, 1, &rows, &shape, &q, &mut a8);
-            f16x86::NO_AVX512.store(false, std::sync::atomic::Ordering::Relaxed);
-            assert!(bits(&a8) == bits(&b), "hd {hd}: the 8-lane in-place path differs from the decoded one");
             // Control: one value of a key row every row reads, one f16 step up.
             let mut v0 = vec![0f32; kv_dim];
             kv.read(Side::V, 0, 1, 0, 1, 0, kv_dim, &mut v0);
