@@ -7,14 +7,19 @@
 # from $LLAMA_SRC_TGZ, then for each model runs
 #   llama-bench -m FILE -p 512 -n 128 -t $THREADS -r 5 -o json
 #   target/release/resin bench --model FILE --prompt-tokens 512 --gen-tokens 128 --reps 5 --format json
-# and prints a table of prompt-processing (pp512) and generation (tg128) tokens/s.
+# and prints a table of prompt-processing (ppPP) and generation (tgTG) tokens/s.
 # Default models: SmolLM2-135M Q4_1 and Qwen2.5-Coder-0.5B Q4_K_M from $MODELS_DIR (or resin's cache).
-# Env: THREADS (2), REPS (5), PEER_DIR, LLAMA_SRC_TGZ, MODELS_DIR, RESIN (path of the resin binary), OUT_DIR (logs).
+# Env: THREADS (2), REPS (5), PP (512), TG (128), DEPTH (0: keys already in the context, as llama-bench -d
+# and resin bench --depth), PEER_DIR, LLAMA_SRC_TGZ, MODELS_DIR, RESIN (path of the resin binary),
+# OUT_DIR (logs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 THREADS=${THREADS:-2}
 REPS=${REPS:-5}
+PP=${PP:-512}
+TG=${TG:-128}
+DEPTH=${DEPTH:-0}
 PEER_DIR=${PEER_DIR:-/work/peer/llama.cpp}
 LLAMA_SRC_TGZ=${LLAMA_SRC_TGZ:-/work/shared/device/llama.cpp-src.tgz}
 BUILD=${PEER_DIR}/build-cpu
@@ -105,16 +110,16 @@ for m in "$@"; do
   name=$(basename "$m" .gguf)
   echo "== $name: llama-bench" >&2
   pj="$OUT_DIR/peer-$name.json"
-  if "$BUILD/bin/llama-bench" -m "$m" -p 512 -n 128 -t "$THREADS" -r "$REPS" -o json > "$pj" 2> "$OUT_DIR/peer-$name.err"; then
+  if "$BUILD/bin/llama-bench" -m "$m" -p "$PP" -n "$TG" -d "$DEPTH" -t "$THREADS" -r "$REPS" -o json > "$pj" 2> "$OUT_DIR/peer-$name.err"; then
     read -r ppp ptg < <(peer_ts "$pj")
   else
     tail -5 "$OUT_DIR/peer-$name.err" >&2; ppp=fail; ptg=fail
   fi
   echo "== $name: resin bench" >&2
   rj="$OUT_DIR/resin-$name.json"
-  if [ -x "$RESIN" ] && RAYON_NUM_THREADS=$THREADS "$RESIN" bench --model "$m" --prompt-tokens 512 --gen-tokens 128 \
-       --reps "$REPS" --threads "$THREADS" --format json > "$rj" 2> "$OUT_DIR/resin-$name.err" \
-     || { [ -x "$RESIN" ] && "$RESIN" bench --model "$m" --prompt-tokens 512 --gen-tokens 128 --reps "$REPS" \
+  if [ -x "$RESIN" ] && RAYON_NUM_THREADS=$THREADS "$RESIN" bench --model "$m" --prompt-tokens "$PP" --gen-tokens "$TG" \
+       --depth "$DEPTH" --reps "$REPS" --threads "$THREADS" --format json > "$rj" 2> "$OUT_DIR/resin-$name.err" \
+     || { [ -x "$RESIN" ] && "$RESIN" bench --model "$m" --prompt-tokens "$PP" --gen-tokens "$TG" --depth "$DEPTH" --reps "$REPS" \
        --format json > "$rj" 2> "$OUT_DIR/resin-$name.err"; }; then
     read -r rpp rtg < <(resin_ts "$rj")
   else
@@ -125,6 +130,6 @@ for m in "$@"; do
 done
 
 echo
-printf '%-40s %16s %16s %16s %16s\n' "model (threads=$THREADS, reps=$REPS)" "llama.cpp pp512" "resin pp512" "llama.cpp tg128" "resin tg128"
+printf '%-40s %16s %16s %16s %16s\n' "model (threads=$THREADS, reps=$REPS, depth=$DEPTH)" "llama.cpp pp$PP" "resin pp$PP" "llama.cpp tg$TG" "resin tg$TG"
 for row in "${TABLE[@]}"; do echo "$row"; done
 echo "(tokens/s; raw JSON in $OUT_DIR)"
