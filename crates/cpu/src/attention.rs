@@ -39,6 +39,16 @@ pub fn attend(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &AttnSha
     attend_decoded(kv, layer, rows, shape, q, out);
 }
 
+/// Each score to exp(score - max), in key order; returns their sum, added in that order.
+fn exp_and_sum(scores: &mut [f32], max: f32) -> f32 {
+    let mut sum = 0.0;
+    for s in scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    sum
+}
+
 /// Rows of one region at consecutive positions, up to CHUNK_ROWS a chunk.
 fn chunks_of(rows: &[(usize, u32)]) -> Vec<std::ops::Range<usize>> {
     let mut chunks = Vec::new();
@@ -92,11 +102,7 @@ fn attend_decoded(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &Att
                             *s = dot(qh, &kbuf[t * hd..(t + 1) * hd]) * scale;
                             max = max.max(*s);
                         }
-                        let mut sum = 0.0;
-                        for s in scores.iter_mut() {
-                            *s = (*s - max).exp();
-                            sum += *s;
-                        }
+                        let sum = exp_and_sum(scores, max);
                         let oh = &mut o[(ri * group + j) * hd..(ri * group + j + 1) * hd];
                         for (t, &s) in scores.iter().enumerate() {
                             axpy(s, &vbuf[t * hd..(t + 1) * hd], oh);
@@ -216,11 +222,7 @@ mod f16x86 {
             *s = dot(qh, k.as_ptr().add((lo + t) * kv_dim + off)) * scale;
             max = max.max(*s);
         }
-        let mut sum = 0.0;
-        for s in scores.iter_mut() {
-            *s = (*s - max).exp();
-            sum += *s;
-        }
+        let sum = super::exp_and_sum(scores, max);
         // `ops::axpy` key after key: each dim's fused multiply-adds in key order, 64 dims a
         // pass in registers; the dims past a multiple of 8 unfused, as there.
         let n8 = hd / 8 * 8;
