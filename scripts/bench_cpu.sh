@@ -5,9 +5,9 @@
 #
 # Builds llama.cpp's CPU backend once (outside the repo, in $PEER_DIR, default /work/peer/llama.cpp)
 # from $LLAMA_SRC_TGZ, then for each model runs
-#   llama-bench -m FILE -p 512 -n 128 -t $THREADS -r 5 -o json
-#   target/release/resin bench --model FILE --prompt-tokens 512 --gen-tokens 128 --reps 5 --format json
-# and prints a table of prompt-processing (ppPP) and generation (tgTG) tokens/s.
+#   llama-bench -m FILE -p $PP -n $TG -d $DEPTH -t $THREADS -r $REPS -o json
+#   target/release/resin bench --model FILE --prompt-tokens $PP --gen-tokens $TG --depth $DEPTH --reps $REPS --format json
+# and prints a table of prompt-processing and generation tokens/s.
 # Default models: SmolLM2-135M Q4_1 and Qwen2.5-Coder-0.5B Q4_K_M from $MODELS_DIR (or resin's cache).
 # Env: THREADS (2), REPS (5), PP (512), TG (128), DEPTH (0: keys already in the context, as llama-bench -d
 # and resin bench --depth), PEER_DIR, LLAMA_SRC_TGZ, MODELS_DIR, RESIN (path of the resin binary),

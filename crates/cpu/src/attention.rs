@@ -196,13 +196,7 @@ mod f16x86 {
             s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i + 8)), load8(k.add(i + 8)), s1);
             i += 16;
         }
-        let s = _mm256_add_ps(s0, s1);
-        let lo = _mm256_castps256_ps128(s);
-        let hi = _mm256_extractf128_ps(s, 1);
-        let x = _mm_add_ps(lo, hi);
-        let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-        let x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
-        let mut r = _mm_cvtss_f32(x);
+        let mut r = crate::ops::x86::dot_reduce(s0, s1);
         for (j, &qj) in q.iter().enumerate().skip(n16) {
             r += qj * f16::from_bits(*k.add(j)).to_f32();
         }

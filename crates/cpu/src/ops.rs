@@ -80,7 +80,7 @@ fn has_avx2_fma() -> bool {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx2,fma")]
@@ -94,17 +94,26 @@ mod x86 {
             s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i + 8)), _mm256_loadu_ps(b.as_ptr().add(i + 8)), s1);
             i += 16;
         }
+        let mut r = dot_reduce(s0, s1);
+        for j in n16..n {
+            r += a[j] * b[j];
+        }
+        r
+    }
+
+    /// `dot`'s reduction of its two 8-lane accumulators (each 16 values' first and second 8),
+    /// in its fixed tree: every row type's dot (f32, the K/V mirror's f16) ends in it, so the
+    /// same values give the same bits.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn dot_reduce(s0: __m256, s1: __m256) -> f32 {
         let s = _mm256_add_ps(s0, s1);
         let lo = _mm256_castps256_ps128(s);
         let hi = _mm256_extractf128_ps(s, 1);
         let q = _mm_add_ps(lo, hi);
         let q = _mm_add_ps(q, _mm_movehl_ps(q, q));
         let q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
-        let mut r = _mm_cvtss_f32(q);
-        for j in n16..n {
-            r += a[j] * b[j];
-        }
-        r
+        _mm_cvtss_f32(q)
     }
 
     #[target_feature(enable = "avx2,fma")]
