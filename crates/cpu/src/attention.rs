@@ -129,7 +129,8 @@ fn attend_decoded(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &Att
 /// two 8-lane accumulators and their reduction, `ops::axpy`'s fused multiply-adds in key order,
 /// their unfused tails), so the same bits, with no decoded copy of the keys to write and read
 /// back, and a task a (chunk, head) rather than a (chunk, kv group): a decode row's heads
-/// spread over the threads.
+/// spread over the threads. A chunk's rows run GROUP at a time: each key and value they share
+/// is loaded and converted once for all of them.
 #[cfg(target_arch = "x86_64")]
 mod f16x86 {
     use std::arch::x86_64::*;
@@ -138,6 +139,9 @@ mod f16x86 {
     use rayon::prelude::*;
 
     use super::{chunks_of, first_key, AttnShape};
+
+    /// Rows of a chunk whose heads run together.
+    const GROUP: usize = 4;
     use crate::kv::{KvCache, Side};
 
     pub fn attend(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &AttnShape, q: &[f32], out: &mut [f32]) {
@@ -149,24 +153,47 @@ mod f16x86 {
         let tasks: Vec<(usize, usize)> = (0..chunks.len()).flat_map(|c| (0..shape.n_head).map(move |h| (c, h))).collect();
         let results: Vec<Vec<f32>> = tasks
             .par_iter()
-            .map_init(Vec::new, |scores, &(c, h)| {
-                let span = chunks[c].clone();
-                let region = rows[span.start].0;
-                let (Some(k), Some(v)) = (kv.f16_rows(Side::K, region, layer), kv.f16_rows(Side::V, region, layer)) else {
-                    unreachable!("attend takes this path for the f16 codec only")
-                };
-                let off = (h / group) * hd;
-                let mut o = vec![0f32; span.len() * hd];
-                for (ri, r) in span.enumerate() {
-                    let lo = first_key(rows[r].1, shape.window);
-                    let keys = rows[r].1 as usize + 1;
-                    let qh = &q[r * q_dim + h * hd..r * q_dim + (h + 1) * hd];
-                    // SAFETY: `attend` checked AVX2, FMA and F16C; keys < n_ctx, so every row
-                    // read lies in the region's layer.
-                    unsafe { head(qh, k, v, kv_dim, off, lo, keys, shape.scale, scores, &mut o[ri * hd..(ri + 1) * hd]) };
-                }
-                o
-            })
+            .map_init(
+                || std::array::from_fn::<Vec<f32>, GROUP, _>(|_| Vec::new()),
+                |scores, &(c, h)| {
+                    let span = chunks[c].clone();
+                    let region = rows[span.start].0;
+                    let (Some(k), Some(v)) = (kv.f16_rows(Side::K, region, layer), kv.f16_rows(Side::V, region, layer)) else {
+                        unreachable!("attend takes this path for the f16 codec only")
+                    };
+                    let off = (h / group) * hd;
+                    let mut o = vec![0f32; span.len() * hd];
+                    let qh = |r: usize| &q[r * q_dim + h * hd..r * q_dim + (h + 1) * hd];
+                    let at = |r: usize| Keys { lo: first_key(rows[r].1, shape.window), end: rows[r].1 as usize + 1 };
+                    // Rows GROUP at a time (consecutive positions: each row's keys are the one
+                    // before's and its own), one read and conversion of each key and value for all.
+                    let mut ri = 0;
+                    while ri < span.len() {
+                        let r = span.start + ri;
+                        let n = (span.len() - ri).min(GROUP);
+                        let os = &mut o[ri * hd..(ri + n) * hd];
+                        // SAFETY: `attend` checked AVX2, FMA and F16C; keys < n_ctx, so every row
+                        // read lies in the region's layer.
+                        unsafe {
+                            match n {
+                                GROUP => {
+                                    let mut it = os.chunks_mut(hd);
+                                    let oh: [&mut [f32]; GROUP] = std::array::from_fn(|_| it.next().unwrap());
+                                    heads::<GROUP>(std::array::from_fn(|j| qh(r + j)), k, v, kv_dim, off, std::array::from_fn(|j| at(r + j)), shape.scale, scores, oh)
+                                }
+                                _ => {
+                                    for j in 0..n {
+                                        let Keys { lo, end } = at(r + j);
+                                        head(qh(r + j), k, v, kv_dim, off, lo, end, shape.scale, &mut scores[0], &mut os[j * hd..(j + 1) * hd]);
+                                    }
+                                }
+                            }
+                        }
+                        ri += n;
+                    }
+                    o
+                },
+            )
             .collect();
         for (&(c, h), o) in tasks.iter().zip(results) {
             for (ri, r) in chunks[c].clone().enumerate() {
@@ -201,6 +228,134 @@ mod f16x86 {
             r += qj * f16::from_bits(*k.add(j)).to_f32();
         }
         r
+    }
+
+    /// The keys a row attends to: `lo..end`.
+    #[derive(Clone, Copy)]
+    struct Keys {
+        lo: usize,
+        end: usize,
+    }
+
+    /// [`dot`] of R rows `q` with the same key at `k`, its values loaded and converted once:
+    /// each row's accumulators, reduction and tail as there, so each result is `dot`'s bits.
+    #[inline]
+    #[allow(clippy::needless_range_loop)] // rows and dims index several arrays in step
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_rows<const R: usize>(q: [&[f32]; R], k: *const u16) -> [f32; R] {
+        let n = q[0].len();
+        let n16 = n / 16 * 16;
+        let (mut a0, mut a1) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+        let mut i = 0;
+        while i < n16 {
+            let (k0, k1) = (load8(k.add(i)), load8(k.add(i + 8)));
+            for r in 0..R {
+                a0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r].as_ptr().add(i)), k0, a0[r]);
+                a1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r].as_ptr().add(i + 8)), k1, a1[r]);
+            }
+            i += 16;
+        }
+        let mut out = [0f32; R];
+        for r in 0..R {
+            out[r] = crate::ops::x86::dot_reduce(a0[r], a1[r]);
+        }
+        for j in n16..n {
+            let kj = f16::from_bits(*k.add(j)).to_f32();
+            for r in 0..R {
+                out[r] += q[r][j] * kj;
+            }
+        }
+        out
+    }
+
+    /// [`head`] of R rows of one region at consecutive positions (so their first keys do not
+    /// decrease and row r's keys end r after the first's): the keys every row reads are loaded
+    /// and converted once for all, and each row's scores, softmax and value sums are
+    /// [`head`]'s, in its order, so its bits.
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // rows and dims index several arrays in step
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn heads<const R: usize>(qh: [&[f32]; R], k: &[u16], v: &[u16], kv_dim: usize, off: usize, at: [Keys; R], scale: f32, scores: &mut [Vec<f32>; R], oh: [&mut [f32]; R]) {
+        let hd = qh[0].len();
+        let (first, last) = (at[0], at[R - 1]);
+        assert!(last.end * kv_dim <= k.len() && last.end * kv_dim <= v.len() && off + hd <= kv_dim);
+        for r in 0..R {
+            assert!(oh[r].len() == hd && at[r].end == first.end + r && (r == 0 || at[r - 1].lo <= at[r].lo) && at[r].lo < at[r].end);
+            scores[r].resize(at[r].end - at[r].lo, 0.0);
+        }
+        // Keys every row reads: from the last row's first to the first row's end.
+        let (both_lo, both_end) = (last.lo, first.end);
+        let key = |t: usize| k.as_ptr().add(t * kv_dim + off);
+        for t in first.lo..last.end {
+            if (both_lo..both_end).contains(&t) {
+                let s = dot_rows(qh, key(t));
+                for r in 0..R {
+                    scores[r][t - at[r].lo] = s[r] * scale;
+                }
+            } else {
+                for r in 0..R {
+                    if (at[r].lo..at[r].end).contains(&t) {
+                        scores[r][t - at[r].lo] = dot(qh[r], key(t)) * scale;
+                    }
+                }
+            }
+        }
+        let mut sum = [0f32; R];
+        for r in 0..R {
+            let max = scores[r].iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            sum[r] = super::exp_and_sum(&mut scores[r], max);
+        }
+        // Value sums: each dim's fused multiply-adds in key order for each row, W dims of
+        // every row a pass in registers; the dims past a multiple of 8 unfused, as in `head`.
+        let wmax = 8 / R;
+        let n8 = hd / 8 * 8;
+        let vp = v.as_ptr().add(off);
+        let mut d0 = 0;
+        while d0 < n8 {
+            let w = ((n8 - d0) / 8).min(wmax);
+            let mut acc = [[_mm256_setzero_ps(); 8]; R];
+            for t in first.lo..last.end {
+                let row = vp.add(t * kv_dim + d0);
+                if (both_lo..both_end).contains(&t) {
+                    let mut a = [_mm256_setzero_ps(); R];
+                    for r in 0..R {
+                        a[r] = _mm256_set1_ps(scores[r][t - at[r].lo]);
+                    }
+                    for u in 0..w {
+                        let x = load8(row.add(8 * u));
+                        for r in 0..R {
+                            acc[r][u] = _mm256_fmadd_ps(a[r], x, acc[r][u]);
+                        }
+                    }
+                } else {
+                    for r in 0..R {
+                        if (at[r].lo..at[r].end).contains(&t) {
+                            let a = _mm256_set1_ps(scores[r][t - at[r].lo]);
+                            for u in 0..w {
+                                acc[r][u] = _mm256_fmadd_ps(a, load8(row.add(8 * u)), acc[r][u]);
+                            }
+                        }
+                    }
+                }
+            }
+            for r in 0..R {
+                for u in 0..w {
+                    _mm256_storeu_ps(oh[r].as_mut_ptr().add(d0 + 8 * u), acc[r][u]);
+                }
+            }
+            d0 += 8 * w;
+        }
+        for r in 0..R {
+            let lo = at[r].lo;
+            for d in n8..hd {
+                let mut x = 0.0;
+                for (t, &sc) in scores[r].iter().enumerate() {
+                    x += sc * f16::from_bits(*vp.add((lo + t) * kv_dim + d)).to_f32();
+                }
+                oh[r][d] = x;
+            }
+            let inv = 1.0 / sum[r];
+            oh[r].iter_mut().for_each(|x| *x *= inv);
+        }
     }
 
     /// One head of one row: keys `lo..keys` of the region's rows `k` and `v` (`kv_dim` apart, the
@@ -304,5 +459,37 @@ mod tests {
             attend_decoded(&kv, 1, &rows, &shape, &q, &mut b);
             assert!(bits(&a) != bits(&b), "hd {hd}: control: a moved value must move a result");
         }
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    use super::*;
+    use resin_core::KvCodec;
+
+    /// `cargo test --release -p resin-cpu --lib attention_speed -- --ignored --nocapture`:
+    /// 64 rows after 4,096 keys in SmolLM2's shape, the best of 7 runs.
+    #[test]
+    #[ignore]
+    fn attention_speed() {
+        let (hd, n_head, n_head_kv, depth, n) = (64usize, 9usize, 3usize, 4096usize, 64usize);
+        let kv_dim = n_head_kv * hd;
+        let mut kv = KvCache::new(KvCodec::F16, 1, 1, depth + n, kv_dim, hd).unwrap();
+        let row: Vec<f32> = (0..kv_dim).map(|i| ((i * 7 % 13) as f32 - 6.0) / 6.0).collect();
+        for pos in 0..depth + n {
+            kv.store(0, 0, pos, &row, &row);
+        }
+        let shape = AttnShape { n_head, n_head_kv, head_dim: hd, scale: 0.125, window: None };
+        let rows: Vec<(usize, u32)> = (0..n).map(|i| (0usize, (depth + i) as u32)).collect();
+        let q: Vec<f32> = (0..n * n_head * hd).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
+        let mut out = vec![0f32; q.len()];
+        let best = (0..7)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                attend(&kv, 0, &rows, &shape, &q, &mut out);
+                t.elapsed().as_secs_f64()
+            })
+            .fold(f64::MAX, f64::min);
+        eprintln!("attend: {n} rows after {depth} keys, {} heads: {:.2} ms", n_head, best * 1e3);
     }
 }
