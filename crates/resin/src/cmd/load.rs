@@ -72,7 +72,6 @@ pub struct ModelArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum WideSteps {
     Exact,
-    Canon,
     Fast,
     Gemm,
 }
@@ -168,7 +167,6 @@ impl ModelArgs {
         }));
         let wide = match self.wide_steps {
             WideSteps::Exact => WideMode::Lanes,
-            WideSteps::Canon => WideMode::Canon,
             WideSteps::Fast => WideMode::Fast,
             WideSteps::Gemm => WideMode::Gemm,
         };
