@@ -140,9 +140,10 @@ mod f16x86 {
 
     use super::{chunks_of, first_key, AttnShape};
 
+    use crate::kv::{KvCache, Side};
+
     /// Rows of a chunk whose heads run together.
     const GROUP: usize = 4;
-    use crate::kv::{KvCache, Side};
 
     pub fn attend(kv: &KvCache, layer: usize, rows: &[(usize, u32)], shape: &AttnShape, q: &[f32], out: &mut [f32]) {
         let hd = shape.head_dim;
@@ -175,18 +176,34 @@ mod f16x86 {
                         // SAFETY: `attend` checked AVX2, FMA and F16C; keys < n_ctx, so every row
                         // read lies in the region's layer.
                         unsafe {
+                            let mut it = os.chunks_mut(hd);
+                            let mut oh = || it.next().unwrap();
+                            let (q4, at4) = (|j: usize| qh(r + j.min(n - 1)), |j: usize| at(r + j.min(n - 1)));
                             match n {
-                                GROUP => {
-                                    let mut it = os.chunks_mut(hd);
-                                    let oh: [&mut [f32]; GROUP] = std::array::from_fn(|_| it.next().unwrap());
-                                    heads::<GROUP>(std::array::from_fn(|j| qh(r + j)), k, v, kv_dim, off, std::array::from_fn(|j| at(r + j)), shape.scale, scores, oh)
-                                }
-                                _ => {
-                                    for j in 0..n {
-                                        let Keys { lo, end } = at(r + j);
-                                        head(qh(r + j), k, v, kv_dim, off, lo, end, shape.scale, &mut scores[0], &mut os[j * hd..(j + 1) * hd]);
-                                    }
-                                }
+                                1 => heads::<1>([q4(0)], k, v, kv_dim, off, [at4(0)], shape.scale, (&mut scores[..1]).try_into().unwrap(), [oh()]),
+                                2 => heads::<2>(
+                                    std::array::from_fn(q4),
+                                    k,
+                                    v,
+                                    kv_dim,
+                                    off,
+                                    std::array::from_fn(at4),
+                                    shape.scale,
+                                    (&mut scores[..2]).try_into().unwrap(),
+                                    std::array::from_fn(|_| oh()),
+                                ),
+                                3 => heads::<3>(
+                                    std::array::from_fn(q4),
+                                    k,
+                                    v,
+                                    kv_dim,
+                                    off,
+                                    std::array::from_fn(at4),
+                                    shape.scale,
+                                    (&mut scores[..3]).try_into().unwrap(),
+                                    std::array::from_fn(|_| oh()),
+                                ),
+                                _ => heads::<GROUP>(std::array::from_fn(q4), k, v, kv_dim, off, std::array::from_fn(at4), shape.scale, scores, std::array::from_fn(|_| oh())),
                             }
                         }
                         ri += n;
@@ -268,10 +285,12 @@ mod f16x86 {
         out
     }
 
-    /// [`head`] of R rows of one region at consecutive positions (so their first keys do not
-    /// decrease and row r's keys end r after the first's): the keys every row reads are loaded
-    /// and converted once for all, and each row's scores, softmax and value sums are
-    /// [`head`]'s, in its order, so its bits.
+    /// One head of R rows of one region at consecutive positions (so their first keys do not
+    /// decrease and row r's keys end r after the first's): keys `lo..end` of the region's rows
+    /// `k` and `v` (`kv_dim` apart, the head's dims from `off`), each row's output to `oh[r]`
+    /// (head_dim values). The keys every row reads are loaded and converted once for all; each
+    /// row's scores, softmax and value sums are [`attend_decoded`](super::attend_decoded)'s
+    /// operations in its order (`ops::dot`, then `ops::axpy` key after key), so its bits.
     #[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // rows and dims index several arrays in step
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn heads<const R: usize>(qh: [&[f32]; R], k: &[u16], v: &[u16], kv_dim: usize, off: usize, at: [Keys; R], scale: f32, scores: &mut [Vec<f32>; R], oh: [&mut [f32]; R]) {
@@ -305,7 +324,7 @@ mod f16x86 {
             sum[r] = super::exp_and_sum(&mut scores[r], max);
         }
         // Value sums: each dim's fused multiply-adds in key order for each row, W dims of
-        // every row a pass in registers; the dims past a multiple of 8 unfused, as in `head`.
+        // every row a pass in registers; the dims past a multiple of 8 unfused, as `ops::axpy` leaves them.
         let wmax = 8 / R;
         let n8 = hd / 8 * 8;
         let vp = v.as_ptr().add(off);
@@ -356,50 +375,6 @@ mod f16x86 {
             let inv = 1.0 / sum[r];
             oh[r].iter_mut().for_each(|x| *x *= inv);
         }
-    }
-
-    /// One head of one row: keys `lo..keys` of the region's rows `k` and `v` (`kv_dim` apart, the
-    /// head's dims from `off`), its output to `oh` (head_dim values).
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn head(qh: &[f32], k: &[u16], v: &[u16], kv_dim: usize, off: usize, lo: usize, keys: usize, scale: f32, scores: &mut Vec<f32>, oh: &mut [f32]) {
-        let hd = qh.len();
-        assert!(keys * kv_dim <= k.len() && keys * kv_dim <= v.len() && off + hd <= kv_dim && oh.len() == hd);
-        scores.resize(keys - lo, 0.0);
-        let mut max = f32::NEG_INFINITY;
-        for (t, s) in scores.iter_mut().enumerate() {
-            *s = dot(qh, k.as_ptr().add((lo + t) * kv_dim + off)) * scale;
-            max = max.max(*s);
-        }
-        let sum = super::exp_and_sum(scores, max);
-        // `ops::axpy` key after key: each dim's fused multiply-adds in key order, 64 dims a
-        // pass in registers; the dims past a multiple of 8 unfused, as there.
-        let n8 = hd / 8 * 8;
-        let vp = v.as_ptr().add(lo * kv_dim + off);
-        let mut d0 = 0;
-        while d0 < n8 {
-            let w = ((n8 - d0) / 8).min(8);
-            let mut acc = [_mm256_setzero_ps(); 8];
-            for (t, &s) in scores.iter().enumerate() {
-                let a = _mm256_set1_ps(s);
-                let row = vp.add(t * kv_dim + d0);
-                for (u, acc) in acc.iter_mut().enumerate().take(w) {
-                    *acc = _mm256_fmadd_ps(a, load8(row.add(8 * u)), *acc);
-                }
-            }
-            for (u, acc) in acc.iter().enumerate().take(w) {
-                _mm256_storeu_ps(oh.as_mut_ptr().add(d0 + 8 * u), *acc);
-            }
-            d0 += 8 * w;
-        }
-        for (d, o) in oh.iter_mut().enumerate().skip(n8) {
-            *o = 0.0;
-            for (t, &s) in scores.iter().enumerate() {
-                *o += s * f16::from_bits(*vp.add(t * kv_dim + d)).to_f32();
-            }
-        }
-        let inv = 1.0 / sum;
-        oh.iter_mut().for_each(|x| *x *= inv);
     }
 }
 
