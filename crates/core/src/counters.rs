@@ -16,6 +16,9 @@ pub struct Counters {
     pub prefill_windows: AtomicU64,
     pub prefill_segment_windows: AtomicU64,
     pub peel_steps: AtomicU64,
+    /// Steps whose decoding rows and waiting prompts' chunks ran in one pass over the weights
+    /// (`Home::step_and_prefill`, where the home runs it as one pass).
+    pub mixed_steps: AtomicU64,
     /// Prefill rows that skipped the last layer's attention output, FFN and classifier (a
     /// window's rows that land no logits: last-layer narrowing), counted where a pass narrows.
     pub prefill_rows_narrowed: AtomicU64,
@@ -83,6 +86,7 @@ impl Counters {
             ("prefill_windows", g(&self.prefill_windows)),
             ("prefill_segment_windows", g(&self.prefill_segment_windows)),
             ("peel_steps", g(&self.peel_steps)),
+            ("mixed_steps", g(&self.mixed_steps)),
             ("prefill_rows_narrowed", g(&self.prefill_rows_narrowed)),
             ("decode_attention_pieces", g(&self.decode_attention_pieces)),
             ("prompt_tokens_prefilled", g(&self.prompt_tokens_prefilled)),

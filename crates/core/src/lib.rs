@@ -344,6 +344,16 @@ pub trait Home: Send {
     /// other rows of the step.
     fn step(&mut self, rows: &[Row], needs: &[Need]) -> Result<StepOut>;
 
+    /// A step and a prefill in one call (continuous batching: the decoding sessions' rows and
+    /// waiting prompts' chunks, of other sessions, together): each row's result is what
+    /// `step` gives it and each segment's logits row what `prefill` gives it. A home that
+    /// can runs both in one pass over the weights (and counts it in `mixed_steps`); by
+    /// default the step, then the prefill.
+    fn step_and_prefill(&mut self, rows: &[Row], needs: &[Need], segments: &[Segment<'_>]) -> Result<(StepOut, Logits)> {
+        let out = self.step(rows, needs)?;
+        Ok((out, self.prefill(segments)?))
+    }
+
     /// The counters this home updates (shared with the engine and the server's /metrics).
     fn counters(&self) -> &std::sync::Arc<Counters>;
 

@@ -115,6 +115,34 @@ impl Home for CpuHome {
         Ok(StepOut { rows: data.chunks(vocab).zip(needs).map(|(row, &need)| RowOut::from_logits(need, row)).collect() })
     }
 
+    /// The step's rows and the segments' rows in one pass: a row's arithmetic does not depend
+    /// on the other rows of its pass, so each comes out as in `step` or `prefill`.
+    fn step_and_prefill(&mut self, rows: &[Row], needs: &[Need], segments: &[Segment<'_>]) -> resin_core::Result<(StepOut, Logits)> {
+        check_step(&self.spec, rows, needs)?;
+        check_segments(&self.spec, segments)?;
+        if segments.iter().any(|s| rows.iter().any(|r| r.region == s.region)) {
+            // A session's rows on both sides: the step's rows, then its prompt (as the default).
+            let out = self.step(rows, needs)?;
+            return Ok((out, self.prefill(segments)?));
+        }
+        let (chain, windows) = plan_chain(segments, PF_WINDOW, usize::MAX);
+        let mut pass: Vec<PassRow> = rows.iter().map(|r| (r.region.0 as usize, r.pos, r.token)).collect();
+        pass.extend(chain.iter().map(|r| (r.region as usize, r.pos, r.token)));
+        let mut logit_rows: Vec<usize> = (0..rows.len()).collect();
+        for w in &windows {
+            count_window(&self.counters, w);
+            logit_rows.extend(w.logit_rows.iter().map(|&r| rows.len() + w.start + r));
+        }
+        let data = self.run_pass(&pass, &logit_rows)?;
+        self.counters.count_step(rows.len());
+        Counters::add(&self.counters.prompt_tokens_prefilled, chain.len() as u64);
+        Counters::add(&self.counters.mixed_steps, 1);
+        let vocab = self.spec.vocab.max(1);
+        let (stepped, prefilled) = data.split_at(rows.len() * vocab);
+        let out = StepOut { rows: stepped.chunks(vocab).zip(needs).map(|(row, &need)| RowOut::from_logits(need, row)).collect() };
+        Ok((out, Logits { vocab: self.spec.vocab, data: prefilled.to_vec() }))
+    }
+
     fn counters(&self) -> &Arc<Counters> {
         &self.counters
     }

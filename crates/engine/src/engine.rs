@@ -425,6 +425,31 @@ struct Scheduler {
     lost: Option<String>,
 }
 
+/// What a tick prefills (`Scheduler::plan_prefill`).
+enum Prefill {
+    /// Every waiting continuation (these streams) in one token command.
+    Peel(Vec<usize>),
+    /// The waiting prompts' next chunks, as segments of one window.
+    Chunks(Chunks),
+}
+
+/// Prompt chunks a tick prefills: (stream, first position, rows) each, `rows` in all.
+struct Chunks {
+    plan: Vec<(usize, usize, usize)>,
+    rows: usize,
+}
+
+/// The chunks as the home's segments.
+fn segments<'a>(streams: &'a [Stream], c: &Chunks) -> Vec<Segment<'a>> {
+    c.plan
+        .iter()
+        .map(|&(i, start, len)| {
+            let s = &streams[i];
+            Segment { region: s.region, start: start as u32, tokens: &s.req.prompt[start..start + len] }
+        })
+        .collect()
+}
+
 /// What a stream does after a sampled token.
 enum After {
     Continue,
@@ -475,17 +500,29 @@ impl Scheduler {
         }
     }
 
-    /// One scheduler tick: reap, admit, one decode step, one prefill quantum; after a call
-    /// that found the device failed, the end of every stream (`go_down`).
+    /// One scheduler tick: reap, admit, one decode step, one prefill quantum (both in one home
+    /// call where the quantum is chunks and the decoding rows one call); after a call that
+    /// found the device failed, the end of every stream (`go_down`).
     fn tick(&mut self) {
         self.reap();
         self.admit();
         let decoding = self.streams.iter().any(|s| matches!(s.phase, Phase::Decode { .. }));
-        if decoding && self.lost.is_none() {
-            self.decode_step();
-        }
-        if self.lost.is_none() {
-            self.prefill_quantum(decoding);
+        let plan = if self.lost.is_none() { self.plan_prefill(decoding) } else { None };
+        match plan {
+            // Continuous batching: the decoding rows and the prompts' chunks in one home call,
+            // where the decoding rows are one call.
+            Some(Prefill::Chunks(chunks)) if decoding && self.decode_members().len() <= self.home.spec().step_rows_max => self.decode_step(Some(chunks)),
+            _ => {
+                if decoding && self.lost.is_none() {
+                    self.decode_step(None);
+                }
+                // Planned again: the step's finished streams have left (their indices moved).
+                match self.lost.is_none().then(|| self.plan_prefill(decoding)).flatten() {
+                    Some(Prefill::Peel(pending)) => self.peel(&pending),
+                    Some(Prefill::Chunks(chunks)) => self.prefill_chunks(chunks),
+                    None => {}
+                }
+            }
         }
         if let Some(why) = self.lost.take() {
             self.go_down(why);
@@ -615,8 +652,12 @@ impl Scheduler {
     /// One step of every decoding stream: their rows to the home in one call (in balanced
     /// calls of at most the home's `step_rows_max` rows where there are more), each row
     /// asking for what its stream's draw needs; then each stream's draw, in parallel.
-    fn decode_step(&mut self) {
-        let idx: Vec<usize> = (0..self.streams.len()).filter(|&i| matches!(self.streams[i].phase, Phase::Decode { .. })).collect();
+    ///
+    /// With `chunks` (the decoding rows then being one call), that call also carries those
+    /// prompt chunks (`Home::step_and_prefill`), whose streams complete as `prefill_chunks`
+    /// completes them.
+    fn decode_step(&mut self, mut chunks: Option<Chunks>) {
+        let idx = self.decode_members();
         let (mut done, mut at, mut in_home) = (Vec::new(), 0, Duration::ZERO);
         let (started, calls) = (Instant::now(), balanced_groups(idx.len(), self.home.spec().step_rows_max));
         for &g in &calls {
@@ -629,7 +670,25 @@ impl Scheduler {
             let rows: Vec<Row> = members.iter().map(|&i| self.streams[i].next_row()).collect();
             let needs: Vec<Need> = members.iter().map(|&i| self.streams[i].need()).collect();
             let t = Instant::now();
-            let r = self.home.step(&rows, &needs);
+            let r = match chunks.take() {
+                Some(c) => {
+                    let segments = segments(&self.streams, &c);
+                    let r = self.home.step_and_prefill(&rows, &needs, &segments);
+                    drop(segments);
+                    let secs = t.elapsed().as_secs_f64();
+                    let (out, logits) = match r {
+                        Ok((out, logits)) => (Ok(out), Ok(logits)),
+                        Err(e) => (Err(HomeError::Device(e.to_string())), Err(e)),
+                    };
+                    if logits.is_ok() {
+                        // The pass's rows, decoding ones too: what the home runs a second.
+                        self.prefill_rate = Some(ema(self.prefill_rate, (c.rows + rows.len()) as f64 / secs.max(1e-6)));
+                    }
+                    done.extend(self.complete_chunks(&c, logits));
+                    out
+                }
+                None => self.home.step(&rows, &needs),
+            };
             in_home += t.elapsed();
             match r {
                 Ok(out) if out.rows.len() == members.len() => {
@@ -686,11 +745,18 @@ impl Scheduler {
         pace_kept(pending.iter().map(|&i| self.streams[i].submitted), decoding)
     }
 
-    /// Prefill: a peel (token command rows) for short continuations, else segments of one window.
-    fn prefill_quantum(&mut self, busy: bool) {
+    /// The decoding streams, in order.
+    fn decode_members(&self) -> Vec<usize> {
+        (0..self.streams.len()).filter(|&i| matches!(self.streams[i].phase, Phase::Decode { .. })).collect()
+    }
+
+    /// What this tick prefills: a peel (token command rows) for short continuations, else
+    /// the next chunks of the waiting prompts as segments of one window. `busy`: streams are
+    /// decoding, so the chunks are the busy quantum's.
+    fn plan_prefill(&self, busy: bool) -> Option<Prefill> {
         let pending: Vec<usize> = (0..self.streams.len()).filter(|&i| matches!(self.streams[i].phase, Phase::Prefill)).collect();
         if pending.is_empty() {
-            return;
+            return None;
         }
         let remaining = |s: &Stream| s.req.prompt.len() - s.fed.len();
         let budget = match (busy, self.config.prefill_quantum_busy) {
@@ -710,38 +776,7 @@ impl Scheduler {
             _ => true,
         };
         if self.config.prefill_peel && waiting <= NROW_MAX && peel_cheaper {
-            // Each continuation's last row needs what its stream's first draw needs; the rows
-            // before it only store their K/V (their argmax ids come back, the least a row can).
-            let (mut rows, mut needs, mut members) = (Vec::new(), Vec::new(), Vec::new());
-            for &i in &pending {
-                let s = &self.streams[i];
-                let (p0, r) = (s.fed.len(), remaining(s));
-                rows.extend(s.req.prompt[p0..].iter().enumerate().map(|(k, &t)| Row { region: s.region, token: t, pos: (p0 + k) as u32 }));
-                needs.extend(std::iter::repeat_n(Need::Argmax, r - 1));
-                needs.push(s.need());
-                members.push((i, rows.len() - 1));
-            }
-            Counters::add(&self.home.counters().peel_steps, 1);
-            Counters::add(&self.home.counters().prompt_tokens_prefilled, rows.len() as u64);
-            let t0 = Instant::now();
-            let result = self.home.step(&rows, &needs).and_then(|out| {
-                let mut out = out.rows;
-                if out.len() != rows.len() {
-                    return Err(resin_core::HomeError::Device(format!("the home returned {} rows for a peel of {}", out.len(), rows.len())));
-                }
-                for &(i, _) in &members {
-                    let s = &mut self.streams[i];
-                    s.fed = s.req.prompt.clone();
-                }
-                Ok(members.iter().map(|&(_, r)| std::mem::replace(&mut out[r], RowOut::Argmax(0))).collect())
-            });
-            match &result {
-                Ok(_) => self.peel_time.add(t0.elapsed().as_secs_f64()),
-                Err(e) => self.note(e),
-            }
-            let done = self.complete_prefill(&members, result);
-            self.finish(done);
-            return;
+            return Some(Prefill::Peel(pending));
         }
 
         // Segments: each pending stream's next chunk, in admission order, up to the budget,
@@ -765,34 +800,70 @@ impl Scheduler {
             plan.push((i, s.fed.len(), take));
             used += take;
         }
-        if plan.is_empty() {
-            return;
+        (!plan.is_empty()).then_some(Prefill::Chunks(Chunks { plan, rows: used }))
+    }
+
+    /// Every waiting continuation (`pending`) in one token command.
+    fn peel(&mut self, pending: &[usize]) {
+        let remaining = |s: &Stream| s.req.prompt.len() - s.fed.len();
+        // Each continuation's last row needs what its stream's first draw needs; the rows
+        // before it only store their K/V (their argmax ids come back, the least a row can).
+        let (mut rows, mut needs, mut members) = (Vec::new(), Vec::new(), Vec::new());
+        for &i in pending {
+            let s = &self.streams[i];
+            let (p0, r) = (s.fed.len(), remaining(s));
+            rows.extend(s.req.prompt[p0..].iter().enumerate().map(|(k, &t)| Row { region: s.region, token: t, pos: (p0 + k) as u32 }));
+            needs.extend(std::iter::repeat_n(Need::Argmax, r - 1));
+            needs.push(s.need());
+            members.push((i, rows.len() - 1));
         }
-        let segments: Vec<Segment> = plan
-            .iter()
-            .map(|&(i, start, len)| {
-                let s = &self.streams[i];
-                Segment { region: s.region, start: start as u32, tokens: &s.req.prompt[start..start + len] }
-            })
-            .collect();
+        Counters::add(&self.home.counters().peel_steps, 1);
+        Counters::add(&self.home.counters().prompt_tokens_prefilled, rows.len() as u64);
+        let t0 = Instant::now();
+        let result = self.home.step(&rows, &needs).and_then(|out| {
+            let mut out = out.rows;
+            if out.len() != rows.len() {
+                return Err(resin_core::HomeError::Device(format!("the home returned {} rows for a peel of {}", out.len(), rows.len())));
+            }
+            for &(i, _) in &members {
+                let s = &mut self.streams[i];
+                s.fed = s.req.prompt.clone();
+            }
+            Ok(members.iter().map(|&(_, r)| std::mem::replace(&mut out[r], RowOut::Argmax(0))).collect())
+        });
+        match &result {
+            Ok(_) => self.peel_time.add(t0.elapsed().as_secs_f64()),
+            Err(e) => self.note(e),
+        }
+        let done = self.complete_prefill(&members, result);
+        self.finish(done);
+    }
+
+    /// The chunks as one prefill call (segments of one window).
+    fn prefill_chunks(&mut self, c: Chunks) {
+        let segments = segments(&self.streams, &c);
         let t0 = Instant::now();
         let result = self.home.prefill(&segments);
-        match &result {
-            Ok(_) => {
-                let secs = t0.elapsed().as_secs_f64();
-                self.prefill_rate = Some(ema(self.prefill_rate, used as f64 / secs.max(1e-6)));
-                if used <= NROW_MAX {
-                    self.short_window_time.add(secs);
-                }
-            }
-            // (`note`, written out: the segments still borrow the streams.)
-            Err(HomeError::DeviceLost(why)) => lost(&self.stats, &mut self.lost, why),
-            Err(_) => {}
-        }
         drop(segments);
-        // Streams whose prompt is now complete sample their first token from their segment's logits.
+        if result.is_ok() {
+            let secs = t0.elapsed().as_secs_f64();
+            self.prefill_rate = Some(ema(self.prefill_rate, c.rows as f64 / secs.max(1e-6)));
+            if c.rows <= NROW_MAX {
+                self.short_window_time.add(secs);
+            }
+        }
+        let done = self.complete_chunks(&c, result);
+        self.finish(done);
+    }
+
+    /// After the chunks' prefill: each stream takes its chunk into its history, and those
+    /// whose prompt is now complete draw their first token from their segment's logits row.
+    fn complete_chunks(&mut self, c: &Chunks, result: resin_core::Result<resin_core::Logits>) -> Vec<(usize, Result<FinishReason, String>)> {
+        if let Err(e) = &result {
+            self.note(e);
+        }
         let mut members = Vec::new();
-        for (k, &(i, start, len)) in plan.iter().enumerate() {
+        for (k, &(i, start, len)) in c.plan.iter().enumerate() {
             let s = &mut self.streams[i];
             if result.is_ok() {
                 s.fed.extend_from_slice(&s.req.prompt[start..start + len]);
@@ -801,9 +872,13 @@ impl Scheduler {
                 members.push((i, k));
             }
         }
-        let rows = result.map(|l| members.iter().map(|&(_, k)| RowOut::Logits(l.row(k).to_vec())).collect());
-        let done = self.complete_prefill(&members, rows);
-        self.finish(done);
+        let rows = result.and_then(|l| {
+            if l.rows() != c.plan.len() {
+                return Err(HomeError::Device(format!("the home returned {} logits rows for {} segments", l.rows(), c.plan.len())));
+            }
+            Ok(members.iter().map(|&(_, k)| RowOut::Logits(l.row(k).to_vec())).collect())
+        });
+        self.complete_prefill(&members, rows)
     }
 
     /// Streams whose prompt is fully stored draw their first token from their last row.

@@ -12,6 +12,8 @@
 //! - park/adopt: a second turn prefills only its new suffix and equals a fresh session;
 //! - the host cache: a session displaced from its region comes back from host memory;
 //! - chunks: a prompt cut under load gives the tokens it gives alone;
+//! - continuous batching: prompts arriving while streams decode ride their steps, and every
+//!   stream gets the tokens it gets alone;
 //! - last-layer narrowing, and the decode attention's split following the rows (counters).
 //!
 //! Each scenario holds a control that fails when the property it checks is broken.
@@ -25,7 +27,7 @@ use resin_engine::{Engine, EngineConfig, GenEvent, PrefillQuantum};
 use resin_vulkan::WideMode;
 
 use common::{collect, request};
-use harness::{get, short_prompts, together, Hooked, Kind, Suite, N_CTX, TOKENS};
+use harness::{assert_distinct_starts, get, short_prompts, together, Hooked, Kind, Suite, N_CTX, TOKENS};
 
 /// For each scenario `fn name(&Suite)`, the tests `cpu::name` and `vulkan::name`.
 macro_rules! on_every_home {
@@ -48,6 +50,7 @@ on_every_home! {
     a_second_turn_prefills_only_its_suffix,
     a_session_displaced_to_host_memory_comes_back,
     a_prompt_cut_under_load_gives_the_tokens_it_gives_alone,
+    prompts_arriving_while_streams_decode_ride_their_steps,
     prefill_narrows_the_last_layer_to_the_rows_with_logits,
     decode_attention_pieces_follow_the_rows,
 }
@@ -300,6 +303,53 @@ fn a_prompt_cut_under_load_gives_the_tokens_it_gives_alone(s: &Suite) {
     assert_eq!(live, 1, "the short stream must still be decoding when the long prompt is done");
     assert!(cut >= 2, "under load the {ROWS}-row prompt must be prefilled in chunks ({cut})");
     assert_eq!(got, alone, "the prompt cut under load must give the tokens it gives alone");
+}
+
+/// Continuous batching: prompts that arrive while streams decode have their chunks carried
+/// by the decoding streams' steps (`Home::step_and_prefill`, a 16-row quantum a tick), and
+/// every stream, decoding or arriving, gets the tokens it gets alone. The CPU home runs each
+/// such call as one pass (`mixed_steps`). Controls: the prompts lead to different tokens; the
+/// engine made such calls (its call log), all while the decoding streams were still live.
+fn prompts_arriving_while_streams_decode_ride_their_steps(s: &Suite) {
+    const DECODE: usize = 24;
+    let decoders = short_prompts(s, 2);
+    let long = lighthouse(s);
+    let arrivals = vec![long[..40].to_vec(), s.encode("Somewhere beyond the northern mountains there lived a family of foxes who kept a library of stolen maps")];
+    assert!(arrivals.iter().all(|p| p.len() > NROW_MAX), "the arrivals are too long for the peel");
+    assert_distinct_starts(&decoders.iter().chain(&arrivals).collect::<Vec<_>>());
+    let (alone_d, alone_a) = (s.alone(&decoders, DECODE), s.alone(&arrivals, TOKENS));
+    assert_ne!(alone_a[0], alone_a[1], "control: the arrivals lead to different tokens");
+    assert_ne!(alone_d[0], alone_d[1], "control: the decoding prompts lead to different tokens");
+
+    let (home, entered, open, calls) = Hooked::gated(s.home(4, N_CTX));
+    let config = EngineConfig { prefill_quantum_busy: PrefillQuantum::Rows(16), ..EngineConfig::default() };
+    let e = Engine::start(Box::new(home), s.tok.clone(), config);
+    let mut hd: Vec<_> = decoders.iter().map(|p| e.submit(request(p.clone(), DECODE)).unwrap()).collect();
+    entered.recv().unwrap();
+    open.send(()).unwrap();
+    // Each decoding stream's first token: from here they decode.
+    let firsts: Vec<Vec<u32>> = hd
+        .iter_mut()
+        .map(|h| match h.blocking_next() {
+            Some(GenEvent::Delta { ids, .. }) => ids,
+            other => panic!("a decoding stream's first event: {other:?}"),
+        })
+        .collect();
+    let got_a: Vec<Vec<u32>> = arrivals.iter().map(|p| e.submit(request(p.clone(), TOKENS)).unwrap()).collect::<Vec<_>>().into_iter().map(|h| collect(h).0).collect();
+    let live = e.stats().active.load(std::sync::atomic::Ordering::Relaxed);
+    let got_d: Vec<Vec<u32>> = hd.into_iter().zip(firsts).map(|(h, first)| [first, collect(h).0].concat()).collect();
+    for (i, (g, a)) in got_a.iter().zip(&alone_a).enumerate() {
+        assert_eq!(g, a, "arriving prompt {i} differs from the same prompt alone");
+    }
+    for (i, (g, a)) in got_d.iter().zip(&alone_d).enumerate() {
+        assert_eq!(g, a, "decoding stream {i} differs from the same prompt alone");
+    }
+    assert_eq!(live, 2, "the decoding streams must outlive the arrivals");
+    let mixed = calls.lock().unwrap().iter().filter(|&&(c, _)| c == "step_and_prefill").count() as u64;
+    assert!(mixed >= 2, "the arrivals' chunks must ride the decoding steps ({mixed} such calls)");
+    if s.kind == Kind::Cpu {
+        assert_eq!(get(&e.counters().mixed_steps), mixed, "the CPU home runs each such call as one pass");
+    }
 }
 
 /// Last-layer narrowing: a window's rows that land no logits skip the last layer's attention

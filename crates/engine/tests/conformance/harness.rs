@@ -132,7 +132,7 @@ pub fn get(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)
 }
 
-fn assert_distinct_starts(prompts: &[&Vec<u32>]) {
+pub fn assert_distinct_starts(prompts: &[&Vec<u32>]) {
     let firsts: std::collections::BTreeSet<u32> = prompts.iter().map(|p| p[0]).collect();
     assert_eq!(firsts.len(), prompts.len(), "prompts run one after another on one region must not share a first token");
 }
@@ -156,7 +156,8 @@ pub struct Hooked {
     calls: Option<CallLog>,
 }
 
-/// The calls a home was given, in order: ("prefill", segments) and ("step", rows).
+/// The calls a home was given, in order: ("prefill", segments), ("step", rows) and
+/// ("step_and_prefill", rows).
 pub type CallLog = Arc<Mutex<Vec<(&'static str, usize)>>>;
 
 /// What `Hooked::gated` gives the test: the home, a receiver told when the first call has come
@@ -212,6 +213,11 @@ impl Home for Hooked {
         self.enter("step", rows.len());
         resin_core::check_step(&self.spec, rows, needs)?;
         self.home.step(rows, needs)
+    }
+    fn step_and_prefill(&mut self, rows: &[Row], needs: &[Need], segments: &[Segment<'_>]) -> resin_core::Result<(StepOut, Logits)> {
+        self.enter("step_and_prefill", rows.len());
+        resin_core::check_step(&self.spec, rows, needs)?;
+        self.home.step_and_prefill(rows, needs, segments)
     }
     fn counters(&self) -> &Arc<Counters> {
         self.home.counters()
