@@ -346,7 +346,16 @@ const MR_SHARED_MAX: u32 = mr_shared_bytes(8, 2, 16);
 
 /// Rows from which a product takes the int8 tiles where the device has them: below, mr.comp's
 /// registers were as fast or faster on the H100.
-const TILES_MIN_ROWS: u32 = 128;
+const TILES_MIN_ROWS: u32 = 16;
+
+fn mt_shape() -> (u32, u32) {
+    let v = std::env::var("RESIN_VK_MT").unwrap_or_default();
+    let mut it = v.split(',').filter_map(|x| x.parse::<u32>().ok());
+    match (it.next(), it.next()) {
+        (Some(a), Some(b)) => (a, b),
+        _ => (2, 2),
+    }
+}
 
 /// Threads of the largest mm.comp workgroup (its 64-row tile).
 const MM_THREADS: u32 = 256;
@@ -861,6 +870,15 @@ impl Recorder<'_> {
                 }
                 None => self.run(&name, &consts, &[w, x, nr, y, pk], &mm.bytes(), grid),
             };
+        }
+        if ex.is_none() && s.rows >= 16 && n >= 16 && (outk != 2 || s.rows.is_multiple_of(32)) {
+            // mt.comp: int8 tiles finished in registers.
+            let (tm, tn) = if outk == 2 { (4, 1) } else { mt_shape() };
+            let lw = lpow.min(4);
+            let wk = lpow / lw;
+            let outs = if outk == 2 { 32 } else { 16 * tm };
+            let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, xin, outk, tm, tn, wk, 32 * wk, act];
+            return self.run(&format!("mt_{f}"), &consts, &[w, x, nr, y, pk], &mm.bytes(), [s.rows.div_ceil(outs), n.div_ceil(16 * tn), 1]);
         }
         if MM_SHARED_BYTES > info.shared_memory || MM_THREADS > info.max_workgroup_invocations {
             return bad(format!("workgroups of {MM_THREADS} threads and {MM_SHARED_BYTES} bytes of shared memory"));

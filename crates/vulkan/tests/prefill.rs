@@ -404,6 +404,41 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
     assert_eq!(count(&counters.wide_steps), 1, "rows sharing a region take one wide pass");
 }
 
+/// `WideMode::Canon`: a wide step of distinct regions is one pass whose matrices all take the
+/// canonical product (mt.comp's tiles or mr.comp): every row of a 16-, 33- and 64-row step
+/// equals that row stepped alone bit for bit, in logits and greedy ids. Control: a 33-row step
+/// as one GEMM pass (`WideMode::Gemm`, whose sums follow the window's order) differs from the
+/// rows alone somewhere.
+#[test]
+fn a_canonical_wide_step_equals_each_row_alone() {
+    const N: usize = 64;
+    let m = model();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    let prompt = counting(&m.tok, 6 + N);
+    let lens: Vec<usize> = (0..N).map(|r| 4 + r).collect();
+    let segs: Vec<Segment> = (0..N).map(|r| Segment { region: RegionId(r as u32), start: 0, tokens: &prompt[..lens[r]] }).collect();
+    let rows: Vec<Row> = (0..N).map(|r| Row { region: RegionId(r as u32), token: prompt[lens[r]], pos: lens[r] as u32 }).collect();
+    let Some((mut vk, counters)) = vulkan_wide(&m, 128, N, WideMode::Canon) else { return };
+    vk.prefill(&segs).unwrap();
+    let alone: Vec<Vec<f32>> = rows.iter().map(|r| vk.step_logits(std::slice::from_ref(r)).unwrap().row(0).to_vec()).collect();
+    for n in [16, 33, N] {
+        let before = count(&counters.wide_steps);
+        let step = vk.step_logits(&rows[..n]).unwrap();
+        let ids = vk.step_ids(&rows[..n]).unwrap();
+        assert_eq!(count(&counters.wide_steps) - before, 2, "one pass a step");
+        for i in 0..n {
+            assert!(bits_equal(step.row(i), &alone[i]), "{n} rows, row {i}: the canonical pass's row differs from the row alone");
+            assert_eq!(ids[i], argmax(&alone[i]), "{n} rows, row {i}: greedy id");
+        }
+        // Rows differ from each other, so equality above means something.
+        assert!(!bits_equal(step.row(0), step.row(1)));
+    }
+    let Some((mut g, _)) = vulkan_wide(&m, 128, N, WideMode::Gemm) else { return };
+    g.prefill(&segs).unwrap();
+    let step = g.step_logits(&rows[..33]).unwrap();
+    assert!((0..33).any(|i| !bits_equal(step.row(i), &alone[i])), "control: the GEMM pass's rows must differ from the rows alone somewhere");
+}
+
 /// `WideMode::Fast` (`--wide-steps fast`): a step under FAST_GEMM_MIN_ROWS rows runs in lanes
 /// (a grouped step, each row its N-row command's bits: equal to the row alone), one from there
 /// as one GEMM pass (a wide step), each row within the bar of the CPU home's.

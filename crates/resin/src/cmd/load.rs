@@ -72,6 +72,7 @@ pub struct ModelArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum WideSteps {
     Exact,
+    Canon,
     Fast,
     Gemm,
 }
@@ -167,6 +168,7 @@ impl ModelArgs {
         }));
         let wide = match self.wide_steps {
             WideSteps::Exact => WideMode::Lanes,
+            WideSteps::Canon => WideMode::Canon,
             WideSteps::Fast => WideMode::Fast,
             WideSteps::Gemm => WideMode::Gemm,
         };

@@ -90,7 +90,7 @@ impl VulkanHome {
         }
         let plan = plan(&gpu, &file, &cfg, opts, &counters)?;
         let weights = upload(&gpu, &file, &cfg, &plan, opts)?;
-        let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, plan.out_rows, PF_WINDOW)?;
+        let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, plan.out_rows, PF_WINDOW, plan::canon_rows(opts.wide, opts.regions))?;
         let spec = HomeSpec {
             kind: "vulkan",
             vocab: cfg.vocab,

@@ -31,6 +31,10 @@ pub enum WideMode {
     /// overlap on the device, and each row's result is its N-row command's.
     #[default]
     Lanes,
+    /// One pass of all the rows, every matrix in the canonical product (mt.comp's int8 tiles
+    /// where the device has them, mr.comp elsewhere): each row's bits are its own at any width,
+    /// and the weights are read once a step.
+    Canon,
     /// One pass of all the rows, its matrices through the window's GEMM.
     Gemm,
     /// The faster of the two by width (docs/lessons.md): lanes under FAST_GEMM_MIN_ROWS rows,
@@ -53,7 +57,7 @@ impl WideMode {
             && distinct
             && match self {
                 WideMode::Lanes => true,
-                WideMode::Gemm => false,
+                WideMode::Gemm | WideMode::Canon => false,
                 WideMode::Fast => rows < FAST_GEMM_MIN_ROWS,
             };
         if lanes {

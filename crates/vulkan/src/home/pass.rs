@@ -49,10 +49,12 @@ pub(super) fn attn_pieces(rows: usize) -> u32 {
 /// pieces a workgroup).
 pub(super) const ATTN_SPREAD: usize = 256;
 
-/// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp): a token
-/// command's matrices of the formats it reads, on a device that runs it.
+/// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp up to NROW_MAX
+/// rows, mt.comp or mr.comp past it): the matrices of the formats it reads, on a device that
+/// runs it, in passes of up to `Scratch::canon_rows` rows (a token command's, or the widest
+/// step's with `WideMode::Canon`).
 pub(super) fn canon(m: &Mat, n: usize, s: &Scratch) -> bool {
-    canon_reads(m, s) && n <= NROW_MAX
+    canon_reads(m, s) && n <= s.canon_rows
 }
 
 /// Whether the canonical product reads matrix `m` at all: its format, on a device that runs
@@ -327,7 +329,8 @@ pub(super) fn resid_mm<'a>(
     r.packed = None;
     if canon(m, n, s) && post.is_none() {
         let blocks = m.rows.is_multiple_of(32) && m.parts.iter().all(|p| p.r0 % 32 == 0 && p.rows % 32 == 0);
-        let next = next.filter(|_| blocks);
+        // The next norm's packs come from the N-row form only (mv.comp).
+        let next = next.filter(|_| blocks && n <= NROW_MAX);
         let input = MvIn::Packed { x: (&s.xp32).into(), layout: packed(n, m.cols)? };
         for part in &m.parts {
             let out = match next {

@@ -63,10 +63,10 @@ const _: () = assert!((WINDOW_ATTN_MIN_ROWS - 1) * ATTN_SLOTS as usize <= PF_WIN
 
 /// Bytes of a scratch for passes of up to `rows` rows landing `out_rows` logits rows, rope
 /// table aside (what `Scratch::new` allocates).
-pub(super) fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: usize, rows: usize) -> u64 {
+pub(super) fn scratch_bytes(info: &crate::device::DeviceInfo, cfg: &ModelConfig, out_rows: usize, rows: usize, canon_rows: usize) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
     let per_row = 4 * cfg.n_embd + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * cfg.n_ff + 2 * widest + META_WORDS + moe_slot_words(cfg);
-    let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * NROW_MAX * widest;
+    let out = out_rows * (2 * cfg.vocab + cfg.n_embd + cfg.q_dim() + 1) + 2 * canon_rows.max(NROW_MAX) * widest;
     let (sp, sd) = if rows > NROW_MAX { split_slot_bytes(info, cfg) } else { (0, 0) };
     let out = out
         + SPLIT_SLOTS * (sp + sd) as usize / 4
@@ -105,7 +105,16 @@ pub(super) fn extra_lanes(wide: WideMode, regions: usize) -> usize {
     match wide {
         WideMode::Lanes => HomeSpec::wide_rows(regions).div_ceil(NROW_MAX) - 1,
         WideMode::Fast => HomeSpec::wide_rows(regions).min(FAST_GEMM_MIN_ROWS - 1).div_ceil(NROW_MAX) - 1,
-        WideMode::Gemm => 0,
+        WideMode::Gemm | WideMode::Canon => 0,
+    }
+}
+
+/// Rows up to which a pass takes the canonical product: a token command's, or with
+/// `WideMode::Canon` the widest step's.
+pub(super) fn canon_rows(wide: WideMode, regions: usize) -> usize {
+    match wide {
+        WideMode::Canon => HomeSpec::wide_rows(regions).max(NROW_MAX),
+        _ => NROW_MAX,
     }
 }
 
@@ -177,9 +186,10 @@ pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOpti
     let kv_dim = cfg.kv_dim() as u64;
     let out_rows = NROW_MAX.max(opts.regions);
     // The first lane's scratch holds a window; the other lanes' (wide steps in lanes) N rows.
-    let lanes = extra_lanes(opts.wide, opts.regions) as u64 * scratch_bytes(&gpu.info, cfg, NROW_MAX, NROW_MAX);
+    let lanes = extra_lanes(opts.wide, opts.regions) as u64 * scratch_bytes(&gpu.info, cfg, NROW_MAX, NROW_MAX, NROW_MAX);
     let tables = cfg.rope_bases().len();
-    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW) + lanes + (tables * n_ctx * cfg.rope_dims * 4) as u64 };
+    let scratch_for =
+        |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW, canon_rows(opts.wide, opts.regions)) + lanes + (tables * n_ctx * cfg.rope_dims * 4) as u64 };
     let part_bytes = attn_part_floats(cfg, out_rows) as u64 * 4;
     let widest = (PF_WINDOW * cfg.n_ff.max(cfg.n_embd).max(cfg.q_dim()) * 4) as u64;
     if part_bytes.max(widest).max((out_rows * cfg.vocab * 4) as u64) > gpu.info.max_storage_range {

@@ -65,6 +65,9 @@ pub(super) struct Scratch {
     /// row its workgroups count themselves in (zero between dispatches).
     pub(super) xss: Buffer,
     pub(super) xss_done: Buffer,
+    /// Rows up to which a pass takes the canonical product (`plan::canon_rows`): `xp32`, `xpn`
+    /// and `rs` hold that many.
+    pub(super) canon_rows: usize,
     /// A mixture-of-experts FFN's router logits, [rows][n_expert].
     pub(super) moe_logits: Buffer,
     /// The mixture-of-experts FFN's slots (row r's j-th expert is slot r * k + j): gate and up
@@ -116,7 +119,7 @@ impl Scratch {
 impl Scratch {
     /// Scratch for passes of up to `rows` rows (PF_WINDOW or NROW_MAX: only windows and GEMM
     /// passes split K) landing up to `out_rows` logits rows; `scratch_bytes` counts it.
-    pub(super) fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, q8: bool, out_rows: usize, rows: usize) -> Result<Scratch, VkError> {
+    pub(super) fn new(gpu: &Arc<Gpu>, cfg: &ModelConfig, q8: bool, out_rows: usize, rows: usize, canon_rows: usize) -> Result<Scratch, VkError> {
         let r = rows;
         let (split_part, split_done) = if rows > NROW_MAX { split_slot_bytes(&gpu.info, cfg) } else { (0, 0) };
         let dev = |n: usize| Buffer::new(gpu, (n * 4) as u64, Location::Device);
@@ -147,9 +150,9 @@ impl Scratch {
             rows_list: host(crate::kernels::rows_copy_words(out_rows as u32) as usize)?,
             xq32: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
             xq256: dev(r * cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff))?,
-            xp32: Buffer::new(gpu, packed_bytes(cfg), Location::Device)?,
-            xpn: Buffer::new(gpu, packed_bytes(cfg).max(moe_packed_bytes(cfg, r)), Location::Device)?,
-            rs: dev(NROW_MAX.max(if cfg.moe.is_some() { r } else { 0 }))?,
+            xp32: Buffer::new(gpu, packed_bytes(cfg, canon_rows), Location::Device)?,
+            xpn: Buffer::new(gpu, packed_bytes(cfg, canon_rows).max(moe_packed_bytes(cfg, r)), Location::Device)?,
+            rs: dev(canon_rows.max(if cfg.moe.is_some() { r } else { 0 }))?,
             xss: dev(NROW_MAX * cfg.n_embd.div_ceil(32))?,
             xss_done: {
                 let mut b = dev(cfg.n_embd.div_ceil(32))?;
@@ -173,6 +176,7 @@ impl Scratch {
             },
             q8,
             dot: q8 && crate::mv::mv_ok(&gpu.info),
+            canon_rows: canon_rows.max(NROW_MAX),
             done: {
                 let mut b = dev(WINDOW_ATTN_MIN_ROWS.max(HomeSpec::wide_rows(out_rows)) * cfg.n_head)?;
                 b.fill_u32(0)?;
@@ -199,9 +203,9 @@ fn moe_packed_bytes(cfg: &ModelConfig, rows: usize) -> u64 {
     }
 }
 
-/// Bytes of the packed activations of NROW_MAX rows of the widest input.
-pub(super) fn packed_bytes(cfg: &ModelConfig) -> u64 {
+/// Bytes of the packed activations of `rows` rows (at least NROW_MAX) of the widest input.
+pub(super) fn packed_bytes(cfg: &ModelConfig, rows: usize) -> u64 {
     let widest = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
-    let count = (NROW_MAX * widest.next_multiple_of(32)) as u32;
+    let count = (rows.max(NROW_MAX) * widest.next_multiple_of(32)) as u32;
     QPack::new(count).map(|q| q.bytes()).unwrap_or(4)
 }

@@ -156,7 +156,7 @@ impl VulkanHome {
     /// Make sure lanes 0..count exist (the ones past the first hold NROW_MAX-row scratch).
     pub(super) fn ensure_lanes(&mut self, count: usize) -> Result<(), VkError> {
         while self.lanes.len() < count {
-            let scratch = Scratch::new(&self.gpu, &self.cfg, self.plan.q8_activations, NROW_MAX, NROW_MAX)?;
+            let scratch = Scratch::new(&self.gpu, &self.cfg, self.plan.q8_activations, NROW_MAX, NROW_MAX, NROW_MAX)?;
             self.lanes.push(Lane { commands: std::collections::HashMap::new(), fence: Fence::new(&self.gpu)?, scratch });
         }
         Ok(())
