@@ -341,6 +341,15 @@ const fn mr_shared_bytes(cs: u32, nv: u32, nc: u32) -> u32 {
     4 * cs * nv * nc * 32
 }
 
+/// Shared memory an mt.comp workgroup declares (its `sm` and `idxs`): `staged` where the
+/// format's tiles are unpacked into shared slices (all but Q8_0), `halves` for Q6_K's second
+/// product over the first halves.
+const fn mt_shared_bytes(staged: bool, halves: bool, tm: u32, tn: u32, wk: u32) -> u32 {
+    let stage = if staged { wk * tm * 16 * (if halves { 2 } else { 1 } * 3 + 1) } else { 0 };
+    let red = wk * tm * tn * 64;
+    16 * if stage > red { stage } else { red } + 4 * 256
+}
+
 /// The most mr.comp declares: 8 chunk slots, gate and up rows, 16 columns.
 const MR_SHARED_MAX: u32 = mr_shared_bytes(8, 2, 16);
 
@@ -878,7 +887,11 @@ impl Recorder<'_> {
             let wk = lpow / lw;
             let outs = if outk == 2 { 32 } else { 16 * tm };
             let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, xin, outk, tm, tn, wk, 32 * wk, act];
-            return self.run(&format!("mt_{f}"), &consts, &[w, x, nr, y, pk], &mm.bytes(), [s.rows.div_ceil(outs), n.div_ceil(16 * tn), 1]);
+            let shared = mt_shared_bytes(f != "q8_0", f == "q6_k", tm, tn, wk);
+            // Too wide a workgroup for the device: mm.comp, the same canonical sums.
+            if shared <= info.shared_memory && 32 * wk <= info.max_workgroup_invocations {
+                return self.run(&format!("mt_{f}"), &consts, &[w, x, nr, y, pk], &mm.bytes(), [s.rows.div_ceil(outs), n.div_ceil(16 * tn), 1]);
+            }
         }
         if MM_SHARED_BYTES > info.shared_memory || MM_THREADS > info.max_workgroup_invocations {
             return bad(format!("workgroups of {MM_THREADS} threads and {MM_SHARED_BYTES} bytes of shared memory"));

@@ -100,7 +100,11 @@ layout(push_constant) uniform Push {
 #define QCOPIES 1u
 #endif
 #define SROWS (TM * 16u)
+#ifdef STAGED
 #define STAGE4 (WK * SROWS * (QCOPIES * SQ + 1u))
+#else
+#define STAGE4 0u
+#endif
 #define RED4 (WK * TM * TN * 64u)
 shared uvec4 sm[STAGE4 > RED4 ? STAGE4 : RED4];
 float red_ld(uint k) { return uintBitsToFloat(sm[k >> 2][k & 3u]); }
