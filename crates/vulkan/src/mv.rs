@@ -357,12 +357,13 @@ const MR_SHARED_MAX: u32 = mr_shared_bytes(8, 2, 16);
 /// registers were as fast or faster on the H100.
 const TILES_MIN_ROWS: u32 = 16;
 
-fn mt_shape() -> (u32, u32) {
+/// (TM, TN, most subgroups a workgroup) of mt.comp.
+fn mt_shape() -> (u32, u32, u32) {
     let v = std::env::var("RESIN_VK_MT").unwrap_or_default();
     let mut it = v.split(',').filter_map(|x| x.parse::<u32>().ok());
-    match (it.next(), it.next()) {
-        (Some(a), Some(b)) => (a, b),
-        _ => (2, 2),
+    match (it.next(), it.next(), it.next()) {
+        (Some(a), Some(b), c) => (a.clamp(1, 4), b.clamp(1, 2), c.unwrap_or(2).clamp(1, 8)),
+        _ => (2, 2, 2),
     }
 }
 
@@ -882,14 +883,15 @@ impl Recorder<'_> {
         }
         if ex.is_none() && s.rows >= 16 && n >= 16 && (outk != 2 || s.rows.is_multiple_of(32)) {
             // mt.comp: int8 tiles finished in registers.
-            let (tm, tn) = if outk == 2 { (4, 1) } else { mt_shape() };
-            let lw = lpow.min(4);
+            let (tm, tn, wk_most) = mt_shape();
+            let (tm, tn) = if outk == 2 { (4, 1) } else { (tm, tn) };
+            let lw = (lpow / wk_most).clamp(1, 4);
             let wk = lpow / lw;
             let outs = if outk == 2 { 32 } else { 16 * tm };
             let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, xin, outk, tm, tn, wk, 32 * wk, act];
             let shared = mt_shared_bytes(f != "q8_0", f == "q6_k", tm, tn, wk);
             // Too wide a workgroup for the device: mm.comp, the same canonical sums.
-            if shared <= info.shared_memory && 32 * wk <= info.max_workgroup_invocations {
+            if shared <= info.shared_memory && 32 * wk <= info.max_workgroup_invocations && wk <= 8 {
                 return self.run(&format!("mt_{f}"), &consts, &[w, x, nr, y, pk], &mm.bytes(), [s.rows.div_ceil(outs), n.div_ceil(16 * tn), 1]);
             }
         }
