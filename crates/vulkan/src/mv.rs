@@ -341,13 +341,15 @@ const fn mr_shared_bytes(cs: u32, nv: u32, nc: u32) -> u32 {
     4 * cs * nv * nc * 32
 }
 
-/// Shared memory an mt.comp workgroup declares (its `sm` and `idxs`): `staged` where the
+/// Shared memory an mt.comp workgroup declares (its `sm`, `idxs` and Q8_0's `ssc`): `staged` where the
 /// format's tiles are unpacked into shared slices (all but Q8_0), `halves` for Q6_K's second
 /// product over the first halves.
 const fn mt_shared_bytes(staged: bool, halves: bool, tm: u32, tn: u32, wk: u32) -> u32 {
     let stage = if staged { wk * tm * 16 * (if halves { 2 } else { 1 } * 3 + 1) } else { 0 };
     let red = wk * tm * tn * 64;
-    16 * if stage > red { stage } else { red } + 4 * 256
+    // Q8_0: each subgroup's two slots of its block's scales.
+    let scales = if staged { 0 } else { wk * 2 * (tm + tn) * 16 * 4 };
+    16 * if stage > red { stage } else { red } + 4 * 256 + scales
 }
 
 /// The most mr.comp declares: 8 chunk slots, gate and up rows, 16 columns.

@@ -110,6 +110,13 @@ shared uvec4 sm[STAGE4 > RED4 ? STAGE4 : RED4];
 float red_ld(uint k) { return uintBitsToFloat(sm[k >> 2][k & 3u]); }
 void red_st(uint k, float v) { sm[k >> 2][k & 3u] = floatBitsToUint(v); }
 shared int idxs[256];
+#ifndef STAGED
+// Each subgroup's two slots (blocks of even and odd parity) of its block's scales: the weight
+// rows' (SROWS) then the activation rows' (TN * 16), as f32. A lane loads one or two of them
+// a block; each element reads its row's and its column's back.
+#define SCW (SROWS + TN * 16u)
+shared float ssc[WK * 2u * SCW];
+#endif
 
 // Weight region i's first row (clamped so that the region lies within the matrix) and the byte
 // offset of that row; OUT 2: regions 0 and 1 the gate rows, 2 and 3 their up rows.
@@ -193,23 +200,44 @@ void leaf_done(uint l) {
 
 #ifndef STAGED
 #define STAGED_SUMS false
-// Weight tile i of block B into W, with each element's row scale.
-#define LOAD_W(B, i, W, DW_) if (TM > i) { \
-    uint off = reg_off(r0, i); \
-    coopMatLoad(W, WDATA4, (off >> 4) + 2u * (B), p.row_bytes / 16u, gl_CooperativeMatrixLayoutRowMajor); \
-    [[unroll]] for (uint e = 0u; e < E; e++) DW_[i][e] = rd_f16(off + er[e] * p.row_bytes + p.cols + 2u * (B)); \
+// Weight tile i of block B into W.
+#define LOAD_W(B, i, W) if (TM > i) { \
+    coopMatLoad(W, WDATA4, (reg_off(r0, i) >> 4) + 2u * (B), p.row_bytes / 16u, gl_CooperativeMatrixLayoutRowMajor); \
+}
+// Activation tile j of block B into X.
+#define LOAD_X8(B, j, X) if (TN > j) { \
+    coopMatLoad(X, xp4, reg_col(c0, j) * (p.x_stride / 16u) + 2u * (B), p.x_stride / 16u, gl_CooperativeMatrixLayoutColumnMajor); \
+}
+// This lane's scales of block B: weight rows lane and lane + 32 of the workgroup's SROWS,
+// activation row lane of its TN * 16.
+#define LOAD_SC(B, S) { \
+    if (lane < SROWS) sw##S[0] = rd_f16(reg_off(r0, lane / 16u) + (lane % 16u) * p.row_bytes + p.cols + 2u * (B)); \
+    if (lane + 32u < SROWS) sw##S[1] = rd_f16(reg_off(r0, (lane + 32u) / 16u) + (lane % 16u) * p.row_bytes + p.cols + 2u * (B)); \
+    if (lane < TN * 16u) sx##S = uintBitsToFloat(xp[p.xd_off + reg_col(c0, lane / 16u) * (p.x_stride / 32u) + lane % 16u * (p.x_stride / 32u) + (B)]); \
 }
 // Block B's operands into set S.
 #define LOAD_OPS(B, S) { \
-    LOAD_W(B, 0, W##S##0, dw##S) LOAD_W(B, 1, W##S##1, dw##S) LOAD_W(B, 2, W##S##2, dw##S) LOAD_W(B, 3, W##S##3, dw##S) \
-    LOAD_XS(B, S) \
+    LOAD_W(B, 0, W##S##0) LOAD_W(B, 1, W##S##1) LOAD_W(B, 2, W##S##2) LOAD_W(B, 3, W##S##3) \
+    LOAD_X8(B, 0, X##S##0) LOAD_X8(B, 1, X##S##1) \
+    LOAD_SC(B, S) \
+}
+// Set S's scales into slot S of the subgroup's shared scales (the slot's last reader, two
+// blocks back, passed the barrier of the block between).
+#define STORE_SC(S) { \
+    uint so = scb + (S) * SCW; \
+    if (lane < SROWS) ssc[so + lane] = sw##S[0]; \
+    if (lane + 32u < SROWS) ssc[so + lane + 32u] = sw##S[1]; \
+    if (lane < TN * 16u) ssc[so + SROWS + lane] = sx##S; \
+    subgroupMemoryBarrierShared(); \
+    subgroupBarrier(); \
 }
 // Q8_0: f = (dw * d) * float(s); the tile product started from 1.5 * 2^23, so s's float is
 // its bits less that.
-#define FIN_Q8(S) FIN_Q8_##S
-#define FIN_Q8_0(i, j, e) ((dw0[i][e] * dx0[j][e]) * (uintBitsToFloat(uint(s[e])) - 12582912.0))
-#define FIN_Q8_1(i, j, e) ((dw1[i][e] * dx1[j][e]) * (uintBitsToFloat(uint(s[e])) - 12582912.0))
+#define FIN_Q8(S, i, j, e) ((ssc[scb + (S) * SCW + 16u * (i) + er[e]] * ssc[scb + (S) * SCW + SROWS + 16u * (j) + ec[e]]) * (uintBitsToFloat(uint(s[e])) - 12582912.0))
+#define FIN_Q8_0(i, j, e) FIN_Q8(0u, i, j, e)
+#define FIN_Q8_1(i, j, e) FIN_Q8(1u, i, j, e)
 #define STEP(B, S) { \
+    STORE_SC(S) \
     TILES(S, FIN_Q8_##S) \
     CHUNK_END(B) \
 }
@@ -314,7 +342,10 @@ void main() {
     MC z = MC(0x4B400000);
     // Two sets of operands: the next block's loads in flight while this one's products run.
     MA W00; MA W01; MA W02; MA W03; MA W10; MA W11; MA W12; MA W13;   // one a declaration: glslang drops the use of a list's later names
-    float dw0[TMAX][E], dw1[TMAX][E];
+    uint lane = gl_SubgroupInvocationID;
+    uint scb = sg * 2u * SCW;   // this subgroup's scale slots
+    float sw0[2], sw1[2];
+    float sx0 = 0.0, sx1 = 0.0;
     if (b_lo < b_hi) LOAD_OPS(b_lo, 0);
     for (uint b = b_lo; b < b_hi; b += 2u) {
         if (b + 1u < b_hi) LOAD_OPS(b + 1u, 1);
