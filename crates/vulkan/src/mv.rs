@@ -357,17 +357,14 @@ const MR_SHARED_MAX: u32 = mr_shared_bytes(8, 2, 16);
 
 /// Rows from which a product takes the int8 tiles where the device has them: below, mr.comp's
 /// registers were as fast or faster on the H100.
-const TILES_MIN_ROWS: u32 = 16;
+const TILES_MIN_ROWS: u32 = 32;
 
-/// (TM, TN, most subgroups a workgroup) of mt.comp.
-fn mt_shape() -> (u32, u32, u32) {
-    let v = std::env::var("RESIN_VK_MT").unwrap_or_default();
-    let mut it = v.split(',').filter_map(|x| x.parse::<u32>().ok());
-    match (it.next(), it.next(), it.next()) {
-        (Some(a), Some(b), c) => (a.clamp(1, 4), b.clamp(1, 2), c.unwrap_or(2).clamp(1, 8)),
-        _ => (2, 2, 2),
-    }
-}
+/// mt.comp's 16x16 output regions a workgroup, weight rows by activation rows (OUT 2 takes
+/// 4 x 1: its 32 gate rows and their up rows), and the most subgroups that split a row's chunk
+/// tree: the best of the shapes measured on the H100 (docs/lessons.md).
+const MT_TM: u32 = 4;
+const MT_TN: u32 = 2;
+const MT_WK_MAX: u32 = 8;
 
 /// Threads of the largest mm.comp workgroup (its 64-row tile).
 const MM_THREADS: u32 = 256;
@@ -885,15 +882,14 @@ impl Recorder<'_> {
         }
         if ex.is_none() && s.rows >= 16 && n >= 16 && (outk != 2 || s.rows.is_multiple_of(32)) {
             // mt.comp: int8 tiles finished in registers.
-            let (tm, tn, wk_most) = mt_shape();
-            let (tm, tn) = if outk == 2 { (4, 1) } else { (tm, tn) };
-            let lw = (lpow / wk_most).clamp(1, 4);
+            let (tm, tn) = if outk == 2 { (4, 1) } else { (MT_TM, MT_TN) };
+            let lw = (lpow / MT_WK_MAX).clamp(1, 4);
             let wk = lpow / lw;
             let outs = if outk == 2 { 32 } else { 16 * tm };
             let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, xin, outk, tm, tn, wk, 32 * wk, act];
             let shared = mt_shared_bytes(f != "q8_0", f == "q6_k", tm, tn, wk);
             // Too wide a workgroup for the device: mm.comp, the same canonical sums.
-            if shared <= info.shared_memory && 32 * wk <= info.max_workgroup_invocations && wk <= 8 {
+            if shared <= info.shared_memory && 32 * wk <= info.max_workgroup_invocations && wk <= MT_WK_MAX {
                 return self.run(&format!("mt_{f}"), &consts, &[w, x, nr, y, pk], &mm.bytes(), [s.rows.div_ceil(outs), n.div_ceil(16 * tn), 1]);
             }
         }

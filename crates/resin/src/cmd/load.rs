@@ -40,10 +40,12 @@ pub struct ModelArgs {
     #[arg(long, short = 't', env = "RESIN_THREADS")]
     pub threads: Option<usize>,
     /// How the Vulkan home steps more than 8 sessions at once: `exact` (groups of 8-row
-    /// token commands on several queues, each session's tokens exactly what it gets stepped
-    /// alone), `fast` (from 40 sessions one pass over the weights: faster, a session's logits
-    /// then depend slightly on how many others shared its step) or `gemm` (that one pass at
-    /// every width, for measuring). The CPU home is exact either way.
+    /// token commands on several queues, and from 56 sessions, where the GPU has int8 tensor
+    /// cores, one pass over the weights in the canonical order: each session's tokens exactly
+    /// what it gets stepped alone), `canon` (that canonical pass at every width, for
+    /// measuring), `fast` (from 40 sessions one GEMM pass: faster, a session's logits then
+    /// depend slightly on how many others shared its step) or `gemm` (the GEMM pass at every
+    /// width, for measuring). The CPU home is exact either way.
     #[arg(long, value_enum, default_value = "exact", env = "RESIN_WIDE_STEPS")]
     pub wide_steps: WideSteps,
     /// The Vulkan device to use, as an index into the driver's list (default: a discrete GPU

@@ -1,5 +1,5 @@
 // y = W x in the canonical order (docs/canonical-order.md) for many activation rows, on int8
-// tensor-core tiles finished in registers: the product of a wide step or a prefill window
+// tensor-core tiles finished in registers: the product of a wide step
 // (src/mv.rs). Inputs and outputs are mv.comp's (XIN 0 or 2, OUT 0, 1 or 2: see there), and a
 // row's result is the same bits as there, whatever rows share the pass.
 //

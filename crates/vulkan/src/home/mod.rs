@@ -38,7 +38,7 @@ mod scratch;
 mod submit;
 mod upload;
 
-pub use options::{UploadProgress, VulkanOptions, WideMode, FAST_GEMM_MIN_ROWS};
+pub use options::{UploadProgress, VulkanOptions, WideMode, CANON_WIDE_MIN_ROWS, FAST_GEMM_MIN_ROWS};
 use pass::*;
 pub use plan::Plan;
 use plan::*;
@@ -90,7 +90,7 @@ impl VulkanHome {
         }
         let plan = plan(&gpu, &file, &cfg, opts, &counters)?;
         let weights = upload(&gpu, &file, &cfg, &plan, opts)?;
-        let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, plan.out_rows, PF_WINDOW, plan::canon_rows(opts.wide, opts.regions))?;
+        let scratch = Scratch::new(&gpu, &cfg, plan.q8_activations, plan.out_rows, PF_WINDOW, plan.canon_rows)?;
         let spec = HomeSpec {
             kind: "vulkan",
             vocab: cfg.vocab,
@@ -163,7 +163,7 @@ impl VulkanHome {
         // other widths are recorded when first used).
         if rows > NROW_MAX {
             let w = rows.min(self.spec.step_rows_max);
-            let shape = self.wide.passes(w, true);
+            let shape = self.wide.passes(w, true, self.plan.canon_from);
             self.ensure_lanes(shape.len())?;
             for (lane, n) in shape {
                 for b in backs {

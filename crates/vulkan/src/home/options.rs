@@ -28,7 +28,9 @@ pub struct VulkanOptions {
 pub enum WideMode {
     /// Balanced groups of N-row token commands, each on a lane of its own (scratch, fence and
     /// one of the device's queues), submitted together: the groups' dependent dispatch chains
-    /// overlap on the device, and each row's result is its N-row command's.
+    /// overlap on the device, and each row's result is its N-row command's. Where the device
+    /// has the int8 tiles, a step of CANON_WIDE_MIN_ROWS rows or more runs as `Canon` does:
+    /// the same bits, the weights read once (`resin --wide-steps exact`).
     #[default]
     Lanes,
     /// One pass of all the rows, every matrix in the canonical product (mt.comp's int8 tiles
@@ -48,15 +50,21 @@ pub enum WideMode {
 /// 3B, at 64 the GEMM pass won on both models (docs/lessons.md).
 pub const FAST_GEMM_MIN_ROWS: usize = 40;
 
+/// Rows from which `WideMode::Lanes` takes one canonical pass where the device has the int8
+/// tiles: at 48 rows the lanes still won on the 1B, at 64 the canonical pass won on both
+/// models (docs/lessons.md).
+pub const CANON_WIDE_MIN_ROWS: usize = 56;
+
 impl WideMode {
     /// How a step of `rows` rows runs: (lane, rows) of each pass, in row order. `distinct`:
     /// every row has a region of its own (rows that share one take one pass: a row may attend
-    /// to keys another row of the step stores).
-    pub fn passes(self, rows: usize, distinct: bool) -> Vec<(usize, usize)> {
+    /// to keys another row of the step stores). `canon_from`: rows from which `Lanes` takes one
+    /// canonical pass (`usize::MAX` where it never does).
+    pub fn passes(self, rows: usize, distinct: bool, canon_from: usize) -> Vec<(usize, usize)> {
         let lanes = rows > NROW_MAX
             && distinct
             && match self {
-                WideMode::Lanes => true,
+                WideMode::Lanes => rows < canon_from,
                 WideMode::Gemm | WideMode::Canon => false,
                 WideMode::Fast => rows < FAST_GEMM_MIN_ROWS,
             };
@@ -86,31 +94,50 @@ impl Default for VulkanOptions {
 
 #[cfg(test)]
 mod tests {
-    use super::super::plan::extra_lanes;
+    use super::super::plan::{canon_rows, extra_lanes};
     use super::*;
 
     #[test]
     fn wide_modes_choose_lanes_or_one_pass_by_width() {
-        let groups = |m: WideMode, n: usize, d: bool| m.passes(n, d).into_iter().map(|(_, r)| r).collect::<Vec<_>>();
+        const NEVER: usize = usize::MAX;
+        let groups = |m: WideMode, n: usize, d: bool, c: usize| m.passes(n, d, c).into_iter().map(|(_, r)| r).collect::<Vec<_>>();
         // Up to NROW_MAX rows: one token command in every mode.
-        for m in [WideMode::Lanes, WideMode::Gemm, WideMode::Fast] {
-            assert_eq!(m.passes(8, true), vec![(0, 8)]);
-            assert_eq!(m.passes(1, true), vec![(0, 1)]);
+        for m in [WideMode::Lanes, WideMode::Canon, WideMode::Gemm, WideMode::Fast] {
+            for c in [NEVER, CANON_WIDE_MIN_ROWS] {
+                assert_eq!(m.passes(8, true, c), vec![(0, 8)]);
+                assert_eq!(m.passes(1, true, c), vec![(0, 1)]);
+            }
         }
         // Lanes: balanced groups on lanes 0, 1, ...; rows sharing a region: one pass.
-        assert_eq!(WideMode::Lanes.passes(17, true), vec![(0, 6), (1, 6), (2, 5)]);
-        assert_eq!(groups(WideMode::Lanes, 64, true), vec![8; 8]);
-        assert_eq!(WideMode::Lanes.passes(17, false), vec![(0, 17)]);
-        // Gemm: always one pass.
-        assert_eq!(WideMode::Gemm.passes(12, true), vec![(0, 12)]);
+        assert_eq!(WideMode::Lanes.passes(17, true, NEVER), vec![(0, 6), (1, 6), (2, 5)]);
+        assert_eq!(groups(WideMode::Lanes, 64, true, NEVER), vec![8; 8]);
+        assert_eq!(WideMode::Lanes.passes(17, false, NEVER), vec![(0, 17)]);
+        // With the int8 tiles: one canonical pass from CANON_WIDE_MIN_ROWS, lanes below.
+        let c = CANON_WIDE_MIN_ROWS;
+        assert_eq!(groups(WideMode::Lanes, c - 1, true, c), balanced_groups(c - 1, NROW_MAX));
+        assert_eq!(WideMode::Lanes.passes(c, true, c), vec![(0, c)]);
+        assert_eq!(WideMode::Lanes.passes(64, true, c), vec![(0, 64)]);
+        // Canon and Gemm: always one pass.
+        assert_eq!(WideMode::Canon.passes(12, true, NEVER), vec![(0, 12)]);
+        assert_eq!(WideMode::Gemm.passes(12, true, NEVER), vec![(0, 12)]);
         // Fast: lanes below FAST_GEMM_MIN_ROWS, one pass from there.
-        assert_eq!(groups(WideMode::Fast, FAST_GEMM_MIN_ROWS - 1, true), balanced_groups(FAST_GEMM_MIN_ROWS - 1, NROW_MAX));
-        assert_eq!(WideMode::Fast.passes(FAST_GEMM_MIN_ROWS, true), vec![(0, FAST_GEMM_MIN_ROWS)]);
-        assert_eq!(WideMode::Fast.passes(64, true), vec![(0, 64)]);
-        // Lanes a home plans for its widest step: Fast never more than for 39 rows.
-        assert_eq!(extra_lanes(WideMode::Fast, 64), (FAST_GEMM_MIN_ROWS - 1).div_ceil(NROW_MAX) - 1);
-        assert_eq!(extra_lanes(WideMode::Fast, 16), 1);
-        assert_eq!(extra_lanes(WideMode::Lanes, 64), 7);
-        assert_eq!(extra_lanes(WideMode::Gemm, 64), 0);
+        assert_eq!(groups(WideMode::Fast, FAST_GEMM_MIN_ROWS - 1, true, NEVER), balanced_groups(FAST_GEMM_MIN_ROWS - 1, NROW_MAX));
+        assert_eq!(WideMode::Fast.passes(FAST_GEMM_MIN_ROWS, true, NEVER), vec![(0, FAST_GEMM_MIN_ROWS)]);
+        assert_eq!(WideMode::Fast.passes(64, true, NEVER), vec![(0, 64)]);
+        // Lanes a home plans for its widest step: Fast never more than for 39 rows, Lanes with
+        // the tiles never more than for CANON_WIDE_MIN_ROWS - 1.
+        assert_eq!(extra_lanes(WideMode::Fast, 64, NEVER), (FAST_GEMM_MIN_ROWS - 1).div_ceil(NROW_MAX) - 1);
+        assert_eq!(extra_lanes(WideMode::Fast, 16, NEVER), 1);
+        assert_eq!(extra_lanes(WideMode::Lanes, 64, NEVER), 7);
+        assert_eq!(extra_lanes(WideMode::Lanes, 64, c), (c - 1).div_ceil(NROW_MAX) - 1);
+        assert_eq!(extra_lanes(WideMode::Lanes, 16, c), 1);
+        assert_eq!(extra_lanes(WideMode::Gemm, 64, NEVER), 0);
+        // Rows a pass takes the canonical product for: the widest step's where a step may be
+        // one canonical pass, a token command's elsewhere.
+        assert_eq!(canon_rows(WideMode::Lanes, 64, NEVER), NROW_MAX);
+        assert_eq!(canon_rows(WideMode::Lanes, 64, c), 64);
+        assert_eq!(canon_rows(WideMode::Lanes, 32, c), NROW_MAX);
+        assert_eq!(canon_rows(WideMode::Canon, 32, NEVER), 32);
+        assert_eq!(canon_rows(WideMode::Gemm, 64, c), NROW_MAX);
     }
 }

@@ -51,10 +51,10 @@ pub(super) const ATTN_SPREAD: usize = 256;
 
 /// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp up to NROW_MAX
 /// rows, mt.comp or mr.comp past it): the matrices of the formats it reads, on a device that
-/// runs it, in passes of up to `Scratch::canon_rows` rows (a token command's, or the widest
-/// step's with `WideMode::Canon`).
+/// runs it, in passes of up to `Scratch::pass_canon_rows` rows (a token command's; for a step,
+/// the widest step's where a step may be one canonical pass).
 pub(super) fn canon(m: &Mat, n: usize, s: &Scratch) -> bool {
-    canon_reads(m, s) && n <= s.canon_rows
+    canon_reads(m, s) && n <= s.pass_canon_rows.get()
 }
 
 /// Whether the canonical product reads matrix `m` at all: its format, on a device that runs
@@ -476,6 +476,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     let output = output.as_ref();
     let cmd = rec.cmd;
     let n = shape.n;
+    s.pass_canon_rows.set(if shape.narrow.is_some() { NROW_MAX } else { s.canon_rows });
     let (d, nr) = (cfg.n_embd, n as u32);
     let norm = NormPush { n: d as u32, eps: cfg.rms_eps };
     for part in &embd.parts {

@@ -42,6 +42,10 @@ pub struct Plan {
     pub scratch: u64,
     /// Logits rows one pass lands (a window's segments, a step's rows).
     pub out_rows: usize,
+    /// Rows from which a `WideMode::Lanes` step is one canonical pass (`usize::MAX`: never).
+    pub canon_from: usize,
+    /// Rows up to which a step's pass takes the canonical product (`canon_rows`).
+    pub canon_rows: usize,
 }
 
 /// Windows of at least this many rows take the tiled (flash) attention; fewer rows the
@@ -100,21 +104,37 @@ pub(super) fn topk_pairs(cfg: &ModelConfig, out_rows: usize) -> usize {
     crate::kernels::topk_scratch_pairs(out_rows as u32, cfg.vocab as u32, TOPK_MAX) as usize
 }
 
-/// Lanes beyond the first a home of `regions` regions takes for its widest step in `wide` mode.
-pub(super) fn extra_lanes(wide: WideMode, regions: usize) -> usize {
+/// Lanes beyond the first a home of `regions` regions takes for its widest step in `wide` mode
+/// (`canon_from`: see `WideMode::passes`).
+pub(super) fn extra_lanes(wide: WideMode, regions: usize, canon_from: usize) -> usize {
+    let widest = HomeSpec::wide_rows(regions);
     match wide {
-        WideMode::Lanes => HomeSpec::wide_rows(regions).div_ceil(NROW_MAX) - 1,
-        WideMode::Fast => HomeSpec::wide_rows(regions).min(FAST_GEMM_MIN_ROWS - 1).div_ceil(NROW_MAX) - 1,
+        WideMode::Lanes => widest.min(canon_from.saturating_sub(1).max(NROW_MAX)).div_ceil(NROW_MAX) - 1,
+        WideMode::Fast => widest.min(FAST_GEMM_MIN_ROWS - 1).div_ceil(NROW_MAX) - 1,
         WideMode::Gemm | WideMode::Canon => 0,
     }
 }
 
-/// Rows up to which a pass takes the canonical product: a token command's, or with
-/// `WideMode::Canon` the widest step's.
-pub(super) fn canon_rows(wide: WideMode, regions: usize) -> usize {
+/// Rows up to which a step's pass takes the canonical product: a token command's, or the
+/// widest step's where a step may be one canonical pass (`WideMode::Canon`, or `Lanes` from
+/// `canon_from` rows).
+pub(super) fn canon_rows(wide: WideMode, regions: usize, canon_from: usize) -> usize {
+    let widest = HomeSpec::wide_rows(regions);
     match wide {
-        WideMode::Canon => HomeSpec::wide_rows(regions).max(NROW_MAX),
+        WideMode::Canon => widest.max(NROW_MAX),
+        WideMode::Lanes if widest >= canon_from => widest,
         _ => NROW_MAX,
+    }
+}
+
+/// Rows from which `WideMode::Lanes` takes one canonical pass on this device: where it has the
+/// int8 tiles (mt.comp), CANON_WIDE_MIN_ROWS; elsewhere never (mr.comp's registers were not
+/// measured against the lanes there).
+pub(super) fn canon_from(info: &crate::device::DeviceInfo) -> usize {
+    if crate::mv::tiles_ok(info) {
+        CANON_WIDE_MIN_ROWS
+    } else {
+        usize::MAX
     }
 }
 
@@ -186,10 +206,12 @@ pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOpti
     let kv_dim = cfg.kv_dim() as u64;
     let out_rows = NROW_MAX.max(opts.regions);
     // The first lane's scratch holds a window; the other lanes' (wide steps in lanes) N rows.
-    let lanes = extra_lanes(opts.wide, opts.regions) as u64 * scratch_bytes(&gpu.info, cfg, NROW_MAX, NROW_MAX, NROW_MAX);
+    let canon_from = canon_from(&gpu.info);
+    let lanes = extra_lanes(opts.wide, opts.regions, canon_from) as u64 * scratch_bytes(&gpu.info, cfg, NROW_MAX, NROW_MAX, NROW_MAX);
     let tables = cfg.rope_bases().len();
-    let scratch_for =
-        |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW, canon_rows(opts.wide, opts.regions)) + lanes + (tables * n_ctx * cfg.rope_dims * 4) as u64 };
+    let scratch_for = |n_ctx: usize| -> u64 {
+        scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW, canon_rows(opts.wide, opts.regions, canon_from)) + lanes + (tables * n_ctx * cfg.rope_dims * 4) as u64
+    };
     let part_bytes = attn_part_floats(cfg, out_rows) as u64 * 4;
     let widest = (PF_WINDOW * cfg.n_ff.max(cfg.n_embd).max(cfg.q_dim()) * 4) as u64;
     if part_bytes.max(widest).max((out_rows * cfg.vocab * 4) as u64) > gpu.info.max_storage_range {
@@ -211,7 +233,16 @@ pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOpti
         let fits_range = layer_side <= gpu.info.max_storage_range && opts.regions as u64 * n_ctx as u64 * kv_dim < u32::MAX as u64;
         let fits_memory = weights + mirror + scratch <= budget;
         if fits_range && fits_memory {
-            return Ok(Plan { n_ctx, q8_activations: opts.q8_activations, weights, mirror, scratch, out_rows });
+            return Ok(Plan {
+                n_ctx,
+                q8_activations: opts.q8_activations,
+                weights,
+                mirror,
+                scratch,
+                out_rows,
+                canon_from,
+                canon_rows: canon_rows(opts.wide, opts.regions, canon_from),
+            });
         }
         let why = if fits_range { "device memory" } else { "the storage-buffer range of one layer's mirror" };
         if n_ctx <= 256 {

@@ -251,7 +251,7 @@ impl VulkanHome {
     /// lane's scratch.
     pub(super) fn run_step(&mut self, rows: &[(u32, u32, u32)], back: ReadBack, listed: &[usize]) -> Result<Vec<(usize, usize)>, VkError> {
         let regions = Regions::of(rows);
-        let groups: Vec<usize> = self.wide.passes(rows.len(), regions == Regions::Own).into_iter().map(|(_, n)| n).collect();
+        let groups: Vec<usize> = self.wide.passes(rows.len(), regions == Regions::Own, self.plan.canon_from).into_iter().map(|(_, n)| n).collect();
         self.ensure_lanes(groups.len())?;
         let mut cmds = Vec::with_capacity(groups.len());
         let mut at = 0;
