@@ -433,6 +433,14 @@ enum Prefill {
     Chunks(Chunks),
 }
 
+/// What a decode step's home call carries besides the decoding rows.
+enum Ride {
+    /// The peel's rows of these streams' continuations, in the same token command.
+    Peel(Vec<usize>),
+    /// These prompt chunks (`Home::step_and_prefill`).
+    Chunks(Chunks),
+}
+
 /// Prompt chunks a tick prefills: (stream, first position, rows) each, `rows` in all.
 struct Chunks {
     plan: Vec<(usize, usize, usize)>,
@@ -508,10 +516,15 @@ impl Scheduler {
         self.admit();
         let decoding = self.streams.iter().any(|s| matches!(s.phase, Phase::Decode { .. }));
         let plan = if self.lost.is_none() { self.plan_prefill(decoding) } else { None };
+        let decoders = self.decode_members().len();
         match plan {
             // Continuous batching: the decoding rows and the prompts' chunks in one home call,
-            // where the decoding rows are one call.
-            Some(Prefill::Chunks(chunks)) if decoding && self.decode_members().len() <= self.home.spec().step_rows_max => self.decode_step(Some(chunks)),
+            // where the decoding rows are one call; and the peel's rows in the decoding rows'
+            // token command, where they fit one.
+            Some(Prefill::Chunks(chunks)) if decoding && decoders <= self.home.spec().step_rows_max => self.decode_step(Some(Ride::Chunks(chunks))),
+            Some(Prefill::Peel(pending)) if decoding && decoders + self.waiting_rows(&pending) <= NROW_MAX.min(self.home.spec().step_rows_max) => {
+                self.decode_step(Some(Ride::Peel(pending)))
+            }
             _ => {
                 if decoding && self.lost.is_none() {
                     self.decode_step(None);
@@ -653,10 +666,10 @@ impl Scheduler {
     /// calls of at most the home's `step_rows_max` rows where there are more), each row
     /// asking for what its stream's draw needs; then each stream's draw, in parallel.
     ///
-    /// With `chunks` (the decoding rows then being one call), that call also carries those
-    /// prompt chunks (`Home::step_and_prefill`), whose streams complete as `prefill_chunks`
-    /// completes them.
-    fn decode_step(&mut self, mut chunks: Option<Chunks>) {
+    /// With `ride` (the decoding rows then being one call), that call also carries the peel's
+    /// rows (one token command) or the prompt chunks (`Home::step_and_prefill`), whose streams
+    /// complete as `peel` or `prefill_chunks` completes them.
+    fn decode_step(&mut self, mut ride: Option<Ride>) {
         let idx = self.decode_members();
         let (mut done, mut at, mut in_home) = (Vec::new(), 0, Duration::ZERO);
         let (started, calls) = (Instant::now(), balanced_groups(idx.len(), self.home.spec().step_rows_max));
@@ -670,8 +683,30 @@ impl Scheduler {
             let rows: Vec<Row> = members.iter().map(|&i| self.streams[i].next_row()).collect();
             let needs: Vec<Need> = members.iter().map(|&i| self.streams[i].need()).collect();
             let t = Instant::now();
-            let r = match chunks.take() {
-                Some(c) => {
+            let r = match ride.take() {
+                Some(Ride::Peel(pending)) => {
+                    // The token command takes the continuations' rows after the decoding ones.
+                    let (prows, pneeds, pmembers) = self.peel_rows(&pending);
+                    let all: Vec<Row> = rows.iter().chain(&prows).copied().collect();
+                    let all_needs: Vec<Need> = needs.iter().chain(&pneeds).copied().collect();
+                    match self.home.step(&all, &all_needs) {
+                        Ok(mut out) if out.rows.len() == all.len() => {
+                            let tail = out.rows.split_off(rows.len());
+                            done.extend(self.complete_peel(&pmembers, Ok(tail)));
+                            Ok(out)
+                        }
+                        Ok(out) => {
+                            let why = format!("the home returned {} rows for a step of {}", out.rows.len(), all.len());
+                            done.extend(self.complete_peel(&pmembers, Err(HomeError::Device(why))));
+                            Ok(out)
+                        }
+                        Err(e) => {
+                            done.extend(self.complete_peel(&pmembers, Err(HomeError::Device(e.to_string()))));
+                            Err(e)
+                        }
+                    }
+                }
+                Some(Ride::Chunks(c)) => {
                     let segments = segments(&self.streams, &c);
                     let r = self.home.step_and_prefill(&rows, &needs, &segments);
                     drop(segments);
@@ -745,6 +780,11 @@ impl Scheduler {
         pace_kept(pending.iter().map(|&i| self.streams[i].submitted), decoding)
     }
 
+    /// Prompt rows the streams `pending` still wait to have prefilled.
+    fn waiting_rows(&self, pending: &[usize]) -> usize {
+        pending.iter().map(|&i| self.streams[i].req.prompt.len() - self.streams[i].fed.len()).sum()
+    }
+
     /// The decoding streams, in order.
     fn decode_members(&self) -> Vec<usize> {
         (0..self.streams.len()).filter(|&i| matches!(self.streams[i].phase, Phase::Decode { .. })).collect()
@@ -758,7 +798,6 @@ impl Scheduler {
         if pending.is_empty() {
             return None;
         }
-        let remaining = |s: &Stream| s.req.prompt.len() - s.fed.len();
         let budget = match (busy, self.config.prefill_quantum_busy) {
             (false, _) => PF_WINDOW,
             (true, PrefillQuantum::Auto) => auto_quantum(self.prefill_rate, None),
@@ -770,7 +809,7 @@ impl Scheduler {
         // NROW_MAX rows and the peel has not run slower than a short window. A peel of some of
         // them would leave the others waiting a whole weight pass each, where one window takes
         // them all.
-        let waiting: usize = pending.iter().map(|&i| remaining(&self.streams[i])).sum();
+        let waiting = self.waiting_rows(&pending);
         let peel_cheaper = match (self.peel_time.avg, self.short_window_time.avg) {
             (Some(peel), Some(window)) => peel <= window,
             _ => true,
@@ -805,13 +844,31 @@ impl Scheduler {
 
     /// Every waiting continuation (`pending`) in one token command.
     fn peel(&mut self, pending: &[usize]) {
-        let remaining = |s: &Stream| s.req.prompt.len() - s.fed.len();
+        let (rows, needs, members) = self.peel_rows(pending);
+        let t0 = Instant::now();
+        let result = self.home.step(&rows, &needs).and_then(|out| {
+            if out.rows.len() != rows.len() {
+                return Err(HomeError::Device(format!("the home returned {} rows for a peel of {}", out.rows.len(), rows.len())));
+            }
+            Ok(out.rows)
+        });
+        match &result {
+            Ok(_) => self.peel_time.add(t0.elapsed().as_secs_f64()),
+            Err(e) => self.note(e),
+        }
+        let done = self.complete_peel(&members, result);
+        self.finish(done);
+    }
+
+    /// The peel's rows of the continuations `pending`, what each row needs back, and each
+    /// stream's (index, its last row); counted as a peel.
+    fn peel_rows(&self, pending: &[usize]) -> (Vec<Row>, Vec<Need>, Vec<(usize, usize)>) {
         // Each continuation's last row needs what its stream's first draw needs; the rows
         // before it only store their K/V (their argmax ids come back, the least a row can).
         let (mut rows, mut needs, mut members) = (Vec::new(), Vec::new(), Vec::new());
         for &i in pending {
             let s = &self.streams[i];
-            let (p0, r) = (s.fed.len(), remaining(s));
+            let (p0, r) = (s.fed.len(), s.req.prompt.len() - s.fed.len());
             rows.extend(s.req.prompt[p0..].iter().enumerate().map(|(k, &t)| Row { region: s.region, token: t, pos: (p0 + k) as u32 }));
             needs.extend(std::iter::repeat_n(Need::Argmax, r - 1));
             needs.push(s.need());
@@ -819,24 +876,20 @@ impl Scheduler {
         }
         Counters::add(&self.home.counters().peel_steps, 1);
         Counters::add(&self.home.counters().prompt_tokens_prefilled, rows.len() as u64);
-        let t0 = Instant::now();
-        let result = self.home.step(&rows, &needs).and_then(|out| {
-            let mut out = out.rows;
-            if out.len() != rows.len() {
-                return Err(resin_core::HomeError::Device(format!("the home returned {} rows for a peel of {}", out.len(), rows.len())));
-            }
-            for &(i, _) in &members {
+        (rows, needs, members)
+    }
+
+    /// After the peel's rows ran (`outs`, one a row): each member's prompt is stored, and it
+    /// draws its first token from its last row's result.
+    fn complete_peel(&mut self, members: &[(usize, usize)], outs: resin_core::Result<Vec<RowOut>>) -> Vec<(usize, Result<FinishReason, String>)> {
+        let outs = outs.map(|mut out| {
+            for &(i, _) in members {
                 let s = &mut self.streams[i];
                 s.fed = s.req.prompt.clone();
             }
-            Ok(members.iter().map(|&(_, r)| std::mem::replace(&mut out[r], RowOut::Argmax(0))).collect())
+            members.iter().map(|&(_, r)| std::mem::replace(&mut out[r], RowOut::Argmax(0))).collect()
         });
-        match &result {
-            Ok(_) => self.peel_time.add(t0.elapsed().as_secs_f64()),
-            Err(e) => self.note(e),
-        }
-        let done = self.complete_prefill(&members, result);
-        self.finish(done);
+        self.complete_prefill(members, outs)
     }
 
     /// The chunks as one prefill call (segments of one window).

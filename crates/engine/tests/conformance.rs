@@ -306,12 +306,14 @@ fn a_prompt_cut_under_load_gives_the_tokens_it_gives_alone(s: &Suite) {
 }
 
 /// Continuous batching: prompts that arrive while streams decode have their chunks carried
-/// by the decoding streams' steps (`Home::step_and_prefill`, a 16-row quantum a tick), and
+/// by the decoding streams' steps (`Home::step_and_prefill`, a 16-row quantum a tick), and a
+/// short continuation arriving then rides their token command (its peel's rows after theirs);
 /// every stream, decoding or arriving, gets the tokens it gets alone. The CPU home runs each
-/// such call as one pass (`mixed_steps`). Controls: the prompts lead to different tokens; the
-/// engine made such calls (its call log), all while the decoding streams were still live.
+/// chunked call as one pass (`mixed_steps`). Controls: the prompts lead to different tokens;
+/// the engine made such calls (its call log: the chunks' calls, and a step of the two decoding
+/// rows and the continuation's), all while the decoding streams were still live.
 fn prompts_arriving_while_streams_decode_ride_their_steps(s: &Suite) {
-    const DECODE: usize = 24;
+    const DECODE: usize = 32;
     let decoders = short_prompts(s, 2);
     let long = lighthouse(s);
     let arrivals = vec![long[..40].to_vec(), s.encode("Somewhere beyond the northern mountains there lived a family of foxes who kept a library of stolen maps")];
@@ -320,6 +322,9 @@ fn prompts_arriving_while_streams_decode_ride_their_steps(s: &Suite) {
     let (alone_d, alone_a) = (s.alone(&decoders, DECODE), s.alone(&arrivals, TOKENS));
     assert_ne!(alone_a[0], alone_a[1], "control: the arrivals lead to different tokens");
     assert_ne!(alone_d[0], alone_d[1], "control: the decoding prompts lead to different tokens");
+    let short = s.encode("Quietly, the owl")[..4].to_vec();
+    assert!(decoders.iter().chain(&arrivals).all(|p| p[0] != short[0]), "the continuation shares no first token");
+    let alone_short = s.alone(std::slice::from_ref(&short), TOKENS).remove(0);
 
     let (home, entered, open, calls) = Hooked::gated(s.home(4, N_CTX));
     let config = EngineConfig { prefill_quantum_busy: PrefillQuantum::Rows(16), ..EngineConfig::default() };
@@ -336,6 +341,7 @@ fn prompts_arriving_while_streams_decode_ride_their_steps(s: &Suite) {
         })
         .collect();
     let got_a: Vec<Vec<u32>> = arrivals.iter().map(|p| e.submit(request(p.clone(), TOKENS)).unwrap()).collect::<Vec<_>>().into_iter().map(|h| collect(h).0).collect();
+    let got_short = collect(e.submit(request(short.clone(), TOKENS)).unwrap()).0;
     let live = e.stats().active.load(std::sync::atomic::Ordering::Relaxed);
     let got_d: Vec<Vec<u32>> = hd.into_iter().zip(firsts).map(|(h, first)| [first, collect(h).0].concat()).collect();
     for (i, (g, a)) in got_a.iter().zip(&alone_a).enumerate() {
@@ -344,8 +350,11 @@ fn prompts_arriving_while_streams_decode_ride_their_steps(s: &Suite) {
     for (i, (g, a)) in got_d.iter().zip(&alone_d).enumerate() {
         assert_eq!(g, a, "decoding stream {i} differs from the same prompt alone");
     }
+    assert_eq!(got_short, alone_short, "the continuation differs from the same prompt alone");
     assert_eq!(live, 2, "the decoding streams must outlive the arrivals");
-    let mixed = calls.lock().unwrap().iter().filter(|&&(c, _)| c == "step_and_prefill").count() as u64;
+    let calls = calls.lock().unwrap().clone();
+    assert!(calls.contains(&("step", decoders.len() + short.len())), "the continuation's peel must ride the decoding rows' token command: {calls:?}");
+    let mixed = calls.iter().filter(|&&(c, _)| c == "step_and_prefill").count() as u64;
     assert!(mixed >= 2, "the arrivals' chunks must ride the decoding steps ({mixed} such calls)");
     if s.kind == Kind::Cpu {
         assert_eq!(get(&e.counters().mixed_steps), mixed, "the CPU home runs each such call as one pass");
