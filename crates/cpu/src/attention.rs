@@ -179,31 +179,27 @@ mod f16x86 {
                             let mut it = os.chunks_mut(hd);
                             let mut oh = || it.next().unwrap();
                             let (q4, at4) = (|j: usize| qh(r + j.min(n - 1)), |j: usize| at(r + j.min(n - 1)));
+                            // The group's rows as `heads::<R>` takes them (R a constant).
+                            macro_rules! group_of {
+                                ($r:expr) => {
+                                    heads::<{ $r }>(
+                                        std::array::from_fn(q4),
+                                        k,
+                                        v,
+                                        kv_dim,
+                                        off,
+                                        std::array::from_fn(at4),
+                                        shape.scale,
+                                        (&mut scores[..$r]).try_into().unwrap(),
+                                        std::array::from_fn(|_| oh()),
+                                    )
+                                };
+                            }
                             match n {
-                                1 => heads::<1>([q4(0)], k, v, kv_dim, off, [at4(0)], shape.scale, (&mut scores[..1]).try_into().unwrap(), [oh()]),
-                                2 => heads::<2>(
-                                    std::array::from_fn(q4),
-                                    k,
-                                    v,
-                                    kv_dim,
-                                    off,
-                                    std::array::from_fn(at4),
-                                    shape.scale,
-                                    (&mut scores[..2]).try_into().unwrap(),
-                                    std::array::from_fn(|_| oh()),
-                                ),
-                                3 => heads::<3>(
-                                    std::array::from_fn(q4),
-                                    k,
-                                    v,
-                                    kv_dim,
-                                    off,
-                                    std::array::from_fn(at4),
-                                    shape.scale,
-                                    (&mut scores[..3]).try_into().unwrap(),
-                                    std::array::from_fn(|_| oh()),
-                                ),
-                                _ => heads::<GROUP>(std::array::from_fn(q4), k, v, kv_dim, off, std::array::from_fn(at4), shape.scale, scores, std::array::from_fn(|_| oh())),
+                                1 => group_of!(1),
+                                2 => group_of!(2),
+                                3 => group_of!(3),
+                                _ => group_of!(GROUP),
                             }
                         }
                         ri += n;
