@@ -433,14 +433,6 @@ enum Prefill {
     Chunks(Chunks),
 }
 
-/// What a decode step's home call carries besides the decoding rows.
-enum Ride {
-    /// The peel's rows of these streams' continuations, in the same token command.
-    Peel(Vec<usize>),
-    /// These prompt chunks (`Home::step_and_prefill`).
-    Chunks(Chunks),
-}
-
 /// Prompt chunks a tick prefills: (stream, first position, rows) each, `rows` in all.
 struct Chunks {
     plan: Vec<(usize, usize, usize)>,
@@ -514,16 +506,16 @@ impl Scheduler {
     fn tick(&mut self) {
         self.reap();
         self.admit();
-        let decoding = self.streams.iter().any(|s| matches!(s.phase, Phase::Decode { .. }));
-        let plan = if self.lost.is_none() { self.plan_prefill(decoding) } else { None };
         let decoders = self.decode_members().len();
+        let decoding = decoders > 0;
+        let plan = if self.lost.is_none() { self.plan_prefill(decoding) } else { None };
         match plan {
             // Continuous batching: the decoding rows and the prompts' chunks in one home call,
             // where the decoding rows are one call; and the peel's rows in the decoding rows'
             // token command, where they fit one.
-            Some(Prefill::Chunks(chunks)) if decoding && decoders <= self.home.spec().step_rows_max => self.decode_step(Some(Ride::Chunks(chunks))),
+            Some(Prefill::Chunks(chunks)) if decoding && decoders <= self.home.spec().step_rows_max => self.decode_step(Some(Prefill::Chunks(chunks))),
             Some(Prefill::Peel(pending)) if decoding && decoders + self.waiting_rows(&pending) <= NROW_MAX.min(self.home.spec().step_rows_max) => {
-                self.decode_step(Some(Ride::Peel(pending)))
+                self.decode_step(Some(Prefill::Peel(pending)))
             }
             _ => {
                 if decoding && self.lost.is_none() {
@@ -666,11 +658,13 @@ impl Scheduler {
     /// calls of at most the home's `step_rows_max` rows where there are more), each row
     /// asking for what its stream's draw needs; then each stream's draw, in parallel.
     ///
-    /// With `ride` (the decoding rows then being one call), that call also carries the peel's
-    /// rows (one token command) or the prompt chunks (`Home::step_and_prefill`), whose streams
-    /// complete as `peel` or `prefill_chunks` completes them.
-    fn decode_step(&mut self, mut ride: Option<Ride>) {
+    /// With `ride` (the decoding rows then being one call), that call also carries the tick's
+    /// prefill: the peel's rows (one token command) or the prompt chunks
+    /// (`Home::step_and_prefill`), whose streams complete as `peel` or `prefill_chunks`
+    /// completes them.
+    fn decode_step(&mut self, mut ride: Option<Prefill>) {
         let idx = self.decode_members();
+        let rode = ride.is_some();
         let (mut done, mut at, mut in_home) = (Vec::new(), 0, Duration::ZERO);
         let (started, calls) = (Instant::now(), balanced_groups(idx.len(), self.home.spec().step_rows_max));
         for &g in &calls {
@@ -684,7 +678,7 @@ impl Scheduler {
             let needs: Vec<Need> = members.iter().map(|&i| self.streams[i].need()).collect();
             let t = Instant::now();
             let r = match ride.take() {
-                Some(Ride::Peel(pending)) => {
+                Some(Prefill::Peel(pending)) => {
                     // The token command takes the continuations' rows after the decoding ones.
                     let (prows, pneeds, pmembers) = self.peel_rows(&pending);
                     let all: Vec<Row> = rows.iter().chain(&prows).copied().collect();
@@ -706,7 +700,7 @@ impl Scheduler {
                         }
                     }
                 }
-                Some(Ride::Chunks(c)) => {
+                Some(Prefill::Chunks(c)) => {
                     let segments = segments(&self.streams, &c);
                     let r = self.home.step_and_prefill(&rows, &needs, &segments);
                     drop(segments);
@@ -743,10 +737,10 @@ impl Scheduler {
         if calls.len() > 1 {
             Counters::add(&c.grouped_steps, 1);
         }
-        // The pace is the step's time while no prompt waits: a step beside prefill windows
-        // runs slower (they evict its weights and activations), and pacing against that would
-        // let the windows grow with the slowdown they cause.
-        if self.lost.is_none() && !self.streams.iter().any(|s| matches!(s.phase, Phase::Prefill)) {
+        // The pace is the step's time while no prompt waits or rode in it: a step beside
+        // prefill windows runs slower (they evict its weights and activations), and pacing
+        // against that would let the windows grow with the slowdown they cause.
+        if self.lost.is_none() && !rode && !self.streams.iter().any(|s| matches!(s.phase, Phase::Prefill)) {
             self.step_time.add(started.elapsed().as_secs_f64());
         }
         Counters::add(&c.decode_steps, calls.len() as u64);
