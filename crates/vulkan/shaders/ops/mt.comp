@@ -335,8 +335,6 @@ void main() {
     uint b_lo = min(l0 * CB, nb);
     uint b_hi = min((l0 + LW) * CB, nb);
     uint l = 0u;
-    float dx0[NMAX][E], dx1[NMAX][E];
-    int xs0[NMAX][E], xs1[NMAX][E];
     MB X00; MB X01; MB X10; MB X11;   // one a declaration: glslang drops the use of a list's later names
 #ifndef STAGED
     MC z = MC(0x4B400000);
@@ -356,6 +354,9 @@ void main() {
     }
 #else
     MC z = MC(0);
+    // Each element's activation scale and quant sum, for the two blocks in flight.
+    float dx0[NMAX][E], dx1[NMAX][E];
+    int xs0[NMAX][E], xs1[NMAX][E];
     MA W0; MA W1; MA W2; MA W3; MA H0; MA H1; MA H2; MA H3;   // one a declaration: glslang drops the use of a list's later names
     uint lane = gl_SubgroupInvocationID;
     uint sbase = sg * SROWS * (QCOPIES * SQ + 1u);   // this subgroup's slice: tiles, then parameters

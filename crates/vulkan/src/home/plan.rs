@@ -207,11 +207,10 @@ pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOpti
     let out_rows = NROW_MAX.max(opts.regions);
     // The first lane's scratch holds a window; the other lanes' (wide steps in lanes) N rows.
     let canon_from = canon_from(&gpu.info);
+    let canon_rows = canon_rows(opts.wide, opts.regions, canon_from);
     let lanes = extra_lanes(opts.wide, opts.regions, canon_from) as u64 * scratch_bytes(&gpu.info, cfg, NROW_MAX, NROW_MAX, NROW_MAX);
     let tables = cfg.rope_bases().len();
-    let scratch_for = |n_ctx: usize| -> u64 {
-        scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW, canon_rows(opts.wide, opts.regions, canon_from)) + lanes + (tables * n_ctx * cfg.rope_dims * 4) as u64
-    };
+    let scratch_for = |n_ctx: usize| -> u64 { scratch_bytes(&gpu.info, cfg, out_rows, PF_WINDOW, canon_rows) + lanes + (tables * n_ctx * cfg.rope_dims * 4) as u64 };
     let part_bytes = attn_part_floats(cfg, out_rows) as u64 * 4;
     let widest = (PF_WINDOW * cfg.n_ff.max(cfg.n_embd).max(cfg.q_dim()) * 4) as u64;
     if part_bytes.max(widest).max((out_rows * cfg.vocab * 4) as u64) > gpu.info.max_storage_range {
@@ -233,16 +232,7 @@ pub(super) fn plan(gpu: &Gpu, f: &GgufFile, cfg: &ModelConfig, opts: &VulkanOpti
         let fits_range = layer_side <= gpu.info.max_storage_range && opts.regions as u64 * n_ctx as u64 * kv_dim < u32::MAX as u64;
         let fits_memory = weights + mirror + scratch <= budget;
         if fits_range && fits_memory {
-            return Ok(Plan {
-                n_ctx,
-                q8_activations: opts.q8_activations,
-                weights,
-                mirror,
-                scratch,
-                out_rows,
-                canon_from,
-                canon_rows: canon_rows(opts.wide, opts.regions, canon_from),
-            });
+            return Ok(Plan { n_ctx, q8_activations: opts.q8_activations, weights, mirror, scratch, out_rows, canon_from, canon_rows });
         }
         let why = if fits_range { "device memory" } else { "the storage-buffer range of one layer's mirror" };
         if n_ctx <= 256 {
