@@ -361,7 +361,7 @@ const TILES_MIN_ROWS: u32 = 32;
 
 /// mt.comp's 16x16 output regions a workgroup, weight rows by activation rows (OUT 2 takes
 /// 4 x 1: its 32 gate rows and their up rows), and the most subgroups that split a row's chunk
-/// tree: the best of the shapes measured on the H100 (docs/lessons.md).
+/// tree (docs/lessons.md has the shapes tried).
 const MT_TM: u32 = 4;
 const MT_TN: u32 = 2;
 const MT_WK_MAX: u32 = 8;

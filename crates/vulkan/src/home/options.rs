@@ -51,8 +51,7 @@ pub enum WideMode {
 pub const FAST_GEMM_MIN_ROWS: usize = 40;
 
 /// Rows from which `WideMode::Lanes` takes one canonical pass where the device has the int8
-/// tiles: at 48 rows the lanes still won on the 1B, at 64 the canonical pass won on both
-/// models (docs/lessons.md).
+/// tiles: below, the lanes are faster (BENCHMARKS.md, docs/lessons.md).
 pub const CANON_WIDE_MIN_ROWS: usize = 56;
 
 impl WideMode {
