@@ -29,6 +29,23 @@ fi
 mkdir -p "$out"
 manifest="$out/MANIFEST.new"
 echo "# name sha256(common/*.glsl sorted, source, defines line) -- written by scripts/build_shaders.sh" > "$manifest"
+# Compile (and validate) one variant; a failure leaves its report in $out/.failed.<name>.
+compile() { # compile NAME SRC ENV DEFINE-ARGS...
+    local name=$1 src=$2 env=$3
+    shift 3
+    if ! "$glslang" -V --target-env "$env" -S comp -I"$dir/common" "$@" -o "$out/$name.spv" "$dir/$src" >/dev/null; then
+        { echo "build_shaders: $name ($src $*) failed:"; "$glslang" -V --target-env "$env" -S comp -I"$dir/common" "$@" -o /dev/null "$dir/$src" || true; } > "$out/.failed.$name" 2>&1
+        return
+    fi
+    # glslang can emit SPIR-V that its own validator rejects (a cooperative matrix declared in a
+    # list after the first loses its use); a driver may crash on it.
+    if [[ -n "$spirv_val" ]] && ! "$spirv_val" --target-env "$env" "$out/$name.spv" > "$out/.val.$name" 2>&1; then
+        { echo "build_shaders: $name ($src $*): invalid SPIR-V"; cat "$out/.val.$name"; } > "$out/.failed.$name"
+    fi
+    rm -f "$out/.val.$name"
+}
+# The variants compile in parallel, one a processor; the manifest keeps the table's order.
+jobs_max=$(nproc 2>/dev/null || echo 2)
 n=0
 while read -r name src defines; do
     [[ -z "$name" || "$name" == \#* ]] && continue
@@ -39,17 +56,18 @@ while read -r name src defines; do
     for d in $defines; do
         if [[ $d == @* ]]; then env="${d#@}"; else args+=("-D$d"); fi
     done
-    "$glslang" -V --target-env "$env" -S comp -I"$dir/common" "${args[@]}" -o "$out/$name.spv" "$dir/$src" >/dev/null \
-        || { echo "build_shaders: $name ($src $defines) failed:" >&2; "$glslang" -V --target-env "$env" -S comp -I"$dir/common" "${args[@]}" -o /dev/null "$dir/$src" >&2 || true; exit 1; }
-    # glslang can emit SPIR-V that its own validator rejects (a cooperative matrix declared in a
-    # list after the first loses its use); a driver may crash on it.
-    if [[ -n "$spirv_val" ]]; then
-        "$spirv_val" --target-env "$env" "$out/$name.spv" >&2 || { echo "build_shaders: $name ($src $defines): invalid SPIR-V" >&2; exit 1; }
-    fi
+    while (( $(jobs -rp | wc -l) >= jobs_max )); do wait -n || true; done
+    compile "$name" "$src" "$env" "${args[@]}" &
     h=$( { cat "$dir"/common/*.glsl; cat "$dir/$src"; echo "$defines"; } | sha256sum | cut -d' ' -f1)
     echo "$name $h" >> "$manifest"
     n=$((n + 1))
 done < "$dir/variants.txt"
+wait
+if compgen -G "$out/.failed.*" >/dev/null; then
+    cat "$out"/.failed.* >&2
+    rm -f "$out"/.failed.*
+    exit 1
+fi
 mv "$manifest" "$out/MANIFEST"
 if [[ $check == 1 ]]; then
     bad=0
