@@ -38,16 +38,12 @@ pub(super) fn mark(clock: &mut Option<&mut StageClock<'_>>, cmd: ash::vk::Comman
 
 /// Workgroups a row and head of the decode attention for a pass of `rows` rows: the split
 /// follows the rows, so a step of few rows still spreads its keys over many workgroups
-/// (rows x workgroups <= ATTN_SPREAD: 8 rows take 32 each, every piece of a 2048-key row its
-/// own workgroup). The pieces themselves follow each row's key count alone, so a row's result
-/// is the same whatever this says.
-pub(super) fn attn_pieces(rows: usize) -> u32 {
-    (ATTN_SPREAD / rows.max(1)).clamp(1, ATTN_SLOTS as usize) as u32
+/// (rows x workgroups <= about the device's workgroup spread: on a GPU 8 rows take 32 each,
+/// every piece of a 2048-key row its own workgroup). The pieces themselves follow each row's
+/// key count alone, so a row's result is the same whatever this says.
+pub(super) fn attn_pieces(rows: usize, info: &crate::device::DeviceInfo) -> u32 {
+    (info.workgroup_spread() as usize / rows.max(1)).clamp(1, ATTN_SLOTS as usize) as u32
 }
-
-/// Rows x workgroups a head the decode attention aims at (64 left an 8-row step's rows two
-/// pieces a workgroup).
-pub(super) const ATTN_SPREAD: usize = 256;
 
 /// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp up to NROW_MAX
 /// rows, mt.comp or mr.comp past it): the matrices of the formats it reads, on a device that
@@ -492,11 +488,11 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
         n_head: cfg.n_head as u32,
         n_head_kv: cfg.n_head_kv as u32,
         head_dim: cfg.head_dim as u32,
-        n_pieces: attn_pieces(n),
+        n_pieces: attn_pieces(n, &rec.gpu.info),
         scale: cfg.attn_scale,
         key_window: cfg.layer_window(l).map_or(0, |w| w.min(u32::MAX as usize) as u32),
     };
-    let n_pieces = attn_pieces(n);
+    let n_pieces = attn_pieces(n, &rec.gpu.info);
     // A token command's attention ropes and stores its rows (the same bits as the rope_store
     // dispatch), also where a region's rows are a run (a peel: a row reads the keys of the
     // run's earlier rows from k and v, as they will be stored).
