@@ -332,6 +332,13 @@ pub struct StepOut {
 }
 
 /// A backend that runs the whole model. The CPU home and the Vulkan home implement it.
+/// [`Home::step_and_prefill`] as two calls: the step, then the prefill (the trait's default,
+/// and what a home that runs both in one pass does where it cannot).
+pub fn step_then_prefill<H: Home + ?Sized>(home: &mut H, rows: &[Row], needs: &[Need], segments: &[Segment<'_>]) -> Result<(StepOut, Logits)> {
+    let out = home.step(rows, needs)?;
+    Ok((out, home.prefill(segments)?))
+}
+
 pub trait Home: Send {
     fn spec(&self) -> &HomeSpec;
 
@@ -350,8 +357,7 @@ pub trait Home: Send {
     /// can runs both in one pass over the weights (and counts it in `mixed_steps`); by
     /// default the step, then the prefill.
     fn step_and_prefill(&mut self, rows: &[Row], needs: &[Need], segments: &[Segment<'_>]) -> Result<(StepOut, Logits)> {
-        let out = self.step(rows, needs)?;
-        Ok((out, self.prefill(segments)?))
+        step_then_prefill(self, rows, needs, segments)
     }
 
     /// The counters this home updates (shared with the engine and the server's /metrics).

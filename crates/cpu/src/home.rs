@@ -121,9 +121,8 @@ impl Home for CpuHome {
         check_step(&self.spec, rows, needs)?;
         check_segments(&self.spec, segments)?;
         if segments.iter().any(|s| rows.iter().any(|r| r.region == s.region)) {
-            // A session's rows on both sides: the step's rows, then its prompt (as the default).
-            let out = self.step(rows, needs)?;
-            return Ok((out, self.prefill(segments)?));
+            // A session's rows on both sides: the step's rows, then its prompt.
+            return resin_core::step_then_prefill(self, rows, needs, segments);
         }
         let (chain, windows) = plan_chain(segments, PF_WINDOW, usize::MAX);
         let mut pass: Vec<PassRow> = rows.iter().map(|r| (r.region.0 as usize, r.pos, r.token)).collect();
