@@ -359,11 +359,8 @@ const MR_SHARED_MAX: u32 = mr_shared_bytes(8, 2, 16);
 /// registers were as fast or faster on the H100.
 const TILES_MIN_ROWS: u32 = 32;
 
-/// mt.comp's 16x16 output regions a workgroup, weight rows by activation rows (OUT 2 takes
-/// 4 x 1: its 32 gate rows and their up rows), and the most subgroups that split a row's chunk
-/// tree (docs/lessons.md has the shapes tried).
-const MT_TM: u32 = 4;
-const MT_TN: u32 = 2;
+/// The most subgroups of an mt.comp workgroup (SwiGLU's 4 x 1 regions of 16x16: its 32 gate
+/// rows and their up rows, 16 activation rows), which split a row's chunk tree.
 const MT_WK_MAX: u32 = 8;
 
 /// Threads of the largest mm.comp workgroup (its 64-row tile).
@@ -880,12 +877,14 @@ impl Recorder<'_> {
                 None => self.run(&name, &consts, &[w, x, nr, y, pk], &mm.bytes(), grid),
             };
         }
-        if ex.is_none() && s.rows >= 16 && n >= 16 && (outk != 2 || s.rows.is_multiple_of(32)) {
-            // mt.comp: int8 tiles finished in registers.
-            let (tm, tn) = if outk == 2 { (4, 1) } else { (MT_TM, MT_TN) };
+        if ex.is_none() && outk == 2 && n >= 16 && s.rows.is_multiple_of(32) {
+            // mt.comp: int8 tiles finished in registers, for the SwiGLU form. The plain forms
+            // take mm.comp: every mt.comp shape that fits a 48 KB workgroup lost to it there at
+            // 64 rows and more on the H100 (docs/lessons.md).
+            let (tm, tn) = (4, 1);
             let lw = (lpow / MT_WK_MAX).clamp(1, 4);
             let wk = lpow / lw;
-            let outs = if outk == 2 { 32 } else { 16 * tm };
+            let outs = 32;
             let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, xin, outk, tm, tn, wk, 32 * wk, act];
             let shared = mt_shared_bytes(f != "q8_0", f == "q6_k", tm, tn, wk);
             // Too wide a workgroup for the device: mm.comp, the same canonical sums.

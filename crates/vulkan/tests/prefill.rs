@@ -405,7 +405,7 @@ fn a_wide_step_in_lanes_equals_each_row_alone() {
 }
 
 /// `WideMode::Canon`: a wide step of distinct regions is one pass whose matrices all take the
-/// canonical product (mt.comp's tiles or mr.comp): every row of a 16-, 33- and 64-row step
+/// canonical product (int8 tiles, or mr.comp): every row of a 16-, 33- and 64-row step
 /// equals that row stepped alone bit for bit, in logits and greedy ids. Control: a 33-row step
 /// as one GEMM pass (`WideMode::Gemm`, whose sums follow the window's order) differs from the
 /// rows alone somewhere.
