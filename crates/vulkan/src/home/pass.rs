@@ -47,10 +47,26 @@ pub(super) fn attn_pieces(rows: usize, info: &crate::device::DeviceInfo) -> u32 
 
 /// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp up to NROW_MAX
 /// rows, the int8 tiles of mm.comp and mt.comp or mr.comp past it): the matrices of the formats it reads, on a device that
-/// runs it, in passes of up to `Scratch::pass_canon_rows` rows (a token command's; for a step,
+/// runs it, in passes of up to `PassScratch::canon_upto` rows (a token command's; for a step,
 /// the widest step's where a step may be one canonical pass).
-pub(super) fn canon(m: &Mat, n: usize, s: &Scratch) -> bool {
-    canon_reads(m, s) && n <= s.pass_canon_rows.get()
+pub(super) fn canon(m: &Mat, n: usize, s: &PassScratch<'_>) -> bool {
+    canon_reads(m, s) && n <= s.canon_upto
+}
+
+/// A lane's scratch as the pass being recorded sees it, with the rows up to which the pass's
+/// products take the canonical order: the plan's `Scratch::canon_rows` for a step, NROW_MAX for
+/// a window (whose rows take its GEMM past a token command's width, as in the prompt's own
+/// window chain).
+pub(super) struct PassScratch<'a> {
+    scratch: &'a Scratch,
+    canon_upto: usize,
+}
+
+impl std::ops::Deref for PassScratch<'_> {
+    type Target = Scratch;
+    fn deref(&self) -> &Scratch {
+        self.scratch
+    }
 }
 
 /// Whether the canonical product reads matrix `m` at all: its format, on a device that runs
@@ -73,7 +89,7 @@ fn packed(n: usize, cols: usize) -> Result<QPack, VkError> {
 
 /// Put the input `x` of the matrices `ms` the way each reads it (packed for the canonical
 /// product, rounded through its blocks for the others; once a kind), then a barrier.
-pub(super) fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s: &Scratch) -> Result<(), VkError> {
+pub(super) fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s: &PassScratch<'_>) -> Result<(), VkError> {
     let cols = ms[0].cols;
     let mut any = false;
     if ms.iter().any(|m| canon(m, n, s)) {
@@ -95,7 +111,7 @@ pub(super) fn prep(rec: &mut Recorder<'_>, n: usize, x: &Buffer, ms: &[&Mat], s:
 /// gate <- act(gate) * up as the input of `down`, then a barrier. Where `down` reads packed
 /// or rounded activations, one dispatch writes them straight from gate and up (what swiglu
 /// then `prep` would write; gate itself keeps the gate projection, which nothing reads after).
-pub(super) fn swiglu_for(rec: &mut Recorder<'_>, act: FfnAct, n: usize, down: &Mat, s: &Scratch) -> Result<(), VkError> {
+pub(super) fn swiglu_for(rec: &mut Recorder<'_>, act: FfnAct, n: usize, down: &Mat, s: &PassScratch<'_>) -> Result<(), VkError> {
     let count = (n * down.cols) as u32;
     let (g, u) = ((&s.gate).into(), (&s.up).into());
     if canon(down, n, s) {
@@ -111,7 +127,7 @@ pub(super) fn swiglu_for(rec: &mut Recorder<'_>, act: FfnAct, n: usize, down: &M
 
 /// What the decode attention's combine can write for `attn_out` (n rows) itself (what `prep`
 /// would write after it), or None where `prep` must.
-pub(super) fn attn_round<'a>(attn_out: &Mat, n: usize, cfg: &ModelConfig, s: &'a Scratch) -> Result<Option<AttnRound<'a>>, VkError> {
+pub(super) fn attn_round<'a>(attn_out: &Mat, n: usize, cfg: &ModelConfig, s: &'a PassScratch<'a>) -> Result<Option<AttnRound<'a>>, VkError> {
     let heads_ok = |block| attn_round_heads(block, cfg.head_dim as u32, cfg.n_head as u32).is_some();
     if canon(attn_out, n, s) {
         return Ok(heads_ok(32).then_some(AttnRound::Packed { layout: packed(n, attn_out.cols)?, out: (&s.xp32).into() }));
@@ -121,7 +137,7 @@ pub(super) fn attn_round<'a>(attn_out: &Mat, n: usize, cfg: &ModelConfig, s: &'a
 
 /// s.xn = rmsnorm(r.x (+= r.add)) * w, and in the same dispatch what the matrices `ms` read
 /// of it (what `prep` would write after it); then a barrier.
-pub(super) fn norm_for(rec: &mut Recorder<'_>, rows: usize, r: &mut Resid<'_>, w: &Buffer, ms: &[&Mat], s: &Scratch, p: NormPush) -> Result<(), VkError> {
+pub(super) fn norm_for(rec: &mut Recorder<'_>, rows: usize, r: &mut Resid<'_>, w: &Buffer, ms: &[&Mat], s: &PassScratch<'_>, p: NormPush) -> Result<(), VkError> {
     r.settle(rec, rows, p)?;
     let (x, add, out) = (r.x, r.add.map(Bind::from), &s.xn);
     if ms.iter().any(|m| canon(m, rows, s)) {
@@ -195,7 +211,7 @@ enum CanonNorm {
     Pack,
 }
 
-fn canon_norm(rec: &Recorder<'_>, n: usize, r: &Resid<'_>, ms: &[&Mat], s: &Scratch, swiglu: bool) -> Option<CanonNorm> {
+fn canon_norm(rec: &Recorder<'_>, n: usize, r: &Resid<'_>, ms: &[&Mat], s: &PassScratch<'_>, swiglu: bool) -> Option<CanonNorm> {
     if !ms.iter().all(|m| canon(m, n, s)) {
         return None;
     }
@@ -212,7 +228,7 @@ fn canon_input<'a>(
     r: &mut Resid<'a>,
     norm: &Norm<'a>,
     cols: usize,
-    s: &'a Scratch,
+    s: &'a PassScratch<'a>,
     clock: &mut Option<&mut StageClock<'_>>,
 ) -> Result<MvIn<'a>, VkError> {
     if how == CanonNorm::Fold {
@@ -241,7 +257,7 @@ pub(super) fn norm_mm<'a>(
     r: &mut Resid<'a>,
     norm: Norm<'a>,
     ms: &[(&Mat, &Buffer, usize)],
-    s: &'a Scratch,
+    s: &'a PassScratch<'a>,
     clock: &mut Option<&mut StageClock<'_>>,
 ) -> Result<(), VkError> {
     let mats: Vec<&Mat> = ms.iter().map(|(m, _, _)| *m).collect();
@@ -273,16 +289,17 @@ fn shape(m: &Mat, part: &Part, y_stride: usize) -> MvShape {
 /// the canonical product, one product with the activation in its epilogue (its norm folded at
 /// one row, `normpack` ahead of it for more), else `norm_mm` (marking `gate_up`) and
 /// `swiglu_for`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn ffn_in<'a>(
     rec: &mut Recorder<'_>,
     n: usize,
     r: &mut Resid<'a>,
     norm: Norm<'a>,
     ly: &Layer,
-    ctx: &PassCtx<'a>,
+    cfg: &ModelConfig,
+    s: &'a PassScratch<'a>,
     clock: &mut Option<&mut StageClock<'_>>,
 ) -> Result<(), VkError> {
-    let (cfg, s) = (ctx.cfg, ctx.s);
     let pair = ly.gate.pair_with(&ly.up);
     let how = canon_norm(rec, n, r, &[&ly.gate, &ly.up], s, true);
     if let (Some((w, up_off)), true, Some(how), true) =
@@ -320,7 +337,7 @@ pub(super) fn resid_mm<'a>(
     r: &mut Resid<'a>,
     (y, post, spare): (&'a Buffer, Option<&'a Buffer>, &'a Buffer),
     next: Option<&'a Buffer>,
-    s: &'a Scratch,
+    s: &'a PassScratch<'a>,
 ) -> Result<(), VkError> {
     r.packed = None;
     if canon(m, n, s) && post.is_none() {
@@ -350,7 +367,7 @@ pub(super) fn resid_mm<'a>(
 /// (one-row or N-row form); more (a prefill window) the GEMM.
 /// `slot`: which of the split-K scratch slots a GEMM takes (matrices recorded with no barrier
 /// between them, as q, k and v, take different ones).
-pub(super) fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, (y, y_stride): (&Buffer, usize), s: &Scratch, slot: usize) -> Result<(), VkError> {
+pub(super) fn mm(rec: &mut Recorder<'_>, n: usize, m: &Mat, x: &Buffer, (y, y_stride): (&Buffer, usize), s: &PassScratch<'_>, slot: usize) -> Result<(), VkError> {
     let xin = if rounds(m, 32, s) {
         &s.xq32
     } else if rounds(m, 256, s) {
@@ -468,11 +485,11 @@ pub(super) struct PassCtx<'a> {
 /// `decode_attention_pieces` each time it runs).
 pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &PassCtx<'_>, mut clock: Option<&mut StageClock<'_>>) -> Result<u32, VkError> {
     let PassCtx { cfg, codec, w, s, counters } = *ctx;
+    let s = &PassScratch { scratch: s, canon_upto: if shape.narrow.is_some() { NROW_MAX } else { s.canon_rows } };
     let Weights { layers, embd, output, output_norm, .. } = w;
     let output = output.as_ref();
     let cmd = rec.cmd;
     let n = shape.n;
-    s.pass_canon_rows.set(if shape.narrow.is_some() { NROW_MAX } else { s.canon_rows });
     let (d, nr) = (cfg.n_embd, n as u32);
     let norm = NormPush { n: d as u32, eps: cfg.rms_eps };
     for part in &embd.parts {
@@ -590,7 +607,7 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
             }
         } else {
             // then the FFN's input: gate and up of norm(x) * ffn_norm, its activation
-            ffn_in(rec, m, &mut r, fnorm, ly, ctx, &mut clock)?;
+            ffn_in(rec, m, &mut r, fnorm, ly, cfg, s, &mut clock)?;
             // x += down (gemma3: its norm, into `o`, which the FFN's norm has added already)
             // (and the next norm's input: the next layer's attention norm, or the output norm)
             let next = layers.get(l + 1).map_or(output_norm, |n| &n.attn_norm);
@@ -664,7 +681,7 @@ fn moe_ffn<'a>(
     ly: &Layer,
     router: &Buffer,
     cfg: &ModelConfig,
-    s: &'a Scratch,
+    s: &'a PassScratch<'a>,
     norm: Norm<'_>,
     next: Option<&'a Buffer>,
     clock: &mut Option<&mut StageClock<'_>>,
@@ -785,7 +802,7 @@ fn router_binds<'a>(s: &'a Scratch, router: &'a Buffer, input: RouterIn<'a>) -> 
 /// Whether an MoE FFN of `n` rows takes the grouped canonical product: it reads the experts'
 /// formats and its forms (gate and up with the SwiGLU epilogue, down) fit the device, whatever
 /// the row count.
-fn moe_canonical(rec: &Recorder<'_>, n: usize, ly: &Layer, cfg: &ModelConfig, s: &Scratch) -> bool {
+fn moe_canonical(rec: &Recorder<'_>, n: usize, ly: &Layer, cfg: &ModelConfig, s: &PassScratch<'_>) -> bool {
     let info = &rec.gpu.info;
     [&ly.gate, &ly.up, &ly.down].into_iter().all(|m| canon_reads(m, s))
         && mv_fits(info, n as u32, cfg.n_embd as u32, false, true)
@@ -810,7 +827,7 @@ fn moe_experts<'a>(
     moe: resin_model::Moe,
     act: FfnAct,
     input: MvIn<'_>,
-    s: &'a Scratch,
+    s: &'a PassScratch<'a>,
     (layer, r, next): (usize, &mut Resid<'a>, Option<&'a Buffer>),
     clock: &mut Option<&mut StageClock<'_>>,
 ) -> Result<bool, VkError> {

@@ -68,10 +68,6 @@ pub(super) struct Scratch {
     /// Rows up to which a pass takes the canonical product (`plan::canon_rows`): `xp32`, `xpn`
     /// and `rs` hold that many.
     pub(super) canon_rows: usize,
-    /// Rows up to which the pass being recorded takes the canonical product: `canon_rows` for
-    /// a step, NROW_MAX for a window (whose rows take its GEMM past a token command's width,
-    /// as in the prompt's own window chain). Set by `record_pass`.
-    pub(super) pass_canon_rows: std::cell::Cell<usize>,
     /// A mixture-of-experts FFN's router logits, [rows][n_expert].
     pub(super) moe_logits: Buffer,
     /// The mixture-of-experts FFN's slots (row r's j-th expert is slot r * k + j): gate and up
@@ -181,7 +177,6 @@ impl Scratch {
             q8,
             dot: q8 && crate::mv::mv_ok(&gpu.info),
             canon_rows: canon_rows.max(NROW_MAX),
-            pass_canon_rows: std::cell::Cell::new(NROW_MAX),
             done: {
                 let mut b = dev(WINDOW_ATTN_MIN_ROWS.max(HomeSpec::wide_rows(out_rows)) * cfg.n_head)?;
                 b.fill_u32(0)?;
