@@ -331,7 +331,6 @@ pub struct StepOut {
     pub rows: Vec<RowOut>,
 }
 
-/// A backend that runs the whole model. The CPU home and the Vulkan home implement it.
 /// [`Home::step_and_prefill`] as two calls: the step, then the prefill (the trait's default,
 /// and what a home that runs both in one pass does where it cannot).
 pub fn step_then_prefill<H: Home + ?Sized>(home: &mut H, rows: &[Row], needs: &[Need], segments: &[Segment<'_>]) -> Result<(StepOut, Logits)> {
@@ -339,6 +338,7 @@ pub fn step_then_prefill<H: Home + ?Sized>(home: &mut H, rows: &[Row], needs: &[
     Ok((out, home.prefill(segments)?))
 }
 
+/// A backend that runs the whole model. The CPU home and the Vulkan home implement it.
 pub trait Home: Send {
     fn spec(&self) -> &HomeSpec;
 

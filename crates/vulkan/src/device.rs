@@ -65,27 +65,20 @@ pub struct DeviceInfo {
     pub heaps: Vec<Heap>,
     /// Compute queues taken (up to QUEUES_MAX of the family's; 1 before the device starts).
     pub queues: u32,
+    /// Workgroups a dispatch aims at to keep the device busy: on a GPU about twice the compute
+    /// units of the large ones (an H100 has 132); on a processor (Mesa's lavapipe, which runs
+    /// each workgroup on one of its threads, with a cost of its own even where the workgroup
+    /// has little to do) two a thread.
+    pub workgroup_spread: u32,
 }
 
 /// [`DeviceInfo::workgroup_spread`] on a GPU.
-pub const GPU_WORKGROUP_SPREAD: u32 = 264;
+const GPU_WORKGROUP_SPREAD: u32 = 264;
 
 impl DeviceInfo {
     /// Bytes of device-local memory (the largest device-local heap).
     pub fn device_local_bytes(&self) -> u64 {
         self.heaps.iter().filter(|h| h.device_local).map(|h| h.bytes).max().unwrap_or(0)
-    }
-
-    /// Workgroups a dispatch aims at to keep the device busy: on a GPU about twice the compute
-    /// units of the large ones (an H100 has 132); on a processor (Mesa's lavapipe, which runs
-    /// each workgroup on one of its threads, with a cost of its own even where the workgroup
-    /// has little to do) two a thread.
-    pub fn workgroup_spread(&self) -> u32 {
-        if self.kind == "cpu" {
-            2 * std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
-        } else {
-            GPU_WORKGROUP_SPREAD
-        }
     }
 
     /// One line per capability with its state, for the "device ready" log and `resin inspect`.
@@ -339,6 +332,11 @@ fn read_info(entry: &ash::Entry, instance: &ash::Instance, pd: vk::PhysicalDevic
         timestamp_period: (ts_bits > 0 && lim.timestamp_period > 0.0).then_some(lim.timestamp_period),
         heaps,
         queues: 1,
+        workgroup_spread: if props.device_type == vk::PhysicalDeviceType::CPU {
+            2 * std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+        } else {
+            GPU_WORKGROUP_SPREAD
+        },
     };
     (info, f)
 }

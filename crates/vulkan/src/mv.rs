@@ -519,7 +519,7 @@ impl MvSpec {
         let passes = if swiglu {
             SWIGLU_TILE / (subgroups / ksplit)
         } else if normed {
-            (rows / (NSG * outs * info.workgroup_spread())).clamp(1, 16)
+            (rows / (NSG * outs * info.workgroup_spread)).clamp(1, 16)
         } else {
             1
         };

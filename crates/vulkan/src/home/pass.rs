@@ -42,11 +42,12 @@ pub(super) fn mark(clock: &mut Option<&mut StageClock<'_>>, cmd: ash::vk::Comman
 /// every piece of a 2048-key row its own workgroup). The pieces themselves follow each row's
 /// key count alone, so a row's result is the same whatever this says.
 pub(super) fn attn_pieces(rows: usize, info: &crate::device::DeviceInfo) -> u32 {
-    (info.workgroup_spread() as usize / rows.max(1)).clamp(1, ATTN_SLOTS as usize) as u32
+    (info.workgroup_spread as usize / rows.max(1)).clamp(1, ATTN_SLOTS as usize) as u32
 }
 
 /// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp up to NROW_MAX
-/// rows, the int8 tiles of mm.comp and mt.comp or mr.comp past it): the matrices of the formats it reads, on a device that
+/// rows, the int8 tiles of mm.comp and mt.comp or mr.comp past it): the matrices of the
+/// formats it reads, on a device that
 /// runs it, in passes of up to `PassScratch::canon_upto` rows (a token command's; for a step,
 /// the widest step's where a step may be one canonical pass).
 pub(super) fn canon(m: &Mat, n: usize, s: &PassScratch<'_>) -> bool {
@@ -501,15 +502,15 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
     let style = cfg.arch.rope_style();
     let flags = if cfg.qkv_bias { ROPE_BIAS } else { 0 } | if cfg.qk_norm { ROPE_QK_NORM } else { 0 };
     let rp = RopePush { n_head: cfg.n_head as u32, n_head_kv: cfg.n_head_kv as u32, head_dim: cfg.head_dim as u32, rope_dims: cfg.rope_dims as u32, flags, eps: cfg.rms_eps };
+    let n_pieces = attn_pieces(n, &rec.gpu.info);
     let attn_push = |l: usize| AttnPush {
         n_head: cfg.n_head as u32,
         n_head_kv: cfg.n_head_kv as u32,
         head_dim: cfg.head_dim as u32,
-        n_pieces: attn_pieces(n, &rec.gpu.info),
+        n_pieces,
         scale: cfg.attn_scale,
         key_window: cfg.layer_window(l).map_or(0, |w| w.min(u32::MAX as usize) as u32),
     };
-    let n_pieces = attn_pieces(n, &rec.gpu.info);
     // A token command's attention ropes and stores its rows (the same bits as the rope_store
     // dispatch), also where a region's rows are a run (a peel: a row reads the keys of the
     // run's earlier rows from k and v, as they will be stored).
