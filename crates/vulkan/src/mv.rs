@@ -879,8 +879,8 @@ impl Recorder<'_> {
         }
         if ex.is_none() && outk == 2 && n >= 16 && s.rows.is_multiple_of(32) {
             // mt.comp: int8 tiles finished in registers, for the SwiGLU form. The plain forms
-            // take mm.comp: every mt.comp shape that fits a 48 KB workgroup lost to it there at
-            // 64 rows and more on the H100 (docs/lessons.md).
+            // take mm.comp, which beat every mt.comp shape that fits the H100's workgroups
+            // (docs/lessons.md).
             let (tm, tn) = (4, 1);
             let lw = (lpow / MT_WK_MAX).clamp(1, 4);
             let wk = lpow / lw;
