@@ -3,8 +3,9 @@
 //! `y[c * y_stride + y_off + r] = W[r] . x[c * x_stride ..]` for `r < rows`, `c < n`: the GEMV's
 //! semantics ([`GemvPush`]'s fields mean what they mean there) for any `n >= 1` activation
 //! rows. Two tiers from one shader body:
-//! - [`GemmTier::Tiled`], portable: 64x64 tiles of weight rows x activation rows, weights
-//!   dequantized once per tile and K step into 16 KiB of shared memory, f32 throughout.
+//! - [`GemmTier::Tiled`], portable: tiles of 64 weight rows x 8..64 activation rows
+//!   ([`tiled_tile_n`]), weights dequantized once per tile and K step into shared memory
+//!   (at most 16 KiB), f32 throughout.
 //! - [`GemmTier::CoopMat`]: tiles of 64 weight rows x 64 or 128 activation rows
 //!   ([`coopmat_tile_n`]) through `GL_KHR_cooperative_matrix` 16x16x16
 //!   f16 x f16 -> f32 (weights and activations rounded to f16). Chosen by [`pick_tier`] only
@@ -19,7 +20,8 @@ use crate::VkError;
 
 /// Weight rows a workgroup tile covers (BM in the shader).
 pub const TILE_ROWS: u32 = 64;
-/// Activation rows a workgroup tile covers (BN in the shader).
+/// Activation rows of the portable tier's widest tile and of the cooperative-matrix tier's
+/// narrower one (BN in the shader).
 pub const TILE_N: u32 = 64;
 /// Threads of a portable-tier workgroup (the shader's literal local size).
 pub const TILED_THREADS: u32 = 128;
@@ -37,6 +39,13 @@ pub const COOPMAT_TILE_N_MAX: u32 = 128;
 /// padded by 8 values, and a 16x16 f32 staging slot a 32x32 region.
 pub const fn coopmat_shared_bytes(ku: u32, tile_n: u32) -> u32 {
     (TILE_ROWS + tile_n) * (32 * ku + 8) * 2 + coopmat_subgroups(tile_n) * 16 * 16 * 4
+}
+
+/// Activation rows a portable-tier tile covers for a pass of `n` rows: `n` rounded up to a
+/// power of two from 8 to [`TILE_N`], so a short window's threads do not multiply rows of
+/// zeros (each output's sum runs over K in the same order in every tile: the same bits).
+pub fn tiled_tile_n(n: u32) -> u32 {
+    n.clamp(8, TILE_N).next_power_of_two()
 }
 
 /// Activation rows a cooperative-matrix tile covers for a pass of `n` rows: 128 when the pass
@@ -217,13 +226,8 @@ pub fn pick_tier(c: &GemmCaps) -> GemmTier {
     }
 }
 
-/// Workgroups of a GEMM of 64-row activation tiles: x over weight-row tiles, y over
+/// Workgroups of a GEMM of `tile_n`-row activation tiles: x over weight-row tiles, y over
 /// activation-row tiles, z over K pieces.
-pub fn gemm_groups(rows: u32, n: u32, pieces: u32) -> Result<[u32; 3], VkError> {
-    gemm_grid(rows, n, pieces, TILE_N)
-}
-
-/// [`gemm_groups`] for activation tiles of `tile_n` rows.
 pub fn gemm_grid(rows: u32, n: u32, pieces: u32, tile_n: u32) -> Result<[u32; 3], VkError> {
     let tm = rows.div_ceil(TILE_ROWS).max(1);
     let tn = n.div_ceil(tile_n.max(1)).max(1);
@@ -279,7 +283,10 @@ impl Recorder<'_> {
             return Err(VkError::Unsupported(format!("split GEMM of {} x {} over {n} rows: partial-sum buffers too small", p.rows, p.cols)));
         }
         match tier {
-            GemmTier::Tiled => self.run(&name, &[], &[w, x, y, part, done], &push, gemm_groups(p.rows, n, gp.pieces)?),
+            GemmTier::Tiled => {
+                let tile_n = tiled_tile_n(n);
+                self.run(&name, &[tile_n / 8], &[w, x, y, part, done], &push, gemm_grid(p.rows, n, gp.pieces, tile_n)?)
+            }
             GemmTier::CoopMat => {
                 let info = &self.gpu.info;
                 if !info.coopmat || !has_f16_16x16x16(&info.coopmat_shapes) {

@@ -1,7 +1,8 @@
 //! The prefill GEMM (src/gemm.rs, shaders/ops/gemm.comp).
 //!
 //! On the device (lavapipe in CI, which runs the portable tier): every format, activation-row
-//! counts around the 64-row tile (1, 9, 63, 64, 65, 200), weight-row counts that are not
+//! counts in each of the portable tier's tiles and around the 64-row one (1, 9, 20, 63, 64,
+//! 65, 200), weight-row counts that are not
 //! multiples of the tile (67, 130), 256 and 512 values a row. Every output element against an
 //! f64 oracle with the GEMV's bar, (cols + 8) u sum_j |w_ij x_j| (any f32 summation order of
 //! `cols` products is within gamma_cols of the exact sum, plus a few roundings of the in-kernel
@@ -11,9 +12,9 @@
 //! GEMV's (`gemv` with n = 1) for that row. Negative controls: a perturbed oracle and an
 //! unwritten output fail the bar.
 //!
-//! Rows of 2048 and 2304 values split K into pieces (`gemm_split`): the same checks, and each
-//! activation row's output is the same bits whatever the row count (the split follows the
-//! matrix's shape alone).
+//! Each activation row's output is the same bits whatever the row count (the tile follows the
+//! row count, each output's order over K does not); rows of 2048 values split K into pieces
+//! (`gemm_split`): the same checks (the split follows the matrix's shape alone).
 //!
 //! On the host: the tier choice (`pick_tier`) from device capabilities, and the grid.
 
@@ -27,7 +28,7 @@ use resin_vulkan::gemm::*;
 use resin_vulkan::kernels::{GemvPush, Recorder};
 use resin_vulkan::pipelines::{Bind, VARIANTS};
 
-const NS: [usize; 6] = [1, 9, 63, 64, 65, 200];
+const NS: [usize; 7] = [1, 9, 20, 63, 64, 65, 200];
 const NMAX: usize = 200;
 
 /// Partial-sum and counter (zeroed) buffers for a split GEMM of `rows` x `cols` over up to
@@ -70,6 +71,7 @@ fn gemm_every_format_edges_strides_and_gemv_agreement() {
             let (ys, yo) = (rows + 5, 3usize);
             let mut last = Vec::new();
             let mut first9 = Vec::new();
+            let mut first1 = Vec::new();
             for n in NS {
                 let len = (n + 1) * ys + yo;
                 let ybuf = h.poisoned(len);
@@ -77,7 +79,14 @@ fn gemm_every_format_edges_strides_and_gemv_agreement() {
                 let split = GemmSplit { part: (&part).into(), done: (&done).into() };
                 h.run(|rec| rec.gemm_in(GemmTier::Tiled, ty, n as u32, (&wbuf).into(), (&xbuf).into(), (&ybuf).into(), p, Some(split)));
                 let got = ybuf.read_f32(0, len).unwrap();
-                // Each row the same bits whatever the row count: rows 0..9 of every n >= 9.
+                // Each row the same bits whatever the row count (and so the tile): row 0 of
+                // n = 1 against every n, rows 0..9 of every n >= 9.
+                if n == 1 {
+                    first1 = got[yo..yo + rows].iter().map(|v| v.to_bits()).collect();
+                } else {
+                    let row0: Vec<u32> = got[yo..yo + rows].iter().map(|v| v.to_bits()).collect();
+                    assert!(first1 == row0, "{what}: row 0 at n={n} differs from n=1");
+                }
                 if n >= 9 {
                     let rows9: Vec<u32> = (0..9).flat_map(|c| got[c * ys + yo..c * ys + yo + rows].iter().map(|v| v.to_bits())).collect();
                     if first9.is_empty() {
@@ -348,11 +357,13 @@ fn tier_choice() {
 
 #[test]
 fn grid_and_variants() {
-    assert_eq!(gemm_groups(151_936, 512, 1).unwrap(), [2374, 8, 1]);
-    assert_eq!(gemm_groups(67, 1, 1).unwrap(), [2, 1, 1]);
-    assert_eq!(gemm_groups(64, 65, 4).unwrap(), [1, 2, 4], "z: K pieces");
-    assert!(gemm_groups(64 * 65_536 + 1, 9, 1).is_err());
-    assert!(gemm_groups(1, 65_536 * 64 + 1, 1).is_err());
+    assert_eq!(gemm_grid(151_936, 512, 1, 64).unwrap(), [2374, 8, 1]);
+    assert_eq!(gemm_grid(67, 1, 1, 8).unwrap(), [2, 1, 1]);
+    assert_eq!(gemm_grid(64, 65, 4, 64).unwrap(), [1, 2, 4], "z: K pieces");
+    assert!(gemm_grid(64 * 65_536 + 1, 9, 1, 16).is_err());
+    assert!(gemm_grid(1, 65_536 * 64 + 1, 1, 64).is_err());
+    let tiles: Vec<u32> = [1, 8, 9, 16, 17, 32, 33, 64, 65, 512].iter().map(|&n| tiled_tile_n(n)).collect();
+    assert_eq!(tiles, [8, 8, 16, 16, 32, 32, 64, 64, 64, 64]);
     // K splits by the matrix's shape: few row tiles and a long K take pieces, each a whole
     // number of 4-unit steps; a classifier's many row tiles or a short K take none.
     assert_eq!(gemm_split(2048, 8192), (64, 4));

@@ -17,8 +17,9 @@
 // small model's) then spreads over enough workgroups to fill the device.
 //
 // Two tiers from this one body:
-// - the portable tier (default): f32 in shared memory (BK*(BM+BN)*4 = 16 KiB), 128 threads,
-//   each accumulating a TM x TN register block in f32. Runs on every Vulkan 1.1 device.
+// - the portable tier (default): f32 in shared memory (BK*(BM+BN)*4, at most 16 KiB), 128
+//   threads, each accumulating a TM x TN register block in f32 (BN 8..64: specialization
+//   constant 0). Runs on every Vulkan 1.1 device.
 // - COOPMAT (GL_KHR_cooperative_matrix, compiled for vulkan1.3): weights dequantized to f16
 //   and activations converted to f16 (both clamped to +-65504) in shared memory, rows padded
 //   against bank conflicts; KU units a K step (specialization constant 1), the weights read
@@ -51,9 +52,13 @@ layout(constant_id = 1) const uint KU = 2;      // 32-value units a K step (1, 2
 layout(constant_id = 2) const uint RN = 2;
 #define BN (32u * RN)
 #else
-#define BN 64u
+// Activation rows a thread (1, 2, 4 or 8): BN = 8 TN, the pass's rows rounded up to a power
+// of two (gemm.rs tiled_tile_n), so a short window does not multiply a 64-row tile of zeros.
+// Each output's sum runs over K in the same order whatever the tile, so the bits do not
+// depend on it.
+layout(constant_id = 0) const uint TN = 8;
+#define BN (8u * TN)
 #define TM 4u                                   // weight rows a thread
-#define TN 8u                                   // activation rows a thread
 #define THREADS ((BM / TM) * (BN / TN))         // 128
 layout(local_size_x = 128) in;
 #endif
