@@ -19,7 +19,10 @@
 // Two tiers from this one body:
 // - the portable tier (default): f32 in shared memory (BK*(BM+BN)*4, at most 16 KiB), 128
 //   threads, each accumulating a TM x TN register block in f32 (BN 8..64: specialization
-//   constant 0). Runs on every Vulkan 1.1 device.
+//   constant 0). A thread's weight rows and activation rows are neighbours, and the staged
+//   weights hold four values of K a vector, so its shared reads are 16-byte vectors (a
+//   software device such as lavapipe does each shared access lane by lane). Runs on every
+//   Vulkan 1.1 device.
 // - COOPMAT (GL_KHR_cooperative_matrix, compiled for vulkan1.3): weights dequantized to f16
 //   and activations converted to f16 (both clamped to +-65504) in shared memory, rows padded
 //   against bank conflicts; KU units a K step (specialization constant 1), the weights read
@@ -120,8 +123,8 @@ void finish_split(uint r0, uint c0, uint t, uint nthreads) {
 
 #ifndef COOPMAT
 // ---------------------------------------------------------------- portable tier
-shared float ws[BK * BM];   // [k][weight row]
-shared float xs[BK * BN];   // [k][activation row]
+shared vec4 ws4[BK / 4u * BM];   // [k / 4][weight row]: k % 4 in the vector
+shared vec4 xs4[BK * BN / 4u];   // [k][activation row]
 
 void main() {
     uint tile_m = gl_WorkGroupID.x;
@@ -129,8 +132,8 @@ void main() {
     uint r0 = tile_m * BM;
     uint c0 = gl_WorkGroupID.y * BN;
     uint t = gl_LocalInvocationID.x;
-    uint tr = t % (BM / TM);                    // rows tr + i * BM/TM
-    uint tc = t / (BM / TM);                    // activation rows tc + j * BN/TN
+    uint tr = t % (BM / TM);                    // rows tr * TM + i
+    uint tc = t / (BM / TM);                    // activation rows tc * TN + j
     float acc[TM][TN];
     for (uint i = 0u; i < TM; i++)
         for (uint j = 0u; j < TN; j++) acc[i][j] = 0.0;
@@ -147,38 +150,65 @@ void main() {
             } else {
                 for (uint l = 0u; l < 32u; l++) v[l] = 0.0;
             }
-            for (uint l = 0u; l < 32u; l++) ws[l * BM + t] = v[l];
+            for (uint q = 0u; q < 8u; q++) ws4[q * BM + t] = vec4(v[4u * q], v[4u * q + 1u], v[4u * q + 2u], v[4u * q + 3u]);
         } else {
-            for (uint e = t - BM; e < BN * BK; e += THREADS - BM) {
-                uint c = e / BK;
+            // Four activation rows' values of one k a store (BN is 8 or more).
+            for (uint e = t - BM; e < BN / 4u * BK; e += THREADS - BM) {
+                uint c = e / BK * 4u;
                 uint l = e % BK;
-                uint cc = c0 + c;
-                xs[l * BN + c] = cc < p.n ? x[cc * p.x_stride + u * 32u + l] : 0.0;
+                vec4 xv;
+                for (uint i = 0u; i < 4u; i++) {
+                    uint cc = c0 + c + i;
+                    xv[i] = cc < p.n ? x[cc * p.x_stride + u * 32u + l] : 0.0;
+                }
+                xs4[(l * BN + c) / 4u] = xv;
             }
         }
         barrier();
-        for (uint l = 0u; l < BK; l++) {
-            float a[TM];
-            float b[TN];
-            for (uint i = 0u; i < TM; i++) a[i] = ws[l * BM + tr + i * (BM / TM)];
-            for (uint j = 0u; j < TN; j++) b[j] = xs[l * BN + tc + j * (BN / TN)];
-            for (uint i = 0u; i < TM; i++)
-                for (uint j = 0u; j < TN; j++) acc[i][j] += a[i] * b[j];
+        for (uint q = 0u; q < BK / 4u; q++) {
+            vec4 a[TM];
+            for (uint i = 0u; i < TM; i++) a[i] = ws4[q * BM + tr * TM + i];
+            for (uint kk = 0u; kk < 4u; kk++) {
+                uint l = 4u * q + kk;
+                float b[TN];
+                if (TN >= 4u) {
+                    for (uint j = 0u; j < TN; j += 4u) {
+                        vec4 bv = xs4[(l * BN + tc * TN + j) / 4u];
+                        b[j] = bv.x;
+                        b[j + 1u] = bv.y;
+                        b[j + 2u] = bv.z;
+                        b[j + 3u] = bv.w;
+                    }
+                } else {
+                    // A quarter or half of a vec4: selects, not a dynamic component index.
+                    vec4 bv = xs4[(l * BN + tc * TN) / 4u];
+                    uint o = (tc * TN) % 4u;
+                    vec2 h = o >= 2u ? bv.zw : bv.xy;
+                    if (TN == 2u) {
+                        b[0] = h.x;
+                        b[1u % TN] = h.y;
+                    } else {
+                        b[0] = (o & 1u) == 1u ? h.y : h.x;
+                    }
+                }
+                for (uint i = 0u; i < TM; i++)
+                    for (uint j = 0u; j < TN; j++) acc[i][j] += a[i][kk] * b[j];
+            }
         }
         barrier();
     }
     if (p.pieces > 1u) {
         uint pb = part_base(gl_WorkGroupID.z);
         for (uint j = 0u; j < TN; j++)
-            for (uint i = 0u; i < TM; i++) part[pb + (tc + j * (BN / TN)) * BM + tr + i * (BM / TM)] = acc[i][j];
+            for (uint i = 0u; i < TM; i++) part[pb + (tc * TN + j) * BM + tr * TM + i] = acc[i][j];
         finish_split(r0, c0, t, THREADS);
         return;
     }
     for (uint j = 0u; j < TN; j++) {
-        uint c = c0 + tc + j * (BN / TN);
+        uint c = c0 + tc * TN + j;
         if (c >= p.n) continue;
         for (uint i = 0u; i < TM; i++) {
-            uint r = r0 + tr + i * (BM / TM);
+            uint r = r0 + tr * TM + i;
             if (r < p.rows) y[c * p.y_stride + p.y_off + r] = acc[i][j];
         }
     }
