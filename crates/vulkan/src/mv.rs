@@ -341,27 +341,12 @@ const fn mr_shared_bytes(cs: u32, nv: u32, nc: u32) -> u32 {
     4 * cs * nv * nc * 32
 }
 
-/// Shared memory an mt.comp workgroup declares (its `sm`, `idxs` and Q8_0's `ssc`): `staged` where the
-/// format's tiles are unpacked into shared slices (all but Q8_0), `halves` for Q6_K's second
-/// product over the first halves.
-const fn mt_shared_bytes(staged: bool, halves: bool, tm: u32, tn: u32, wk: u32) -> u32 {
-    let stage = if staged { wk * tm * 16 * (if halves { 2 } else { 1 } * 3 + 1) } else { 0 };
-    let red = wk * tm * tn * 64;
-    // Q8_0: each subgroup's two slots of its block's scales.
-    let scales = if staged { 0 } else { wk * 2 * (tm + tn) * 16 * 4 };
-    16 * if stage > red { stage } else { red } + 4 * 256 + scales
-}
-
 /// The most mr.comp declares: 8 chunk slots, gate and up rows, 16 columns.
 const MR_SHARED_MAX: u32 = mr_shared_bytes(8, 2, 16);
 
 /// Rows from which a product takes the int8 tiles where the device has them: below, mr.comp's
 /// registers were as fast or faster on the H100.
 const TILES_MIN_ROWS: u32 = 32;
-
-/// The most subgroups of an mt.comp workgroup (SwiGLU's 4 x 1 regions of 16x16: its 32 gate
-/// rows and their up rows, 16 activation rows), which split a row's chunk tree.
-const MT_WK_MAX: u32 = 8;
 
 /// Threads of the largest mm.comp workgroup (its 64-row tile).
 const MM_THREADS: u32 = 256;
@@ -876,21 +861,6 @@ impl Recorder<'_> {
                 }
                 None => self.run(&name, &consts, &[w, x, nr, y, pk], &mm.bytes(), grid),
             };
-        }
-        if ex.is_none() && outk == 2 && n >= 16 && s.rows.is_multiple_of(32) {
-            // mt.comp: int8 tiles finished in registers, for the SwiGLU form. The plain forms
-            // take mm.comp, which beat every mt.comp shape that fits the H100's workgroups
-            // (docs/lessons.md).
-            let (tm, tn) = (4, 1);
-            let lw = (lpow / MT_WK_MAX).clamp(1, 4);
-            let wk = lpow / lw;
-            let outs = 32;
-            let consts = [cut.chunk_blocks as u32, cut.chunks as u32, lpow, xin, outk, tm, tn, wk, 32 * wk, act];
-            let shared = mt_shared_bytes(f != "q8_0", f == "q6_k", tm, tn, wk);
-            // Too wide a workgroup for the device: mm.comp, the same canonical sums.
-            if shared <= info.shared_memory && 32 * wk <= info.max_workgroup_invocations && wk <= MT_WK_MAX {
-                return self.run(&format!("mt_{f}"), &consts, &[w, x, nr, y, pk], &mm.bytes(), [s.rows.div_ceil(outs), n.div_ceil(16 * tn), 1]);
-            }
         }
         if MM_SHARED_BYTES > info.shared_memory || MM_THREADS > info.max_workgroup_invocations {
             return bad(format!("workgroups of {MM_THREADS} threads and {MM_SHARED_BYTES} bytes of shared memory"));

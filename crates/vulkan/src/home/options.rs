@@ -33,8 +33,8 @@ pub enum WideMode {
     /// the same bits, the weights read once (`resin --wide-steps exact`).
     #[default]
     Lanes,
-    /// One pass of all the rows, every matrix in the canonical product (int8 tiles, mm.comp's
-    /// and mt.comp's, where the device has them, mr.comp elsewhere): each row's bits are its
+    /// One pass of all the rows, every matrix in the canonical product (int8 tiles, mm.comp's,
+    /// where the device has them, mr.comp elsewhere): each row's bits are its
     /// own at any width, and the weights are read once a step.
     Canon,
     /// One pass of all the rows, its matrices through the window's GEMM.
