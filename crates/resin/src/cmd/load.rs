@@ -40,7 +40,7 @@ pub struct ModelArgs {
     #[arg(long, short = 't', env = "RESIN_THREADS")]
     pub threads: Option<usize>,
     /// How the Vulkan home steps more than 8 sessions at once: `exact` (groups of 8-row
-    /// token commands on several queues, and from 56 sessions, where the GPU has int8 tensor
+    /// token commands on several queues, and from 48 sessions, where the GPU has int8 tensor
     /// cores, one pass over the weights in the canonical order: each session's tokens exactly
     /// what it gets stepped alone), `canon` (that canonical pass at every width, for
     /// measuring), `fast` (from 40 sessions one GEMM pass: faster, a session's logits then

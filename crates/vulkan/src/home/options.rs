@@ -52,7 +52,7 @@ pub const FAST_GEMM_MIN_ROWS: usize = 40;
 
 /// Rows from which `WideMode::Lanes` takes one canonical pass where the device has the int8
 /// tiles: below, the lanes are faster (BENCHMARKS.md, docs/lessons.md).
-pub const CANON_WIDE_MIN_ROWS: usize = 56;
+pub const CANON_WIDE_MIN_ROWS: usize = 48;
 
 impl WideMode {
     /// How a step of `rows` rows runs: (lane, rows) of each pass, in row order. `distinct`:
