@@ -86,13 +86,13 @@ impl WindowTile {
 /// Subgroups a cooperative-matrix workgroup has.
 pub const COOPMAT_SUBGROUPS: u32 = 4;
 
-/// Query rows and keys a cooperative-matrix workgroup tile covers (BR, BC) at `head_dim`: 32
-/// rows, and 64 keys where that tile fits [`WINDOW_SHARED_CAP`] with a workgroup of `wg`
-/// threads, else 32 (half the barriers a key of the 32-key tile; each row's sums run in key
-/// order either way).
-pub fn coopmat_tile(head_dim: u32, wg: u32) -> WindowTile {
+/// Query rows and keys a cooperative-matrix workgroup tile covers (BR, BC) at `head_dim` on a
+/// device of `shared` bytes of shared memory a workgroup: 32 rows, and 64 keys where that
+/// tile fits min(`shared`, [`WINDOW_SHARED_CAP`]) with a workgroup of `wg` threads, else 32
+/// (half the barriers a key of the 32-key tile; each row's sums run in key order either way).
+pub fn coopmat_tile(head_dim: u32, wg: u32, shared: u32) -> WindowTile {
     let wide = WindowTile { br: 32, bc: 64 };
-    if coopmat_tile_bytes(wide, head_dim, wg) <= WINDOW_SHARED_CAP {
+    if coopmat_shared_bytes(wide, head_dim, wg) <= shared.min(WINDOW_SHARED_CAP) {
         wide
     } else {
         WindowTile { br: 32, bc: 32 }
@@ -102,14 +102,9 @@ pub fn coopmat_tile(head_dim: u32, wg: u32) -> WindowTile {
 /// Shared memory of the cooperative-matrix tier (bytes; mirrors the shader) for `tile`: f16 q,
 /// k/v and weight tiles (rows padded by 8 values), f32 scores and outputs, the rows' state and
 /// the softmax's partials.
-fn coopmat_tile_bytes(tile: WindowTile, head_dim: u32, wg: u32) -> u32 {
+pub fn coopmat_shared_bytes(tile: WindowTile, head_dim: u32, wg: u32) -> u32 {
     let (br, bc) = (tile.br, tile.bc);
     2 * (br * (head_dim + 8) + bc * (head_dim + 8) + br * (bc + 8)) + 4 * (br * bc + br * head_dim + 6 * br + 3 + 2 * wg)
-}
-
-/// Shared memory of the cooperative-matrix tier at `head_dim` with its tile.
-pub fn coopmat_shared_bytes(head_dim: u32, wg: u32) -> u32 {
-    coopmat_tile_bytes(coopmat_tile(head_dim, wg), head_dim, wg)
 }
 
 /// Whether the cooperative-matrix tier serves a window of this mirror codec and head dim on
@@ -117,7 +112,7 @@ pub fn coopmat_shared_bytes(head_dim: u32, wg: u32) -> u32 {
 pub fn coopmat_ok(info: &DeviceInfo, codec: KvCodec, head_dim: u32) -> bool {
     let c = GemmCaps::of(info);
     let wg = COOPMAT_SUBGROUPS * c.subgroup_size;
-    let t = coopmat_tile(head_dim, wg);
+    let t = coopmat_tile(head_dim, wg, c.shared_memory);
     codec == KvCodec::F16
         && head_dim > 0
         && head_dim.is_multiple_of(16)
@@ -131,7 +126,7 @@ pub fn coopmat_ok(info: &DeviceInfo, codec: KvCodec, head_dim: u32) -> bool {
         // The softmax takes wg / BR threads a row, each over BC / (wg / BR) keys.
         && (t.br..=t.br * t.bc).contains(&wg)
         && wg <= c.max_workgroup_invocations
-        && coopmat_shared_bytes(head_dim, wg) <= c.shared_memory.min(WINDOW_SHARED_CAP)
+        && coopmat_shared_bytes(t, head_dim, wg) <= c.shared_memory.min(WINDOW_SHARED_CAP)
 }
 
 impl Recorder<'_> {
@@ -165,7 +160,7 @@ impl Recorder<'_> {
         }
         let wg = COOPMAT_SUBGROUPS * self.gpu.info.subgroup_size;
         let wp = AttnWindowPush { n_head: p.n_head, n_head_kv: p.n_head_kv, head_dim: hd, rows, scale: p.scale, key_window: p.key_window };
-        let t = coopmat_tile(hd, wg);
+        let t = coopmat_tile(hd, wg, self.gpu.info.shared_memory);
         self.run("attn_window_cm_f16", &[wg, t.br, t.bc, hd], &[q, mk, mv, meta, out], &wp.bytes(), [p.n_head, rows.div_ceil(t.br), 1])
     }
 

@@ -274,6 +274,19 @@ fn tile_pick() {
     assert_eq!(WindowTile::pick(256, 32 * 1024, 1024), t(16, 8));
     assert_eq!(WindowTile { br: 32, bc: 32 }.wg(64), 128);
     assert_eq!(WindowTile { br: 32, bc: 32 }.wg(128), 256);
+    // The cooperative-matrix tile (4 subgroups of 32): 64 keys where they fit the device's
+    // shared memory and the cap, else 32; the pick always within both.
+    use resin_vulkan::attn_window::{coopmat_shared_bytes, coopmat_tile};
+    assert_eq!(coopmat_tile(64, 128, 48 * 1024), WindowTile { br: 32, bc: 64 });
+    assert_eq!(coopmat_tile(64, 128, 228 * 1024), WindowTile { br: 32, bc: 64 });
+    assert_eq!(coopmat_tile(128, 128, 228 * 1024), WindowTile { br: 32, bc: 32 });
+    assert_eq!(coopmat_tile(64, 128, 32 * 1024), WindowTile { br: 32, bc: 32 });
+    for shared in [32 * 1024u32, 48 * 1024, 228 * 1024] {
+        for hd in [64u32, 80, 96, 128] {
+            let t = coopmat_tile(hd, 128, shared);
+            assert!(t.bc == 32 || coopmat_shared_bytes(t, hd, 128) <= shared.min(48 * 1024), "{hd} {shared} {t:?}");
+        }
+    }
 }
 
 /// The cooperative-matrix tier over `meta`'s rows with queries `q` on `s`'s K/V (f16 mirror):

@@ -180,7 +180,8 @@ void main() {
                         b[j + 3u] = bv.w;
                     }
                 } else {
-                    // A quarter or half of a vec4: selects, not a dynamic component index.
+                    // A quarter or half of a vec4: selects, not a dynamic component index
+                    // (b[1u % TN]: an index in range even at TN 1, where it is never taken).
                     vec4 bv = xs4[(l * BN + tc * TN) / 4u];
                     uint o = (tc * TN) % 4u;
                     vec2 h = o >= 2u ? bv.zw : bv.xy;

@@ -33,9 +33,9 @@ pub enum WideMode {
     /// the same bits, the weights read once (`resin --wide-steps exact`).
     #[default]
     Lanes,
-    /// One pass of all the rows, every matrix in the canonical product (int8 tiles, mm.comp's,
-    /// where the device has them, mr.comp elsewhere): each row's bits are its
-    /// own at any width, and the weights are read once a step.
+    /// One pass of all the rows, every matrix in the canonical product (mm.comp's int8 tiles
+    /// where the device has them, mr.comp elsewhere): each row's bits are its own at any
+    /// width, and the weights are read once a step.
     Canon,
     /// One pass of all the rows, its matrices through the window's GEMM.
     Gemm,

@@ -46,10 +46,9 @@ pub(super) fn attn_pieces(rows: usize, info: &crate::device::DeviceInfo) -> u32 
 }
 
 /// Whether matrix `m` of an `n`-row pass takes the canonical product (mv.comp up to NROW_MAX
-/// rows, the int8 tiles of mm.comp or mr.comp past it): the matrices of the
-/// formats it reads, on a device that
-/// runs it, in passes of up to `PassScratch::canon_upto` rows (a token command's; for a step,
-/// the widest step's where a step may be one canonical pass).
+/// rows, the int8 tiles of mm.comp or mr.comp past it): the matrices of the formats it reads,
+/// on a device that runs it, in passes of up to `PassScratch::canon_upto` rows (a token
+/// command's; for a step, the widest step's where a step may be one canonical pass).
 pub(super) fn canon(m: &Mat, n: usize, s: &PassScratch<'_>) -> bool {
     canon_reads(m, s) && n <= s.canon_upto
 }

@@ -128,8 +128,8 @@ pub(super) fn canon_rows(wide: WideMode, regions: usize, canon_from: usize) -> u
 }
 
 /// Rows from which `WideMode::Lanes` takes one canonical pass on this device: where it has the
-/// int8 tiles (mm.comp), CANON_WIDE_MIN_ROWS; elsewhere never (mr.comp's registers
-/// were not measured against the lanes there).
+/// int8 tiles (mm.comp), CANON_WIDE_MIN_ROWS; elsewhere never (mr.comp's registers were not
+/// measured against the lanes there).
 pub(super) fn canon_from(info: &crate::device::DeviceInfo) -> usize {
     if crate::mv::tiles_ok(info) {
         CANON_WIDE_MIN_ROWS
