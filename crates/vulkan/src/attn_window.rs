@@ -1,15 +1,19 @@
 //! Prefill-window attention (`shaders/ops/attn_window.comp`): flash-style tiles. Workgroup
-//! (q head, tile of `br` consecutive query rows) walks the keys in tiles of `bc`; each K and V
-//! tile is loaded into shared memory once for all the tile's rows (the decode kernel re-reads
-//! every key for every row), online softmax per row in f32, the causal mask by each row's key
-//! count. A tile whose rows lie in several regions (a segment boundary) takes its distinct
-//! `kv_base` values one after another. The output is what [`Recorder::attention`] writes:
-//! `out[(r * n_head + h) * head_dim + d]`, no partials buffer, one dispatch.
+//! (q head, tile of `br` consecutive query rows, key piece) walks the piece's keys in tiles of
+//! `bc`; each K and V tile is loaded into shared memory once for all the tile's rows (the
+//! decode kernel re-reads every key for every row), online softmax per row in f32, the causal
+//! mask by each row's key count. A row of many keys splits them into up to [`WINDOW_PIECES`]
+//! pieces ([`window_piece_keys`]), a workgroup each, so a window after a long history keeps
+//! the device's units busy; the workgroup that finishes a tile's pieces last merges them in
+//! piece order. A tile whose rows lie in several regions (a segment boundary), or straddle a
+//! piece size, takes its groups one after another. The output is what
+//! [`Recorder::attention`] writes: `out[(r * n_head + h) * head_dim + d]`, one dispatch.
 //!
 //! Two tiers from the one shader body: the scalar tier (f32 throughout, every device, every
 //! mirror codec) and, on devices with 16x16x16 f16 x f16 -> f32 cooperative matrices and the
 //! f16 mirror, the cooperative-matrix tier ([`coopmat_ok`]): scores and P V on tensor tiles,
-//! q and the weights rounded to f16.
+//! q and the weights rounded to f16, each subgroup a strip of 16 query rows whose q and
+//! outputs stay in its registers for the whole key walk ([`coopmat_tile`]).
 
 use resin_core::KvCodec;
 
@@ -28,6 +32,44 @@ pub const WINDOW_WG_MAX: u32 = 256;
 pub const WINDOW_MAXACC: u32 = 16;
 /// Shared memory the kernel asks for at most, below the device's limit.
 pub const WINDOW_SHARED_CAP: u32 = 48 * 1024;
+
+/// Pieces a window's row splits its keys into at most (shaders/common/meta.glsl): a workgroup
+/// a piece, so a window after a long history still spreads over the device's units.
+pub const WINDOW_PIECES: u32 = 4;
+/// Keys a piece holds at least: rows of up to this many keys are never split.
+pub const WINDOW_PIECE_MIN: u32 = 1024;
+
+/// The keys of a piece of a window row of `keys` keys (mirrors `win_piece_keys` in
+/// meta.glsl): the smallest power-of-two multiple of [`WINDOW_PIECE_MIN`] that cuts them into
+/// at most [`WINDOW_PIECES`] pieces, from the row's key count alone, so a row's result does not
+/// depend on the rows beside it. Pieces start at multiples of it, so key tiles never cross one.
+pub fn window_piece_keys(keys: u32) -> u32 {
+    let mut per = WINDOW_PIECE_MIN;
+    while per * WINDOW_PIECES < keys {
+        per *= 2;
+    }
+    per
+}
+
+/// Floats of the partials a window of `rows` rows and `n_head` heads of `head_dim` can write
+/// (its split rows' pieces, merged in the same dispatch).
+pub fn window_part_len(rows: usize, n_head: usize, head_dim: usize) -> usize {
+    rows * n_head * WINDOW_PIECES as usize * (head_dim + 2)
+}
+
+/// The binds of a window's attention: the rows' q, the layer's K/V mirror, the rows'
+/// metadata, the outputs, the split rows' partials ([`window_part_len`] floats) and the
+/// tiles' counters (a zeroed word a row and head, left zeroed).
+#[derive(Clone, Copy)]
+pub struct WindowBinds<'a> {
+    pub q: Bind<'a>,
+    pub mk: Bind<'a>,
+    pub mv: Bind<'a>,
+    pub meta: Bind<'a>,
+    pub out: Bind<'a>,
+    pub part: Bind<'a>,
+    pub done: Bind<'a>,
+}
 
 /// The push block of `attn_window_*`: [`AttnPush`] with the window's row count in place of the
 /// piece count.
@@ -55,9 +97,9 @@ impl WindowTile {
     /// Shared memory the kernel declares for this tile and head dim (bytes; mirrors the shader).
     pub fn shared_bytes(self, head_dim: u32) -> u32 {
         let qs = head_dim + 1;
-        // q and k/v tiles, scores, six words a row, three a group, and the parallel
+        // q and k/v tiles, scores, eight words a row, seven a tile, and the parallel
         // softmax's partial maxima and sums (a float a thread each).
-        4 * (self.br * qs + self.bc * qs + self.br * self.bc + 6 * self.br + 3 + 2 * self.wg(head_dim))
+        4 * (self.br * qs + self.bc * qs + self.br * self.bc + 8 * self.br + 7 + 2 * self.wg(head_dim))
     }
 
     /// Threads a workgroup for this tile: enough for `br * head_dim` accumulators, 128..=256.
@@ -66,9 +108,14 @@ impl WindowTile {
     }
 
     /// Whether the kernel can run this tile for `head_dim` within `shared` bytes and `max_wg`
-    /// threads a workgroup.
+    /// threads a workgroup (and its key tiles never cross a key piece).
     pub fn fits(self, head_dim: u32, shared: u32, max_wg: u32) -> bool {
-        self.br >= 1 && self.bc >= 1 && self.br * head_dim <= WINDOW_MAXACC * self.wg(head_dim) && self.wg(head_dim) <= max_wg && self.shared_bytes(head_dim) <= shared
+        self.br >= 1
+            && self.bc >= 1
+            && WINDOW_PIECE_MIN.is_multiple_of(self.bc)
+            && self.br * head_dim <= WINDOW_MAXACC * self.wg(head_dim)
+            && self.wg(head_dim) <= max_wg
+            && self.shared_bytes(head_dim) <= shared
     }
 
     /// The largest tile (most query rows first: they set how often a key is read) that fits
@@ -83,36 +130,40 @@ impl WindowTile {
     }
 }
 
-/// Subgroups a cooperative-matrix workgroup has.
-pub const COOPMAT_SUBGROUPS: u32 = 4;
-
-/// Query rows and keys a cooperative-matrix workgroup tile covers (BR, BC) at `head_dim` on a
-/// device of `shared` bytes of shared memory a workgroup: 32 rows, and 64 keys where that
-/// tile fits min(`shared`, [`WINDOW_SHARED_CAP`]) with a workgroup of `wg` threads, else 32
-/// (half the barriers a key of the 32-key tile; each row's sums run in key order either way).
-pub fn coopmat_tile(head_dim: u32, wg: u32, shared: u32) -> WindowTile {
-    let wide = WindowTile { br: 32, bc: 64 };
-    if coopmat_shared_bytes(wide, head_dim, wg) <= shared.min(WINDOW_SHARED_CAP) {
-        wide
-    } else {
-        WindowTile { br: 32, bc: 32 }
-    }
+/// The cooperative-matrix tile for `head_dim` on a device of `shared` bytes of shared memory a
+/// workgroup: a subgroup a strip of 16 query rows (`br` = 16 x subgroups),
+/// `bc` keys a tile. The first of 4 x 64, 4 x 32, 2 x 64, 2 x 32 (strips x keys) whose shared
+/// memory fits min(`shared`, [`WINDOW_SHARED_CAP`]): most rows first (they set how often a key
+/// tile is read), then fewer barriers a key (every size divides [`WINDOW_PIECE_MIN`]). None
+/// where none fits (head dim 256 at 48 KiB: the scalar tier serves it, as it did before this
+/// tier's strips were timed there).
+pub fn coopmat_tile(head_dim: u32, shared: u32) -> Option<WindowTile> {
+    [(4, 64), (4, 32), (2, 64), (2, 32)]
+        .into_iter()
+        .map(|(strips, bc)| WindowTile { br: 16 * strips, bc })
+        .find(|&t| coopmat_shared_bytes(t, head_dim) <= shared.min(WINDOW_SHARED_CAP))
 }
 
-/// Shared memory of the cooperative-matrix tier (bytes; mirrors the shader) for `tile`: f16 q,
-/// k/v and weight tiles (rows padded by 8 values), f32 scores and outputs, the rows' state and
-/// the softmax's partials.
-pub fn coopmat_shared_bytes(tile: WindowTile, head_dim: u32, wg: u32) -> u32 {
+/// Threads a cooperative-matrix workgroup of `tile` has: a subgroup a strip of 16 rows.
+pub fn coopmat_wg(tile: WindowTile, subgroup: u32) -> u32 {
+    tile.br / 16 * subgroup
+}
+
+/// Shared memory of the cooperative-matrix tier (bytes; mirrors the shader) for `tile`: the f16
+/// K and V tiles (rows padded by 8 values), each strip's f32 scratch (scores or outputs, padded
+/// by 4) and f16 scratch (weights or q, padded by 8), and the rows' and the tile's state.
+pub fn coopmat_shared_bytes(tile: WindowTile, head_dim: u32) -> u32 {
     let (br, bc) = (tile.br, tile.bc);
-    2 * (br * (head_dim + 8) + bc * (head_dim + 8) + br * (bc + 8)) + 4 * (br * bc + br * head_dim + 6 * br + 3 + 2 * wg)
+    let xw = bc.max(head_dim);
+    2 * (2 * bc * (head_dim + 8) + br * (xw + 8)) + 4 * (br * (xw + 4) + 8 * br + 7)
 }
 
 /// Whether the cooperative-matrix tier serves a window of this mirror codec and head dim on
 /// this device (else the scalar tier does).
 pub fn coopmat_ok(info: &DeviceInfo, codec: KvCodec, head_dim: u32) -> bool {
     let c = GemmCaps::of(info);
-    let wg = COOPMAT_SUBGROUPS * c.subgroup_size;
-    let t = coopmat_tile(head_dim, wg, c.shared_memory);
+    let Some(t) = coopmat_tile(head_dim, c.shared_memory) else { return false };
+    let ops = ["basic", "arithmetic", "shuffle", "vote"];
     codec == KvCodec::F16
         && head_dim > 0
         && head_dim.is_multiple_of(16)
@@ -120,13 +171,12 @@ pub fn coopmat_ok(info: &DeviceInfo, codec: KvCodec, head_dim: u32) -> bool {
         && has_f16_16x16x16(&c.coopmat_shapes)
         && c.f16_arith
         && c.api >= (1, 3, 0)
-        && c.subgroup_basic
+        && ops.iter().all(|op| info.subgroup_ops.contains(op))
         && c.vulkan_memory_model
+        // A row's softmax takes subgroup / 16 lanes, each a run of the tile's keys.
         && c.subgroup_size.is_power_of_two()
-        // The softmax takes wg / BR threads a row, each over BC / (wg / BR) keys.
-        && (t.br..=t.br * t.bc).contains(&wg)
-        && wg <= c.max_workgroup_invocations
-        && coopmat_shared_bytes(t, head_dim, wg) <= c.shared_memory.min(WINDOW_SHARED_CAP)
+        && (16..=t.bc * 16).contains(&c.subgroup_size)
+        && coopmat_wg(t, c.subgroup_size) <= c.max_workgroup_invocations
 }
 
 impl Recorder<'_> {
@@ -136,49 +186,31 @@ impl Recorder<'_> {
     /// written to `out` exactly where [`Recorder::attention`] writes it. `p` is the decode
     /// attention's push block (`n_pieces` is not used). The tile comes from
     /// [`WindowTile::pick`] for this device.
-    #[allow(clippy::too_many_arguments)]
-    pub fn attention_window(&mut self, codec: KvCodec, rows: u32, q: Bind<'_>, mk: Bind<'_>, mv: Bind<'_>, meta: Bind<'_>, out: Bind<'_>, p: AttnPush) -> Result<(), VkError> {
+    pub fn attention_window(&mut self, codec: KvCodec, rows: u32, b: WindowBinds<'_>, p: AttnPush) -> Result<(), VkError> {
         let info = &self.gpu.info;
         if coopmat_ok(info, codec, p.head_dim) {
-            return self.attention_window_coopmat(rows, q, mk, mv, meta, out, p);
+            return self.attention_window_coopmat(rows, b, p);
         }
         let tile = WindowTile::pick(p.head_dim, info.shared_memory, info.max_workgroup_invocations)
             .ok_or_else(|| VkError::Unsupported(format!("window attention at head dim {} in {} bytes of shared memory", p.head_dim, info.shared_memory)))?;
-        self.attention_window_tile(tile, codec, rows, q, mk, mv, meta, out, p)
+        self.attention_window_tile(tile, codec, rows, b, p)
     }
 
     /// [`Recorder::attention_window`] in the cooperative-matrix tier (f16 mirror), refused
     /// where [`coopmat_ok`] is false.
-    #[allow(clippy::too_many_arguments)]
-    pub fn attention_window_coopmat(&mut self, rows: u32, q: Bind<'_>, mk: Bind<'_>, mv: Bind<'_>, meta: Bind<'_>, out: Bind<'_>, p: AttnPush) -> Result<(), VkError> {
+    pub fn attention_window_coopmat(&mut self, rows: u32, b: WindowBinds<'_>, p: AttnPush) -> Result<(), VkError> {
         let hd = p.head_dim;
         if !coopmat_ok(&self.gpu.info, KvCodec::F16, hd) || p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
             return Err(VkError::Unsupported(format!("cooperative-matrix window attention at head dim {hd}, {} heads over {} kv heads on this device", p.n_head, p.n_head_kv)));
         }
-        if rows == 0 {
-            return Ok(());
-        }
-        let wg = COOPMAT_SUBGROUPS * self.gpu.info.subgroup_size;
-        let wp = AttnWindowPush { n_head: p.n_head, n_head_kv: p.n_head_kv, head_dim: hd, rows, scale: p.scale, key_window: p.key_window };
-        let t = coopmat_tile(hd, wg, self.gpu.info.shared_memory);
-        self.run("attn_window_cm_f16", &[wg, t.br, t.bc, hd], &[q, mk, mv, meta, out], &wp.bytes(), [p.n_head, rows.div_ceil(t.br), 1])
+        let t = coopmat_tile(hd, self.gpu.info.shared_memory).ok_or_else(|| VkError::Unsupported(format!("cooperative-matrix window attention at head dim {hd}")))?;
+        let wg = coopmat_wg(t, self.gpu.info.subgroup_size);
+        self.window_dispatch("attn_window_cm_f16", [wg, t.br, t.bc, hd], rows, b, p)
     }
 
     /// [`Recorder::attention_window`] in the scalar tier with a chosen tile (tests run
     /// several).
-    #[allow(clippy::too_many_arguments)]
-    pub fn attention_window_tile(
-        &mut self,
-        tile: WindowTile,
-        codec: KvCodec,
-        rows: u32,
-        q: Bind<'_>,
-        mk: Bind<'_>,
-        mv: Bind<'_>,
-        meta: Bind<'_>,
-        out: Bind<'_>,
-        p: AttnPush,
-    ) -> Result<(), VkError> {
+    pub fn attention_window_tile(&mut self, tile: WindowTile, codec: KvCodec, rows: u32, b: WindowBinds<'_>, p: AttnPush) -> Result<(), VkError> {
         let c = codec_name(codec, p.head_dim)?;
         let hd = p.head_dim;
         if hd == 0 || !hd.is_multiple_of(2) || hd as usize > MAX_HEAD_DIM || p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
@@ -187,10 +219,25 @@ impl Recorder<'_> {
         if !tile.fits(hd, self.gpu.info.shared_memory, self.gpu.info.max_workgroup_invocations) {
             return Err(VkError::Unsupported(format!("window attention tile {tile:?} at head dim {hd} ({} bytes of shared memory)", tile.shared_bytes(hd))));
         }
+        self.window_dispatch(&format!("attn_window_{c}"), [tile.wg(hd), tile.br, tile.bc, hd], rows, b, p)
+    }
+
+    /// One window dispatch of either tier (specialization: threads, BR, BC, head dim): a
+    /// workgroup a head, tile of BR rows and key piece.
+    fn window_dispatch(&mut self, name: &str, spec: [u32; 4], rows: u32, b: WindowBinds<'_>, p: AttnPush) -> Result<(), VkError> {
+        let hd = p.head_dim;
+        let need = window_part_len(rows as usize, p.n_head as usize, hd as usize) as u64 * 4;
+        if b.part.range < need {
+            return Err(VkError::OutOfRange(format!("{} bytes of window attention partials for {rows} rows (need {need})", b.part.range)));
+        }
+        let tiles = rows.div_ceil(spec[1]);
+        if b.done.range < (tiles * p.n_head) as u64 * 4 {
+            return Err(VkError::OutOfRange(format!("{} bytes of window attention counters for {tiles} tiles of {} heads", b.done.range, p.n_head)));
+        }
         if rows == 0 {
             return Ok(());
         }
         let wp = AttnWindowPush { n_head: p.n_head, n_head_kv: p.n_head_kv, head_dim: hd, rows, scale: p.scale, key_window: p.key_window };
-        self.run(&format!("attn_window_{c}"), &[tile.wg(hd), tile.br, tile.bc, hd], &[q, mk, mv, meta, out], &wp.bytes(), [p.n_head, rows.div_ceil(tile.br), 1])
+        self.run(name, &spec, &[b.q, b.mk, b.mv, b.meta, b.out, b.part, b.done], &wp.bytes(), [p.n_head, tiles, WINDOW_PIECES])
     }
 }

@@ -21,8 +21,8 @@ mod common;
 
 use common::*;
 use resin_core::KvCodec;
-use resin_vulkan::attn_window::WindowTile;
-use resin_vulkan::buffers::f32_bytes;
+use resin_vulkan::attn_window::{window_part_len, window_piece_keys, WindowBinds, WindowTile, WINDOW_PIECES};
+use resin_vulkan::buffers::{f32_bytes, Buffer};
 use resin_vulkan::kernels::*;
 
 /// A window: segments (region, first position, rows), in order.
@@ -114,6 +114,29 @@ fn oracle(c: &Case, s: &Setup, scale: f32, cm: bool) -> (Vec<f64>, Vec<f64>) {
 
 const TAIL: usize = 64;
 
+/// What a window's attention writes besides its outputs: the split rows' partials (poisoned)
+/// and the tiles' counters (zero, and left zero: checked after each dispatch).
+struct WinScratch {
+    part: Buffer,
+    done: Buffer,
+    words: usize,
+}
+
+impl WinScratch {
+    fn new(h: &Harness, rows: usize, c: &Case) -> WinScratch {
+        let words = rows * c.n_head;
+        WinScratch { part: h.poisoned(window_part_len(rows, c.n_head, c.hd)), done: h.buf_bytes(&vec![0u8; 4 * words]), words }
+    }
+
+    fn binds<'a>(&'a self, q: &'a Buffer, mk: &'a Buffer, mv: &'a Buffer, meta: &'a Buffer, out: &'a Buffer) -> WindowBinds<'a> {
+        WindowBinds { q: q.into(), mk: mk.into(), mv: mv.into(), meta: meta.into(), out: out.into(), part: (&self.part).into(), done: (&self.done).into() }
+    }
+
+    fn check_done(&self, what: &str) {
+        assert!(self.done.read_u32(0, self.words).unwrap().iter().all(|&w| w == 0), "{what}: the tiles' counters were not left at zero");
+    }
+}
+
 /// Runs the case for each tile (None: the device's pick) and the decode kernel; checks all.
 /// Returns the worst err/bar seen against the oracle.
 fn run_case(h: &mut Harness, what: &str, c: &Case, tiles: &[Option<WindowTile>], decode: bool, seed: u64) -> f64 {
@@ -139,18 +162,21 @@ fn run_case(h: &mut Harness, what: &str, c: &Case, tiles: &[Option<WindowTile>],
         let mut firsts = Vec::new();
         for tile in tiles {
             let ob = h.poisoned(n + TAIL);
+            let ws = WinScratch::new(h, s.rows, c);
+            let b = ws.binds(&qb, &mk, &mv, &mb, &ob);
             let t0 = std::time::Instant::now();
             h.run(|rec| match tile {
-                Some(t) => rec.attention_window_tile(*t, codec, s.rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&ob).into(), p),
+                Some(t) => rec.attention_window_tile(*t, codec, s.rows as u32, b, p),
                 // The scalar tier's pick (the device's own pick may be the cooperative-matrix
                 // tier, whose bar is wider: tested below).
                 None => {
                     let info = &rec.gpu.info;
                     let t = WindowTile::pick(c.hd as u32, info.shared_memory, info.max_workgroup_invocations).unwrap();
-                    rec.attention_window_tile(t, codec, s.rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&ob).into(), p)
+                    rec.attention_window_tile(t, codec, s.rows as u32, b, p)
                 }
             });
             let dt = t0.elapsed();
+            ws.check_done(what);
             let all = ob.read_f32(0, n + TAIL).unwrap();
             assert!(all[n..].iter().all(|x| x.to_bits() == POISON), "{what}: written past the window's rows");
             let got = all[..n].to_vec();
@@ -223,6 +249,39 @@ fn three_segments_unaligned() {
 }
 
 #[test]
+fn long_rows_split_their_keys_in_pieces() {
+    // The piece size follows the key count alone: 1024 keys up to 4 x 1024, then doubling.
+    for (keys, per) in [(1, 1024), (1024, 1024), (4096, 1024), (4097, 2048), (8192, 2048), (8193, 4096), (16_385, 8192)] {
+        assert_eq!(window_piece_keys(keys), per, "{keys} keys");
+        assert!(keys.div_ceil(per) <= WINDOW_PIECES);
+    }
+    // Rows of 3 pieces (keys 5001..5040), and rows on both sides of the piece size's step at
+    // 4096 keys (one tile takes them as two groups), beside rows of one piece.
+    let Some(mut h) = Harness::new() else { return };
+    let c = Case { n_head: 4, n_head_kv: 2, hd: 64, segs: vec![(0, 5000, 40), (1, 4080, 40), (2, 100, 20)] };
+    run_case(&mut h, "split rows, hd 64", &c, &default_and(&[(8, 8)]), true, 21);
+    // A row's pieces do not depend on the rows beside it: the straddling segment alone gives
+    // the bits it gives beside the others (scalar tier, f16 mirror).
+    let s = setup(&c, KvCodec::F16, 22);
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|&a| half::f16::from_f32(a).to_le_bytes()).collect() };
+    let (mk, mv) = (h.buf_bytes(&bytes(&s.kvals)), h.buf_bytes(&bytes(&s.vvals)));
+    let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale: 0.125, key_window: 0 };
+    let tile = WindowTile::pick(c.hd as u32, h.gpu.info.shared_memory, h.gpu.info.max_workgroup_invocations).unwrap();
+    let mut run = |meta: &[RowMeta], q: &[f32]| -> Vec<u32> {
+        let (qb, mb) = (h.buf_f32(q), h.buf_bytes(&RowMeta::words(meta)));
+        let ob = h.poisoned(meta.len() * s.q_dim);
+        let ws = WinScratch::new(&h, meta.len(), &c);
+        h.run(|rec| rec.attention_window_tile(tile, KvCodec::F16, meta.len() as u32, ws.binds(&qb, &mk, &mv, &mb, &ob), p));
+        ws.check_done("alone");
+        ob.read_f32(0, meta.len() * s.q_dim).unwrap().iter().map(|x| x.to_bits()).collect()
+    };
+    let full = run(&s.meta, &s.q);
+    let alone = run(&s.meta[45..80], &s.q[45 * s.q_dim..80 * s.q_dim]);
+    assert_eq!(full[45 * s.q_dim..80 * s.q_dim], alone[..], "a split row must not depend on the rows beside it");
+    assert_ne!(full[44 * s.q_dim..79 * s.q_dim], alone[..], "control: the rows one before are other values");
+}
+
+#[test]
 fn wrong_region_fails() {
     // Negative control on the device side: one row given another region's kv_base must fail.
     let Some(mut h) = Harness::new() else { return };
@@ -245,7 +304,9 @@ fn wrong_region_fails() {
         }
         let mb = h.buf_bytes(&RowMeta::words(&meta));
         let ob = h.poisoned(n);
-        h.run(|rec| rec.attention_window(codec, s.rows as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&ob).into(), p));
+        let ws = WinScratch::new(&h, s.rows, &c);
+        h.run(|rec| rec.attention_window(codec, s.rows as u32, ws.binds(&qb, &mk, &mv, &mb, &ob), p));
+        ws.check_done("wrong region");
         let got = ob.read_f32(0, n).unwrap();
         let res = check("wrong region", &got, &want, &bar);
         assert_eq!(res.is_err(), bad, "{res:?}");
@@ -274,17 +335,21 @@ fn tile_pick() {
     assert_eq!(WindowTile::pick(256, 32 * 1024, 1024), t(16, 8));
     assert_eq!(WindowTile { br: 32, bc: 32 }.wg(64), 128);
     assert_eq!(WindowTile { br: 32, bc: 32 }.wg(128), 256);
-    // The cooperative-matrix tile (4 subgroups of 32): 64 keys where they fit the device's
-    // shared memory and the cap, else 32; the pick always within both.
+    // The cooperative-matrix tile (a subgroup a strip of 16 rows): the most strips, then the
+    // most keys, whose shared memory fits the device's and the cap; none where none fits.
     use resin_vulkan::attn_window::{coopmat_shared_bytes, coopmat_tile};
-    assert_eq!(coopmat_tile(64, 128, 48 * 1024), WindowTile { br: 32, bc: 64 });
-    assert_eq!(coopmat_tile(64, 128, 228 * 1024), WindowTile { br: 32, bc: 64 });
-    assert_eq!(coopmat_tile(128, 128, 228 * 1024), WindowTile { br: 32, bc: 32 });
-    assert_eq!(coopmat_tile(64, 128, 32 * 1024), WindowTile { br: 32, bc: 32 });
-    for shared in [32 * 1024u32, 48 * 1024, 228 * 1024] {
-        for hd in [64u32, 80, 96, 128] {
-            let t = coopmat_tile(hd, 128, shared);
-            assert!(t.bc == 32 || coopmat_shared_bytes(t, hd, 128) <= shared.min(48 * 1024), "{hd} {shared} {t:?}");
+    let cm = |br, bc| Some(WindowTile { br, bc });
+    assert_eq!(coopmat_tile(64, 48 * 1024), cm(64, 64));
+    assert_eq!(coopmat_tile(64, 228 * 1024), cm(64, 64));
+    assert_eq!(coopmat_tile(128, 228 * 1024), cm(32, 32));
+    assert_eq!(coopmat_tile(256, 48 * 1024), None);
+    assert_eq!(coopmat_tile(64, 32 * 1024), cm(32, 32));
+    assert_eq!(coopmat_tile(256, 16 * 1024), None);
+    for shared in [16 * 1024u32, 32 * 1024, 48 * 1024, 228 * 1024] {
+        for hd in (16..=256).step_by(16) {
+            if let Some(t) = coopmat_tile(hd, shared) {
+                assert!(coopmat_shared_bytes(t, hd) <= shared.min(48 * 1024), "{hd} {shared} {t:?}");
+            }
         }
     }
 }
@@ -300,7 +365,9 @@ fn coopmat_raw(h: &mut Harness, c: &Case, s: &Setup, meta: &[RowMeta], q: &[f32]
     let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale, key_window: 0 };
     let n = meta.len() * s.q_dim;
     let ob = h.poisoned(n + TAIL);
-    h.run(|rec| rec.attention_window_coopmat(meta.len() as u32, (&qb).into(), (&mk).into(), (&mv).into(), (&mb).into(), (&ob).into(), p));
+    let ws = WinScratch::new(h, meta.len(), c);
+    h.run(|rec| rec.attention_window_coopmat(meta.len() as u32, ws.binds(&qb, &mk, &mv, &mb, &ob), p));
+    ws.check_done("coopmat");
     let all = ob.read_f32(0, n + TAIL).unwrap();
     assert!(all[n..].iter().all(|x| x.to_bits() == POISON), "coopmat: written past the window's rows");
     all[..n].to_vec()
@@ -333,7 +400,11 @@ fn coopmat_tier_where_offered() {
     }
     run_coopmat(&mut h, "512 rows at 0, hd 64, gqa 8/2", &Case { n_head: 8, n_head_kv: 2, hd: 64, segs: vec![(0, 0, 512)] }, 1);
     run_coopmat(&mut h, "120 rows at 1000, hd 128, gqa 8/2", &Case { n_head: 8, n_head_kv: 2, hd: 128, segs: vec![(1, 1000, 120)] }, 2);
-    let c = Case { n_head: 8, n_head_kv: 2, hd: 64, segs: vec![(2, 0, 37), (0, 300, 200), (1, 17, 91)] };
+    // A long walk (three key pieces; the outputs rescaled only on the key tiles where a row's
+    // maximum moves).
+    run_coopmat(&mut h, "72 rows at 3000, hd 64, gqa 8/2", &Case { n_head: 8, n_head_kv: 2, hd: 64, segs: vec![(0, 3000, 72)] }, 4);
+    // The middle segment's rows straddle the piece size's step at 4096 keys.
+    let c = Case { n_head: 8, n_head_kv: 2, hd: 64, segs: vec![(2, 0, 37), (0, 4000, 200), (1, 17, 91)] };
     run_coopmat(&mut h, "segments 37/200/91, hd 64", &c, 3);
     // Tile independence: the middle segment's rows alone (rows 0..200 of their own window: the
     // same queries, K/V and metadata) give the bits they give at rows 37..237 beside the others.

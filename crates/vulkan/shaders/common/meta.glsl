@@ -17,6 +17,18 @@ uint attn_piece_keys(uint keys) {
     return ATTN_CHUNK * ((keys + ATTN_CHUNK * ATTN_SLOTS - 1u) / (ATTN_CHUNK * ATTN_SLOTS));
 }
 
+// A prefill window's attention splits a row's keys at multiples of win_piece_keys(keys) (the
+// smallest power-of-two multiple of WIN_PIECE_MIN keys that cuts them into at most WIN_PIECES
+// pieces: from its key count alone, so a row's result does not depend on the rows beside it),
+// a workgroup a piece (attn_window.rs mirrors these).
+#define WIN_PIECES 4u
+#define WIN_PIECE_MIN 1024u
+uint win_piece_keys(uint keys) {
+    uint per = WIN_PIECE_MIN;
+    while (per * WIN_PIECES < keys) per *= 2u;
+    return per;
+}
+
 // The first key a row of `keys` keys attends to: on a sliding-window layer (gemma3) only its
 // last `key_window` keys, its own included (0: every key). Its keys are then first..keys.
 uint attn_first_key(uint keys, uint key_window) {

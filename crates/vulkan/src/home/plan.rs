@@ -5,6 +5,7 @@ use resin_core::{Counters, HomeSpec, KvCodec, NROW_MAX, PF_WINDOW};
 use resin_gguf::GgufFile;
 use resin_model::{LayerNames, ModelConfig};
 
+use crate::attn_window::WINDOW_PIECES;
 use crate::device::Gpu;
 use crate::kernels::*;
 use crate::VkError;
@@ -53,9 +54,10 @@ pub struct Plan {
 pub(super) const WINDOW_ATTN_MIN_ROWS: usize = 16;
 
 /// Rows x key pieces the attention partials hold: the decode attention's rows (a window's,
-/// fewer than WINDOW_ATTN_MIN_ROWS; a step's, up to `step_rows`) in ATTN_SLOTS pieces each.
+/// fewer than WINDOW_ATTN_MIN_ROWS; a step's, up to `step_rows`) in ATTN_SLOTS pieces each, and
+/// a window's rows in WINDOW_PIECES each.
 pub(super) fn part_rows(step_rows: usize) -> usize {
-    PF_WINDOW.max(step_rows * ATTN_SLOTS as usize)
+    (PF_WINDOW * WINDOW_PIECES as usize).max(step_rows * ATTN_SLOTS as usize)
 }
 
 /// Floats of the decode attention's partials for a home landing `out_rows` logits rows.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use resin_core::{HomeSpec, NROW_MAX};
+use resin_core::{HomeSpec, NROW_MAX, PF_WINDOW};
 use resin_model::ModelConfig;
 
 use crate::buffers::{Buffer, Location};
@@ -178,7 +178,8 @@ impl Scratch {
             dot: q8 && crate::mv::mv_ok(&gpu.info),
             canon_rows: canon_rows.max(NROW_MAX),
             done: {
-                let mut b = dev(WINDOW_ATTN_MIN_ROWS.max(HomeSpec::wide_rows(out_rows)) * cfg.n_head)?;
+                // A word a row and head (decode attention) or tile of rows and head (a window's).
+                let mut b = dev(PF_WINDOW.max(WINDOW_ATTN_MIN_ROWS).max(HomeSpec::wide_rows(out_rows)) * cfg.n_head)?;
                 b.fill_u32(0)?;
                 b
             },
