@@ -8,7 +8,7 @@
 # Writes .kit/resin-NAME for each (HEAD: the working tree, uncommitted changes included; another
 # revision's binary already in the kit is kept unless FORCE=1), and the wrappers .kit/resin (the
 # last one), .kit/resin-fast and .kit/resin-gemm (it with RESIN_WIDE_STEPS=fast and gemm, the
-# environment form of --wide-steps); .kit/t-kernels.gz, t-prefill.gz, t-engine.gz, t-mv.gz (gunzip them
+# environment form of --wide-steps); .kit/t-kernels.gz, t-prefill.gz, t-engine.gz, t-mv.gz, t-attn_window.gz (gunzip them
 # on the device machine before scripts/gpu/gpu_tests.sh); .kit/sample_speed. Other revisions
 # build in a git worktree under /tmp/kit-wt, in $CARGO_TARGET_DIR-kit-NAME; the working tree in
 # $CARGO_TARGET_DIR (default /work/target-vk).
@@ -50,7 +50,7 @@ chmod +x $K/resin $K/resin-fast $K/resin-gemm
 echo "== test binaries and sample_speed (working tree)"
 cargo build --release -q -p resin-engine --example sample_speed
 strip -o $K/sample_speed $CARGO_TARGET_DIR/release/examples/sample_speed
-for t in kernels prefill engine mv; do
+for t in kernels prefill engine mv attn_window; do
   exe=$(cargo test --release -q -p resin-vulkan --test $t --no-run --message-format=json \
     | python3 -c 'import json,sys
 for l in sys.stdin:
