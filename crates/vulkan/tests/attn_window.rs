@@ -25,11 +25,13 @@ use resin_vulkan::attn_window::{window_part_len, window_piece_keys, WindowBinds,
 use resin_vulkan::buffers::{f32_bytes, Buffer};
 use resin_vulkan::kernels::*;
 
-/// A window: segments (region, first position, rows), in order.
+/// A window: segments (region, first position, rows), in order; `window`: a sliding-window
+/// layer's keys a row (0: all).
 struct Case {
     n_head: usize,
     n_head_kv: usize,
     hd: usize,
+    window: usize,
     segs: Vec<(usize, usize, usize)>,
 }
 
@@ -79,13 +81,15 @@ fn oracle(c: &Case, s: &Setup, scale: f32, cm: bool) -> (Vec<f64>, Vec<f64>) {
     let mut bar = vec![0f64; s.rows * s.q_dim];
     for (r, m) in s.meta.iter().enumerate() {
         let keys = m.keys as usize;
+        // A sliding-window layer's row attends to its last `window` keys only.
+        let first = if c.window == 0 || keys <= c.window { 0 } else { keys - c.window };
         for hh in 0..c.n_head {
             let g = hh / (c.n_head / c.n_head_kv);
             let qh = &s.q[r * s.q_dim + hh * hd..r * s.q_dim + (hh + 1) * hd];
             let base = m.kv_base as usize + g * hd;
-            let mut sc = vec![0f64; keys];
+            let mut sc = vec![f64::NEG_INFINITY; keys];
             let mut ds = 0f64;
-            for (j, sj) in sc.iter_mut().enumerate() {
+            for (j, sj) in sc.iter_mut().enumerate().skip(first) {
                 let kr = &s.kvals[base + j * s.kv_dim..base + j * s.kv_dim + hd];
                 *sj = qh.iter().zip(kr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale as f64;
                 ds = f64::max(ds, score_u * qh.iter().zip(kr).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum::<f64>() * scale as f64);
@@ -95,7 +99,7 @@ fn oracle(c: &Case, s: &Setup, scale: f32, cm: bool) -> (Vec<f64>, Vec<f64>) {
             let l: f64 = w.iter().sum();
             let mut acc = vec![0f64; hd];
             let mut vmax = 0f64;
-            for (j, wj) in w.iter().enumerate() {
+            for (j, wj) in w.iter().enumerate().skip(first) {
                 let vr = &s.vvals[base + j * s.kv_dim..base + j * s.kv_dim + hd];
                 for d in 0..hd {
                     acc[d] += wj * vr[d] as f64;
@@ -154,7 +158,7 @@ fn run_case(h: &mut Harness, what: &str, c: &Case, tiles: &[Option<WindowTile>],
         let mb = h.buf_bytes(&RowMeta::words(&s.meta));
         let qb = h.buf_f32(&s.q);
         let scale = 1.0 / (c.hd as f32).sqrt();
-        let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale, key_window: 0 };
+        let p = AttnPush { n_head: c.n_head as u32, n_head_kv: c.n_head_kv as u32, head_dim: c.hd as u32, n_pieces: 1, scale, key_window: c.window as u32 };
         let t0 = std::time::Instant::now();
         let (want, bar) = oracle(c, &s, scale, false);
         let t_oracle = t0.elapsed();
@@ -221,14 +225,14 @@ fn default_and(extra: &[(u32, u32)]) -> Vec<Option<WindowTile>> {
 #[test]
 fn one_segment_from_position_0() {
     let Some(mut h) = Harness::new() else { return };
-    let c = Case { n_head: 8, n_head_kv: 2, hd: 64, segs: vec![(0, 0, 512)] };
+    let c = Case { n_head: 8, n_head_kv: 2, hd: 64, window: 0, segs: vec![(0, 0, 512)] };
     run_case(&mut h, "512 rows at 0, hd 64, gqa 8/2", &c, &default_and(&[]), true, 1);
 }
 
 #[test]
 fn continuation_at_position_1000() {
     let Some(mut h) = Harness::new() else { return };
-    let c = Case { n_head: 8, n_head_kv: 2, hd: 128, segs: vec![(1, 1000, 120)] };
+    let c = Case { n_head: 8, n_head_kv: 2, hd: 128, window: 0, segs: vec![(1, 1000, 120)] };
     run_case(&mut h, "120 rows at 1000, hd 128, gqa 8/2", &c, &default_and(&[(16, 32)]), true, 2);
 }
 
@@ -239,12 +243,12 @@ fn three_segments_unaligned() {
     let Some(mut h) = Harness::new() else { return };
     let segs = vec![(2, 0, 37), (0, 300, 200), (1, 17, 91)];
     for hd in [64usize, 128] {
-        let c = Case { n_head: 8, n_head_kv: 2, hd, segs: segs.clone() };
+        let c = Case { n_head: 8, n_head_kv: 2, hd, window: 0, segs: segs.clone() };
         run_case(&mut h, &format!("segments 37/200/91, hd {hd}"), &c, &default_and(&[(8, 8), (32, 16)]), true, 3 + hd as u64);
     }
     // Many boundaries inside one tile (one row a region, then the same region again), and a
     // head dim of 256 with no GQA.
-    let c = Case { n_head: 2, n_head_kv: 2, hd: 256, segs: vec![(0, 5, 3), (1, 0, 1), (2, 40, 2), (0, 8, 4), (3, 2, 7), (1, 1, 20)] };
+    let c = Case { n_head: 2, n_head_kv: 2, hd: 256, window: 0, segs: vec![(0, 5, 3), (1, 0, 1), (2, 40, 2), (0, 8, 4), (3, 2, 7), (1, 1, 20)] };
     run_case(&mut h, "6 segments in a tile, hd 256", &c, &default_and(&[(4, 4)]), true, 9);
 }
 
@@ -258,7 +262,7 @@ fn long_rows_split_their_keys_in_pieces() {
     // Rows of 3 pieces (keys 5001..5040), and rows on both sides of the piece size's step at
     // 4096 keys (one tile takes them as two groups), beside rows of one piece.
     let Some(mut h) = Harness::new() else { return };
-    let c = Case { n_head: 4, n_head_kv: 2, hd: 64, segs: vec![(0, 5000, 40), (1, 4080, 40), (2, 100, 20)] };
+    let c = Case { n_head: 4, n_head_kv: 2, hd: 64, window: 0, segs: vec![(0, 5000, 40), (1, 4080, 40), (2, 100, 20)] };
     run_case(&mut h, "split rows, hd 64", &c, &default_and(&[(8, 8)]), true, 21);
     // A row's pieces do not depend on the rows beside it: the straddling segment alone gives
     // the bits it gives beside the others (scalar tier, f16 mirror).
@@ -282,10 +286,19 @@ fn long_rows_split_their_keys_in_pieces() {
 }
 
 #[test]
+fn sliding_window_rows_split_their_keys() {
+    // A sliding-window layer (gemma3's 512 keys) at 5,000 keys: only the last piece holds a
+    // row's keys (the others merge in empty); at 4,200 its window straddles two pieces.
+    let Some(mut h) = Harness::new() else { return };
+    let c = Case { n_head: 4, n_head_kv: 2, hd: 64, window: 512, segs: vec![(0, 5000, 24), (1, 4180, 40), (2, 300, 20)] };
+    run_case(&mut h, "sliding window 512, split rows", &c, &default_and(&[(8, 8)]), true, 23);
+}
+
+#[test]
 fn wrong_region_fails() {
     // Negative control on the device side: one row given another region's kv_base must fail.
     let Some(mut h) = Harness::new() else { return };
-    let c = Case { n_head: 4, n_head_kv: 2, hd: 64, segs: vec![(0, 0, 40), (1, 10, 30)] };
+    let c = Case { n_head: 4, n_head_kv: 2, hd: 64, window: 0, segs: vec![(0, 0, 40), (1, 10, 30)] };
     let codec = KvCodec::F16;
     let s = setup(&c, codec, 5);
     let scale = 1.0 / (c.hd as f32).sqrt();
@@ -398,13 +411,13 @@ fn coopmat_tier_where_offered() {
         eprintln!("SKIP: {} has no 16x16x16 f16 x f16 -> f32 cooperative matrix; the coopmat window attention was not run", h.gpu.info.name);
         return;
     }
-    run_coopmat(&mut h, "512 rows at 0, hd 64, gqa 8/2", &Case { n_head: 8, n_head_kv: 2, hd: 64, segs: vec![(0, 0, 512)] }, 1);
-    run_coopmat(&mut h, "120 rows at 1000, hd 128, gqa 8/2", &Case { n_head: 8, n_head_kv: 2, hd: 128, segs: vec![(1, 1000, 120)] }, 2);
+    run_coopmat(&mut h, "512 rows at 0, hd 64, gqa 8/2", &Case { n_head: 8, n_head_kv: 2, hd: 64, window: 0, segs: vec![(0, 0, 512)] }, 1);
+    run_coopmat(&mut h, "120 rows at 1000, hd 128, gqa 8/2", &Case { n_head: 8, n_head_kv: 2, hd: 128, window: 0, segs: vec![(1, 1000, 120)] }, 2);
     // A long walk (three key pieces; the outputs rescaled only on the key tiles where a row's
     // maximum moves).
-    run_coopmat(&mut h, "72 rows at 3000, hd 64, gqa 8/2", &Case { n_head: 8, n_head_kv: 2, hd: 64, segs: vec![(0, 3000, 72)] }, 4);
+    run_coopmat(&mut h, "72 rows at 3000, hd 64, gqa 8/2", &Case { n_head: 8, n_head_kv: 2, hd: 64, window: 0, segs: vec![(0, 3000, 72)] }, 4);
     // The middle segment's rows straddle the piece size's step at 4096 keys.
-    let c = Case { n_head: 8, n_head_kv: 2, hd: 64, segs: vec![(2, 0, 37), (0, 4000, 200), (1, 17, 91)] };
+    let c = Case { n_head: 8, n_head_kv: 2, hd: 64, window: 0, segs: vec![(2, 0, 37), (0, 4000, 200), (1, 17, 91)] };
     run_coopmat(&mut h, "segments 37/200/91, hd 64", &c, 3);
     // Tile independence: the middle segment's rows alone (rows 0..200 of their own window: the
     // same queries, K/V and metadata) give the bits they give at rows 37..237 beside the others.
