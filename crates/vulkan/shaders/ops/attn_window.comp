@@ -447,16 +447,19 @@ void main() {
     uint lr = lane / L, lp = lane - lr * L;
     uint kv_dim = p.n_head_kv * HD;
     uint g = h / (p.n_head / p.n_head_kv);
-    uint sb = sg * CM * SW;            // the strip's f32 scratch
-    uint pb = sg * CM * PW;            // its f16 scratch
-    uint rr = sg * CM + lr;            // the lane's row in the tile
+    // A subgroup a strip; a driver that cuts the workgroup into more (smaller) subgroups than
+    // the host counted leaves the extra ones only loading tiles and meeting the barriers.
+    bool own = sg < NSTRIP;
+    uint sb = own ? sg * CM * SW : 0u;   // the strip's f32 scratch
+    uint pb = own ? sg * CM * PW : 0u;   // its f16 scratch
+    uint rr = own ? sg * CM + lr : 0u;   // the lane's row in the tile
     uint z = gl_WorkGroupID.z;         // the piece of each row this workgroup takes
     const float NEG = -1.0 / 0.0;
 
     load_rows(r0, t);
     // The whole workgroup leaves together: no row of the tile has piece z.
     if (z > 0u && z >= tnp) return;
-    for (uint i = lane; i < CM * HD; i += gl_SubgroupSize) {
+    for (uint i = lane; own && i < CM * HD; i += gl_SubgroupSize) {
         uint k = i / HD, d = i - k * HD;
         uint r = r0 + sg * CM + k;
         float v = r < p.rows ? q[(r * p.n_head + h) * HD + d] : 0.0;
@@ -464,7 +467,7 @@ void main() {
     }
     SGSYNC();
     MATA qa[HD / CM];
-    for (uint kb = 0u; kb < HD / CM; kb++) coopMatLoad(qa[kb], phx, pb + kb * CM, PW, gl_CooperativeMatrixLayoutRowMajor);
+    for (uint kb = 0u; own && kb < HD / CM; kb++) coopMatLoad(qa[kb], phx, pb + kb * CM, PW, gl_CooperativeMatrixLayoutRowMajor);
     ACC o[HD / CM];
     for (uint db = 0u; db < HD / CM; db++) o[db] = ACC(0.0);
     float m = NEG, l = 0.0;
@@ -477,7 +480,7 @@ void main() {
         uint kmax = min(gkeys, (z + 1u) * gper);
         // The lane's row's keys in this group (none when the row is in another group), and the
         // strip's span of them: tiles outside it leave the strip's state as it is.
-        bool live = rstate[rr] == 1u;
+        bool live = own && rstate[rr] == 1u;
         uint kend = live ? rkeys[rr] : 0u;
         uint kbeg = live ? attn_first_key(rkeys[rr], p.key_window) : 0u;
         uint send = subgroupMax(kend);
@@ -575,12 +578,14 @@ void main() {
         end_group(t);
     }
 
-    for (uint db = 0u; db < HD / CM; db++) coopMatStore(o[db], sfx, sb + db * CM, SW, gl_CooperativeMatrixLayoutRowMajor);
+    if (own) {
+        for (uint db = 0u; db < HD / CM; db++) coopMatStore(o[db], sfx, sb + db * CM, SW, gl_CooperativeMatrixLayoutRowMajor);
+    }
     SGSYNC();
     // A row of one piece is done here; a split row's piece goes to wpart for the merge.
     uint r = r0 + rr;
     uint np = rnp[rr];
-    if (r < p.rows && z < np) {
+    if (own && r < p.rows && z < np) {
         if (np == 1u) {
             for (uint d = lp; d < HD; d += L) outv[(r * p.n_head + h) * HD + d] = sfx[sb + lr * SW + d] / l;
         } else {
