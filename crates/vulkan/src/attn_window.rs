@@ -19,7 +19,7 @@ use resin_core::KvCodec;
 
 use crate::device::DeviceInfo;
 use crate::gemm::{has_f16_16x16x16, GemmCaps};
-use crate::kernels::{codec_name, AttnPush, Push, Recorder, MAX_HEAD_DIM};
+use crate::kernels::{attn_part_len, codec_name, AttnBinds, AttnPush, Push, Recorder, MAX_HEAD_DIM};
 use crate::pipelines::Bind;
 use crate::VkError;
 
@@ -49,26 +49,6 @@ pub fn window_piece_keys(keys: u32) -> u32 {
         per *= 2;
     }
     per
-}
-
-/// Floats of the partials a window of `rows` rows and `n_head` heads of `head_dim` can write
-/// (its split rows' pieces, merged in the same dispatch).
-pub fn window_part_len(rows: usize, n_head: usize, head_dim: usize) -> usize {
-    rows * n_head * WINDOW_PIECES as usize * (head_dim + 2)
-}
-
-/// The binds of a window's attention: the rows' q, the layer's K/V mirror, the rows'
-/// metadata, the outputs, the split rows' partials ([`window_part_len`] floats) and the
-/// tiles' counters (a zeroed word a row and head, left zeroed).
-#[derive(Clone, Copy)]
-pub struct WindowBinds<'a> {
-    pub q: Bind<'a>,
-    pub mk: Bind<'a>,
-    pub mv: Bind<'a>,
-    pub meta: Bind<'a>,
-    pub out: Bind<'a>,
-    pub part: Bind<'a>,
-    pub done: Bind<'a>,
 }
 
 /// The push block of `attn_window_*`: [`AttnPush`] with the window's row count in place of the
@@ -184,33 +164,35 @@ impl Recorder<'_> {
     /// softmax(q.k * scale) . v over keys 0..meta[r].keys of the row's region (meta[r].kv_base;
     /// only the last `p.key_window` of them when that is not 0),
     /// written to `out` exactly where [`Recorder::attention`] writes it. `p` is the decode
-    /// attention's push block (`n_pieces` is not used). The tile comes from
-    /// [`WindowTile::pick`] for this device.
-    pub fn attention_window(&mut self, codec: KvCodec, rows: u32, b: WindowBinds<'_>, p: AttnPush) -> Result<(), VkError> {
+    /// attention's push block (`n_pieces` is not used) and `b` its binds: `b.part` takes the
+    /// split rows' pieces ([`attn_part_len`]`(rows, n_head, head_dim, WINDOW_PIECES)` floats),
+    /// `done` the tiles' counters (a zeroed word a row and head, left zeroed). The tile comes
+    /// from [`WindowTile::pick`] for this device.
+    pub fn attention_window(&mut self, codec: KvCodec, rows: u32, b: AttnBinds<'_>, done: Bind<'_>, p: AttnPush) -> Result<(), VkError> {
         let info = &self.gpu.info;
         if coopmat_ok(info, codec, p.head_dim) {
-            return self.attention_window_coopmat(rows, b, p);
+            return self.attention_window_coopmat(rows, b, done, p);
         }
         let tile = WindowTile::pick(p.head_dim, info.shared_memory, info.max_workgroup_invocations)
             .ok_or_else(|| VkError::Unsupported(format!("window attention at head dim {} in {} bytes of shared memory", p.head_dim, info.shared_memory)))?;
-        self.attention_window_tile(tile, codec, rows, b, p)
+        self.attention_window_tile(tile, codec, rows, b, done, p)
     }
 
     /// [`Recorder::attention_window`] in the cooperative-matrix tier (f16 mirror), refused
     /// where [`coopmat_ok`] is false.
-    pub fn attention_window_coopmat(&mut self, rows: u32, b: WindowBinds<'_>, p: AttnPush) -> Result<(), VkError> {
+    pub fn attention_window_coopmat(&mut self, rows: u32, b: AttnBinds<'_>, done: Bind<'_>, p: AttnPush) -> Result<(), VkError> {
         let hd = p.head_dim;
         if !coopmat_ok(&self.gpu.info, KvCodec::F16, hd) || p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
             return Err(VkError::Unsupported(format!("cooperative-matrix window attention at head dim {hd}, {} heads over {} kv heads on this device", p.n_head, p.n_head_kv)));
         }
         let t = coopmat_tile(hd, self.gpu.info.shared_memory).ok_or_else(|| VkError::Unsupported(format!("cooperative-matrix window attention at head dim {hd}")))?;
         let wg = coopmat_wg(t, self.gpu.info.subgroup_size);
-        self.window_dispatch("attn_window_cm_f16", [wg, t.br, t.bc, hd], rows, b, p)
+        self.window_dispatch("attn_window_cm_f16", [wg, t.br, t.bc, hd], rows, b, done, p)
     }
 
     /// [`Recorder::attention_window`] in the scalar tier with a chosen tile (tests run
     /// several).
-    pub fn attention_window_tile(&mut self, tile: WindowTile, codec: KvCodec, rows: u32, b: WindowBinds<'_>, p: AttnPush) -> Result<(), VkError> {
+    pub fn attention_window_tile(&mut self, tile: WindowTile, codec: KvCodec, rows: u32, b: AttnBinds<'_>, done: Bind<'_>, p: AttnPush) -> Result<(), VkError> {
         let c = codec_name(codec, p.head_dim)?;
         let hd = p.head_dim;
         if hd == 0 || !hd.is_multiple_of(2) || hd as usize > MAX_HEAD_DIM || p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
@@ -219,25 +201,25 @@ impl Recorder<'_> {
         if !tile.fits(hd, self.gpu.info.shared_memory, self.gpu.info.max_workgroup_invocations) {
             return Err(VkError::Unsupported(format!("window attention tile {tile:?} at head dim {hd} ({} bytes of shared memory)", tile.shared_bytes(hd))));
         }
-        self.window_dispatch(&format!("attn_window_{c}"), [tile.wg(hd), tile.br, tile.bc, hd], rows, b, p)
+        self.window_dispatch(&format!("attn_window_{c}"), [tile.wg(hd), tile.br, tile.bc, hd], rows, b, done, p)
     }
 
     /// One window dispatch of either tier (specialization: threads, BR, BC, head dim): a
     /// workgroup a head, tile of BR rows and key piece.
-    fn window_dispatch(&mut self, name: &str, spec: [u32; 4], rows: u32, b: WindowBinds<'_>, p: AttnPush) -> Result<(), VkError> {
+    fn window_dispatch(&mut self, name: &str, spec: [u32; 4], rows: u32, b: AttnBinds<'_>, done: Bind<'_>, p: AttnPush) -> Result<(), VkError> {
         let hd = p.head_dim;
-        let need = window_part_len(rows as usize, p.n_head as usize, hd as usize) as u64 * 4;
+        let need = attn_part_len(rows as usize, p.n_head as usize, hd as usize, WINDOW_PIECES as usize) as u64 * 4;
         if b.part.range < need {
             return Err(VkError::OutOfRange(format!("{} bytes of window attention partials for {rows} rows (need {need})", b.part.range)));
         }
         let tiles = rows.div_ceil(spec[1]);
-        if b.done.range < (tiles * p.n_head) as u64 * 4 {
-            return Err(VkError::OutOfRange(format!("{} bytes of window attention counters for {tiles} tiles of {} heads", b.done.range, p.n_head)));
+        if done.range < (tiles * p.n_head) as u64 * 4 {
+            return Err(VkError::OutOfRange(format!("{} bytes of window attention counters for {tiles} tiles of {} heads", done.range, p.n_head)));
         }
         if rows == 0 {
             return Ok(());
         }
         let wp = AttnWindowPush { n_head: p.n_head, n_head_kv: p.n_head_kv, head_dim: hd, rows, scale: p.scale, key_window: p.key_window };
-        self.run(name, &spec, &[b.q, b.mk, b.mv, b.meta, b.out, b.part, b.done], &wp.bytes(), [p.n_head, tiles, WINDOW_PIECES])
+        self.run(name, &spec, &[b.q, b.mk, b.mv, b.meta, b.out, b.part, done], &wp.bytes(), [p.n_head, tiles, WINDOW_PIECES])
     }
 }

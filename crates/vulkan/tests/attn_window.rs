@@ -21,7 +21,7 @@ mod common;
 
 use common::*;
 use resin_core::KvCodec;
-use resin_vulkan::attn_window::{window_part_len, window_piece_keys, WindowBinds, WindowTile, WINDOW_PIECES};
+use resin_vulkan::attn_window::{window_piece_keys, WindowTile, WINDOW_PIECES};
 use resin_vulkan::buffers::{f32_bytes, Buffer};
 use resin_vulkan::kernels::*;
 
@@ -129,11 +129,11 @@ struct WinScratch {
 impl WinScratch {
     fn new(h: &Harness, rows: usize, c: &Case) -> WinScratch {
         let words = rows * c.n_head;
-        WinScratch { part: h.poisoned(window_part_len(rows, c.n_head, c.hd)), done: h.buf_bytes(&vec![0u8; 4 * words]), words }
+        WinScratch { part: h.poisoned(attn_part_len(rows, c.n_head, c.hd, WINDOW_PIECES as usize)), done: h.buf_bytes(&vec![0u8; 4 * words]), words }
     }
 
-    fn binds<'a>(&'a self, q: &'a Buffer, mk: &'a Buffer, mv: &'a Buffer, meta: &'a Buffer, out: &'a Buffer) -> WindowBinds<'a> {
-        WindowBinds { q: q.into(), mk: mk.into(), mv: mv.into(), meta: meta.into(), out: out.into(), part: (&self.part).into(), done: (&self.done).into() }
+    fn binds<'a>(&'a self, q: &'a Buffer, mk: &'a Buffer, mv: &'a Buffer, meta: &'a Buffer, out: &'a Buffer) -> AttnBinds<'a> {
+        AttnBinds { q: q.into(), mk: mk.into(), mv: mv.into(), meta: meta.into(), part: (&self.part).into(), out: out.into() }
     }
 
     fn check_done(&self, what: &str) {
@@ -170,13 +170,13 @@ fn run_case(h: &mut Harness, what: &str, c: &Case, tiles: &[Option<WindowTile>],
             let b = ws.binds(&qb, &mk, &mv, &mb, &ob);
             let t0 = std::time::Instant::now();
             h.run(|rec| match tile {
-                Some(t) => rec.attention_window_tile(*t, codec, s.rows as u32, b, p),
+                Some(t) => rec.attention_window_tile(*t, codec, s.rows as u32, b, (&ws.done).into(), p),
                 // The scalar tier's pick (the device's own pick may be the cooperative-matrix
                 // tier, whose bar is wider: tested below).
                 None => {
                     let info = &rec.gpu.info;
                     let t = WindowTile::pick(c.hd as u32, info.shared_memory, info.max_workgroup_invocations).unwrap();
-                    rec.attention_window_tile(t, codec, s.rows as u32, b, p)
+                    rec.attention_window_tile(t, codec, s.rows as u32, b, (&ws.done).into(), p)
                 }
             });
             let dt = t0.elapsed();
@@ -275,7 +275,7 @@ fn long_rows_split_their_keys_in_pieces() {
         let (qb, mb) = (h.buf_f32(q), h.buf_bytes(&RowMeta::words(meta)));
         let ob = h.poisoned(meta.len() * s.q_dim);
         let ws = WinScratch::new(&h, meta.len(), &c);
-        h.run(|rec| rec.attention_window_tile(tile, KvCodec::F16, meta.len() as u32, ws.binds(&qb, &mk, &mv, &mb, &ob), p));
+        h.run(|rec| rec.attention_window_tile(tile, KvCodec::F16, meta.len() as u32, ws.binds(&qb, &mk, &mv, &mb, &ob), (&ws.done).into(), p));
         ws.check_done("alone");
         ob.read_f32(0, meta.len() * s.q_dim).unwrap().iter().map(|x| x.to_bits()).collect()
     };
@@ -318,7 +318,7 @@ fn wrong_region_fails() {
         let mb = h.buf_bytes(&RowMeta::words(&meta));
         let ob = h.poisoned(n);
         let ws = WinScratch::new(&h, s.rows, &c);
-        h.run(|rec| rec.attention_window(codec, s.rows as u32, ws.binds(&qb, &mk, &mv, &mb, &ob), p));
+        h.run(|rec| rec.attention_window(codec, s.rows as u32, ws.binds(&qb, &mk, &mv, &mb, &ob), (&ws.done).into(), p));
         ws.check_done("wrong region");
         let got = ob.read_f32(0, n).unwrap();
         let res = check("wrong region", &got, &want, &bar);
@@ -379,7 +379,7 @@ fn coopmat_raw(h: &mut Harness, c: &Case, s: &Setup, meta: &[RowMeta], q: &[f32]
     let n = meta.len() * s.q_dim;
     let ob = h.poisoned(n + TAIL);
     let ws = WinScratch::new(h, meta.len(), c);
-    h.run(|rec| rec.attention_window_coopmat(meta.len() as u32, ws.binds(&qb, &mk, &mv, &mb, &ob), p));
+    h.run(|rec| rec.attention_window_coopmat(meta.len() as u32, ws.binds(&qb, &mk, &mv, &mb, &ob), (&ws.done).into(), p));
     ws.check_done("coopmat");
     let all = ob.read_f32(0, n + TAIL).unwrap();
     assert!(all[n..].iter().all(|x| x.to_bits() == POISON), "coopmat: written past the window's rows");

@@ -16,7 +16,7 @@ use resin_core::{Counters, Home, KvCodec, RegionId, Row, Segment, StepAll};
 use resin_cpu::{CpuHome, CpuOptions};
 use resin_gguf::{formats, GgmlType, GgufFile};
 use resin_model::{ModelConfig, RopeStyle, Tokenizer};
-use resin_vulkan::attn_window::{window_part_len, WindowBinds, WindowTile};
+use resin_vulkan::attn_window::{WindowTile, WINDOW_PIECES};
 use resin_vulkan::buffers::{Buffer, Location};
 use resin_vulkan::kernels::*;
 use resin_vulkan::{VulkanHome, VulkanOptions, WideMode};
@@ -284,12 +284,12 @@ fn attention_over_a_q8_mirror_matches_the_oracle_over_its_dequantized_values() {
         let window = |h: &mut Harness, codec: KvCodec, tile: Option<WindowTile>| -> Vec<f32> {
             let (mk, mv) = if codec == KvCodec::Q8_0 { (&mk8, &mv8) } else { (&mk32, &mv32) };
             let ob = h.poisoned(rows * q_dim);
-            let part = h.poisoned(window_part_len(rows, n_head, hd));
+            let part = h.poisoned(attn_part_len(rows, n_head, hd, WINDOW_PIECES as usize));
             let done = h.buf_bytes(&vec![0u8; 4 * rows * n_head]);
-            let b = WindowBinds { q: (&wqb).into(), mk: mk.into(), mv: mv.into(), meta: (&wmb).into(), out: (&ob).into(), part: (&part).into(), done: (&done).into() };
+            let b = AttnBinds { q: (&wqb).into(), mk: mk.into(), mv: mv.into(), meta: (&wmb).into(), part: (&part).into(), out: (&ob).into() };
             h.run(|rec| match tile {
-                Some(t) => rec.attention_window_tile(t, codec, rows as u32, b, p(1)),
-                None => rec.attention_window(codec, rows as u32, b, p(1)),
+                Some(t) => rec.attention_window_tile(t, codec, rows as u32, b, (&done).into(), p(1)),
+                None => rec.attention_window(codec, rows as u32, b, (&done).into(), p(1)),
             });
             ob.read_f32(0, rows * q_dim).unwrap()
         };

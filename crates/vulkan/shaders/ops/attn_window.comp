@@ -437,6 +437,19 @@ const uint PREF = (BC * (HD / 2u) + WG - 1u) / WG;   // words of a K (and of a V
 
 #define SGSYNC() subgroupMemoryBarrierShared(); subgroupBarrier()
 
+// This thread's words of the K and V tile at key cs (zeros past kmax) into kw and vw.
+#define FETCH_KV(cs)                                                                        \
+    for (uint i = 0u; i < PREF; i++) {                                                      \
+        uint e = t + i * WG, c = e / (HD / 2u), w = e - c * (HD / 2u), j = (cs) + c;        \
+        kw[i] = 0u;                                                                         \
+        vw[i] = 0u;                                                                         \
+        if (e < BC * (HD / 2u) && j < kmax) {                                               \
+            uint a = ((base + j * kv_dim) >> 1) + w;                                        \
+            kw[i] = mk[a];                                                                  \
+            vw[i] = mv[a];                                                                  \
+        }                                                                                   \
+    }
+
 void main() {
     uint h = gl_WorkGroupID.x;
     uint r0 = gl_WorkGroupID.y * BR;
@@ -487,16 +500,7 @@ void main() {
         uint sbeg = subgroupMin(live ? kbeg : 0xFFFFFFFFu);
         uint kw[PREF], vw[PREF];
         uint c0 = lo / BC * BC;
-        for (uint i = 0u; i < PREF; i++) {
-            uint e = t + i * WG, c = e / (HD / 2u), w = e - c * (HD / 2u), j = c0 + c;
-            kw[i] = 0u;
-            vw[i] = 0u;
-            if (e < BC * (HD / 2u) && j < kmax) {
-                uint a = ((base + j * kv_dim) >> 1) + w;
-                kw[i] = mk[a];
-                vw[i] = mv[a];
-            }
-        }
+        FETCH_KV(c0)
         for (; c0 < kmax; c0 += BC) {
             for (uint i = 0u; i < PREF; i++) {
                 uint e = t + i * WG, c = e / (HD / 2u), w = e - c * (HD / 2u);
@@ -511,16 +515,7 @@ void main() {
             barrier();
             // The next tile's words, in flight while this one is used.
             uint cn = c0 + BC;
-            for (uint i = 0u; i < PREF; i++) {
-                uint e = t + i * WG, c = e / (HD / 2u), w = e - c * (HD / 2u), j = cn + c;
-                kw[i] = 0u;
-                vw[i] = 0u;
-                if (e < BC * (HD / 2u) && j < kmax) {
-                    uint a = ((base + j * kv_dim) >> 1) + w;
-                    kw[i] = mk[a];
-                    vw[i] = mv[a];
-                }
-            }
+            FETCH_KV(cn)
             if (c0 < send && cn > sbeg) {
                 for (uint cb = 0u; cb < BC / CM; cb++) {
                     ACC s = ACC(0.0);

@@ -7,7 +7,6 @@
 use resin_core::{Counters, KvCodec, NROW_MAX};
 use resin_model::{FfnAct, ModelConfig};
 
-use crate::attn_window::WindowBinds;
 use crate::buffers::Buffer;
 use crate::kernels::*;
 use crate::mv::{mv_fits, mv_format, Combine, Experts, Mv, MvIn, MvOut, MvShape, NormAdd, PackNext, QPack};
@@ -542,16 +541,8 @@ pub(super) fn record_pass(rec: &mut Recorder<'_>, shape: PassShape<'_>, ctx: &Pa
         let mut rounded = false;
         if shape.narrow.is_some() && n >= WINDOW_ATTN_MIN_ROWS {
             // Flash-attention tiles: each K/V tile read once for a tile of query rows.
-            let b = WindowBinds {
-                q: (&s.q).into(),
-                mk: (&ly.mk).into(),
-                mv: (&ly.mv).into(),
-                meta: (&s.meta).into(),
-                out: (&s.att).into(),
-                part: (&s.part).into(),
-                done: (&s.done).into(),
-            };
-            rec.attention_window(codec, nr, b, ap)?;
+            let b = AttnBinds { q: (&s.q).into(), mk: (&ly.mk).into(), mv: (&ly.mv).into(), meta: (&s.meta).into(), part: (&s.part).into(), out: (&s.att).into() };
+            rec.attention_window(codec, nr, b, (&s.done).into(), ap)?;
         } else {
             // The combine rounds its output for attn_out itself, unless rows are gathered after.
             let round = if last && shape.narrow.is_some() { None } else { attn_round(&ly.attn_out, n, cfg, s)? };
